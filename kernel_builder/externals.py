@@ -1,0 +1,209 @@
+"""Registry of the external C++ kernels (kernel_builder/external_kernels/*.cc) and their compile rules.
+
+Each ExternalKernel names one `extern "C"` symbol inside one object file. One .cc source is compiled
+several times with different -D shape flags; every shape gets its own symbol and object name (e.g.
+`mv_bf16_k2048_m2` in `mv_k2048_m2.o` next to `mv_bf16_k8192_m2` in `mv_k8192_m2.o`), so variants can be
+linked into one multi-launch module without clashing.
+
+Two compilers:
+- Peano (llvm-aie) for the NPU: `compile_command()` — the AIE2P vector path (`__AIENGINE__` is defined by
+  the aie2p target). It needs the aie_api headers shipped with mlir-aie (`<mlir-aie install>/include`).
+- the host C++ compiler for tests: `host_compile_command()` — the portable scalar path (`#else` branch),
+  same symbols, used to check the C++ against kernel_builder.reference.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+SOURCE_DIR = Path(__file__).resolve().parent / "external_kernels"
+
+# Flags shared by every Peano compile. -D__AIE_API_AIE_ADF_HPP__ keeps aie_api from pulling in the ADF graph
+# headers (not shipped with mlir-aie); -DNDEBUG drops aie_api's runtime checks. The warnings silenced are the
+# ones aie_api itself triggers under clang.
+PEANO_TARGET = "aie2p-none-unknown-elf"
+PEANO_FLAGS: tuple[str, ...] = (
+    f"--target={PEANO_TARGET}",
+    "-O2",
+    "-std=c++20",
+    "-DNDEBUG",
+    "-D__AIE_API_AIE_ADF_HPP__",
+    "-Wno-parentheses",
+    "-Wno-attributes",
+    "-Wno-macro-redefined",
+    "-Wno-empty-body",
+)
+# Host (scalar-path) flags: position independent so the objects can be linked into a shared library for ctypes.
+HOST_FLAGS: tuple[str, ...] = ("-O2", "-std=c++20", "-fPIC", "-DLLAMA_NPU_HOST")
+
+# Vector-path granularity: the AIE2P kernels work on 32-lane bf16 vectors (16 lanes for the RoPE halves), so
+# shapes must be multiples of these. Checked here so a bad shape fails at build time with a clear message.
+GEMV_K_MULTIPLE = 32
+ROPE_HEAD_DIM_MULTIPLE = 32
+SWIGLU_N_MULTIPLE = 16
+ATTN_HEAD_DIM_MULTIPLE = 32
+
+
+@dataclass(frozen=True)
+class ExternalKernel:
+    """One `extern "C"` function: its symbol, the object file holding it, its source and -D defines."""
+
+    symbol: str
+    obj: str
+    source: str  # file name inside kernel_builder/external_kernels/
+    defines: tuple[tuple[str, str], ...]
+
+    @property
+    def source_path(self) -> Path:
+        return SOURCE_DIR / self.source
+
+    def define_flags(self) -> list[str]:
+        return [f"-D{name}={value}" for name, value in self.defines]
+
+
+class AttentionKernels(NamedTuple):
+    """The three flash-attention primitives; they share one object file (one compile)."""
+
+    init: ExternalKernel
+    step: ExternalKernel
+    finish: ExternalKernel
+
+    @property
+    def obj(self) -> str:
+        return self.init.obj
+
+
+def _positive(kernel: str, **dims: int) -> None:
+    for name, value in dims.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{kernel}: {name} must be a positive int, got {value!r}")
+
+
+def _multiple(kernel: str, name: str, value: int, multiple: int) -> None:
+    if value % multiple:
+        raise ValueError(
+            f"{kernel}: {name}={value} must be a multiple of {multiple} (AIE2P vector width of the kernel)")
+
+
+def gemv_kernel(k: int, tile_m: int) -> ExternalKernel:
+    """y[tile_m] = w[tile_m][k] · x[k]; f32 accumulation, bf16 RNE output."""
+    _positive("gemv", k=k, tile_m=tile_m)
+    _multiple("gemv", "k", k, GEMV_K_MULTIPLE)
+    symbol = f"mv_bf16_k{k}_m{tile_m}"
+    return ExternalKernel(
+        symbol=symbol,
+        obj=f"mv_k{k}_m{tile_m}.o",
+        source="gemv.cc",
+        defines=(("GEMV_K", str(k)), ("GEMV_TILE_M", str(tile_m)), ("GEMV_SYMBOL", symbol)),
+    )
+
+
+def rope_kernel(head_dim: int) -> ExternalKernel:
+    """Half-split RoPE of one position row: y(x[n_heads*head_dim], lut[head_dim] = [cos | sin], n_heads)."""
+    _positive("rope", head_dim=head_dim)
+    _multiple("rope", "head_dim", head_dim, ROPE_HEAD_DIM_MULTIPLE)
+    symbol = f"rope_bf16_hd{head_dim}"
+    return ExternalKernel(
+        symbol=symbol,
+        obj=f"rope_hd{head_dim}.o",
+        source="rope.cc",
+        defines=(("ROPE_HEAD_DIM", str(head_dim)), ("ROPE_SYMBOL", symbol)),
+    )
+
+
+def swiglu_kernel(n: int) -> ExternalKernel:
+    """y[n] = silu(gate[n]) * up[n] in f32, bf16 RNE output."""
+    _positive("swiglu", n=n)
+    _multiple("swiglu", "n", n, SWIGLU_N_MULTIPLE)
+    symbol = f"swiglu_bf16_n{n}"
+    return ExternalKernel(
+        symbol=symbol,
+        obj=f"swiglu_n{n}.o",
+        source="swiglu.cc",
+        defines=(("SWIGLU_N", str(n)), ("SWIGLU_SYMBOL", symbol)),
+    )
+
+
+def attention_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
+    """Online-softmax flash-attention primitives for a [lq, head_dim] query tile and [lk, head_dim] K/V tiles.
+
+    init(m[lq] f32, l[lq] f32, acc[lq][hd] f32)
+    step(q, k, v bf16, m, l, acc, int32 q_pos0, int32 k_pos0, int32 causal)
+    finish(l, acc, out[lq][hd] bf16)
+    """
+    _positive("flash_attn", head_dim=head_dim, lq=lq, lk=lk)
+    _multiple("flash_attn", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
+    tag = f"hd{head_dim}_q{lq}_k{lk}"
+    init_sym, step_sym, finish_sym = (f"attn_{part}_bf16_{tag}" for part in ("init", "step", "finish"))
+    defines = (
+        ("ATTN_HEAD_DIM", str(head_dim)),
+        ("ATTN_LQ", str(lq)),
+        ("ATTN_LK", str(lk)),
+        ("ATTN_INIT_SYMBOL", init_sym),
+        ("ATTN_STEP_SYMBOL", step_sym),
+        ("ATTN_FINISH_SYMBOL", finish_sym),
+    )
+    obj = f"attn_{tag}.o"
+
+    def make(symbol: str) -> ExternalKernel:
+        return ExternalKernel(symbol=symbol, obj=obj, source="attention.cc", defines=defines)
+
+    return AttentionKernels(make(init_sym), make(step_sym), make(finish_sym))
+
+
+def aie_include_dir_from_env() -> Path | None:
+    """mlir-aie's include dir (holds aie_api/): $MLIR_AIE_INSTALL_DIR/include, like the mlir-air Makefiles."""
+    root = os.environ.get("MLIR_AIE_INSTALL_DIR")
+    return Path(root) / "include" if root else None
+
+
+def compile_command(kernel: ExternalKernel, out_dir: Path, peano_dir: Path,
+                    aie_include_dir: Path | None = None) -> list[str]:
+    """Peano command building `kernel.obj` in out_dir from its source with its -D flags.
+
+    aie_include_dir: directory containing `aie_api/aie.hpp` (mlir-aie install `include/`); defaults to
+    $MLIR_AIE_INSTALL_DIR/include when set. Peano's own clang ships the AIE intrinsics; aie_api comes with mlir-aie.
+    """
+    cmd = [str(Path(peano_dir) / "bin" / "clang++"), *PEANO_FLAGS]
+    include = aie_include_dir if aie_include_dir is not None else aie_include_dir_from_env()
+    if include is not None:
+        cmd.append(f"-I{include}")
+    cmd += [f"-I{SOURCE_DIR}", "-c", str(kernel.source_path), "-o", str(Path(out_dir) / kernel.obj)]
+    cmd += kernel.define_flags()
+    return cmd
+
+
+def host_object_name(kernel: ExternalKernel) -> str:
+    return kernel.obj[:-2] + ".host.o" if kernel.obj.endswith(".o") else kernel.obj + ".host.o"
+
+
+def host_compile_command(kernel: ExternalKernel, out_dir: Path, cxx: str = "g++") -> list[str]:
+    """Host compile of the scalar path (no __AIENGINE__) into `<obj stem>.host.o`, position independent."""
+    return [cxx, *HOST_FLAGS, f"-I{SOURCE_DIR}", "-c", str(kernel.source_path),
+            "-o", str(Path(out_dir) / host_object_name(kernel)), *kernel.define_flags()]
+
+
+def host_link_command(objects: list[Path], out_path: Path, cxx: str = "g++") -> list[str]:
+    """Link host objects into one shared library (loaded with ctypes by the tests)."""
+    return [cxx, "-shared", "-o", str(out_path), *map(str, objects)]
+
+
+def _headers() -> list[Path]:
+    return sorted(SOURCE_DIR.glob("*.h"))
+
+
+def kernel_fingerprint(kernel: ExternalKernel) -> str:
+    """sha256 over the source, every shared header, the defines and the Peano flags (build cache key)."""
+    h = hashlib.sha256()
+    for path in [kernel.source_path, *_headers()]:
+        h.update(path.name.encode() + b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    for name, value in kernel.defines:
+        h.update(f"-D{name}={value}\0".encode())
+    for flag in PEANO_FLAGS:
+        h.update(flag.encode() + b"\0")
+    return h.hexdigest()
