@@ -1,0 +1,71 @@
+"""`make bench`: the printed figures the speed and memory targets are checked against.
+
+1. Generating + stitching all six modules for Llama-3.2-1B (target < 2 s on 2 cores).
+2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token.
+3. Llama-3.2-1B shapes on the null-compute device: dispatches per decode token, host<->device bytes per prefill
+   pass and per decode token, host time per decode token (everything except device compute).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def bench_stitch() -> None:
+    from multi_launch_builder.registry import all_modules
+    from multi_launch_builder.shapes import LLAMA32_1B
+    from kernel_builder.stitching import stitch
+
+    t0 = time.perf_counter()
+    decls = all_modules(LLAMA32_1B, (2048,))
+    texts = [stitch(d) for d in decls]
+    dt = time.perf_counter() - t0
+    launches = sum(len(d.launches) for d in decls)
+    print(f"[bench] generate+stitch {len(decls)} modules ({launches} launches, "
+          f"{sum(map(len, texts)) / 1e3:.0f} kB MLIR) for Llama-3.2-1B @2048: {dt:.3f} s (target < 2 s)")
+
+
+def bench_embedded(model: str | None, n_tokens: int) -> None:
+    from llama_npu.engine import Engine
+
+    eng = Engine.load(model, device="emu", progress=False)
+    # A 30-token prompt, measured in tokens of this model's tokenizer.
+    words = ("The quick brown fox jumps over the lazy dog while the curious cat watches from the warm "
+             "sunny window and thinks about dinner tonight").split()
+    ids = eng.tokenizer.encode(" ".join(words), add_special_tokens=False)
+    ids = (ids * 2)[:30]
+    eng.generate(ids, max_new_tokens=4)  # warm-up: loads modules, first-call buffer writes
+    eng.reset()
+    res = eng.generate(ids, max_new_tokens=n_tokens, stop_on_eos=False) if _accepts(eng.generate, "stop_on_eos") \
+        else eng.generate(ids, max_new_tokens=n_tokens)
+    print(f"[bench] embedded model on emu: TTFT (30-token prompt) {res.ttft_s * 1e3:.1f} ms, "
+          f"prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s "
+          f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s)")
+
+
+def _accepts(fn, name: str) -> bool:
+    import inspect
+
+    return name in inspect.signature(fn).parameters
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--n-tokens", type=int, default=32)
+    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b"])
+    args = ap.parse_args(argv)
+    if "stitch" not in args.skip:
+        bench_stitch()
+    if "embedded" not in args.skip:
+        bench_embedded(args.model, args.n_tokens)
+    if "null1b" not in args.skip:
+        from benchmarks.null_device import bench_null_llama32_1b
+
+        bench_null_llama32_1b(n_tokens=8)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

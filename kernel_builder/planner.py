@@ -1,0 +1,282 @@
+"""NPU2 (AIE2P) limits and the tiling plans of every kernel.
+
+A plan is the small set of integers a builder needs (tile sizes, herd shape, chunking). Every `plan_<kind>`
+either returns a plan that fits the hardware limits below or raises `ValueError` naming the kernel, the
+dimension and the limit, so an untileable model shape fails at build time, not on the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB = 1024
+
+# --- NPU2 / AIE2P limits -------------------------------------------------------------------------------
+NPU2_COLS = 8                 # compute-tile columns of the NPU2 array (herd x extent)
+NPU2_ROWS = 4                 # compute-tile rows per column (herd y extent)
+L1_BYTES = 64 * KiB           # data memory of one compute tile
+L1_STACK_RESERVE = 4 * KiB    # core stack + kernel scratch kept out of the data budget
+L1_BUDGET = L1_BYTES - L1_STACK_RESERVE  # what one tile's buffers (incl. double buffers) may use
+MEMTILE_BYTES = 512 * KiB     # one memory tile (L2); an L2 buffer must fit in one
+N_MEMTILES = 8                # memory tiles of the NPU2 array (one per column)
+L2_BUDGET = N_MEMTILES * MEMTILE_BYTES
+MMUL_M = MMUL_K = MMUL_N = 8  # AIE2P bf16 matmul intrinsic shape (8x8x8): GEMM tiles are multiples of it
+VECTOR_LANES_BF16 = 32        # AIE2P vector register: 512 bit = 32 bf16 lanes (elementwise chunk granularity)
+BF16 = 2                      # bytes per element
+F32 = 4
+MAX_GEMV_TILE_M = 8           # rows per GEMV call: more rows only lengthen the pipeline fill
+MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
+MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
+MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
+MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
+
+# External C++ vector-path granularity (must agree with kernel_builder.externals).
+GEMV_K_MULTIPLE = 32
+ROPE_HEAD_DIM_MULTIPLE = 32
+SWIGLU_N_MULTIPLE = 16
+ATTN_HEAD_DIM_MULTIPLE = 32
+
+
+def _kib(nbytes: int) -> str:
+    return f"{nbytes / KiB:.3g} KiB"
+
+
+def check_positive(kernel: str, **dims) -> None:
+    for name, value in dims.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{kernel}: {name} must be a positive int, got {value!r}")
+
+
+def _divisors_desc(n: int, cap: int) -> list[int]:
+    return [d for d in range(min(n, cap), 0, -1) if n % d == 0]
+
+
+def _herd(n_units: int, cap: int = NPU2_COLS) -> int:
+    """Largest herd extent <= cap that divides the number of work units evenly."""
+    return _divisors_desc(n_units, cap)[0]
+
+
+# --- plans ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GemmPlan:
+    tile_m: int      # output rows per compute tile (L1)
+    tile_k_l2: int   # K depth of the A/B panels staged in L2 per segment iteration
+    tile_k_l1: int   # K depth of one L1 A/B tile (one linalg.matmul)
+    tile_n: int      # output cols per compute tile (L1)
+    herd_m: int      # herd extent over M (columns of the array)
+    herd_n: int      # herd extent over N (rows of the array)
+
+    def l1_bytes(self) -> int:
+        # double-buffered A and B tiles + the f32 accumulator tile
+        return 2 * BF16 * (self.tile_m * self.tile_k_l1 + self.tile_k_l1 * self.tile_n) \
+            + F32 * self.tile_m * self.tile_n
+
+    def l2_buffers(self) -> dict[str, int]:
+        bm, bn = self.herd_m * self.tile_m, self.herd_n * self.tile_n
+        return {"a_panel": BF16 * bm * self.tile_k_l2, "b_panel": BF16 * self.tile_k_l2 * bn,
+                "acc": F32 * bm * bn}
+
+
+@dataclass(frozen=True)
+class GemvPlan:
+    tile_m: int          # W rows per external-kernel call (L1 tile [tile_m, k])
+    herd_m: int          # tiles splitting the output rows
+    double_buffer: bool  # whether two W tiles fit L1 (ping-pong)
+
+    def l1_bytes(self, k: int) -> int:
+        return (2 if self.double_buffer else 1) * BF16 * self.tile_m * k + BF16 * k + 2 * BF16 * self.tile_m
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """Row-parallel / elementwise kernels. `unit` says what `chunk` counts: 'rows' (rmsnorm: rows per L1
+    tile), 'elements' (add/swiglu: elements per L1 chunk, always a divisor of dim) or 'heads' (rope: heads
+    of one position row per call)."""
+
+    herd: int            # tiles in the (herd, 1) herd
+    units_per_tile: int  # rows (rmsnorm/rope) or chunks (add/swiglu) each tile processes
+    chunk: int
+    unit: str
+
+
+@dataclass(frozen=True)
+class AttnPlan:
+    lq: int        # query rows per tile
+    lk: int        # key/value rows per step
+    herd_q: int    # herd x: tiles splitting the query blocks of one head
+    herd_h: int    # herd y: query heads of one GQA group processed side by side (share a KV head)
+
+    def l1_bytes(self, head_dim: int) -> int:
+        q = BF16 * self.lq * head_dim
+        kv = 2 * 2 * BF16 * self.lk * head_dim           # K and V, double-buffered
+        acc = F32 * self.lq * head_dim + 2 * F32 * self.lq  # acc + running max/sum
+        out = BF16 * self.lq * head_dim
+        return q + kv + acc + out
+
+
+@dataclass(frozen=True)
+class LmHeadPlan:
+    n_parts: int     # GEMV launches over the vocabulary
+    part_rows: int   # rows (vocab entries) per partition; n_parts*part_rows >= vocab, tail zero-padded
+    gemv: GemvPlan   # the plan of each partition's GEMV
+
+
+# --- planners ------------------------------------------------------------------------------------------
+def plan_gemv(m: int, k: int) -> GemvPlan:
+    check_positive("gemv", m=m, k=k)
+    if k % GEMV_K_MULTIPLE:
+        raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
+                         f"(AIE2P 32-lane bf16 vector path of the external kernel)")
+    herd = _herd(m)
+    rows_per_tile = m // herd
+    for double_buffer in (True, False):
+        for tile_m in _divisors_desc(rows_per_tile, MAX_GEMV_TILE_M):
+            plan = GemvPlan(tile_m, herd, double_buffer)
+            if plan.l1_bytes(k) <= L1_BUDGET:
+                return plan
+    need = GemvPlan(1, herd, False).l1_bytes(k)
+    raise ValueError(f"gemv: k={k} needs {_kib(need)} of L1 per tile for tile_m=1; the NPU2 limit is "
+                     f"{_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus {L1_STACK_RESERVE // KiB} KiB stack reserve)")
+
+
+def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
+    check_positive("gemm", m=m, k=k, n=n)
+    for name, v, q in (("m", m, MMUL_M), ("k", k, MMUL_K), ("n", n, MMUL_N)):
+        if v % q:
+            raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul intrinsic "
+                             f"{MMUL_M}x{MMUL_K}x{MMUL_N}); use gemv for single-row products")
+    edge = [t for t in range(MAX_GEMM_TILE, 0, -MMUL_M)]
+    best, best_key = None, None
+    for tile_k_l1 in (64, 32, 16, 8):
+        if k % tile_k_l1:
+            continue
+        for tile_m in edge:
+            if m % tile_m:
+                continue
+            herd_m = _herd(m // tile_m, NPU2_COLS)
+            for tile_n in edge:
+                if n % tile_n:
+                    continue
+                herd_n = _herd(n // tile_n, NPU2_ROWS)
+                partial = GemmPlan(tile_m, tile_k_l1, tile_k_l1, tile_n, herd_m, herd_n)
+                if partial.l1_bytes() > L1_BUDGET:
+                    continue
+                tile_k_l2 = _pick_k_l2(partial, k)
+                if tile_k_l2 is None:
+                    continue
+                plan = GemmPlan(tile_m, tile_k_l2, tile_k_l1, tile_n, herd_m, herd_n)
+                # prefer: more tiles busy, then more MACs per L1 tile, then deeper K per matmul
+                key = (herd_m * herd_n, tile_m * tile_n, tile_k_l1, tile_k_l2)
+                if best_key is None or key > best_key:
+                    best, best_key = plan, key
+        if best is not None:
+            return best
+    raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers fit "
+                     f"{_kib(L1_BUDGET)} per tile and whose L2 buffers fit {_kib(MEMTILE_BYTES)} per memory tile")
+
+
+def _pick_k_l2(p: GemmPlan, k: int) -> int | None:
+    for mult in range(k // p.tile_k_l1, 0, -1):
+        t = mult * p.tile_k_l1
+        if k % t:
+            continue
+        q = GemmPlan(p.tile_m, t, p.tile_k_l1, p.tile_n, p.herd_m, p.herd_n)
+        bufs = q.l2_buffers()
+        if max(bufs.values()) <= MEMTILE_BYTES and sum(bufs.values()) <= L2_BUDGET:
+            return t
+    return None
+
+
+def plan_rmsnorm(rows: int, dim: int) -> RowPlan:
+    check_positive("rmsnorm", rows=rows, dim=dim)
+    herd = _herd(rows)
+    per_tile = rows // herd
+    for chunk in _divisors_desc(per_tile, per_tile):
+        if 2 * 2 * BF16 * chunk * dim + BF16 * dim <= L1_BUDGET:  # x and y double-buffered + weight
+            return RowPlan(herd, per_tile, chunk, "rows")
+    need = 2 * 2 * BF16 * dim + BF16 * dim
+    raise ValueError(f"rmsnorm: dim={dim} needs {_kib(need)} of L1 per tile for one row; "
+                     f"the NPU2 limit is {_kib(L1_BUDGET)}")
+
+
+def _plan_elementwise(kernel: str, rows: int, dim: int, n_buffers: int, multiple: int) -> RowPlan:
+    check_positive(kernel, rows=rows, dim=dim)
+    cap = min(MAX_ELEMWISE_CHUNK, L1_BUDGET // (2 * n_buffers * BF16))  # all buffers double-buffered
+    chunks = [c for c in _divisors_desc(dim, cap) if c % multiple == 0]
+    if not chunks:
+        raise ValueError(f"{kernel}: dim={dim} has no divisor that is a multiple of {multiple} "
+                         f"(vector width) and at most {cap} elements (L1 limit {_kib(L1_BUDGET)} for "
+                         f"{n_buffers} double-buffered bf16 buffers)")
+    # prefer full 32-lane vectors when a divisor allows it; then the widest herd among chunks that still
+    # amortise a DMA (>= MIN_ELEMWISE_CHUNK elements); then the biggest chunk
+    vec = [c for c in chunks if c % VECTOR_LANES_BF16 == 0] or chunks
+    big = [c for c in vec if c >= MIN_ELEMWISE_CHUNK] or vec[:1]
+    chunk = max(big, key=lambda c: (_herd(rows * dim // c), c))
+    n_chunks = rows * dim // chunk
+    herd = _herd(n_chunks)
+    return RowPlan(herd, n_chunks // herd, chunk, "elements")
+
+
+def plan_add(rows: int, dim: int) -> RowPlan:
+    return _plan_elementwise("add", rows, dim, 3, 1)
+
+
+def plan_swiglu(rows: int, dim: int) -> RowPlan:
+    return _plan_elementwise("swiglu", rows, dim, 3, SWIGLU_N_MULTIPLE)
+
+
+def plan_rope(rows: int, heads: int, head_dim: int) -> RowPlan:
+    check_positive("rope", rows=rows, heads=heads, head_dim=head_dim)
+    if head_dim % 2:
+        raise ValueError(f"rope: head_dim={head_dim} must be even (half-split rotation)")
+    if head_dim % ROPE_HEAD_DIM_MULTIPLE:
+        raise ValueError(f"rope: head_dim={head_dim} must be a multiple of {ROPE_HEAD_DIM_MULTIPLE} "
+                         f"(16-lane bf16 vector halves of the external kernel)")
+    herd = _herd(rows)
+    for hc in _divisors_desc(heads, heads):
+        if 2 * 2 * BF16 * hc * head_dim + 2 * BF16 * head_dim <= L1_BUDGET:  # x, y, lut double-buffered
+            return RowPlan(herd, rows // herd, hc, "heads")
+    raise ValueError(f"rope: head_dim={head_dim} needs more than {_kib(L1_BUDGET)} of L1 per tile for one head")
+
+
+def plan_flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int) -> AttnPlan:
+    check_positive("flash_attn", seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    if heads % kv_heads:
+        raise ValueError(f"flash_attn: heads={heads} must be divisible by kv_heads={kv_heads} (GQA groups)")
+    if head_dim % 2:
+        raise ValueError(f"flash_attn: head_dim={head_dim} must be even")
+    if head_dim % ATTN_HEAD_DIM_MULTIPLE:
+        raise ValueError(f"flash_attn: head_dim={head_dim} must be a multiple of {ATTN_HEAD_DIM_MULTIPLE} "
+                         f"(32-lane bf16 vector path of the external kernel)")
+    group = heads // kv_heads
+    herd_h = _herd(group, NPU2_ROWS)
+    best, best_key = None, None
+    for lq in _divisors_desc(seq, MAX_ATTN_TILE):
+        for lk in _divisors_desc(lq, lq):   # lk | lq keeps the causal K range a whole number of K tiles
+            plan = AttnPlan(lq, lk, _herd(seq // lq), herd_h)
+            if plan.l1_bytes(head_dim) > L1_BUDGET:
+                continue
+            # prefer: vector-friendly query tiles (>= 16 rows), then parallel tiles, then big tiles
+            key = (lq >= min(16, seq), plan.herd_q, lq * lk, lq)
+            if best_key is None or key > best_key:
+                best, best_key = plan, key
+    if best is None:
+        need = AttnPlan(1, 1, 1, 1).l1_bytes(head_dim)
+        raise ValueError(f"flash_attn: head_dim={head_dim} needs {_kib(need)} of L1 per tile for 1-row tiles; "
+                         f"the NPU2 limit is {_kib(L1_BUDGET)}")
+    return best
+
+
+def plan_lm_head(vocab: int, hidden: int) -> LmHeadPlan:
+    """Split the vocabulary projection into NPU2_COLS GEMV partitions of equal, nicely divisible size."""
+    check_positive("lm_head", vocab=vocab, hidden=hidden)
+    # round each partition up so it splits evenly over a full herd of max-size GEMV tiles; tiny vocabularies
+    # (tests) use fewer partitions so the zero padding stays below one quantum per partition
+    quantum = NPU2_COLS * MAX_GEMV_TILE_M
+    n_parts = max(1, min(NPU2_COLS, vocab // quantum))
+    part_rows = -(-vocab // n_parts)
+    part_rows = -(-part_rows // quantum) * quantum
+    # prefer power-of-two partitions when that costs < 1/8 extra padding (reference: 8 x 16384 for 128256)
+    p2 = 1 << (part_rows - 1).bit_length()
+    if p2 * n_parts - vocab <= vocab // 8:
+        part_rows = p2
+    return LmHeadPlan(n_parts, part_rows, plan_gemv(part_rows, hidden))

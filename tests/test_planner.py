@@ -1,0 +1,107 @@
+"""Tiling plans: every plan fits the NPU2 limits and divides its shape; untileable shapes fail clearly."""
+from __future__ import annotations
+
+import pytest
+
+from kernel_builder import planner as P
+from multi_launch_builder.shapes import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
+
+MODELS = [LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M]
+SEQS = [16, 32, 64, 128, 256, 512, 1024, 2048]
+
+
+def _projections(s):
+    return [(s.hidden, s.q_dim), (s.hidden, s.kv_dim), (s.q_dim, s.hidden), (s.hidden, s.ffn),
+            (s.ffn, s.hidden)]
+
+
+@pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
+@pytest.mark.parametrize("seq", SEQS)
+def test_gemm_plans_fit_and_divide(s, seq):
+    for k, n in _projections(s):
+        p = P.plan_gemm(seq, k, n)
+        assert seq % (p.tile_m * p.herd_m) == 0 and n % (p.tile_n * p.herd_n) == 0
+        assert k % p.tile_k_l2 == 0 and p.tile_k_l2 % p.tile_k_l1 == 0
+        assert p.tile_m % P.MMUL_M == 0 and p.tile_n % P.MMUL_N == 0 and p.tile_k_l1 % P.MMUL_K == 0
+        assert 1 <= p.herd_m <= P.NPU2_COLS and 1 <= p.herd_n <= P.NPU2_ROWS
+        assert p.l1_bytes() <= P.L1_BUDGET
+        assert max(p.l2_buffers().values()) <= P.MEMTILE_BYTES
+
+
+def test_gemm_uses_full_array_for_llama_prefill():
+    p = P.plan_gemm(2048, 2048, 8192)
+    assert (p.herd_m, p.herd_n) == (P.NPU2_COLS, P.NPU2_ROWS)
+
+
+@pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
+def test_gemv_plans(s):
+    for k, m in _projections(s):
+        p = P.plan_gemv(m, k)
+        assert m % (p.herd_m * p.tile_m) == 0 and p.herd_m <= P.NPU2_COLS
+        assert p.l1_bytes(k) <= P.L1_BUDGET
+
+
+@pytest.mark.parametrize("hidden,ffn", [(576, 1536), (2048, 8192), (3072, 8192), (4096, 14336)])
+def test_gemv_large_k(hidden, ffn):
+    p = P.plan_gemv(hidden, ffn)
+    assert p.l1_bytes(ffn) <= P.L1_BUDGET
+    assert P.plan_gemv(ffn, hidden).l1_bytes(hidden) <= P.L1_BUDGET
+
+
+@pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
+@pytest.mark.parametrize("rows", [1] + SEQS)
+def test_row_plans(s, rows):
+    r = P.plan_rmsnorm(rows, s.hidden)
+    assert r.herd * r.units_per_tile == rows and r.units_per_tile % r.chunk == 0
+    for kind, dim in (("add", s.hidden), ("swiglu", s.ffn)):
+        e = getattr(P, f"plan_{kind}")(rows, dim)
+        assert dim % e.chunk == 0 and e.herd * e.units_per_tile * e.chunk == rows * dim
+        assert 3 * 2 * 2 * e.chunk <= P.L1_BUDGET
+    for heads in (s.n_heads, s.n_kv_heads):
+        ro = P.plan_rope(rows, heads, s.head_dim)
+        assert ro.herd * ro.units_per_tile == rows and heads % ro.chunk == 0
+    if rows == 1:
+        assert P.plan_rope(1, s.n_heads, s.head_dim).herd == 1
+
+
+@pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
+@pytest.mark.parametrize("seq", SEQS)
+def test_attn_plans(s, seq):
+    a = P.plan_flash_attn(seq, s.n_heads, s.n_kv_heads, s.head_dim)
+    assert seq % a.lq == 0 and a.lq % a.lk == 0 and (seq // a.lq) % a.herd_q == 0
+    assert (s.n_heads // s.n_kv_heads) % a.herd_h == 0 and a.herd_q <= 8 and a.herd_h <= 4
+    assert a.l1_bytes(s.head_dim) <= P.L1_BUDGET
+
+
+def test_lm_head_reference_partitioning():
+    p = P.plan_lm_head(128256, 2048)
+    assert (p.n_parts, p.part_rows) == (8, 16384)
+    for vocab, hidden in ((49152, 576), (128256, 3072), (32000, 4096), (100, 576)):
+        p = P.plan_lm_head(vocab, hidden)
+        assert p.n_parts * p.part_rows >= vocab
+        assert p.n_parts * p.part_rows - vocab <= max(vocab // 8, p.n_parts * P.NPU2_COLS * P.MAX_GEMV_TILE_M)
+        assert p.gemv == P.plan_gemv(p.part_rows, hidden)
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda: P.plan_gemv(2048, 100000), ["gemv", "k=100000", "KiB", "limit"]),
+    (lambda: P.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
+    (lambda: P.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "8x8x8"]),
+    (lambda: P.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
+    (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
+    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 16"]),
+    (lambda: P.plan_rope(4, 8, 63), ["rope", "head_dim=63", "even"]),
+    (lambda: P.plan_rope(4, 8, 48), ["rope", "head_dim=48", "multiple of 32"]),
+    (lambda: P.plan_flash_attn(64, 30, 8, 64), ["flash_attn", "heads=30", "kv_heads=8"]),
+    (lambda: P.plan_flash_attn(64, 32, 8, 65), ["flash_attn", "head_dim=65", "even"]),
+    (lambda: P.plan_flash_attn(64, 32, 8, 4096), ["flash_attn", "head_dim=4096", "limit"]),
+    (lambda: P.plan_add(0, 2048), ["add", "rows", "positive"]),
+    (lambda: P.plan_gemv(-5, 2048), ["gemv", "m", "positive"]),
+    (lambda: P.plan_lm_head(128256, 0), ["lm_head", "hidden", "positive"]),
+    (lambda: P.plan_gemm(64, 2048.0, 64), ["gemm", "k", "positive int"]),
+])
+def test_bad_shapes_name_kernel_dimension_and_limit(call, words):
+    with pytest.raises(ValueError) as e:
+        call()
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
