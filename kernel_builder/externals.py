@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
+
+from kernel_builder.reference import attention_scale
 
 SOURCE_DIR = Path(__file__).resolve().parent / "external_kernels"
 
@@ -45,6 +48,7 @@ GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
 SWIGLU_N_MULTIPLE = 16
 ATTN_HEAD_DIM_MULTIPLE = 32
+ATTN_LK_MULTIPLE = 16
 
 
 @dataclass(frozen=True)
@@ -101,14 +105,24 @@ def gemv_kernel(k: int, tile_m: int) -> ExternalKernel:
     )
 
 
-def rope_kernel(head_dim: int) -> ExternalKernel:
-    """Half-split RoPE of one position row: y(x[n_heads*head_dim], lut[head_dim] = [cos | sin], n_heads)."""
+def rope_kernel(head_dim: int, heads_per_call: int | None = None) -> ExternalKernel:
+    """Half-split RoPE of one position row: y(x[n_heads*head_dim], lut[head_dim] = [cos | sin], n_heads).
+
+    n_heads is a runtime argument, so one object serves any head count. A caller that declares the x/y
+    memrefs with a fixed head count (e.g. q with 32 heads and k with 8 in one module) passes
+    `heads_per_call` to get a distinct symbol per declared type (`rope_bf16_hd64_x4`), because one MLIR
+    symbol can only have one function type.
+    """
     _positive("rope", head_dim=head_dim)
     _multiple("rope", "head_dim", head_dim, ROPE_HEAD_DIM_MULTIPLE)
-    symbol = f"rope_bf16_hd{head_dim}"
+    suffix = ""
+    if heads_per_call is not None:
+        _positive("rope", heads_per_call=heads_per_call)
+        suffix = f"_x{heads_per_call}"
+    symbol = f"rope_bf16_hd{head_dim}{suffix}"
     return ExternalKernel(
         symbol=symbol,
-        obj=f"rope_hd{head_dim}.o",
+        obj=f"rope_hd{head_dim}{suffix}.o",
         source="rope.cc",
         defines=(("ROPE_HEAD_DIM", str(head_dim)), ("ROPE_SYMBOL", symbol)),
     )
@@ -136,12 +150,15 @@ def attention_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
     """
     _positive("flash_attn", head_dim=head_dim, lq=lq, lk=lk)
     _multiple("flash_attn", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
+    _multiple("flash_attn", "lk", lk, ATTN_LK_MULTIPLE)
     tag = f"hd{head_dim}_q{lq}_k{lk}"
     init_sym, step_sym, finish_sym = (f"attn_{part}_bf16_{tag}" for part in ("init", "step", "finish"))
     defines = (
         ("ATTN_HEAD_DIM", str(head_dim)),
         ("ATTN_LQ", str(lq)),
         ("ATTN_LK", str(lk)),
+        # f32 bits of 1/sqrt(head_dim) as a C hex-float literal: the C++ and the numpy reference use the same scale.
+        ("ATTN_SCALE", float.hex(attention_scale(head_dim)) + "f"),
         ("ATTN_INIT_SYMBOL", init_sym),
         ("ATTN_STEP_SYMBOL", step_sym),
         ("ATTN_FINISH_SYMBOL", finish_sym),
@@ -152,6 +169,28 @@ def attention_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
         return ExternalKernel(symbol=symbol, obj=obj, source="attention.cc", defines=defines)
 
     return AttentionKernels(make(init_sym), make(step_sym), make(finish_sym))
+
+
+_OBJECT_PATTERNS: tuple[tuple[re.Pattern, Callable[..., ExternalKernel]], ...] = (
+    (re.compile(r"mv_k(\d+)_m(\d+)\.o"), lambda k, m: gemv_kernel(k, m)),
+    (re.compile(r"rope_hd(\d+)\.o"), lambda hd: rope_kernel(hd)),
+    (re.compile(r"rope_hd(\d+)_x(\d+)\.o"), lambda hd, n: rope_kernel(hd, n)),
+    (re.compile(r"swiglu_n(\d+)\.o"), lambda n: swiglu_kernel(n)),
+    (re.compile(r"attn_hd(\d+)_q(\d+)_k(\d+)\.o"), lambda hd, lq, lk: attention_kernels(hd, lq, lk).init),
+)
+
+
+def kernel_for_object(obj: str) -> ExternalKernel | None:
+    """The kernel whose compile produces `obj` (a `link_with` name), or None if no registry entry makes it.
+
+    For the attention object this returns the `init` entry; all three primitives share its compile.
+    """
+    for pattern, make in _OBJECT_PATTERNS:
+        match = pattern.fullmatch(obj)
+        if match:
+            kernel = make(*map(int, match.groups()))
+            return kernel if kernel.obj == obj else None  # e.g. "mv_k08_m2.o" is not ours
+    return None
 
 
 def aie_include_dir_from_env() -> Path | None:

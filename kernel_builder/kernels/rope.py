@@ -17,7 +17,8 @@ def build(rows: int, heads: int, head_dim: int) -> str:
     from .. import externals
 
     plan = planner.plan_rope(rows, heads, head_dim)
-    ext = externals.rope_kernel(head_dim)
+    # The L1 buffer type depends on the heads per call, so the symbol must too (one decl per symbol).
+    ext = externals.rope_kernel(head_dim, plan.chunk)
     width = heads * head_dim
     hc = plan.chunk
     x_ty, lut_ty = memref([rows, width]), memref([rows, head_dim])

@@ -1,0 +1,128 @@
+"""The launches of a (stitched) module, read from its MLIR text, and a launch-by-launch interpreter.
+
+This is what the `emu` device executes. Everything comes FROM THE TEXT, never from the declaration that
+produced it, so a wiring bug in a builder or in the stitcher changes what emu computes:
+
+- the public func's name and signature -> `arg_shapes` (argument index -> memref shape);
+- per top-level `air.launch`, in order: kind + params from `llama_npu.kernel = {kind = "...", ...}` and the
+  operands of `args(%x=%argN, ...)` mapped to function-argument indices (the last operand is the output).
+
+Parse once (`read_launch_program`) at load time; `run_program` then only indexes lists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, MutableSequence, Protocol
+
+import numpy as np
+
+from kernel_builder import mlir_text as mt
+
+KERNEL_ATTR = "llama_npu.kernel"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    kind: str                    # kernel kind ("gemm", "rmsnorm", ...)
+    params: dict = field(hash=False)  # the launch attribute without `kind` (rows=..., eps=...)
+    operands: tuple[int, ...]    # function-argument index per canonical kernel argument; [-1] is written
+
+
+@dataclass(frozen=True)
+class LaunchProgram:
+    name: str
+    arg_shapes: tuple[tuple[int, ...], ...]
+    launches: tuple[LaunchSpec, ...]
+
+
+def read_launch_program(text: str) -> LaunchProgram:
+    """Parse a module's text into its LaunchProgram. ValueError names the launch and operand at fault."""
+    module = mt.parse_module(text)
+    publics = module.public_funcs()
+    if len(publics) != 1:
+        raise ValueError(f"expected exactly one public func.func, found {[f.name for f in publics]}")
+    func = publics[0]
+    where = f"func.func @{func.name}"
+    index: dict[str, int] = {}
+    shapes = []
+    for i, (name, type_text) in enumerate(func.params):
+        if name is None:
+            raise ValueError(f"{where}: argument {i} has no name")
+        try:
+            shape, _ = mt.memref_shape(type_text)
+        except ValueError as e:
+            raise ValueError(f"{where}: argument %{name}: {e}") from None
+        index[name] = i
+        shapes.append(shape)
+    ops, _ = mt.body_ops(func)
+    launches = []
+    for op in ops:
+        kind = mt.op_name(op)
+        if kind not in ("air.launch", "air.herd"):  # a bare herd: an unstitched single-kernel module
+            continue
+        n = len(launches)
+        air = mt.parse_air_op(op)
+        attr = air.attributes.get(KERNEL_ATTR)
+        if not isinstance(attr, dict) or not isinstance(attr.get("kind"), str):
+            raise ValueError(f"{where}: launch {n} has no `{KERNEL_ATTR} = {{kind = \"...\"}}` attribute")
+        operands = []
+        for inner, outer in air.args:
+            if outer not in index:
+                raise ValueError(f"{where}: launch {n} ({attr['kind']}) operand %{inner}=%{outer} is not a "
+                                 "function argument")
+            operands.append(index[outer])
+        if not operands:
+            raise ValueError(f"{where}: launch {n} ({attr['kind']}) has no operands")
+        params = {k: v for k, v in attr.items() if k != "kind"}
+        launches.append(LaunchSpec(attr["kind"], params, tuple(operands)))
+    if not launches:
+        raise ValueError(f"{where}: no air.launch found")
+    return LaunchProgram(func.name, tuple(shapes), tuple(launches))
+
+
+class LaunchExecutor(Protocol):
+    def execute(self, launch: LaunchSpec, operands: list[np.ndarray]) -> np.ndarray:
+        """Compute one launch. `operands` are the arrays bound to launch.operands (the last is the output
+        slot, passed for its shape); returns the output's new contents (bf16)."""
+
+
+class ReferenceExecutor:
+    """Executes launches with the numpy references (kernel_builder.reference.KERNELS)."""
+
+    def __init__(self, kernels: dict | None = None):
+        if kernels is None:
+            from kernel_builder.reference import KERNELS as kernels  # noqa: N811
+        self.kernels = kernels
+
+    def execute(self, launch: LaunchSpec, operands: list[np.ndarray]) -> np.ndarray:
+        fn = self.kernels.get(launch.kind)
+        if fn is None:
+            raise ValueError(f"no reference for kernel kind {launch.kind!r}")
+        return fn(*operands[:-1], **launch.params)
+
+
+def run_program_io(program: LaunchProgram, get: Callable[[int], np.ndarray],
+                   put: Callable[[int, np.ndarray], None], executor: LaunchExecutor) -> None:
+    """Run every launch in order. `get(i)` returns argument i's current data; `put(i, array)` stores a
+    launch result (already reshaped to argument i's shape). The emulator wraps its own buffers (and any f32
+    shadow copies) in these two callables."""
+    shapes = program.arg_shapes
+    for n, launch in enumerate(program.launches):
+        operands = [get(i) for i in launch.operands]
+        out_i = launch.operands[-1]
+        result = np.asarray(executor.execute(launch, operands))
+        if result.size != int(np.prod(shapes[out_i], dtype=np.int64)):
+            raise ValueError(f"{program.name}: launch {n} ({launch.kind}) produced {result.shape} for argument "
+                             f"{out_i} of shape {shapes[out_i]}")
+        put(out_i, result.reshape(shapes[out_i]))
+
+
+def run_program(program: LaunchProgram, buffers: MutableSequence[np.ndarray], executor: LaunchExecutor) -> None:
+    """Run on a list of per-argument arrays, in place: each launch's output slot is replaced by its result."""
+    if len(buffers) != len(program.arg_shapes):
+        raise ValueError(f"{program.name}: {len(buffers)} buffers for {len(program.arg_shapes)} arguments")
+
+    def put(i: int, a: np.ndarray) -> None:
+        buffers[i] = a
+
+    run_program_io(program, buffers.__getitem__, put, executor)

@@ -1,0 +1,204 @@
+"""numpy reference of every kernel with NPU numerics: bf16 inputs, float32 arithmetic, one bf16
+round-to-nearest-even on the output.
+
+The emulator calls `KERNELS[kind](*inputs, **params)` with the inputs in the canonical argument order of
+docs/architecture.md (outputs are not passed) and the params of the `llama_npu.kernel` launch attribute.
+Inputs may be bf16 or float32 arrays (holding bf16-representable values), flat or 2-D; they are reshaped to the
+documented shapes and never modified. These run hundreds of times per decoded token, so they avoid copies:
+bf16 -> f32 conversion once, matmuls in f32.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from kernel_builder.numerics import BF16, to_bf16
+
+F32 = np.float32
+_SCORE_ELEMENTS_PER_BATCH = 1 << 26
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+def _dims(kernel: str, **dims) -> None:
+    for name, value in dims.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{kernel}: parameter {name} must be a positive int, got {value!r}")
+
+
+def _input(kernel: str, name: str, x, shape: tuple[int, ...]) -> np.ndarray:
+    """`x` as float32 with `shape` (a view when x is already f32 and contiguous)."""
+    x = np.asarray(x)
+    if x.dtype != BF16 and x.dtype != np.float32:
+        raise ValueError(f"{kernel}: input {name} must be bf16 or float32, got {x.dtype}")
+    expected = math.prod(shape)
+    if x.size != expected:
+        raise ValueError(f"{kernel}: input {name} has {x.size} elements (shape {x.shape}), expected {shape}")
+    return x.reshape(shape).astype(F32, copy=False)
+
+
+def attention_scale(head_dim: int) -> float:
+    """1/sqrt(head_dim) rounded to float32: the softmax scale shared by the reference and the C++ kernels."""
+    return float(F32(1.0 / math.sqrt(head_dim)))
+
+
+# ----------------------------------------------------------------------------------------------- kernels
+
+def rmsnorm(x, w, *, rows: int, dim: int, eps: float) -> np.ndarray:
+    """y = x * rsqrt(mean(x^2) + eps) * w per row; one rounding at the end."""
+    _dims("rmsnorm", rows=rows, dim=dim)
+    xf = _input("rmsnorm", "x", x, (rows, dim))
+    wf = _input("rmsnorm", "w", w, (dim,))
+    mean_sq = np.einsum("ij,ij->i", xf, xf, dtype=F32) / F32(dim)
+    inv = F32(1.0) / np.sqrt(mean_sq + F32(eps), dtype=F32)
+    return to_bf16((xf * inv[:, None]) * wf)
+
+
+def gemm(a, b, *, m: int, k: int, n: int) -> np.ndarray:
+    """c[m, n] = a[m, k] @ b[k, n], f32 accumulation."""
+    _dims("gemm", m=m, k=k, n=n)
+    return to_bf16(_input("gemm", "a", a, (m, k)) @ _input("gemm", "b", b, (k, n)))
+
+
+def gemv(w, x, *, m: int, k: int) -> np.ndarray:
+    """y[1, m] = w[m, k] @ x[k], f32 accumulation."""
+    _dims("gemv", m=m, k=k)
+    y = _input("gemv", "w", w, (m, k)) @ _input("gemv", "x", x, (k,))
+    return to_bf16(y).reshape(1, m)
+
+
+def rope(x, lut, *, rows: int, heads: int, head_dim: int) -> np.ndarray:
+    """Half-split RoPE: per head, y1 = x1*cos - x2*sin, y2 = x2*cos + x1*sin with lut row = [cos | sin]."""
+    _dims("rope", rows=rows, heads=heads, head_dim=head_dim)
+    if head_dim % 2:
+        raise ValueError(f"rope: head_dim={head_dim} must be even")
+    half = head_dim // 2
+    xf = _input("rope", "x", x, (rows, heads, head_dim))
+    lf = _input("rope", "lut", lut, (rows, 1, head_dim))
+    x1, x2 = xf[..., :half], xf[..., half:]
+    cos, sin = lf[..., :half], lf[..., half:]
+    y = np.empty_like(xf)
+    # bf16*bf16 products are exact in f32, so this equals the C++ order of operations bit for bit.
+    np.subtract(x1 * cos, x2 * sin, out=y[..., :half])
+    np.add(x2 * cos, x1 * sin, out=y[..., half:])
+    return to_bf16(y.reshape(rows, heads * head_dim))
+
+
+def swiglu(gate, up, *, rows: int, dim: int) -> np.ndarray:
+    """y = silu(gate) * up, silu(g) = g / (1 + exp(-g))."""
+    _dims("swiglu", rows=rows, dim=dim)
+    g = _input("swiglu", "gate", gate, (rows, dim))
+    u = _input("swiglu", "up", up, (rows, dim))
+    with np.errstate(over="ignore"):  # exp(-g) -> inf for very negative g gives silu = -0, as intended
+        return to_bf16(g / (F32(1.0) + np.exp(-g)) * u)
+
+
+def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, causal: int) -> np.ndarray:
+    """Multi-head (GQA) attention over `seq` positions; query head h uses kv head h // (heads // kv_heads).
+
+    scores = q.k^T * attention_scale(head_dim) in f32, causal mask (key j > query i excluded), softmax in f32
+    (max-subtracted), out = (p @ v) / sum(p), rounded once to bf16.
+    """
+    _dims("flash_attn", seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    if heads % kv_heads:
+        raise ValueError(f"flash_attn: heads={heads} is not a multiple of kv_heads={kv_heads}")
+    group = heads // kv_heads
+    qf = _input("flash_attn", "q", q, (seq, heads, head_dim))
+    kf = _input("flash_attn", "k", k, (seq, kv_heads, head_dim))
+    vf = _input("flash_attn", "v", v, (seq, kv_heads, head_dim))
+    # [kv_heads, group*seq, hd]: the query heads sharing one kv head stacked along rows -> one batched matmul.
+    qg = qf.reshape(seq, kv_heads, group, head_dim).transpose(1, 2, 0, 3).reshape(kv_heads, group * seq, head_dim)
+    kt = kf.transpose(1, 2, 0)  # [kv_heads, hd, seq]
+    vh = vf.transpose(1, 0, 2)  # [kv_heads, seq, hd]
+    scale = F32(attention_scale(head_dim))
+    future = np.triu(np.ones((seq, seq), dtype=bool), k=1) if causal else None  # [query, key]: key after query
+    out = np.empty((kv_heads, group * seq, head_dim), dtype=F32)
+    # Batches of kv heads bound the f32 score tensor (~256 MiB) for long prefill buckets.
+    step = max(1, _SCORE_ELEMENTS_PER_BATCH // (group * seq * seq))
+    for h0 in range(0, kv_heads, step):
+        h1 = min(kv_heads, h0 + step)
+        scores = np.matmul(qg[h0:h1], kt[h0:h1])  # [b, group*seq, seq], contiguous
+        scores *= scale
+        if future is not None:
+            scores.reshape(h1 - h0, group, seq, seq)[:, :, future] = -np.inf  # view: masks in place
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        denom = scores.sum(axis=-1, keepdims=True, dtype=F32)
+        np.divide(np.matmul(scores, vh[h0:h1]), denom, out=out[h0:h1])
+    out = out.reshape(kv_heads, group, seq, head_dim).transpose(2, 0, 1, 3).reshape(seq, heads * head_dim)
+    return to_bf16(out)
+
+
+def add(a, b, *, rows: int, dim: int, flat_out: int = 0) -> np.ndarray:
+    """y = a + b (residual add); `flat_out` returns [rows*dim] instead of [rows, dim]."""
+    _dims("add", rows=rows, dim=dim)
+    y = to_bf16(_input("add", "a", a, (rows, dim)) + _input("add", "b", b, (rows, dim)))
+    return y.reshape(rows * dim) if flat_out else y
+
+
+KERNELS: dict[str, Callable[..., np.ndarray]] = {
+    "rmsnorm": rmsnorm,
+    "gemm": gemm,
+    "gemv": gemv,
+    "rope": rope,
+    "swiglu": swiglu,
+    "flash_attn": flash_attn,
+    "add": add,
+}
+
+
+# ----------------------------------------------------------------------------------------------- RoPE LUT
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
+    """HF's inverse frequencies in float32 (LlamaRotaryEmbedding), incl. the `linear` and `llama3` rope_scaling."""
+    _dims("rope_lut", head_dim=head_dim)
+    if head_dim % 2:
+        raise ValueError(f"rope_lut: head_dim={head_dim} must be even")
+    # HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32 tensors.
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
+    inv_freq = F32(1.0) / np.power(F32(theta), exponent, dtype=F32)
+    rope_type = None
+    if scaling:
+        rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type in (None, "default"):
+        return inv_freq
+    if rope_type == "linear":
+        return inv_freq / F32(scaling["factor"])
+    if rope_type == "llama3":
+        return _llama3_inv_freq(inv_freq, scaling)
+    raise ValueError(f"rope_lut: unsupported rope_scaling type {rope_type!r} (supported: default, linear, llama3)")
+
+
+def _llama3_inv_freq(inv_freq: np.ndarray, scaling: dict) -> np.ndarray:
+    # Same expressions and float32 evaluation order as transformers' _compute_llama3_parameters.
+    try:
+        factor = scaling["factor"]
+        low_freq_factor = scaling["low_freq_factor"]
+        high_freq_factor = scaling["high_freq_factor"]
+        old_context_len = scaling["original_max_position_embeddings"]
+    except KeyError as e:
+        raise ValueError(f"rope_lut: llama3 rope_scaling is missing {e.args[0]!r}") from None
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = F32(2 * math.pi) / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / F32(factor), inv_freq)
+    smooth_factor = (F32(old_context_len) / wavelen - F32(low_freq_factor)) / F32(high_freq_factor - low_freq_factor)
+    smoothed = (F32(1) - smooth_factor) * inv_freq_llama / F32(factor) + smooth_factor * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, inv_freq_llama).astype(F32, copy=False)
+
+
+def rope_lut(positions: np.ndarray, head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
+    """LUT rows [cos(p*f) | sin(p*f)] (half-split layout) as bf16[len(positions), head_dim].
+
+    Angles in float32 like HF (position.float() * inv_freq), cos/sin in float32, then bf16 RNE.
+    """
+    positions = np.asarray(positions)
+    if positions.ndim != 1:
+        raise ValueError(f"rope_lut: positions must be 1-D, got shape {positions.shape}")
+    if positions.size and (positions.min() < 0 or not np.issubdtype(positions.dtype, np.integer)):
+        raise ValueError("rope_lut: positions must be non-negative integers")
+    freqs = positions.astype(F32)[:, None] * rope_inv_freq(head_dim, theta, scaling)[None, :]
+    return to_bf16(np.concatenate([np.cos(freqs), np.sin(freqs)], axis=1))

@@ -1,0 +1,305 @@
+"""The external C++ kernels (scalar host path) against kernel_builder.reference, plus the compile rules.
+
+The AIE2P vector path needs Peano and cannot be built here; the host build compiles the same sources with
+the same -D shape flags and renamed symbols, so the kernel contracts (layouts, masks, offsets, rounding) are
+checked for real. One shared library holds every variant (built once per session, in parallel).
+
+Tolerances: RoPE and the attention finish are the same f32 operations as the reference -> RoPE is compared
+bit for bit. GEMV/attention accumulate in a different order than numpy's BLAS: |c - ref| <= 2^-7 |ref| +
+2^-10 max|ref| (two bf16 ulps at the element, plus slack for cancellation). SwiGLU uses expf vs numpy's exp:
+at most 1 bf16 ulp apart, and nearly always equal.
+"""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernel_builder import externals as ext
+from kernel_builder import reference as ref
+from kernel_builder.numerics import BF16, to_bf16
+from tooling import require_tool
+
+GEMV_VARIANTS = [(576, 3), (2048, 4), (8192, 2), (8192, 4)]
+ROPE_HEAD_DIMS = [64, 128]
+SWIGLU_N = 256
+ATTN = (64, 16, 32)  # head_dim, lq, lk
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192}
+
+
+def _all_kernels() -> list[ext.ExternalKernel]:
+    ks = [ext.gemv_kernel(k, m) for k, m in GEMV_VARIANTS]
+    ks += [ext.rope_kernel(hd) for hd in ROPE_HEAD_DIMS]
+    ks.append(ext.swiglu_kernel(SWIGLU_N))
+    ks.append(ext.attention_kernels(*ATTN).init)  # one object holds init/step/finish
+    return ks
+
+
+@pytest.fixture(scope="session")
+def lib(tmp_path_factory) -> ctypes.CDLL:
+    cxx = require_tool("g++")
+    out = tmp_path_factory.mktemp("externals_host")
+    cmds = [ext.host_compile_command(k, out, cxx=cxx) + ["-Wall", "-Wextra"] for k in _all_kernels()]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), cmds))
+    for cmd, res in zip(cmds, results):
+        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+        assert "warning" not in res.stderr, res.stderr
+    objects = [out / ext.host_object_name(k) for k in _all_kernels()]
+    so = out / "libllama_npu_kernels.so"
+    subprocess.run(ext.host_link_command(objects, so, cxx=cxx), check=True)
+    return ctypes.CDLL(str(so))
+
+
+def ptr(a: np.ndarray) -> ctypes.c_void_p:
+    assert a.flags.c_contiguous
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def fn(lib, symbol: str, n_ptrs: int, n_ints: int = 0):
+    f = getattr(lib, symbol)
+    f.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int32] * n_ints
+    f.restype = None
+    return f
+
+
+def rand_bf16(rng, shape, scale=1.0) -> np.ndarray:
+    return to_bf16(rng.standard_normal(shape).astype(np.float32) * np.float32(scale))
+
+
+def assert_close(got, want, what):
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    bound = 2.0**-7 * np.abs(want64) + 2.0**-10 * np.abs(want64).max()
+    err = np.abs(got64 - want64)
+    assert np.all(err <= bound), f"{what}: max err {err.max()} (bound at worst {bound[np.argmax(err - bound)]})"
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+# ------------------------------------------------------------------------------------------ GEMV
+
+@pytest.mark.parametrize("k,tile_m", GEMV_VARIANTS)
+def test_gemv_tiles_match_reference(lib, rng, k, tile_m):
+    kern = ext.gemv_kernel(k, tile_m)
+    f = fn(lib, kern.symbol, 3)
+    tiles = 3  # the launch calls the kernel once per row tile: walk consecutive row tiles of one matrix
+    w = rand_bf16(rng, (tiles * tile_m, k), 0.03)
+    x = rand_bf16(rng, (k,))
+    y = np.zeros(tiles * tile_m, dtype=BF16)
+    for t in range(tiles):
+        rows = np.ascontiguousarray(w[t * tile_m:(t + 1) * tile_m])
+        out = np.zeros(tile_m, dtype=BF16)
+        f(ptr(rows), ptr(x), ptr(out))
+        y[t * tile_m:(t + 1) * tile_m] = out
+    want = ref.gemv(w, x, m=tiles * tile_m, k=k).reshape(-1)
+    assert_close(y, want, kern.symbol)
+    assert_close(y, to_bf16(w.astype(np.float64) @ x.astype(np.float64)), kern.symbol + " vs f64")
+
+
+def test_gemv_variants_coexist_in_one_library(lib, rng):
+    """Same K, two tile_m, and different K: distinct symbols in one process, each with its own shape."""
+    k = 8192
+    w = rand_bf16(rng, (4, k), 0.03)
+    x = rand_bf16(rng, (k,))
+    y2, y4 = np.zeros(2, BF16), np.zeros(4, BF16)
+    fn(lib, ext.gemv_kernel(k, 2).symbol, 3)(ptr(np.ascontiguousarray(w[:2])), ptr(x), ptr(y2))
+    fn(lib, ext.gemv_kernel(k, 4).symbol, 3)(ptr(w), ptr(x), ptr(y4))
+    np.testing.assert_array_equal(y2.view(np.uint16), y4[:2].view(np.uint16))
+    assert len({ext.gemv_kernel(k, m).symbol for k, m in GEMV_VARIANTS}) == len(GEMV_VARIANTS)
+    for k2, m2 in GEMV_VARIANTS:
+        assert hasattr(lib, f"mv_bf16_k{k2}_m{m2}")
+
+
+# ------------------------------------------------------------------------------------------ RoPE
+
+@pytest.mark.parametrize("head_dim", ROPE_HEAD_DIMS)
+def test_rope_rows_bit_exact_vs_reference_up_to_131072(lib, rng, head_dim):
+    kern = ext.rope_kernel(head_dim)
+    f = fn(lib, kern.symbol, 3, 1)
+    positions = np.array([0, 1, 5, 1000, 8191, 8192, 65536, 131000, 131071, 131072])
+    heads = 5
+    lut = ref.rope_lut(positions, head_dim, 500000.0, LLAMA3_SCALING)
+    x = rand_bf16(rng, (len(positions), heads * head_dim), 2.0)
+    y = np.zeros_like(x)
+    for r in range(len(positions)):  # one position row per call, like decode
+        row_out = np.zeros(heads * head_dim, dtype=BF16)
+        f(ptr(np.ascontiguousarray(x[r])), ptr(np.ascontiguousarray(lut[r])), ptr(row_out), heads)
+        y[r] = row_out
+    want = ref.rope(x, lut, rows=len(positions), heads=heads, head_dim=head_dim)
+    np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+
+
+# ------------------------------------------------------------------------------------------ SwiGLU
+
+def test_swiglu_matches_reference_within_one_ulp(lib, rng):
+    kern = ext.swiglu_kernel(SWIGLU_N)
+    f = fn(lib, kern.symbol, 3)
+    g, u = rand_bf16(rng, (SWIGLU_N,), 4.0), rand_bf16(rng, (SWIGLU_N,))
+    g[:4] = to_bf16(np.array([-200.0, -30.0, 0.0, 90.0], dtype=np.float32))
+    y = np.zeros(SWIGLU_N, dtype=BF16)
+    f(ptr(g), ptr(u), ptr(y))
+    want = ref.swiglu(g, u, rows=1, dim=SWIGLU_N).reshape(-1)
+    ulps = np.abs(y.view(np.uint16).astype(np.int32) - want.view(np.uint16).astype(np.int32))
+    same_sign = np.signbit(y.astype(np.float32)) == np.signbit(want.astype(np.float32))
+    zeros = (y.astype(np.float32) == 0) & (want.astype(np.float32) == 0)
+    assert np.all((ulps <= 1) & same_sign | zeros), f"max ulp diff {ulps.max()}"
+    assert np.mean(ulps == 0) > 0.97
+
+
+# ------------------------------------------------------------------------------------------ attention
+
+class Attn:
+    def __init__(self, lib):
+        hd, lq, lk = ATTN
+        ks = ext.attention_kernels(hd, lq, lk)
+        self.hd, self.lq, self.lk = hd, lq, lk
+        self.init = fn(lib, ks.init.symbol, 3)
+        self.step = fn(lib, ks.step.symbol, 6, 3)
+        self.finish = fn(lib, ks.finish.symbol, 3)
+
+    def state(self):
+        m = np.zeros(self.lq, np.float32)
+        l = np.zeros(self.lq, np.float32)
+        acc = np.zeros((self.lq, self.hd), np.float32)
+        self.init(ptr(m), ptr(l), ptr(acc))
+        return m, l, acc
+
+    def run(self, q, k, v, causal, q_offset=0):
+        """Tile q by lq and k/v by lk; skip k tiles entirely in the future (the schedule a builder uses)."""
+        out = np.zeros_like(q)
+        for q0 in range(0, q.shape[0], self.lq):
+            m, l, acc = self.state()
+            qt = np.ascontiguousarray(q[q0:q0 + self.lq])
+            for k0 in range(0, k.shape[0], self.lk):
+                if causal and k0 > q_offset + q0 + self.lq - 1:
+                    break
+                kt, vt = np.ascontiguousarray(k[k0:k0 + self.lk]), np.ascontiguousarray(v[k0:k0 + self.lk])
+                self.step(ptr(qt), ptr(kt), ptr(vt), ptr(m), ptr(l), ptr(acc), q_offset + q0, k0, causal)
+            tile = np.zeros((self.lq, self.hd), BF16)
+            self.finish(ptr(l), ptr(acc), ptr(tile))
+            out[q0:q0 + self.lq] = tile
+        return out
+
+
+@pytest.mark.parametrize("causal", [1, 0])
+def test_attention_tiles_match_reference_flash_attn(lib, rng, causal):
+    a = Attn(lib)
+    seq = 4 * a.lk  # 8 query tiles x 4 key tiles; the causal boundary cuts through key tiles
+    q, k, v = (rand_bf16(rng, (seq, a.hd), 1.5) for _ in range(3))
+    got = a.run(q, k, v, causal)
+    want = ref.flash_attn(q, k, v, seq=seq, heads=1, kv_heads=1, head_dim=a.hd, causal=causal)
+    assert_close(got, want, f"attention causal={causal}")
+
+
+def test_attention_future_tile_leaves_state_unchanged_and_empty_rows_finish_to_zero(lib, rng):
+    a = Attn(lib)
+    q, k, v = (rand_bf16(rng, (a.lk, a.hd)) for _ in range(3))
+    qt = np.ascontiguousarray(q[:a.lq])
+    m, l, acc = a.state()
+    out = np.ones((a.lq, a.hd), BF16)
+    a.finish(ptr(l), ptr(acc), ptr(out))  # nothing seen yet: l == 0 -> zeros, not NaN
+    np.testing.assert_array_equal(out.astype(np.float32), 0.0)
+    a.step(ptr(qt), ptr(k), ptr(v), ptr(m), ptr(l), ptr(acc), 0, 0, 1)
+    before = (m.copy(), l.copy(), acc.copy())
+    a.step(ptr(qt), ptr(k), ptr(v), ptr(m), ptr(l), ptr(acc), 0, a.lq, 1)  # keys all after the queries
+    for x, y in zip(before, (m, l, acc)):
+        np.testing.assert_array_equal(x, y)
+    # query 0 saw only key 0: its output is exactly v[0]
+    a.finish(ptr(l), ptr(acc), ptr(out))
+    np.testing.assert_array_equal(out[0].view(np.uint16), v[0].view(np.uint16))
+
+
+def test_attention_query_offset_decode_style(lib, rng):
+    """A query tile at positions [p0, p0+lq) against a longer key history: q_pos0 shifts the causal limit."""
+    a = Attn(lib)
+    hist = 3 * a.lk
+    q_offset = hist - a.lq  # the last lq positions of the history are the queries
+    q = rand_bf16(rng, (a.lq, a.hd), 1.5)
+    k, v = rand_bf16(rng, (hist, a.hd), 1.5), rand_bf16(rng, (hist, a.hd))
+    got = a.run(q, k, v, causal=1, q_offset=q_offset)
+    # reference: full-sequence causal attention whose last lq rows are these queries
+    q_full = np.concatenate([np.zeros((q_offset, a.hd), BF16), q])
+    want = ref.flash_attn(q_full, k, v, seq=hist, heads=1, kv_heads=1, head_dim=a.hd, causal=1)[q_offset:]
+    assert_close(got, want, "attention with q_pos0 offset")
+
+
+# ------------------------------------------------------------------------------------------ compile rules
+
+def test_peano_compile_command_flags(tmp_path):
+    kern = ext.gemv_kernel(8192, 2)
+    cmd = ext.compile_command(kern, tmp_path / "out", Path("/opt/peano"), aie_include_dir=Path("/opt/aie/include"))
+    assert cmd[0] == "/opt/peano/bin/clang++"
+    for flag in ("--target=aie2p-none-unknown-elf", "-O2", "-std=c++20", "-D__AIE_API_AIE_ADF_HPP__",
+                 "-I/opt/aie/include", "-DGEMV_K=8192", "-DGEMV_TILE_M=2", "-DGEMV_SYMBOL=mv_bf16_k8192_m2"):
+        assert flag in cmd, flag
+    assert cmd[cmd.index("-c") + 1].endswith("external_kernels/gemv.cc")
+    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "out" / "mv_k8192_m2.o")
+    assert Path(cmd[cmd.index("-c") + 1]).is_file()
+
+
+def test_peano_include_dir_defaults_to_mlir_aie_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLIR_AIE_INSTALL_DIR", "/opt/mlir-aie")
+    cmd = ext.compile_command(ext.rope_kernel(64), tmp_path, Path("/p"))
+    assert "-I/opt/mlir-aie/include" in cmd
+    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR")
+    assert not any(f.startswith("-I/opt") for f in ext.compile_command(ext.rope_kernel(64), tmp_path, Path("/p")))
+
+
+def test_host_compile_command_builds_scalar_path(tmp_path):
+    ks = ext.attention_kernels(128, 32, 64)
+    cmd = ext.host_compile_command(ks.step, tmp_path, cxx="c++")
+    assert cmd[0] == "c++" and "-std=c++20" in cmd and "-fPIC" in cmd
+    assert not any("target" in f for f in cmd)
+    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "attn_hd128_q32_k64.host.o")
+    for d in ("-DATTN_HEAD_DIM=128", "-DATTN_LQ=32", "-DATTN_LK=64", "-DATTN_STEP_SYMBOL=attn_step_bf16_hd128_q32_k64",
+              f"-DATTN_SCALE={float.hex(ref.attention_scale(128))}f"):
+        assert d in cmd, d
+
+
+def test_registry_names_and_validation():
+    k = ext.gemv_kernel(2048, 8)
+    assert (k.symbol, k.obj, k.source) == ("mv_bf16_k2048_m8", "mv_k2048_m8.o", "gemv.cc")
+    r, s = ext.rope_kernel(64), ext.swiglu_kernel(2048)
+    assert (r.symbol, r.obj, s.symbol, s.obj) == ("rope_bf16_hd64", "rope_hd64.o", "swiglu_bf16_n2048", "swiglu_n2048.o")
+    init, step, finish = ext.attention_kernels(64, 32, 64)
+    assert init.obj == step.obj == finish.obj == "attn_hd64_q32_k64.o"
+    assert len({init.symbol, step.symbol, finish.symbol}) == 3
+    with pytest.raises(ValueError, match="gemv: k=100 must be a multiple of 32"):
+        ext.gemv_kernel(100, 2)
+    with pytest.raises(ValueError, match="gemv: tile_m must be a positive int"):
+        ext.gemv_kernel(2048, 0)
+    with pytest.raises(ValueError, match="flash_attn: lk=40 must be a multiple of 16"):
+        ext.attention_kernels(64, 32, 40)
+    with pytest.raises(ValueError, match="rope: head_dim=48"):
+        ext.rope_kernel(48)
+    q4, k2 = ext.rope_kernel(64, heads_per_call=4), ext.rope_kernel(64, heads_per_call=2)
+    assert (q4.symbol, q4.obj) == ("rope_bf16_hd64_x4", "rope_hd64_x4.o")
+    assert q4.symbol != k2.symbol and ("ROPE_SYMBOL", "rope_bf16_hd64_x4") in q4.defines
+
+
+def test_fingerprint_tracks_source_defines_and_flags(monkeypatch):
+    a, b = ext.gemv_kernel(2048, 2), ext.gemv_kernel(2048, 4)
+    fa = ext.kernel_fingerprint(a)
+    assert len(fa) == 64 and fa == ext.kernel_fingerprint(ext.gemv_kernel(2048, 2))
+    assert fa != ext.kernel_fingerprint(b)
+    monkeypatch.setattr(ext, "PEANO_FLAGS", ext.PEANO_FLAGS + ("-O3",))
+    assert ext.kernel_fingerprint(a) != fa
+
+
+def test_kernel_for_object_inverts_object_names():
+    for kern in (ext.gemv_kernel(8192, 2), ext.rope_kernel(128), ext.rope_kernel(64, 4), ext.swiglu_kernel(512),
+                 ext.attention_kernels(64, 32, 64).init):
+        assert ext.kernel_for_object(kern.obj) == kern
+    assert ext.kernel_for_object(ext.attention_kernels(64, 32, 64).step.obj).symbol == "attn_init_bf16_hd64_q32_k64"
+    assert ext.kernel_for_object("mv_k08192_m2.o") is None  # not a name the registry produces
+    assert ext.kernel_for_object("zero.o") is None
+    with pytest.raises(ValueError, match="gemv: k=100"):
+        ext.kernel_for_object("mv_k100_m2.o")
