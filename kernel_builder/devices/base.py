@@ -55,9 +55,40 @@ class Device(abc.ABC):
     def run(self, handle: object, buffers: list[Buffer]) -> None:
         """Dispatch one run of a loaded module; raises DeviceRunError naming the module on failure."""
 
+    def free(self, buf: Buffer) -> None:
+        """Release a buffer (optional; devices that track memory override it)."""
+
     def close(self) -> None:  # pragma: no cover - optional
         pass
 
 
 class DeviceRunError(RuntimeError):
     pass
+
+
+@dataclass
+class DeviceStats:
+    """Traffic and memory counters every device keeps (exact byte counts of transfers)."""
+
+    loads: int = 0
+    runs: int = 0
+    bytes_written: int = 0
+    bytes_read: int = 0
+    allocated_bytes: int = 0      # live device memory held by buffers allocated on this device
+    peak_allocated_bytes: int = 0
+
+    def on_alloc(self, nbytes: int) -> None:
+        self.allocated_bytes += nbytes
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+
+    def on_free(self, nbytes: int) -> None:
+        self.allocated_bytes -= nbytes
+
+
+def check_nbytes(buf: Buffer, data: np.ndarray, what: str = "write") -> np.ndarray:
+    """The data as a flat uint8 view; ValueError when its size differs from the buffer's."""
+    arr = np.ascontiguousarray(data)
+    raw = arr.reshape(-1).view(np.uint8)
+    if raw.size != buf.nbytes:
+        raise ValueError(f"{what}: {raw.size} bytes for a buffer of {buf.nbytes} bytes")
+    return raw

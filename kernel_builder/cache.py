@@ -1,0 +1,248 @@
+"""KernelCache: compile-once artifacts, one loaded binary per module, one buffer set per bo_key.
+
+Transfer contract (roles come from the ModuleDecl, never re-typed):
+- input        : written by the host on every call;
+- static       : written on the first call of a bo_key (or by preload/write_static), then kept;
+- intermediate : device-only, never transferred (zero on allocation);
+- output       : never written by the host; read back after every call.
+Counters are exact: bytes_written / bytes_read are the nbytes actually transferred.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from multi_launch_builder.decl import Arg, ModuleDecl, Role
+
+from .devices.base import Artifact, Buffer, Device
+from .numerics import BF16
+
+_DTYPES = {"bf16": BF16, "f32": np.dtype(np.float32), "i32": np.dtype(np.int32),
+           "i8": np.dtype(np.int8), "u8": np.dtype(np.uint8)}
+
+
+def numpy_dtype(arg: Arg) -> np.dtype:
+    try:
+        return _DTYPES[arg.dtype]
+    except KeyError:
+        raise ValueError(f"argument {arg.name}: unsupported dtype {arg.dtype!r}") from None
+
+
+@dataclass
+class ModuleCounters:
+    calls: int = 0
+    bytes_written: int = 0        # every host->device byte (inputs + statics)
+    static_bytes_written: int = 0 # the part of bytes_written that was statics
+    bytes_read: int = 0
+    write_s: float = 0.0
+    run_s: float = 0.0
+    read_s: float = 0.0
+
+
+@dataclass
+class _BufferSet:
+    buffers: list[Buffer]
+    statics_written: set[str] = field(default_factory=set)
+
+
+class KernelCache:
+    def __init__(self, device: Device, artifacts: Mapping[str, Artifact] | str | Path,
+                 decls: Mapping[str, ModuleDecl] | Iterable[ModuleDecl]):
+        if not isinstance(decls, Mapping):
+            decls = {d.name: d for d in decls}
+        self.device = device
+        self.decls: dict[str, ModuleDecl] = dict(decls)
+        if isinstance(artifacts, (str, Path)):
+            from .build import load_artifacts
+            artifacts = load_artifacts(Path(artifacts), getattr(device, "name", "emu"), list(self.decls.values()))
+        self.artifacts: dict[str, Artifact] = dict(artifacts)
+        self._handles: dict[str, object] = {}
+        self._sets: dict[tuple[str, str], _BufferSet] = {}
+        self.counters: dict[str, ModuleCounters] = {}
+        self.allocated_bytes = 0
+        self._plans: dict[str, tuple] = {}
+
+    # ---------------------------------------------------------------- internals
+    def _decl(self, name: str) -> ModuleDecl:
+        try:
+            return self.decls[name]
+        except KeyError:
+            raise ValueError(f"unknown module {name!r}; declared: {sorted(self.decls)}") from None
+
+    def _plan(self, decl: ModuleDecl):
+        """Per-module precomputed (arg, numpy dtype, role) rows and name -> index map."""
+        p = self._plans.get(decl.name)
+        if p is None:
+            rows = tuple((a, numpy_dtype(a), a.role) for a in decl.args)
+            p = (rows, {a.name: i for i, a in enumerate(decl.args)})
+            self._plans[decl.name] = p
+        return p
+
+    def _handle(self, name: str):
+        h = self._handles.get(name)
+        if h is None:
+            if name not in self.artifacts:
+                raise ValueError(f"module {name}: no compiled artifact (run `llama-npu compile`)")
+            h = self.device.load(self.artifacts[name])
+            self._handles[name] = h
+        return h
+
+    def _buffer_set(self, decl: ModuleDecl, bo_key: str) -> tuple[_BufferSet, bool]:
+        key = (decl.name, bo_key)
+        s = self._sets.get(key)
+        if s is not None:
+            return s, False
+        bufs = [self.device.alloc(a.nbytes) for a in decl.args]
+        self.allocated_bytes += sum(a.nbytes for a in decl.args)
+        s = _BufferSet(bufs)
+        self._sets[key] = s
+        return s, True
+
+    def _counters(self, name: str) -> ModuleCounters:
+        c = self.counters.get(name)
+        if c is None:
+            c = self.counters[name] = ModuleCounters()
+        return c
+
+    @staticmethod
+    def _check_value(decl: ModuleDecl, arg: Arg, dt: np.dtype, value) -> np.ndarray:
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"module {decl.name} arg {arg.name}: expected a numpy array, got {type(value).__name__}")
+        if value.dtype != dt:
+            raise ValueError(f"module {decl.name} arg {arg.name}: dtype {value.dtype}, expected {arg.dtype}")
+        if value.shape != arg.shape:
+            raise ValueError(f"module {decl.name} arg {arg.name}: shape {value.shape}, expected {arg.shape}")
+        return value
+
+    def _bind(self, decl: ModuleDecl, args: tuple, named: dict) -> list:
+        rows, index = self._plan(decl)
+        if len(args) > len(rows):
+            raise ValueError(f"module {decl.name}: {len(args)} positional args for {len(rows)} declared arguments")
+        values = list(args) + [None] * (len(rows) - len(args))
+        for k, v in named.items():
+            i = index.get(k)
+            if i is None:
+                raise ValueError(f"module {decl.name}: unknown argument {k!r}; declared: {[a.name for a in decl.args]}")
+            if i < len(args) and args[i] is not None:
+                raise ValueError(f"module {decl.name} arg {k}: given both positionally and by name")
+            values[i] = v
+        return values
+
+    # ---------------------------------------------------------------- public API
+    def write_static(self, name: str, bo_key: str | None = None, **statics: np.ndarray) -> None:
+        """Write static arguments (weights, LUTs) of one bo_key ahead of time (e.g. before timing)."""
+        decl = self._decl(name)
+        rows, index = self._plan(decl)
+        bo_key = name if bo_key is None else bo_key
+        bset, _ = self._buffer_set(decl, bo_key)
+        c = self._counters(name)
+        for k, v in statics.items():
+            i = index.get(k)
+            if i is None:
+                raise ValueError(f"module {name}: unknown argument {k!r}")
+            arg, dt, role = rows[i]
+            if role is not Role.STATIC:
+                raise ValueError(f"module {name} arg {k}: role is {role.value}, write_static takes static args only")
+            self._check_value(decl, arg, dt, v)
+            t0 = time.perf_counter()
+            self.device.write(bset.buffers[i], v)
+            c.write_s += time.perf_counter() - t0
+            c.bytes_written += arg.nbytes
+            c.static_bytes_written += arg.nbytes
+            bset.statics_written.add(k)
+
+    preload = write_static
+
+    def load_and_run(self, name: str, *args, bo_key: str | None = None, **named) -> dict[str, np.ndarray]:
+        decl = self._decl(name)
+        rows, _ = self._plan(decl)
+        values = self._bind(decl, args, named)
+        bo_key = name if bo_key is None else bo_key
+        # Validate everything before touching the device so a bad call transfers nothing.
+        existing = self._sets.get((name, bo_key))
+        written = existing.statics_written if existing is not None else set()
+        for (arg, dt, role), v in zip(rows, values):
+            if role is Role.INPUT:
+                if v is None:
+                    raise ValueError(f"module {name} arg {arg.name}: input missing (inputs are written every call)")
+                self._check_value(decl, arg, dt, v)
+            elif role is Role.STATIC:
+                if v is None:
+                    if arg.name not in written:
+                        raise ValueError(f"module {name} arg {arg.name}: static missing on the first call "
+                                         f"of bo_key {bo_key!r}")
+                else:
+                    self._check_value(decl, arg, dt, v)
+            elif v is not None:
+                raise ValueError(f"module {name} arg {arg.name}: role {role.value} is never written by the "
+                                 f"host; pass None")
+        handle = self._handle(name)
+        bset, _ = self._buffer_set(decl, bo_key)
+        c = self._counters(name)
+        dev = self.device
+        bufs = bset.buffers
+
+        t0 = time.perf_counter()
+        for i, ((arg, dt, role), v) in enumerate(zip(rows, values)):
+            if role is Role.INPUT:
+                dev.write(bufs[i], v)
+                c.bytes_written += arg.nbytes
+            elif role is Role.STATIC and v is not None and arg.name not in bset.statics_written:
+                dev.write(bufs[i], v)
+                c.bytes_written += arg.nbytes
+                c.static_bytes_written += arg.nbytes
+                bset.statics_written.add(arg.name)
+        t1 = time.perf_counter()
+        dev.run(handle, bufs)
+        t2 = time.perf_counter()
+        out: dict[str, np.ndarray] = {}
+        for i, (arg, dt, role) in enumerate(rows):
+            if role is Role.OUTPUT:
+                out[arg.name] = dev.read(bufs[i], arg.shape, dt)
+                c.bytes_read += arg.nbytes
+        t3 = time.perf_counter()
+        c.calls += 1
+        c.write_s += t1 - t0
+        c.run_s += t2 - t1
+        c.read_s += t3 - t2
+        return out
+
+    def free(self, name: str, bo_key: str | None = None) -> None:
+        """Release one module's buffer set (the next call of that bo_key starts fresh)."""
+        bset = self._sets.pop((name, name if bo_key is None else bo_key), None)
+        if bset is None:
+            return
+        for b in bset.buffers:
+            self.allocated_bytes -= b.nbytes
+            self.device.free(b)
+
+    def bo_keys(self, name: str) -> list[str]:
+        return [k for (n, k) in self._sets if n == name]
+
+    def reset_counters(self) -> None:
+        self.counters.clear()
+
+    def report(self) -> list[dict]:
+        """One row per module for the profile table."""
+        rows = []
+        for name, c in sorted(self.counters.items()):
+            rows.append({
+                "module": name, "calls": c.calls,
+                "bytes_written": c.bytes_written, "static_bytes_written": c.static_bytes_written,
+                "bytes_read": c.bytes_read,
+                "write_s": c.write_s, "run_s": c.run_s, "read_s": c.read_s,
+                "run_ms_per_call": 1e3 * c.run_s / c.calls if c.calls else 0.0,
+                "bo_keys": len(self.bo_keys(name)),
+            })
+        return rows
+
+    def memory_report(self) -> dict:
+        """Bytes held by this cache's buffer sets, and the device's own live/peak totals."""
+        stats = getattr(self.device, "stats", None)
+        return {"cache_allocated_bytes": self.allocated_bytes,
+                "device_allocated_bytes": getattr(stats, "allocated_bytes", None),
+                "device_peak_allocated_bytes": getattr(stats, "peak_allocated_bytes", None)}

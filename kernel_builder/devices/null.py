@@ -1,0 +1,58 @@
+"""Counting device: same buffer/counter semantics as emu, computes nothing.
+
+Used by benchmarks at full model shapes (e.g. Llama-3.2-1B) to count dispatches and transferred
+bytes; buffers hold no memory (writes are counted, not stored), reads return zeros.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes
+
+
+class NullBuffer(Buffer):
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+
+class _Loaded:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class NullDevice(Device):
+    name = "null"
+
+    def __init__(self):
+        self.stats = DeviceStats()
+
+    def load(self, artifact: Artifact) -> _Loaded:
+        self.stats.loads += 1
+        return _Loaded(artifact.name)
+
+    def alloc(self, nbytes: int) -> NullBuffer:
+        self.stats.on_alloc(nbytes)
+        return NullBuffer(nbytes)
+
+    def free(self, buf: Buffer) -> None:
+        self.stats.on_free(buf.nbytes)
+
+    def write(self, buf: NullBuffer, data: np.ndarray) -> None:
+        check_nbytes(buf, data)
+        self.stats.bytes_written += buf.nbytes
+
+    def read(self, buf: NullBuffer, shape, dtype) -> np.ndarray:
+        dt = np.dtype(dtype)
+        if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != buf.nbytes:
+            raise ValueError(f"read of shape {tuple(shape)} {dt} from a buffer of {buf.nbytes} bytes")
+        self.stats.bytes_read += buf.nbytes
+        return np.zeros(shape, dtype=dt)
+
+    def run(self, handle: _Loaded, buffers: list[Buffer]) -> None:
+        if not isinstance(handle, _Loaded):
+            raise DeviceRunError(f"null device: run() with a handle it did not load: {handle!r}")
+        self.stats.runs += 1

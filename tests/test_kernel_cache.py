@@ -1,0 +1,162 @@
+"""KernelCache contract on the emu device (real stitched text, numpy references) and on null."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernel_builder.build import build_modules
+from kernel_builder.cache import KernelCache
+from kernel_builder.devices.emu import EmuDevice
+from kernel_builder.devices.null import NullDevice
+from kernel_builder.numerics import BF16, to_bf16
+from kernel_builder.reference import KERNELS
+from tests.h4_fixtures import D, R, add_norm, gemv_mod
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache_dir = tmp_path_factory.mktemp("kc")
+    decls = [add_norm(), gemv_mod()]
+    build_modules(decls, cache_dir, "emu", progress=False)
+    return cache_dir, decls
+
+
+def _rand(rng, shape):
+    return to_bf16(rng.standard_normal(shape))
+
+
+def _expected_add_norm(x, r, w):
+    return KERNELS["rmsnorm"](KERNELS["add"](x, r, rows=R, dim=D), w, rows=R, dim=D, eps=1e-5)
+
+
+def test_results_match_references_and_intermediate_stays_on_device(built):
+    cache_dir, decls = built
+    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    rng = np.random.default_rng(1)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    out = kc.load_and_run("add_norm", x, r, w)
+    assert set(out) == {"y"}  # only OUTPUT args are read back
+    assert out["y"].dtype == BF16
+    np.testing.assert_array_equal(out["y"].view(np.uint16), _expected_add_norm(x, r, w).view(np.uint16))
+    c = kc.counters["add_norm"]
+    assert c.bytes_read == R * D * 2                      # y only, never the intermediate s
+    assert c.bytes_written == 2 * R * D * 2 + D * 2        # x, r, w on the first call
+
+
+def test_after_preload_a_call_writes_only_inputs(built):
+    cache_dir, decls = built
+    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    rng = np.random.default_rng(2)
+    w = _rand(rng, (64, 64))
+    kc.preload("lm_head_gemv_t", w=w)
+    assert kc.counters["lm_head_gemv_t"].bytes_written == 64 * 64 * 2
+    kc.reset_counters()
+    x = _rand(rng, (1, 64))
+    out = kc.load_and_run("lm_head_gemv_t", None, x)         # static slot None after preload
+    c = kc.counters["lm_head_gemv_t"]
+    assert (c.calls, c.bytes_written, c.static_bytes_written, c.bytes_read) == (1, 64 * 2, 0, 64 * 2)
+    exp = KERNELS["gemv"](w, x.reshape(64), m=64, k=64).reshape(1, 64)
+    np.testing.assert_array_equal(out["y"].view(np.uint16), exp.view(np.uint16))
+    # a static passed again on a later call is not re-sent
+    kc.load_and_run("lm_head_gemv_t", w=w, x=x)
+    assert kc.counters["lm_head_gemv_t"].bytes_written == 2 * 64 * 2
+
+
+def test_bo_keys_keep_weights_apart(built):
+    cache_dir, decls = built
+    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    rng = np.random.default_rng(3)
+    wa, wb = _rand(rng, (D,)), _rand(rng, (D,)) * to_bf16(3.0)
+    x, r = _rand(rng, (R, D)), _rand(rng, (R, D))
+    ya = kc.load_and_run("add_norm", x, r, wa, bo_key="L0")["y"]
+    yb = kc.load_and_run("add_norm", x, r, wb, bo_key="L1")["y"]
+    assert not np.array_equal(ya, yb)
+    ya2 = kc.load_and_run("add_norm", x, r, None, bo_key="L0")["y"]   # still layer 0's weights
+    np.testing.assert_array_equal(ya2.view(np.uint16), _expected_add_norm(x, r, wa).view(np.uint16))
+    assert sorted(kc.bo_keys("add_norm")) == ["L0", "L1"]
+    assert kc.device.stats.loads == 1                                   # one load per module per process
+    assert kc.allocated_bytes == 2 * sum(a.nbytes for a in decls[0].args)
+
+
+def test_bad_calls_name_module_and_arg(built):
+    cache_dir, decls = built
+    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    rng = np.random.default_rng(4)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    with pytest.raises(ValueError, match="add_norm arg r: input missing"):
+        kc.load_and_run("add_norm", x, None, w)
+    with pytest.raises(ValueError, match="add_norm arg w: static missing"):
+        kc.load_and_run("add_norm", x, r)
+    with pytest.raises(ValueError, match=r"add_norm arg x: shape \(4, 32\)"):
+        kc.load_and_run("add_norm", x[:, :32].copy(), r, w)
+    with pytest.raises(ValueError, match="add_norm arg x: dtype float32"):
+        kc.load_and_run("add_norm", x.astype(np.float32), r, w)
+    with pytest.raises(ValueError, match="add_norm arg y: role output"):
+        kc.load_and_run("add_norm", x, r, w, y=np.zeros((R, D), BF16))
+    with pytest.raises(ValueError, match="unknown argument 'q'"):
+        kc.load_and_run("add_norm", x, r, w, q=x)
+    with pytest.raises(ValueError, match="unknown module"):
+        kc.load_and_run("nope", x)
+    assert kc.counters == {}      # nothing was transferred by the rejected calls
+
+
+def test_null_device_counts_the_same_bytes_as_emu(built):
+    cache_dir, decls = built
+    rng = np.random.default_rng(5)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    rows = []
+    for dev in (EmuDevice(), NullDevice()):
+        kc = KernelCache(dev, cache_dir, decls)
+        kc.load_and_run("add_norm", x, r, w, bo_key="a")
+        kc.load_and_run("add_norm", x, r, bo_key="a")
+        out = kc.load_and_run("add_norm", x, r, w, bo_key="b")
+        rows.append(([(c["calls"], c["bytes_written"], c["bytes_read"]) for c in kc.report()],
+                     dev.stats.bytes_written, dev.stats.bytes_read, dev.stats.runs, dev.stats.allocated_bytes))
+        if isinstance(dev, NullDevice):
+            assert not out["y"].any()                     # null computes nothing
+    assert rows[0] == rows[1]
+    assert rows[0][0] == [(3, 3 * 2 * R * D * 2 + 2 * D * 2, 3 * R * D * 2)]
+
+
+def test_emu_shadow_copy_gives_the_same_bytes_as_plain_bf16(built):
+    cache_dir, decls = built
+    rng = np.random.default_rng(6)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    outs = [KernelCache(EmuDevice(shadow_f32=s), cache_dir, decls).load_and_run("add_norm", x, r, w)["y"]
+            for s in (True, False)]
+    np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+
+
+def test_registry_decode_module_contract_emu_and_null(tmp_path):
+    """Integration with the real declarations: after preload, a decode call of o_gemv_ffn writes only
+    its INPUT bytes and reads only its OUTPUT bytes, on emu and on null alike; layers stay apart."""
+    from multi_launch_builder import registry
+    from multi_launch_builder.decl import Role
+    from multi_launch_builder.shapes import ModelShapes
+    shapes = ModelShapes(hidden=64, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, vocab=256,
+                         n_layers=2, rms_eps=1e-5)
+    decl = next(d for d in registry.decode_modules(shapes) if d.name == "o_gemv_ffn")
+    rep = build_modules([decl], tmp_path, "emu", progress=False)
+    rng = np.random.default_rng(7)
+    statics = [{a.name: to_bf16(rng.standard_normal(a.shape) * 0.1) for a in decl.args if a.role is Role.STATIC}
+               for _ in range(2)]
+    inputs = {a.name: to_bf16(rng.standard_normal(a.shape)) for a in decl.args if a.role is Role.INPUT}
+    in_bytes = sum(a.nbytes for a in decl.args if a.role is Role.INPUT)
+    out_bytes = sum(a.nbytes for a in decl.args if a.role is Role.OUTPUT)
+    counts = []
+    for dev in (EmuDevice(), NullDevice()):
+        kc = KernelCache(dev, rep.artifacts, [decl])
+        for layer, st in enumerate(statics):
+            kc.preload("o_gemv_ffn", bo_key=f"L{layer}", **st)
+        kc.reset_counters()
+        y0 = kc.load_and_run("o_gemv_ffn", bo_key="L0", **inputs)
+        y1 = kc.load_and_run("o_gemv_ffn", bo_key="L1", **inputs)
+        y0b = kc.load_and_run("o_gemv_ffn", bo_key="L0", **inputs)
+        c = kc.counters["o_gemv_ffn"]
+        assert (c.bytes_written, c.static_bytes_written, c.bytes_read) == (3 * in_bytes, 0, 3 * out_bytes)
+        counts.append((c.calls, c.bytes_written, c.bytes_read, dev.stats.bytes_written, dev.stats.runs))
+        if isinstance(dev, EmuDevice):
+            name = decl.names(Role.OUTPUT)[0]
+            assert not np.array_equal(y0[name], y1[name])
+            np.testing.assert_array_equal(y0[name].view(np.uint16), y0b[name].view(np.uint16))
+    assert counts[0] == counts[1]
