@@ -17,7 +17,7 @@ import numpy as np
 from kernel_builder.numerics import BF16, to_bf16
 
 F32 = np.float32
-_SCORE_ELEMENTS_PER_BATCH = 1 << 26
+_SCORE_ELEMENTS_PER_BATCH = 1 << 25  # f64 scores: ~256 MiB per batch
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -57,9 +57,16 @@ def rmsnorm(x, w, *, rows: int, dim: int, eps: float) -> np.ndarray:
 
 
 def gemm(a, b, *, m: int, k: int, n: int) -> np.ndarray:
-    """c[m, n] = a[m, k] @ b[k, n], f32 accumulation."""
+    """c[m, n] = a[m, k] @ b[k, n], accumulated at (at least) f32 precision, one bf16 rounding.
+
+    Accumulates in f64: BLAS sgemm picks a different micro-kernel (and summation order) for edge rows
+    depending on the matrix height, so f32 results for one row would depend on the prefill bucket. On the NPU
+    a row's accumulation order is fixed by the tiling, so a row's result never depends on the other rows;
+    f64 (products of bf16 values are exact) reproduces that row independence.
+    """
     _dims("gemm", m=m, k=k, n=n)
-    return to_bf16(_input("gemm", "a", a, (m, k)) @ _input("gemm", "b", b, (k, n)))
+    a64 = _input("gemm", "a", a, (m, k)).astype(np.float64)
+    return to_bf16(a64 @ _input("gemm", "b", b, (k, n)).astype(np.float64))
 
 
 def gemv(w, x, *, m: int, k: int) -> np.ndarray:
@@ -119,14 +126,15 @@ def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, c
     step = max(1, _SCORE_ELEMENTS_PER_BATCH // (group * seq * seq))
     for h0 in range(0, kv_heads, step):
         h1 = min(kv_heads, h0 + step)
-        scores = np.matmul(qg[h0:h1], kt[h0:h1])  # [b, group*seq, seq], contiguous
+        # f64 for the same reason as gemm: a query row's result must not depend on the bucket (seq) it runs in.
+        scores = np.matmul(qg[h0:h1].astype(np.float64), kt[h0:h1].astype(np.float64))  # [b, group*seq, seq]
         scores *= scale
         if future is not None:
             scores.reshape(h1 - h0, group, seq, seq)[:, :, future] = -np.inf  # view: masks in place
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
-        denom = scores.sum(axis=-1, keepdims=True, dtype=F32)
-        np.divide(np.matmul(scores, vh[h0:h1]), denom, out=out[h0:h1])
+        denom = scores.sum(axis=-1, keepdims=True)
+        np.divide(np.matmul(scores, vh[h0:h1].astype(np.float64)), denom, out=out[h0:h1], casting="same_kind")
     out = out.reshape(kv_heads, group, seq, head_dim).transpose(2, 0, 1, 3).reshape(seq, heads * head_dim)
     return to_bf16(out)
 

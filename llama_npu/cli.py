@@ -1,0 +1,278 @@
+"""`llama-npu run | chat | compile | profile` (also `python -m llama_npu`).
+
+Bad input never prints a traceback: one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+from .errors import LlamaNpuError, PromptError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def bucket_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.replace(" ", "").split(",") if t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
+    from .engine import DEFAULT_BUCKETS
+
+    p.add_argument("--model", default=None,
+                   help="HF model directory or a model id in the local HF cache (default: embedded SmolLM2-135M)")
+    p.add_argument("--device", default=None, help="auto | npu | emu | null (default: $DEVICE or auto)")
+    p.add_argument("--buckets", type=bucket_list, default=DEFAULT_BUCKETS,
+                   help="prefill lengths to compile, e.g. 64,256,1024,2048 (filtered to the model's context)")
+    p.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    if sampling:
+        p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
+        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+        p.add_argument("--top-k", type=int, default=0)
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--seed", type=int, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="llama-npu", description="Llama-family LLMs on the AMD NPU2 (or its emulator).")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="generate a reply to one prompt, streaming, with timings")
+    run.add_argument("--prompt", "-p", required=True)
+    run.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    _common(run)
+    chat = sub.add_parser("chat", help="multi-turn chat (/clear, /quit, Ctrl-C stops a reply, Ctrl-D exits)")
+    _common(chat)
+    comp = sub.add_parser("compile", help="build every kernel module of a model into the cache")
+    _common(comp, sampling=False)
+    comp.add_argument("--force", action="store_true")
+    prof = sub.add_parser("profile", help="run a prompt and print per-module device time and bytes")
+    prof.add_argument("--prompt", "-p", default="What is the capital of France?")
+    prof.add_argument("--raw", action="store_true")
+    _common(prof)
+    return p
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _prepare(args, prompt: str | None):
+    """Cheap checks before any kernel is built or weight read: model, config, tokenizer, prompt
+    budget. Returns (model_dir, token ids or None)."""
+    from .config import load_config
+    from .engine import select_buckets
+    from .model_source import resolve_model
+    from .tokenizer import Tokenizer
+
+    model_dir = resolve_model(args.model, progress=not args.no_progress)
+    cfg = load_config(model_dir)
+    ids = None
+    if prompt is not None:
+        if not prompt.strip():
+            raise PromptError("empty prompt: pass some text with --prompt / PROMPT=...")
+        tok = Tokenizer(model_dir)
+        if args.raw or not tok.has_chat_template:
+            ids = tok.encode(prompt, add_special_tokens=True)
+        else:
+            ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
+        n = getattr(args, "n_tokens", 0)
+        if len(ids) + n > cfg.max_position:
+            raise PromptError(f"prompt ({len(ids)} tokens) + N_TOKENS ({n}) = {len(ids) + n} exceeds the "
+                              f"model's context of {cfg.max_position} tokens")
+        largest = select_buckets(args.buckets, cfg.max_position)[-1]
+        if len(ids) > largest:
+            raise PromptError(f"prompt has {len(ids)} tokens but the largest prefill bucket is {largest} "
+                              f"(add a larger one with --buckets)")
+    return model_dir, ids
+
+
+def _engine(args, model_dir):
+    from .engine import Engine
+
+    return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
+                       cache_dir=args.cache_dir, progress=not args.no_progress)
+
+
+def _sampler(args):
+    from .sampling import Sampler
+
+    return Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def _timings(res) -> str:
+    return (f"TTFT {res.ttft_s * 1e3:.1f} ms ({res.prompt_len}-token prompt) | "
+            f"prefill {res.prefill_tok_s:.1f} tok/s | decode {res.decode_tok_s:.1f} tok/s | "
+            f"{res.ms_per_token:.1f} ms/token | {len(res.tokens)} tokens, stop: {res.stop_reason}")
+
+
+def _print_delta(_tok: int, delta: str) -> None:
+    sys.stdout.write(delta)
+    sys.stdout.flush()
+
+
+# ----------------------------------------------------------------------------------------------- commands
+def cmd_run(args) -> int:
+    model_dir, ids = _prepare(args, args.prompt)
+    sampler = _sampler(args)
+    eng = _engine(args, model_dir)
+    res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta)
+    print()
+    print(_timings(res))
+    return 0
+
+
+def cmd_chat(args) -> int:
+    model_dir, _ = _prepare(args, None)
+    sampler = _sampler(args)
+    eng = _engine(args, model_dir)
+    tok = eng.tokenizer
+    if not tok.has_chat_template:
+        raise PromptError(f"{model_dir}: the tokenizer has no chat template; use `llama-npu run --raw`")
+    print("chat: /clear forgets the conversation, /quit (or Ctrl-D) exits, Ctrl-C stops a reply", file=sys.stderr)
+    history: list[dict] = []
+    while True:
+        try:
+            line = input(">>> ")
+        except EOFError:
+            print()
+            return 0
+        except KeyboardInterrupt:
+            print()
+            continue
+        text = line.strip()
+        if not text:
+            continue
+        if text == "/quit":
+            return 0
+        if text == "/clear":
+            history.clear()
+            eng.reset()
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        history.append({"role": "user", "content": text})
+        ids = tok.apply_chat_template(history)
+        try:
+            eng.check_budget(len(ids), args.n_tokens)
+        except PromptError as e:
+            print(f"llama-npu: {e} (use /clear)", file=sys.stderr)
+            history.pop()
+            continue
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+        try:
+            res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta, stop_event=stop)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        print()
+        print(_timings(res), file=sys.stderr)
+        history.append({"role": "assistant", "content": res.text.strip()})
+
+
+def cmd_compile(args) -> int:
+    from kernel_builder.build import compile_main
+    from multi_launch_builder import registry
+
+    from .config import load_config
+    from .embedded import cache_root
+    from .engine import select_buckets
+    from .model_source import resolve_model
+
+    cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
+    buckets = select_buckets(args.buckets, cfg.max_position)
+    decls = list(registry.all_modules(cfg.shapes, list(buckets)))
+    argv = ["--cache-dir", str(args.cache_dir or cache_root() / "kernels")]
+    if args.device:
+        argv += ["--device", args.device]
+    if args.no_progress:
+        argv.append("--no-progress")
+    if args.force:
+        argv.append("--force")
+    print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
+    return compile_main(argv, decls=decls)
+
+
+def cmd_profile(args) -> int:
+    from . import profile
+
+    model_dir, ids = _prepare(args, args.prompt)
+    sampler = _sampler(args)
+    eng = _engine(args, model_dir)
+    eng.cache.reset_counters()
+    eng.host_attn_s = 0.0
+    mark: dict = {}
+
+    def on_logits(step, _logits):
+        if step == 0:
+            mark["t"] = time.perf_counter()
+            mark["rows"] = eng.cache.report()
+
+    t0 = time.perf_counter()
+    res = eng.generate(ids, args.n_tokens, sampler=sampler, on_logits=on_logits)
+    t_end = time.perf_counter()
+    rows = eng.cache.report()
+    prefill_rows = mark["rows"]
+    decode_rows = profile.split_rows(prefill_rows, rows)
+    bucket = eng.bucket_for(len(ids))
+    print(res.text)
+    print()
+    print(f"== prefill ({len(ids)} tokens, bucket {bucket}) ==")
+    print(profile.module_table(prefill_rows))
+    print()
+    print(f"== decode ({len(res.tokens) - 1} tokens) ==")
+    print(profile.module_table(decode_rows))
+    print()
+    print(profile.summary(mark["t"] - t0, prefill_rows, t_end - mark["t"], decode_rows, len(res.tokens) - 1,
+                          eng.host_attn_s, len(ids), bucket))
+    print(_timings(res))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "chat": cmd_chat, "compile": cmd_compile, "profile": cmd_profile}
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        from kernel_builder.toolchain import ToolchainMissing
+    except ImportError:  # pragma: no cover - kernel_builder always ships with us
+        ToolchainMissing = ()
+    try:
+        return COMMANDS[args.command](args)
+    except (LlamaNpuError, ToolchainMissing) as e:
+        print(f"llama-npu: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The runtime on the emu device against HF transformers bf16 (eager attention) on random-weight
+checkpoints: greedy tokens per the verify gate rule, last-row logits cosine, padding invariance,
+EOS inside the prompt, stopping and context limits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llama_npu.engine import Engine
+from llama_npu.errors import PromptError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+LLAMA32_1B_2L = dict(hidden=2048, n_heads=32, n_kv_heads=8, head_dim=64, ffn=8192, n_layers=2, vocab=4096)
+LLAMA32_3B_1L = dict(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192, n_layers=1, vocab=4096)
+SMALL = dict(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512, n_layers=2, vocab=512)
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192}
+N_DECODE = 6
+TOP = 5
+
+
+def load_engine(model_dir, buckets, cache_dir) -> Engine:
+    return Engine.load(str(model_dir), device="emu", buckets=buckets, cache_dir=cache_dir, progress=False)
+
+
+def hf_greedy(model_dir, ids: list[int], steps: int) -> list[np.ndarray]:
+    """Logits of HF's own greedy run: prefill logits, then one per decode step (f32 copies)."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16,
+                                             attn_implementation="eager").eval()
+    out_logits = []
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=True)
+        for _ in range(steps):
+            logits = out.logits[0, -1].float().numpy()
+            out_logits.append(logits)
+            nxt = int(np.argmax(logits))
+            out = model(torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+    return out_logits
+
+
+def ours_greedy(eng: Engine, ids: list[int], steps: int) -> list[np.ndarray]:
+    logits = [eng.prefill(ids).logits]
+    while len(logits) < steps:
+        logits.append(eng.decode_step(int(np.argmax(logits[-1]))))
+    return logits
+
+
+def gate(ours: list[np.ndarray], ref: list[np.ndarray]) -> int:
+    """Verify gate: walk both greedy sequences in lockstep; at the first differing step each side's
+    token must be in the other side's top-5, and that step ends the comparison. Returns steps matched."""
+    for step, (a, b) in enumerate(zip(ours, ref)):
+        ta, tb = int(np.argmax(a)), int(np.argmax(b))
+        if ta != tb:
+            assert ta in np.argsort(-b)[:TOP], f"step {step}: our token {ta} not in HF top-{TOP}"
+            assert tb in np.argsort(-a)[:TOP], f"step {step}: HF token {tb} not in our top-{TOP}"
+            return step
+    return len(ours)
+
+
+def cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def prompt_ids(vocab: int, n: int, seed: int = 0) -> list[int]:
+    rng = np.random.default_rng(seed)
+    return [1] + rng.integers(3, vocab, size=n - 1).tolist()
+
+
+def check_against_hf(model_dir, eng, ids, steps=N_DECODE):
+    ours = ours_greedy(eng, ids, steps)
+    ref = hf_greedy(model_dir, ids, steps)
+    assert cosine(ours[0], ref[0]) >= 0.99
+    matched = gate(ours, ref)
+    for a, b in zip(ours[:matched], ref[:matched]):
+        assert cosine(a, b) >= 0.99
+    return matched
+
+
+@pytest.mark.parametrize("shape", [LLAMA32_1B_2L, LLAMA32_3B_1L], ids=["llama32-1b-2layers", "llama32-3b-1layer"])
+def test_llama32_shapes_match_hf(hf_checkpoint, kernel_cache_dir, shape):
+    model_dir = hf_checkpoint(**shape, rope_scaling=LLAMA3_SCALING, max_position=131072)
+    eng = load_engine(model_dir, (16,), kernel_cache_dir)
+    check_against_hf(model_dir, eng, prompt_ids(shape["vocab"], 11))
+
+
+@pytest.mark.parametrize("original", [8192, 32])
+def test_llama3_rope_scaling_matches_hf(hf_checkpoint, kernel_cache_dir, original):
+    """llama3 rope_scaling, incl. positions beyond original_max_position_embeddings (original=32)."""
+    scaling = {**LLAMA3_SCALING, "original_max_position_embeddings": original}
+    model_dir = hf_checkpoint(**SMALL, rope_scaling=scaling, max_position=max(4096, 2 * original), seed=3)
+    eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
+    matched = check_against_hf(model_dir, eng, prompt_ids(SMALL["vocab"], 40, seed=1), steps=12)
+    assert eng.pos >= 40 + matched - 1
+
+
+@pytest.fixture(scope="module")
+def small(hf_checkpoint, kernel_cache_dir):
+    model_dir = hf_checkpoint(**SMALL, max_position=256, tie=True, seed=5)
+    return model_dir, load_engine(model_dir, (16, 64), kernel_cache_dir)
+
+
+def test_tied_embeddings_match_hf(small):
+    model_dir, eng = small
+    check_against_hf(model_dir, eng, prompt_ids(SMALL["vocab"], 9, seed=2))
+
+
+def test_padding_invariance_bit_identical(small):
+    """Every prompt length that fits bucket 16 gives the same bytes in bucket 64: causal attention and
+    per-row ops mean padding rows can never reach a real row (rows at the end of a bucket included)."""
+    _, eng = small
+    rng = np.random.default_rng(4)
+    for n in range(1, 17):
+        ids = [1] + rng.integers(3, SMALL["vocab"], size=n - 1).tolist()
+        a = eng.prefill(ids, return_hidden=True, bucket=16)
+        b = eng.prefill(ids, return_hidden=True, bucket=64)
+        assert (a.bucket, b.bucket) == (16, 64)
+        assert a.last_hidden.tobytes() == b.last_hidden.tobytes(), f"prompt length {n}"
+        for layer, (ha, hb) in enumerate(zip(a.hidden, b.hidden)):
+            assert ha.shape == (n, SMALL["hidden"])
+            assert np.array_equal(ha, hb), f"prompt length {n}, layer {layer}: rows {np.flatnonzero((ha != hb).any(1))}"
+        assert np.array_equal(a.logits, b.logits)
+    # the KV-cache rows of the real prompt are identical too, so decode continues identically
+    eng.prefill(ids, bucket=64)
+    after_64 = eng.decode_step(7)
+    eng.prefill(ids, bucket=16)
+    assert np.array_equal(eng.decode_step(7), after_64)
+
+
+def test_prompt_containing_eos_keeps_its_length(small):
+    model_dir, eng = small
+    eos = eng.tokenizer.token_to_id("</s>")
+    assert eos in eng.stop_ids
+    ids = [1, 40, eos, 41, 42, eos, eos, 43]
+    res = eng.prefill(ids)
+    assert res.prompt_len == len(ids) and eng.pos == len(ids)
+    ref = hf_greedy(model_dir, ids, 1)[0]
+    assert cosine(res.logits, ref) >= 0.99
+    # a prompt that *ends* in EOS is still taken at its full length
+    res2 = eng.prefill(ids + [eos])
+    assert res2.prompt_len == len(ids) + 1
+    assert cosine(res2.logits, hf_greedy(model_dir, ids + [eos], 1)[0]) >= 0.99
+
+
+def test_generate_streams_and_stops(small):
+    _, eng = small
+    eos = eng.tokenizer.token_to_id("</s>")
+    ids = eng.tokenizer.apply_chat_template([{"role": "user", "content": "what is the capital of france"}])
+    assert ids[0] == 1 and ids[-1] == eng.tokenizer.token_to_id("<|assistant|>")
+    deltas, seen = [], []
+    script = iter([10, 11, eos, 12])
+    res = eng.generate(ids, 10, sampler=lambda logits: next(script), on_token=lambda t, d: deltas.append(d),
+                       on_logits=lambda step, logits: seen.append((step, logits.shape)))
+    assert res.tokens == [10, 11, eos] and res.stop_reason == "eos"
+    assert [s for s, _ in seen] == [0, 1, 2] and all(sh == (SMALL["vocab"],) for _, sh in seen)
+    assert "".join(deltas) == res.text == eng.tokenizer.decode([10, 11])
+    assert res.ttft_s > 0 and res.decode_tok_s > 0 and res.ms_per_token > 0
+    greedy = eng.generate(ids, 4)
+    assert len(greedy.tokens) <= 4 and greedy.stop_reason in ("eos", "length")
+
+
+def test_generate_stop_event_and_limits(small):
+    import threading
+
+    _, eng = small
+    ids = prompt_ids(SMALL["vocab"], 5)
+    stop = threading.Event()
+    res = eng.generate(ids, 50, sampler=lambda logits: 20, on_token=lambda t, d: stop.set(), stop_event=stop)
+    assert res.stop_reason == "interrupted" and res.tokens == [20]
+    with pytest.raises(PromptError, match="exceeds the model's context of 256"):
+        eng.generate(ids, 252)
+    with pytest.raises(PromptError, match="largest compiled prefill bucket is 64"):
+        eng.generate(prompt_ids(SMALL["vocab"], 65), 1)
+    with pytest.raises(PromptError, match="empty prompt"):
+        eng.generate([], 1)
+    # the KV cache grows on demand when decode runs past the prefill-time capacity
+    eng.prefill(ids)
+    for _ in range(70):
+        eng.decode_step(21)
+    assert eng.pos == 75 and eng.kv.max_seq >= 75

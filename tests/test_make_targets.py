@@ -1,0 +1,47 @@
+"""The Makefile is the user interface: `make help` documents every target, and `make verify` passes on the
+embedded model (this is the one `make verify` the CI run includes)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ["setup", "compile", "run", "chat", "profile", "verify", "verify-full", "diagnosis", "bench",
+           "test", "clean", "help"]
+
+
+def _make() -> str:
+    make = shutil.which("make")
+    if not make:
+        pytest.skip("make not installed")
+    return make
+
+
+def test_make_help_lists_every_target_once():
+    out = subprocess.run([_make(), "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for target in TARGETS:
+        lines = [ln for ln in out.splitlines() if re.match(rf"\s*make {re.escape(target)}\s", ln)]
+        assert len(lines) == 1, f"`make help` should list `{target}` exactly once:\n{out}"
+        assert len(lines[0].split(None, 2)) == 3, f"`{target}` has no description: {lines[0]!r}"
+
+
+def test_help_is_the_default_target():
+    out = subprocess.run([_make(), "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "make verify" in out and "make run" in out
+
+
+@pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists() or
+                    Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
+                    reason="runs through the project's .venv (make test / CI)")
+def test_make_verify_passes_on_the_embedded_model():
+    env = dict(os.environ, DEVICE="emu")
+    proc = subprocess.run([_make(), "verify"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=3000)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "[verify] PASS" in out, out[-4000:]
