@@ -475,13 +475,20 @@ def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | 
 
 # ---------------------------------------------------------------- CLI
 
+def default_cache_dir() -> Path:
+    """$LLAMA_NPU_CACHE is the root of every llama-npu cache (models/, kernels/), as in llama_npu."""
+    root = os.environ.get("LLAMA_NPU_CACHE")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "llama-npu") / "kernels"
+
+
 def compile_main(argv: list[str] | None = None, decls: list[ModuleDecl] | None = None) -> int:
     """`llama-npu compile` body. The caller resolves the model and passes its declarations; without
     them, --shapes/--buckets select a built-in shape set (via multi_launch_builder.registry).
     Exit codes: 0 ok, 1 a module failed, 2 toolchain missing / bad arguments."""
     p = argparse.ArgumentParser(prog="llama-npu compile")
     p.add_argument("--device", default=None, help="auto | npu | emu | null (default: $DEVICE or auto)")
-    p.add_argument("--cache-dir", default=os.environ.get("LLAMA_NPU_CACHE", "build/kernels"))
+    p.add_argument("--cache-dir", default=str(default_cache_dir()),
+                   help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels or ~/.cache/llama-npu/kernels)")
     p.add_argument("--force", action="store_true", help="rebuild even up-to-date modules")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-check", action="store_true", help="skip the mlir-opt-22 check (emu/null)")

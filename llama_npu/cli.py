@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="build every kernel module of a model into the cache")
     _common(comp, sampling=False)
     comp.add_argument("--force", action="store_true")
+    prep = sub.add_parser("prepare-model", help="resolve the model (convert the embedded one once) and check it")
+    prep.add_argument("--model", default=None)
+    prep.add_argument("--no-progress", action="store_true")
     prof = sub.add_parser("profile", help="run a prompt and print per-module device time and bytes")
     prof.add_argument("--prompt", "-p", default="What is the capital of France?")
     prof.add_argument("--raw", action="store_true")
@@ -250,7 +253,17 @@ def cmd_profile(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "chat": cmd_chat, "compile": cmd_compile, "profile": cmd_profile}
+def cmd_prepare_model(args) -> int:
+    from .config import load_config
+    from .model_source import resolve_model
+
+    model_dir = resolve_model(args.model, progress=not args.no_progress)
+    cfg = load_config(model_dir)
+    print(f"model ready: {model_dir} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden})")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "compile": cmd_compile, "profile": cmd_profile}
 
 
 def _one_line(e: BaseException) -> str:
