@@ -1,0 +1,184 @@
+"""`python -m verify verify|diagnosis`: the top-k gate and the per-layer drift lens.
+
+Exit codes: 0 pass (diagnosis: always, once it ran), 1 gate failure, 2 cannot run (missing torch /
+transformers, a model the reference or our runtime cannot load, bad prompts or arguments).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import diagnosis as diag
+from . import report as rep
+from .gate import compare
+from .hf_runner import DEFAULT_SEED, DEFAULT_THREADS, HFReference, ReferenceUnavailable, import_reference_stack
+from .prompt_set import PROMPTS_DIR, Prompt, load_prompts
+
+EXIT_PASS, EXIT_FAIL, EXIT_UNAVAILABLE = 0, 1, 2
+
+
+def _buckets(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--buckets wants comma-separated integers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"--buckets wants positive integers, got {text!r}")
+    return vals
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m verify", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp):
+        sp.add_argument("--model", default=None, help="HF directory or id (default: embedded SmolLM2-135M-Instruct)")
+        sp.add_argument("--device", default="auto", help="auto|npu|emu|null (default: auto)")
+        sp.add_argument("--buckets", type=_buckets, default=None, help="prefill buckets, e.g. 64,256")
+        sp.add_argument("--threads", type=_positive, default=DEFAULT_THREADS, help="torch threads for HF (fixed for determinism)")
+        sp.add_argument("--seed", type=int, default=DEFAULT_SEED)
+
+    v = sub.add_parser("verify", help="top-k token gate vs HF transformers bf16")
+    common(v)
+    v.add_argument("--full", action="store_true", help="run every prompt (default: the quick subset)")
+    v.add_argument("--prompts-dir", type=Path, default=PROMPTS_DIR)
+    v.add_argument("--n-tokens", type=_positive, default=32)
+    v.add_argument("--top-k", type=_positive, default=5)
+    v.add_argument("--report-dir", type=Path, default=Path("build/verify"))
+
+    d = sub.add_parser("diagnosis", help="per-layer hidden-state drift vs HF (informational)")
+    common(d)
+    d.add_argument("--prompt", default=diag.DEFAULT_PROMPT)
+    d.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    d.add_argument("--json", type=Path, default=None, help="also write the per-layer table as JSON here")
+    return p
+
+
+def _decoder(tokenizer):
+    """Decode keeping special tokens visible (an EOS in the table should read as EOS, not as '')."""
+    def decode(ids):
+        try:
+            return tokenizer.decode(ids, skip_special_tokens=False)
+        except TypeError:
+            return tokenizer.decode(ids)
+    return decode
+
+
+def _load_our_runtime(args):
+    from .npu_runner import OurRuntime
+
+    if args.device == "null":  # the null device only counts dispatches; its logits mean nothing
+        raise ValueError("--device null computes no numbers, so there is nothing to compare; use emu or npu")
+    return OurRuntime.load(model=args.model, device=args.device, buckets=args.buckets, progress=True)
+
+
+def _load_both(args, runtime=None, reference=None):
+    """The HF reference first: it is cheap, so a missing torch or a model it cannot load fails (exit 2)
+    before the expensive engine build + weight upload."""
+    import_reference_stack()
+    if reference is None:
+        if runtime is not None:
+            model_dir = runtime.model_dir
+        else:
+            from llama_npu.model_source import resolve_model
+
+            model_dir = resolve_model(args.model)
+        reference = HFReference.load(model_dir, threads=args.threads, seed=args.seed)
+    runtime = runtime or _load_our_runtime(args)
+    return runtime, reference
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from llama_npu.errors import LlamaNpuError
+    except ImportError:  # pragma: no cover - the runtime package is part of this repo
+        return (ReferenceUnavailable, ValueError)
+    return (ReferenceUnavailable, LlamaNpuError, ValueError)
+
+
+def run_verify(args, runtime=None, reference=None) -> int:
+    prompts = load_prompts(args.prompts_dir, full=args.full)
+    t0 = time.perf_counter()
+    runtime, reference = _load_both(args, runtime, reference)
+    print(f"[verify] model {runtime.model_dir} on {runtime.device_name}: {len(prompts)} prompt(s) x "
+          f"{args.n_tokens} greedy tokens, top-{args.top_k} rule (loaded in {time.perf_counter() - t0:.1f}s)",
+          flush=True)
+    results = []
+    for p in prompts:
+        results.append(verify_prompt(p, runtime, reference, args.n_tokens, args.top_k))
+    decode = _decoder(runtime.tokenizer)
+    report = rep.VerifyReport(model=str(runtime.model_dir), device=runtime.device_name, n_tokens=args.n_tokens,
+                              top_k=args.top_k, full=args.full, results=results,
+                              settings=_settings(args))
+    print(rep.console_table(report, decode))
+    js, md = rep.write(report, args.report_dir, decode)
+    print(f"[verify] report: {js} {md}")
+    print(f"[verify] {'PASS' if report.passed else 'FAIL'} "
+          f"({sum(r.verdict.passed for r in results)}/{len(results)} prompts)")
+    return EXIT_PASS if report.passed else EXIT_FAIL
+
+
+def verify_prompt(p: Prompt, runtime, reference, n_tokens: int, k: int) -> rep.PromptResult:
+    ids = p.token_ids(runtime.tokenizer)  # OUR tokenizer's ids feed both sides
+    t = time.perf_counter()
+    ours = runtime.greedy(ids, n_tokens, k)
+    t_ours = time.perf_counter() - t
+    t = time.perf_counter()
+    ref = reference.greedy(ids, n_tokens, k, eos_ids=runtime.eos_ids)
+    t_ref = time.perf_counter() - t
+    verdict = compare(ours, ref)
+    print(f"[verify] {p.name}: {len(ids)} prompt tokens, ours {len(ours)} steps in {t_ours:.1f}s, "
+          f"HF {len(ref)} steps in {t_ref:.1f}s -> {'PASS' if verdict.passed else 'FAIL'} ({verdict.reason})",
+          flush=True)
+    return rep.PromptResult(p.name, p.chat, ids, ours, ref, verdict)
+
+
+def _settings(args) -> dict:
+    torch, transformers = import_reference_stack()
+    import numpy
+
+    return {"torch_threads": args.threads, "seed": args.seed, "hf_dtype": "bfloat16", "hf_attn": "eager",
+            "torch": torch.__version__, "transformers": transformers.__version__, "numpy": numpy.__version__}
+
+
+def run_diagnosis(args, runtime=None, reference=None) -> int:
+    runtime, reference = _load_both(args, runtime, reference)
+    prompt = Prompt("diagnosis", args.prompt, chat=args.chat)
+    ids = prompt.token_ids(runtime.tokenizer)
+    ours = runtime.layer_outputs(ids)
+    ref_layers, _ = reference.layer_outputs(ids)
+    stats = diag.layer_stats(ours, ref_layers)
+    print(f"[diagnosis] {runtime.model_dir} on {runtime.device_name}: prefill of {len(ids)} tokens, "
+          f"{len(stats)} layers (ours vs HF bf16 decoder-layer outputs)")
+    print(diag.format_table(stats))
+    worst = min(stats, key=lambda s: s.cos_min)
+    print(f"[diagnosis] lowest cosine {worst.cos_min:.5f} at layer {worst.layer} (informational; never fails)")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"prompt": args.prompt, "chat": args.chat, "prompt_ids": ids,
+                                         "layers": [s.to_dict() for s in stats]}, indent=1) + "\n")
+    return EXIT_PASS
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    tag = f"[{args.cmd}]"
+    try:
+        return run_verify(args) if args.cmd == "verify" else run_diagnosis(args)
+    except _user_errors() as e:
+        print(f"{tag} error: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
