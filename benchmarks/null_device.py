@@ -1,0 +1,127 @@
+"""Llama-3.2-1B shapes on the null-compute device: what the host and the transfers cost per token.
+
+The checkpoint is a *sparse* safetensors file (header + a hole of zeros): it has the exact tensor names and
+shapes of Llama-3.2-1B, takes no disk space and no download, and exercises the same loader, layout
+preparation, KernelCache and dispatch path as a real model. The null device counts dispatches and bytes
+but computes nothing, so logits are zeros; decode is therefore driven step by step instead of sampling.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+from multi_launch_builder.shapes import LLAMA32_1B, ModelShapes
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def llama_tensor_shapes(s: ModelShapes, tied: bool) -> dict[str, tuple[int, ...]]:
+    """HF LlamaForCausalLM state-dict names -> shapes (out_features, in_features)."""
+    shapes = {"model.embed_tokens.weight": (s.vocab, s.hidden), "model.norm.weight": (s.hidden,)}
+    if not tied:
+        shapes["lm_head.weight"] = (s.vocab, s.hidden)
+    for i in range(s.n_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (s.hidden,),
+            p + "post_attention_layernorm.weight": (s.hidden,),
+            p + "self_attn.q_proj.weight": (s.q_dim, s.hidden),
+            p + "self_attn.k_proj.weight": (s.kv_dim, s.hidden),
+            p + "self_attn.v_proj.weight": (s.kv_dim, s.hidden),
+            p + "self_attn.o_proj.weight": (s.hidden, s.q_dim),
+            p + "mlp.gate_proj.weight": (s.ffn, s.hidden),
+            p + "mlp.up_proj.weight": (s.ffn, s.hidden),
+            p + "mlp.down_proj.weight": (s.hidden, s.ffn),
+        })
+    return shapes
+
+
+def write_sparse_checkpoint(out: Path, s: ModelShapes, tokenizer_dir: Path, tied: bool = True) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    header, offset = {}, 0
+    for name, shape in llama_tensor_shapes(s, tied).items():
+        n = 2
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(out / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        f.truncate(8 + len(blob) + offset)  # a hole: reads as zeros, occupies no blocks
+    (out / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": s.hidden,
+        "num_attention_heads": s.n_heads, "num_key_value_heads": s.n_kv_heads, "head_dim": s.head_dim,
+        "intermediate_size": s.ffn, "num_hidden_layers": s.n_layers, "vocab_size": s.vocab,
+        "rms_norm_eps": s.rms_eps, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+        "tie_word_embeddings": tied, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}))
+    for fname in TOKENIZER_FILES:
+        if (tokenizer_dir / fname).exists():
+            shutil.copy2(tokenizer_dir / fname, out / fname)
+    return out
+
+
+def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int = 64) -> dict:
+    from llama_npu.engine import Engine
+    from llama_npu.model_source import resolve_model
+
+    tok_dir = resolve_model(None, progress=False)  # the embedded model's tokenizer is enough here
+    with tempfile.TemporaryDirectory(prefix="llama32-1b-null-") as tmp:
+        model_dir = write_sparse_checkpoint(Path(tmp) / "model", LLAMA32_1B, tok_dir, tied=True)
+        t0 = time.perf_counter()
+        eng = Engine.load(str(model_dir), device="null", buckets=(bucket,), cache_dir=Path(tmp) / "kernels",
+                          progress=False, warmup=False)
+        load_s = time.perf_counter() - t0
+        cache = eng.cache
+        ids = list(range(3, 3 + prompt_len))
+
+        eng.prefill(ids)  # first call of every bo_key writes the weights: not what a steady pass costs
+        eng.reset()
+        cache.reset_counters()
+        eng.prefill(ids)
+        pre = _totals(cache)
+
+        cache.reset_counters()
+        t0 = time.perf_counter()
+        for i in range(n_tokens):
+            eng.decode_step(5 + i)
+        host_s = (time.perf_counter() - t0) / n_tokens
+        dec = _totals(cache)
+    res = {
+        "load_s": load_s,
+        "prefill_dispatches": pre["calls"], "prefill_bytes_written": pre["w"], "prefill_bytes_read": pre["r"],
+        "decode_dispatches_per_token": dec["calls"] / n_tokens,
+        "decode_bytes_written_per_token": dec["w"] / n_tokens, "decode_bytes_read_per_token": dec["r"] / n_tokens,
+        "host_ms_per_decode_token": host_s * 1e3,
+    }
+    print(f"[bench] Llama-3.2-1B shapes on null device (prompt {prompt_len} in bucket {bucket}, "
+          f"setup {load_s:.1f} s):")
+    print(f"[bench]   prefill pass: {res['prefill_dispatches']} dispatches, "
+          f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device")
+    print(f"[bench]   decode: {res['decode_dispatches_per_token']:.0f} dispatches/token, "
+          f"{_kb(res['decode_bytes_written_per_token'])} written + {_kb(res['decode_bytes_read_per_token'])} "
+          f"read per token, host time {res['host_ms_per_decode_token']:.2f} ms/token (no device compute)")
+    return res
+
+
+def _totals(cache) -> dict:
+    rows = cache.report()
+    get = lambda r, k: r[k] if isinstance(r, dict) else getattr(r, k)  # noqa: E731
+    return {"calls": sum(get(r, "calls") for r in rows), "w": sum(get(r, "bytes_written") for r in rows),
+            "r": sum(get(r, "bytes_read") for r in rows)}
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _kb(n: float) -> str:
+    return f"{n / 2**10:.1f} KiB"
