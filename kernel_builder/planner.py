@@ -7,6 +7,7 @@ dimension and the limit, so an untileable model shape fails at build time, not o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 KiB = 1024
 
@@ -58,22 +59,26 @@ def _herd(n_units: int, cap: int = NPU2_COLS) -> int:
 # --- plans ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GemmPlan:
+    """One herd tile owns a [tile_m, tile_n] output tile for the whole K reduction (f32 accumulator in L1)
+    and streams A [tile_m, tile_k] / B [tile_k, tile_n] tiles L3 -> L1 per K step; no L2 buffers."""
+
     tile_m: int      # output rows per compute tile (L1)
-    tile_k_l2: int   # K depth of the A/B panels staged in L2 per segment iteration
-    tile_k_l1: int   # K depth of one L1 A/B tile (one linalg.matmul)
+    tile_k: int      # K depth of one L1 A/B tile (one linalg.matmul per K step)
     tile_n: int      # output cols per compute tile (L1)
     herd_m: int      # herd extent over M (columns of the array)
     herd_n: int      # herd extent over N (rows of the array)
 
+    def l1_buffers(self) -> dict[str, int]:
+        return {"acc_f32": F32 * self.tile_m * self.tile_n,
+                "a_tiles": 2 * BF16 * self.tile_m * self.tile_k,    # double-buffered
+                "b_tiles": 2 * BF16 * self.tile_k * self.tile_n,    # double-buffered
+                "out_bf16": BF16 * self.tile_m * self.tile_n}
+
     def l1_bytes(self) -> int:
-        # double-buffered A and B tiles + the f32 accumulator tile
-        return 2 * BF16 * (self.tile_m * self.tile_k_l1 + self.tile_k_l1 * self.tile_n) \
-            + F32 * self.tile_m * self.tile_n
+        return sum(self.l1_buffers().values())
 
     def l2_buffers(self) -> dict[str, int]:
-        bm, bn = self.herd_m * self.tile_m, self.herd_n * self.tile_n
-        return {"a_panel": BF16 * bm * self.tile_k_l2, "b_panel": BF16 * self.tile_k_l2 * bn,
-                "acc": F32 * bm * bn}
+        return {}  # A/B tiles go L3 -> L1 directly; the accumulator never leaves L1
 
 
 @dataclass(frozen=True)
@@ -146,8 +151,8 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
                              f"{MMUL_M}x{MMUL_K}x{MMUL_N}); use gemv for single-row products")
     edge = [t for t in range(MAX_GEMM_TILE, 0, -MMUL_M)]
     best, best_key = None, None
-    for tile_k_l1 in (64, 32, 16, 8):
-        if k % tile_k_l1:
+    for tile_k in (64, 32, 16, 8):
+        if k % tile_k:
             continue
         for tile_m in edge:
             if m % tile_m:
@@ -156,34 +161,18 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
             for tile_n in edge:
                 if n % tile_n:
                     continue
-                herd_n = _herd(n // tile_n, NPU2_ROWS)
-                partial = GemmPlan(tile_m, tile_k_l1, tile_k_l1, tile_n, herd_m, herd_n)
-                if partial.l1_bytes() > L1_BUDGET:
+                plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, _herd(n // tile_n, NPU2_ROWS))
+                if plan.l1_bytes() > L1_BUDGET:
                     continue
-                tile_k_l2 = _pick_k_l2(partial, k)
-                if tile_k_l2 is None:
-                    continue
-                plan = GemmPlan(tile_m, tile_k_l2, tile_k_l1, tile_n, herd_m, herd_n)
-                # prefer: more tiles busy, then more MACs per L1 tile, then deeper K per matmul
-                key = (herd_m * herd_n, tile_m * tile_n, tile_k_l1, tile_k_l2)
+                # prefer: more tiles busy, then fewer DDR bytes per MAC (A/B tiles are read from L3 every K
+                # step: (tile_m + tile_n) / (tile_m * tile_n)), then more MACs per tile
+                key = (plan.herd_m * plan.herd_n, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
                 if best_key is None or key > best_key:
                     best, best_key = plan, key
         if best is not None:
             return best
-    raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers fit "
-                     f"{_kib(L1_BUDGET)} per tile and whose L2 buffers fit {_kib(MEMTILE_BYTES)} per memory tile")
-
-
-def _pick_k_l2(p: GemmPlan, k: int) -> int | None:
-    for mult in range(k // p.tile_k_l1, 0, -1):
-        t = mult * p.tile_k_l1
-        if k % t:
-            continue
-        q = GemmPlan(p.tile_m, t, p.tile_k_l1, p.tile_n, p.herd_m, p.herd_n)
-        bufs = q.l2_buffers()
-        if max(bufs.values()) <= MEMTILE_BYTES and sum(bufs.values()) <= L2_BUDGET:
-            return t
-    return None
+    raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
+                     f"2x B bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile")
 
 
 def plan_rmsnorm(rows: int, dim: int) -> RowPlan:

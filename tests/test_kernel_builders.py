@@ -3,12 +3,14 @@ mlir-opt-22 verification of everything that is not AIR custom syntax, and the ll
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
 
 import pytest
 
+from kernel_builder import planner
 from kernel_builder.kernels import add, flash_attn, gemm, gemv, rmsnorm, rope, swiglu
 from multi_launch_builder.shapes import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 from tests import air_checks
@@ -106,7 +108,80 @@ def test_bare_herds_and_launches():
     rms = air_checks.check_module(rmsnorm.build(64, 2048, 1e-5))
     assert [op.kind for op in rms.air_ops] == ["air.herd"] and rms.air_ops[0].func_level
     g = air_checks.check_module(gemm.build(64, 2048, 512))
-    assert [op.kind for op in g.air_ops] == ["air.launch", "air.segment", "air.herd", "air.herd"]
+    assert [op.kind for op in g.air_ops] == ["air.launch", "air.segment", "air.herd"]
+
+
+def _body(text: str, op) -> str:
+    return text[op.header_span[1]:op.body_close]
+
+
+GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072, 1024), (16, 576, 1536)]
+
+
+@pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
+def test_gemm_accumulates_in_l1_with_k_loop_in_herd(m, k, n):
+    p = planner.plan_gemm(m, k, n)
+    text = gemm.build(m, k, n)
+    rep = air_checks.check_module(text)
+    assert rep.errors == []
+    launch, seg, herd = rep.air_ops
+    seg_body, herd_body = _body(text, seg), _body(text, herd)
+    # no L2 (memory space 1) buffer at all, in particular no f32 accumulator round-tripping through L2
+    assert ", 1 : i32>" not in text and "f32, 1 : i32" not in text
+    # the whole K reduction runs inside the herd: one scf.for over [0, k) in tile_k steps, holding the
+    # only linalg.matmul; the segment has no loop of its own
+    seg_outside_herd = seg_body.replace(herd_body, "")
+    assert "scf.for" not in seg_outside_herd
+    loops = re.findall(r"scf\.for %\S+ = %\S+ to (%\S+) step (%\S+) \{", herd_body)
+    assert len(loops) == 1
+    consts = dict(re.findall(r"(%\S+) = arith\.constant (-?\d+) : index", herd_body))
+    assert (int(consts[loops[0][0]]), int(consts[loops[0][1]])) == (k, p.tile_k)
+    loop_body = herd_body[herd_body.index("scf.for"):]
+    assert herd_body.count("linalg.matmul") == 1 and "linalg.matmul" in loop_body
+    # f32 accumulator in L1: zero-filled once before the loop, never DMA'd anywhere
+    acc_ty = f"memref<{p.tile_m}x{p.tile_n}xf32, 2 : i32>"
+    before_loop = herd_body[:herd_body.index("scf.for")]
+    assert f"%acc_l1 = memref.alloc() : {acc_ty}" in before_loop
+    assert f"linalg.fill ins(%cst : f32) outs(%acc_l1 : {acc_ty})" in before_loop
+    assert not re.search(r"air\.dma_memcpy_nd \([^)]*%acc_l1", text)
+    # per K step exactly the A and B tiles come in; after the loop one bf16 tile goes out to c
+    a_ty = f"memref<{p.tile_m}x{p.tile_k}xbf16, 2 : i32>"
+    b_ty = f"memref<{p.tile_k}x{p.tile_n}xbf16, 2 : i32>"
+    assert loop_body.count("air.dma_memcpy_nd") >= 2
+    assert f"outs(%acc_l1 : {acc_ty})" in loop_body and f"{a_ty}, {b_ty}" in loop_body
+    out = re.findall(r"air\.dma_memcpy_nd \((%ha_2)\[.*\(memref<" + f"{m}x{n}" + r"xbf16>, memref<(\d+)x(\d+)xbf16, 2", text)
+    assert out == [("%ha_2", str(p.tile_m), str(p.tile_n))]
+    assert "arith.truncf %in : f32 to bf16" in herd_body
+
+
+def test_gemm_transform_script_vectorizes_l1_matmul(mlir_opt, tmp_path):
+    """The transform script really applies: on the herd body's L1 linalg.matmul it leaves 8x8x8 bf16
+    vector.contract ops (no linalg.matmul left)."""
+    for shape in ((64, 576, 192), (2048, 2048, 8192)):
+        p = planner.plan_gemm(*shape)
+        a_ty = f"memref<{p.tile_m}x{p.tile_k}xbf16, 2 : i32>"
+        b_ty = f"memref<{p.tile_k}x{p.tile_n}xbf16, 2 : i32>"
+        acc_ty = f"memref<{p.tile_m}x{p.tile_n}xf32, 2 : i32>"
+        matmul = next(line.strip() for line in gemm.build(*shape).splitlines() if "linalg.matmul" in line)
+        assert f"{a_ty}, {b_ty}" in matmul and acc_ty in matmul
+        payload = (f"module {{\n  func.func @herd_body() {{\n"
+                   f"    %a_l1 = memref.alloc() : {a_ty}\n    %b_l1 = memref.alloc() : {b_ty}\n"
+                   f"    %acc_l1 = memref.alloc() : {acc_ty}\n    {matmul}\n    return\n  }}\n}}\n")
+        script = tmp_path / "gemm_transform.mlir"
+        script.write_text(gemm.transform_script(p))
+        res = subprocess.run([mlir_opt, f"--transform-preload-library=transform-library-paths={script}",
+                              "--transform-interpreter"], input=payload, capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert "linalg.matmul" not in res.stdout
+        contracts = [line for line in res.stdout.splitlines() if "vector.contract" in line]
+        assert contracts and all("vector<8x8xbf16>, vector<8x8xbf16> into vector<8x8xf32>" in c
+                                 for c in contracts), res.stdout
+
+
+def test_gemm_transform_script_rejects_off_intrinsic_tiles():
+    with pytest.raises(ValueError):
+        gemm.transform_script(planner.GemmPlan(12, 64, 64, 1, 1))
 
 
 def test_gemv_k_variants_have_distinct_symbols():
