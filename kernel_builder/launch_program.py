@@ -11,6 +11,8 @@ Parse once (`read_launch_program`) at load time; `run_program` then only indexes
 """
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
 from typing import Callable, MutableSequence, Protocol
 
@@ -33,6 +35,11 @@ class LaunchProgram:
     name: str
     arg_shapes: tuple[tuple[int, ...], ...]
     launches: tuple[LaunchSpec, ...]
+
+    @functools.cached_property
+    def arg_sizes(self) -> tuple[int, ...]:
+        """Element count per argument (computed once: run_program_io checks every launch result)."""
+        return tuple(math.prod(s) for s in self.arg_shapes)
 
 
 def read_launch_program(text: str) -> LaunchProgram:
@@ -106,12 +113,12 @@ def run_program_io(program: LaunchProgram, get: Callable[[int], np.ndarray],
     """Run every launch in order. `get(i)` returns argument i's current data; `put(i, array)` stores a
     launch result (already reshaped to argument i's shape). The emulator wraps its own buffers (and any f32
     shadow copies) in these two callables."""
-    shapes = program.arg_shapes
+    shapes, sizes = program.arg_shapes, program.arg_sizes
     for n, launch in enumerate(program.launches):
         operands = [get(i) for i in launch.operands]
         out_i = launch.operands[-1]
         result = np.asarray(executor.execute(launch, operands))
-        if result.size != int(np.prod(shapes[out_i], dtype=np.int64)):
+        if result.size != sizes[out_i]:
             raise ValueError(f"{program.name}: launch {n} ({launch.kind}) produced {result.shape} for argument "
                              f"{out_i} of shape {shapes[out_i]}")
         put(out_i, result.reshape(shapes[out_i]))

@@ -51,11 +51,12 @@ class EmuBuffer(Buffer):
         a = np.asarray(arr)
         if a.dtype != BF16:
             a = a.astype(np.float32).astype(BF16)  # RNE, as the NPU stores results
-        flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        if flat.size != self.nbytes:
-            raise ValueError(f"kernel output of {flat.size} bytes for a buffer of {self.nbytes} bytes")
-        np.copyto(self.raw, flat)
-        self.invalidate()
+        if a.size * 2 != self.nbytes:
+            raise ValueError(f"kernel output of {a.size * 2} bytes for a buffer of {self.nbytes} bytes")
+        np.copyto(self.raw.view(BF16), a.reshape(-1))  # reshape copies only if `a` is not contiguous
+        self._f32 = None
+        if self._views:
+            self._views.clear()
 
 
 class _Loaded:
