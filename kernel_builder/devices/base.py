@@ -7,6 +7,7 @@ write/sync/read contract and dispatches one run of a loaded module over a list o
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,3 +93,11 @@ def check_nbytes(buf: Buffer, data: np.ndarray, what: str = "write") -> np.ndarr
     if raw.size != buf.nbytes:
         raise ValueError(f"{what}: {raw.size} bytes for a buffer of {buf.nbytes} bytes")
     return raw
+
+
+def check_read(buf: Buffer, shape, dtype) -> np.dtype:
+    """The dtype to read as; ValueError when shape x dtype does not cover the buffer exactly."""
+    dt = np.dtype(dtype)
+    if math.prod(shape) * dt.itemsize != buf.nbytes:
+        raise ValueError(f"read of shape {tuple(shape)} {dt} from a buffer of {buf.nbytes} bytes")
+    return dt

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..numerics import BF16
-from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes
+from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes, check_read
 
 
 class EmuBuffer(Buffer):
@@ -123,9 +123,7 @@ class EmuDevice(Device):
         self.stats.bytes_written += buf.nbytes
 
     def read(self, buf: EmuBuffer, shape, dtype) -> np.ndarray:
-        dt = np.dtype(dtype)
-        if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != buf.nbytes:
-            raise ValueError(f"read of shape {tuple(shape)} {dt} from a buffer of {buf.nbytes} bytes")
+        dt = check_read(buf, shape, dtype)
         self.stats.bytes_read += buf.nbytes
         return buf.raw.copy().view(dt).reshape(shape)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes
+from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes, check_read
 
 
 class NullBuffer(Buffer):
@@ -46,9 +46,7 @@ class NullDevice(Device):
         self.stats.bytes_written += buf.nbytes
 
     def read(self, buf: NullBuffer, shape, dtype) -> np.ndarray:
-        dt = np.dtype(dtype)
-        if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != buf.nbytes:
-            raise ValueError(f"read of shape {tuple(shape)} {dt} from a buffer of {buf.nbytes} bytes")
+        dt = check_read(buf, shape, dtype)
         self.stats.bytes_read += buf.nbytes
         return np.zeros(shape, dtype=dt)
 
