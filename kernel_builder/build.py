@@ -159,6 +159,9 @@ def read_manifest(cache_dir: Path) -> dict:
     if (not isinstance(data, dict) or data.get("build_format") != BUILD_FORMAT
             or not isinstance(data.get("targets"), dict)):
         return {"build_format": BUILD_FORMAT, "targets": {}}
+    # Structurally damaged parts (hand edits, another tool) are dropped, which means "rebuild".
+    data["targets"] = {t: {n: e for n, e in mods.items() if isinstance(n, str) and isinstance(e, dict)}
+                       for t, mods in data["targets"].items() if isinstance(mods, dict)}
     return data
 
 
@@ -173,15 +176,23 @@ def _sha256_file(path: Path) -> str:
 def _entry_valid(cache_dir: Path, entry, key: str | None) -> bool:
     """Same key (when given), every recorded file present with its recorded sha256."""
     try:
-        if key is not None and entry["key"] != key:
+        if not isinstance(entry.get("key"), str) or (key is not None and entry["key"] != key):
             return False
-        base = cache_dir / entry["dir"]
-        for role, rel in entry["files"].items():
-            p = base / rel
-            if not p.is_file() or _sha256_file(p) != entry["sha256"][role]:
+        if not isinstance(entry.get("kernel", "main"), str):
+            return False
+        root = cache_dir.resolve()
+        base = (cache_dir / entry["dir"]).resolve()
+        if root not in base.parents:      # an entry may only name files inside this cache
+            return False
+        files, sha = entry["files"], entry["sha256"]
+        if not isinstance(files, dict) or not isinstance(sha, dict) or "mlir" not in files:
+            return False
+        for role, rel in files.items():
+            p = (base / rel).resolve()
+            if base not in p.parents or not p.is_file() or _sha256_file(p) != sha[role]:
                 return False
-        return "mlir" in entry["files"]
-    except (KeyError, TypeError, OSError):
+        return True
+    except (KeyError, TypeError, AttributeError, ValueError, OSError):
         return False
 
 
@@ -231,12 +242,17 @@ def _compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out:
                  times: dict, log: Path) -> dict[str, str]:
     """Peano for the externals, then aircc (which drives aiecc) -> <name>.elf. Returns files by role.
     Every command and its output go to `log` (outside the staging dir, so it survives a failure)."""
-    from .externals import compile_command
+    from .externals import aie_include_dir_from_env, compile_command
     t0 = time.perf_counter()
+    include = Path(tc.aie_include) if tc.aie_include else aie_include_dir_from_env()
+    if refs and include is None:
+        raise BuildError(f"module {name}: the aie_api headers of mlir-aie were not found (set "
+                         f"MLIR_AIE_INSTALL_DIR; see docs/npu-setup.md#mlir-aie)")
     for r in refs:
         if r.kernel is None:
             raise BuildError(f"module {name}: no external kernel rule produces {r.obj}; log: {log}")
-        _run_logged(compile_command(r.kernel, work, Path(tc.peano)), log, work, f"Peano compile of {r.obj}", name)
+        _run_logged(compile_command(r.kernel, work, Path(tc.peano), include), log, work,
+                    f"Peano compile of {r.obj}", name)
     times["externals"] = time.perf_counter() - t0
 
     src = work / "air.mlir"
@@ -338,7 +354,11 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
 
         tmp_root = cache_dir / ".tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{name}.", dir=tmp_root))
+        # Staging dirs of this (target, module) left by a killed build: nobody else can be using
+        # them while we hold the module lock.
+        for stale in tmp_root.glob(f"{target}.{name}.*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{target}.{name}.", dir=tmp_root))
         try:
             out = staging / "out"
             out.mkdir()
@@ -399,7 +419,13 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     Failures of single modules are collected; with raise_on_error a BuildError naming every failed
     module (and its log) is raised after the whole list was attempted."""
     cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with _flock(cache_dir / ".lock"):
+            pass
+    except OSError as e:
+        raise BuildError(f"kernel cache directory {cache_dir} is not usable: "
+                         f"{e.strerror or type(e).__name__}") from e
     target = target_of(device_kind)
     tc = None
     if target == "npu":
@@ -520,7 +546,7 @@ def compile_main(argv: list[str] | None = None, decls: list[ModuleDecl] | None =
     try:
         report = build_modules(decls, Path(args.cache_dir), kind, progress=not args.no_progress,
                                force=args.force, check=not args.no_check, raise_on_error=False)
-    except ToolchainMissing as e:
+    except (ToolchainMissing, BuildError) as e:
         print(str(e), file=sys.stderr)
         return 2
     print(report.table())

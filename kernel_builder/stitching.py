@@ -263,6 +263,23 @@ def _check_names(name: str, sig: list[SigArg], slices: Sequence[Slice]) -> None:
         prefixes.add(s.prefix)
 
 
+_ALIAS_USE = re.compile(r"(?<![\w.$-])([!#][A-Za-z_][\w.$-]*)")
+
+
+def _expand_aliases(ty: str, k: _Kernel) -> str:
+    """`ty` with the kernel module's own `!type` / `#attr` aliases replaced by their definitions, so a
+    kernel signature written with aliases compares equal to the spelled-out combined signature."""
+    defs = {f"{a.sigil}{a.name}": a.text.split("=", 1)[1].strip() for a in k.module.aliases if "=" in a.text}
+    if not defs:
+        return ty
+    for _ in range(16):  # aliases may use earlier aliases; bounded against cycles
+        new = _ALIAS_USE.sub(lambda m: defs.get(m[1], m[1]), ty)
+        if new == ty:
+            break
+        ty = new
+    return ty
+
+
 def _check_wiring(name: str, sig: list[SigArg], kernels: list[_Kernel]) -> None:
     types = {a.name: a.type for a in sig}
     for k in kernels:
@@ -274,7 +291,7 @@ def _check_wiring(name: str, sig: list[SigArg], kernels: list[_Kernel]) -> None:
             if arg not in types:
                 raise ValueError(f"module {name}, {k.label}: kernel argument {pos} (%{p}) is wired to {arg!r}, "
                                  f"which is not an argument of the module (arguments: {', '.join(types)})")
-            if mt.normalize(t) != mt.normalize(types[arg]):
+            if mt.normalize(_expand_aliases(t, k)) != mt.normalize(types[arg]):
                 raise ValueError(f"module {name}, {k.label}: kernel argument {pos} (%{p}) has type {t} but "
                                  f"module argument {arg!r} has type {types[arg]}")
     used = {a for k in kernels for a in k.slice.wiring}

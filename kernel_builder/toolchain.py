@@ -47,6 +47,7 @@ class Toolchain:
     peano: str | None = None        # Peano install dir (holds bin/clang)
     pyxrt: bool = False
     npu: str | None = None          # how the device was found, e.g. "/dev/accel/accel0 (amdxdna)"
+    aie_include: str | None = None  # mlir-aie's include dir (holds aie_api/) for the external kernels
     notes: list[str] = field(default_factory=list)
 
     def missing(self) -> list[str]:
@@ -112,6 +113,28 @@ def find_peano(env: dict | None = None) -> str | None:
     return str(d) if d else None
 
 
+def find_aie_include(env: dict | None = None, aiecc: str | None = None) -> str | None:
+    """mlir-aie's `include` dir (the one holding aie_api/aie.hpp) for the Peano compile of external
+    kernels: $MLIR_AIE_INSTALL_DIR/include, else <install>/include next to the resolved aiecc or
+    aie-opt binary (<install>/bin/...), else the mlir_aie wheel's mlir_aie/include."""
+    env = env or os.environ
+    cands: list[Path] = []
+    root = env.get("MLIR_AIE_INSTALL_DIR", "")
+    if root:
+        cands.append(Path(root) / "include")
+    for tool in (aiecc, shutil.which("aie-opt", path=env.get("PATH", os.defpath))):
+        if tool:
+            cands.append(Path(os.path.realpath(tool)).parent.parent / "include")
+    for dist in ("mlir_aie", "mlir-aie"):
+        d = _package_dir(dist, "mlir_aie")
+        if d is not None:
+            cands.append(d / "include")
+    for c in cands:
+        if (c / "aie_api").is_dir():
+            return str(c.resolve())
+    return None
+
+
 def pyxrt_importable() -> bool:
     if "pyxrt" in sys.modules:
         return sys.modules["pyxrt"] is not None
@@ -145,8 +168,10 @@ def find_npu(accel_glob: str = "/dev/accel/accel*", xrt_smi: str | None = None) 
 
 def detect(env: dict | None = None, accel_glob: str = "/dev/accel/accel*") -> Toolchain:
     env = dict(os.environ if env is None else env)
-    return Toolchain(aircc=find_aircc(env), aiecc=find_aiecc(env), peano=find_peano(env),
-                     pyxrt=pyxrt_importable(), npu=find_npu(accel_glob))
+    aiecc = find_aiecc(env)
+    return Toolchain(aircc=find_aircc(env), aiecc=aiecc, peano=find_peano(env),
+                     pyxrt=pyxrt_importable(), npu=find_npu(accel_glob),
+                     aie_include=find_aie_include(env, aiecc))
 
 
 # ---------------------------------------------------------------- versions (cache key)

@@ -200,7 +200,10 @@ def fake_npu_toolchain(tmp_path):
         while [ $# -gt 0 ]; do if [ "$1" = "--elf-name" ]; then echo ELF > "$2"; fi; shift; done
         """)
     aiecc = _script(bin_dir / "aiecc", "echo aiecc 1.4.0\n")
-    return Toolchain(aircc=aircc, aiecc=aiecc, peano=str(peano), pyxrt=True, npu="stand-in"), calls
+    include = tmp_path / "mlir_aie" / "include"
+    (include / "aie_api").mkdir(parents=True)
+    return Toolchain(aircc=aircc, aiecc=aiecc, peano=str(peano), pyxrt=True, npu="stand-in",
+                     aie_include=str(include)), calls
 
 
 def test_npu_build_runs_peano_then_aircc_with_real_flags(tmp_path, fake_npu_toolchain):
@@ -212,6 +215,7 @@ def test_npu_build_runs_peano_then_aircc_with_real_flags(tmp_path, fake_npu_tool
     assert art.kernel == "main:lm_head_gemv_s1"
     lines = calls.read_text().splitlines()
     assert lines[0].startswith("peano ") and "mv_k64_m8.o" in lines[0] and "--target=aie2p-none-unknown-elf" in lines[0]
+    assert f"-I{tc.aie_include}" in lines[0].split()               # aie_api headers from mlir-aie
     aircc = lines[1].split()
     for flag in ("--device npu2", "--output-format elf", f"--peano {tc.peano}", "--no-xchesscc"):
         assert flag in " ".join(aircc)
@@ -250,3 +254,58 @@ def test_compile_main_builds_and_reports(tmp_path, capsys):
     assert B.compile_main(args + ["--only", "add_norm"], decls=[add_norm(), gemv_mod()]) == 0
     assert "0 built, 1 up to date" in capsys.readouterr().out
     assert B.compile_main(args + ["--only", "nope"], decls=[add_norm()]) == 2
+
+
+def test_npu_build_without_aie_api_headers_fails_clearly(tmp_path, fake_npu_toolchain, monkeypatch):
+    import dataclasses
+    tc, _ = fake_npu_toolchain
+    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR", raising=False)
+    tc = dataclasses.replace(tc, aie_include=None)
+    rep = B.build_modules([gemv_mod("lm_head_gemv_s1")], tmp_path / "c", "npu", progress=False, toolchain=tc,
+                          raise_on_error=False)
+    assert _status(rep) == {"lm_head_gemv_s1": "failed"}
+    assert "aie_api headers" in rep.results[0].error and "MLIR_AIE_INSTALL_DIR" in rep.results[0].error
+
+
+@pytest.mark.parametrize("damage", ["targets_list", "files_list", "sha_none", "dir_outside"])
+def test_structurally_damaged_manifest_rebuilds(tmp_path, damage):
+    decls = [add_norm()]
+    _build(tmp_path, decls)
+    m = json.loads((tmp_path / B.MANIFEST).read_text())
+    entry = m["targets"]["emu"]["add_norm"]
+    if damage == "targets_list":
+        m["targets"]["emu"] = [1]
+    elif damage == "files_list":
+        entry["files"] = ["add_norm.mlir"]
+    elif damage == "sha_none":
+        entry["sha256"] = None
+    else:  # an entry pointing outside the cache at a file whose hash it records
+        outside = tmp_path.parent / f"{tmp_path.name}_outside"
+        outside.mkdir()
+        (outside / "add_norm.mlir").write_text("module {}\n")
+        entry["dir"] = str(outside)
+        entry["sha256"]["mlir"] = B._sha256_file(outside / "add_norm.mlir")
+    (tmp_path / B.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(B.BuildError, match="add_norm: (not built|stale or damaged)"):
+        B.load_artifacts(tmp_path, "emu", decls)
+    assert _status(_build(tmp_path, decls)) == {"add_norm": "built"}
+
+
+def test_unusable_cache_dir_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(B.BuildError, match="is not usable"):
+        _build(blocker / "cache", [add_norm()])
+    assert B.compile_main(["--device", "emu", "--cache-dir", str(blocker / "cache"), "--no-progress"],
+                          decls=[add_norm()]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not usable" in err
+
+
+def test_staging_left_by_a_killed_build_is_removed(tmp_path):
+    stale = tmp_path / ".tmp" / "emu.add_norm.abc123"
+    (stale / "out").mkdir(parents=True)
+    other = tmp_path / ".tmp" / "npu.add_norm.def456"     # another target's build: not ours to remove
+    other.mkdir()
+    _build(tmp_path, [add_norm()])
+    assert not stale.exists() and other.exists()

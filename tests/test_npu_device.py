@@ -199,3 +199,34 @@ def test_npu_module_imports_without_pyxrt(monkeypatch):
     dev = npu.NpuDevice()
     with pytest.raises(RuntimeError, match="pyxrt"):
         dev.alloc(16)
+
+
+def test_elf_run_is_rebound_after_the_buffer_set_is_freed(tmp_path, pyxrt_log):
+    """A freed-and-reallocated buffer set must never reuse a run bound to the old bos (ids can repeat)."""
+    from kernel_builder.devices.npu import NpuDevice
+    kc = KernelCache(NpuDevice(), {"add_norm": _elf_artifact(tmp_path)}, [add_norm()])
+    rng = np.random.default_rng(1)
+    x, r, w = (to_bf16(rng.standard_normal(s)) for s in ((R, D), (R, D), (D,)))
+    kc.load_and_run("add_norm", x, r, w)
+    for _ in range(3):
+        kc.free("add_norm")
+        n = len(pyxrt_log)
+        out = kc.load_and_run("add_norm", x, r, w)
+        new_bos = [e for e in pyxrt_log[n:] if e[0] == "ext.bo"]
+        bound = [e[2] for e in pyxrt_log[n:] if e[0] == "set_arg"]
+        assert len(new_bos) == 5 and len(bound) == 5                    # a fresh run over the new bos
+        np.testing.assert_array_equal(out["y"].view(np.uint16), x.view(np.uint16))
+
+
+def test_xclbin_flow_single_kernel_accepts_the_default_name(tmp_path, pyxrt_log):
+    from kernel_builder.devices.npu import NpuDevice
+    (tmp_path / "m.xclbin").write_bytes(b"x")
+    np.arange(4, dtype=np.uint32).tofile(tmp_path / "m.insts.bin")
+    (tmp_path / "m.mlir").write_text("module {}\n")
+    art = Artifact("add_norm", tmp_path / "m.mlir", xclbin=tmp_path / "m.xclbin", insts=tmp_path / "m.insts.bin")
+    NpuDevice().load(art)
+    assert ("kernel", "MLIR_AIE") in pyxrt_log
+    bad = Artifact("add_norm", tmp_path / "m.mlir", xclbin=tmp_path / "m.xclbin", insts=tmp_path / "m.insts.bin",
+                   kernel="other")
+    with pytest.raises(DeviceRunError, match="add_norm: kernel 'other' not in xclbin"):
+        NpuDevice().load(bad)

@@ -92,7 +92,7 @@ def test_same_names_in_every_slice_do_not_collide():
 
 
 def _checkable(slices):
-    """tests/air_checks.py handles neither `#alias` tokens nor async launches; our builders emit neither."""
+    """Without `#map` and async launches: the form mlir-opt-22 verifies (it cannot parse AIR's async syntax)."""
     return [Slice(s.prefix, s.text.replace("#map = affine_map<(d0, d1) -> (d0 + d1)>\n", "")
                   .replace("affine.apply #map(%arg0, %tx)", "arith.addi %arg0, %tx : index")
                   .replace("%0 = air.launch async", "air.launch"), s.wiring)
@@ -103,6 +103,32 @@ def test_stitched_module_passes_air_structure_checks():
     rep = air_checks.check_module(stitch_modules("chain", CHAIN_SIG, _checkable(CHAIN)))
     assert rep.errors == []
     assert [k["kind"] for k in rep.kernels] == ["mul", "mul"]
+
+
+def test_async_launches_and_aliases_stitch_and_pass_air_checks():
+    """`%t = air.launch async [%dep]`, `!type` aliases in signatures and `#attr` aliases in layouts: the
+    stitcher renames them per slice and compares kernel types with the aliases expanded."""
+    def mod():
+        t = "!bt = memref<4xbf16>\n#lay = strided<[1], offset: ?>\n" + kernel_module(
+            "mul", ["!bt", "memref<4xbf16, #lay>", "!bt"])
+        t = t.replace("%c1 = arith.constant 1 : index", "%c1 = arith.constant 1 : index\n    %d = air.wait_all async")
+        return t.replace("%0 = air.launch async (%x)", "%0 = air.launch async [%d] (%x)")
+    sig = [SigArg("x", V4, Role.INPUT), SigArg("w", "memref<4xbf16, strided<[1], offset: ?>>", Role.STATIC),
+           SigArg("t", V4, Role.INTERMEDIATE), SigArg("y", V4, Role.OUTPUT)]
+    text = stitch_modules("h", sig, [Slice("a", mod(), ("x", "w", "t")), Slice("b", mod(), ("t", "w", "y"))])
+    assert "!a_bt = memref<4xbf16>" in text and "!b_bt = memref<4xbf16>" in text
+    assert "air.launch async [%a_d]" in text and "air.launch async [%b_d]" in text
+    assert [lp.operands for lp in read_launch_program(text).launches] == [(0, 1, 2), (2, 1, 3)]
+    rep = air_checks.check_module(text)
+    assert rep.errors == [] and [k["kind"] for k in rep.kernels] == ["mul", "mul"]
+    with pytest.raises(ValueError, match="slice 'a' .*kernel argument 1 .*has type memref<4xbf16, #lay>"):
+        stitch_modules("h", [SigArg(a.name, V4, a.role) for a in sig],
+                       [Slice("a", mod(), ("x", "w", "t")), Slice("b", mod(), ("t", "w", "y"))])
+
+
+def test_air_checks_reads_the_unmodified_hostile_modules():
+    rep = air_checks.check_module(stitch_modules("chain", CHAIN_SIG, CHAIN))   # #map and async launches
+    assert rep.errors == [] and [k["kind"] for k in rep.kernels] == ["mul", "mul"]
 
 
 def test_stitched_module_verifies_with_mlir_opt():

@@ -114,3 +114,15 @@ def test_find_npu_via_xrt_smi(tmp_path):
     assert T.find_npu(accel_glob=str(tmp_path / "none*"), xrt_smi=smi) == "xrt-smi examine"
     quiet = _exe(tmp_path / "xrt-smi2", 'echo "0 devices found"\n')
     assert T.find_npu(accel_glob=str(tmp_path / "none*"), xrt_smi=quiet) is None
+
+
+def test_aie_include_found_from_env_or_next_to_aiecc(tmp_path):
+    root = tmp_path / "mlir_aie"
+    (root / "include" / "aie_api").mkdir(parents=True)
+    (root / "bin").mkdir()
+    aiecc = root / "bin" / "aiecc"
+    aiecc.write_text("#!/bin/sh\n")
+    aiecc.chmod(0o755)
+    assert T.find_aie_include({"MLIR_AIE_INSTALL_DIR": str(root), "PATH": ""}) == str((root / "include").resolve())
+    assert T.find_aie_include({"PATH": ""}, str(aiecc)) == str((root / "include").resolve())
+    assert T.find_aie_include({"MLIR_AIE_INSTALL_DIR": str(tmp_path / "nope"), "PATH": ""}) is None

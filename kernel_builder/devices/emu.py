@@ -82,6 +82,30 @@ def _blas_controller():
     return _CONTROLLER
 
 
+class _BlasThreads:
+    """Context manager: BLAS libraries at `n` threads inside, previous counts restored on exit.
+    Talks to the libraries' own get/set calls (threadpoolctl's lib controllers, selected once):
+    threadpoolctl's limit() re-inspects every library on each entry, ~20 us per dispatch."""
+
+    def __init__(self, controller, n: int):
+        self.libs = list(controller.select(user_api="blas").lib_controllers)
+        self.n = n
+        self.saved: list = []
+
+    def __enter__(self):
+        self.saved = [lib.get_num_threads() for lib in self.libs]
+        for lib, old in zip(self.libs, self.saved):
+            if old is not None and old != self.n:
+                lib.set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        for lib, old in zip(self.libs, self.saved):
+            if old is not None and old != self.n:
+                lib.set_num_threads(old)
+        return False
+
+
 class EmuDevice(Device):
     name = "emu"
 
@@ -95,7 +119,8 @@ class EmuDevice(Device):
         self.executor = executor
         self.shadow_f32 = shadow_f32
         self.blas_threads = blas_threads
-        self._blas = _blas_controller() if blas_threads is not None else None
+        ctl = _blas_controller() if blas_threads is not None else None
+        self._blas = _BlasThreads(ctl, blas_threads) if ctl is not None else None
         self.stats = DeviceStats()
 
     def load(self, artifact: Artifact) -> _Loaded:
@@ -143,8 +168,7 @@ class EmuDevice(Device):
         def put(i, value):
             buffers[i].store(value)
 
-        limit = (self._blas.limit(limits=self.blas_threads, user_api="blas") if self._blas is not None
-                 else contextlib.nullcontext())
+        limit = self._blas if self._blas is not None else contextlib.nullcontext()
         try:
             with limit:
                 run_program_io(handle.program, get, put, self.executor)

@@ -51,7 +51,8 @@ class _Loaded:
         self.xclbin = None
         self.instr_bo = None
         self.n_instr = 0
-        self.runs: dict[tuple[int, ...], object] = {}   # ELF: one xrt.run per buffer set, args bound once
+        # ELF: one xrt.run per buffer set, args bound once: key -> (run, bound bos, buffers)
+        self.runs: dict[tuple[int, ...], tuple] = {}
 
 
 def _to_device(xrt):
@@ -98,6 +99,8 @@ class NpuDevice(Device):
                 h.context = xrt.hw_context(dev, h.xclbin.get_uuid())
                 names = [k.get_name() for k in h.xclbin.get_kernels()]
                 match = [n for n in names if artifact.kernel in n]
+                if not match and len(names) == 1 and artifact.kernel.startswith("main"):
+                    match = names  # default/ELF-style name on a single-kernel xclbin (e.g. MLIR_AIE)
                 if not match:
                     raise DeviceRunError(f"kernel {artifact.kernel!r} not in xclbin (has {names})")
                 h.kernel = xrt.kernel(h.context, match[0])
@@ -162,12 +165,18 @@ class NpuDevice(Device):
         xrt = _xrt()
         if handle.flow == "elf":
             key = tuple(id(b) for b in buffers)
-            run = handle.runs.get(key)
-            if run is None:
+            cached = handle.runs.get(key)
+            # The cache entry keeps its buffers alive, so an id in the key cannot be reused by a
+            # new buffer; the identity check also catches a bo re-created behind the same buffer.
+            if cached is not None and all(b.bo is bo for b, bo in zip(buffers, cached[1])):
+                run = cached[0]
+            else:
+                if any(b.bo is None for b in buffers):
+                    raise DeviceRunError(f"module {handle.name}: run over a freed buffer")
                 run = xrt.run(handle.kernel)
                 for i, b in enumerate(buffers):
                     run.set_arg(i, b.bo)
-                handle.runs[key] = run
+                handle.runs[key] = (run, tuple(b.bo for b in buffers), tuple(buffers))
             run.start()
             state = run.wait2() if hasattr(run, "wait2") else run.wait()
         else:
