@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEVICE_KINDS = ("npu", "emu", "null")
+# emu-interp: emu that interprets each launch's herds/DMAs from the AIR text (slow; for tiling checks).
+DEVICE_KINDS = ("npu", "emu", "emu-interp", "null")
 SETUP_DOC = "docs/npu-setup.md"
 # Bumped when the emulator's artifact interpretation changes; part of the emu cache key.
 EMU_FORMAT_VERSION = 1
@@ -197,7 +198,7 @@ def _dist_version(*names: str) -> str | None:
 
 def toolchain_versions(kind: str, tc: Toolchain | None = None) -> dict[str, str]:
     """Version strings that identify the compiler; any change invalidates the build cache."""
-    if kind in ("emu", "null"):
+    if kind in ("emu", "emu-interp", "null"):
         return {"emu": f"emu-{EMU_FORMAT_VERSION}"}
     if kind != "npu":
         raise ValueError(f"unknown device kind {kind!r}; expected one of {DEVICE_KINDS}")
@@ -227,10 +228,10 @@ def resolve_device_kind(name: str | None = "auto", env: dict | None = None,
     if name in (None, "", "auto"):
         name = env.get("DEVICE", "auto") or "auto"
     name = name.lower()
-    if name in ("emu", "null"):
+    if name in ("emu", "emu-interp", "null"):
         return name
     if name not in ("npu", "auto"):
-        raise ValueError(f"unknown device {name!r}; expected auto, npu, emu or null")
+        raise ValueError(f"unknown device {name!r}; expected auto, npu, emu, emu-interp or null")
     tc = toolchain or detect(env)
     if name == "npu":
         tc.require()

@@ -1,4 +1,5 @@
-"""Devices behind one interface (base.Device): npu (pyxrt), emu (software), null (counting)."""
+"""Devices behind one interface (base.Device): npu (pyxrt), emu (software), emu-interp
+(software, interpreting the AIR herds/DMAs), null (counting)."""
 from __future__ import annotations
 
 from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats
@@ -15,6 +16,9 @@ def make_device(name: str | None = "auto", **kwargs) -> Device:
     if kind == "emu":
         from .emu import EmuDevice
         return EmuDevice(**kwargs)
+    if kind == "emu-interp":
+        from .interp import InterpEmuDevice
+        return InterpEmuDevice(**kwargs)
     from .null import NullDevice
     return NullDevice(**kwargs)
 
