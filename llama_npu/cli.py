@@ -5,14 +5,17 @@ Bad input never prints a traceback: one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
 import time
 
-from .errors import LlamaNpuError, PromptError
+from .errors import LlamaNpuError, PromptError, UsageError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+DEVICES = ("auto", "npu", "emu", "null")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,6 +31,36 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0 = off), got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
     return value
 
 
@@ -53,9 +86,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
-        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-        p.add_argument("--top-k", type=int, default=0)
-        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default)")
+        p.add_argument("--top-k", type=non_negative_int, default=0, help="0 = off (default)")
+        p.add_argument("--top-p", type=probability, default=1.0, help="1 = off (default)")
         p.add_argument("--seed", type=int, default=None)
 
 
@@ -82,33 +115,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+def check_device(name: str | None) -> None:
+    """--device, or $DEVICE when it is absent/auto, must name a device kind (checked before any work)."""
+    import os
+
+    shown = name if name not in (None, "", "auto") else os.environ.get("DEVICE") or "auto"
+    if shown.lower() not in DEVICES:
+        source = "--device" if name not in (None, "", "auto") else "DEVICE"
+        raise UsageError(f"unknown device {shown!r} ({source}); expected one of {', '.join(DEVICES)}")
+
+
 def _prepare(args, prompt: str | None):
-    """Cheap checks before any kernel is built or weight read: model, config, tokenizer, prompt
-    budget. Returns (model_dir, token ids or None)."""
+    """Cheap checks before any kernel is built or weight read: device name, model, config, tokenizer,
+    prompt budget. Returns (model_dir, token ids or None)."""
     from .config import load_config
-    from .engine import select_buckets
+    from .engine import check_budget, select_buckets
     from .model_source import resolve_model
     from .tokenizer import Tokenizer
 
+    check_device(getattr(args, "device", None))
     model_dir = resolve_model(args.model, progress=not args.no_progress)
     cfg = load_config(model_dir)
+    tok = Tokenizer(model_dir)
     ids = None
-    if prompt is not None:
+    if prompt is None:  # chat: the conversation goes through the chat template
+        if not tok.has_chat_template:
+            raise PromptError(f"{model_dir}: the tokenizer has no chat template; use `llama-npu run --raw`")
+    else:
         if not prompt.strip():
             raise PromptError("empty prompt: pass some text with --prompt / PROMPT=...")
-        tok = Tokenizer(model_dir)
         if args.raw or not tok.has_chat_template:
             ids = tok.encode(prompt, add_special_tokens=True)
         else:
             ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
-        n = getattr(args, "n_tokens", 0)
-        if len(ids) + n > cfg.max_position:
-            raise PromptError(f"prompt ({len(ids)} tokens) + N_TOKENS ({n}) = {len(ids) + n} exceeds the "
-                              f"model's context of {cfg.max_position} tokens")
-        largest = select_buckets(args.buckets, cfg.max_position)[-1]
-        if len(ids) > largest:
-            raise PromptError(f"prompt has {len(ids)} tokens but the largest prefill bucket is {largest} "
-                              f"(add a larger one with --buckets)")
+        check_budget(len(ids), args.n_tokens, cfg.max_position, select_buckets(args.buckets, cfg.max_position))
     return model_dir, ids
 
 
@@ -131,6 +171,24 @@ def _timings(res) -> str:
             f"{res.ms_per_token:.1f} ms/token | {len(res.tokens)} tokens, stop: {res.stop_reason}")
 
 
+@contextlib.contextmanager
+def _ctrl_c_stops_reply():
+    """Yields a threading.Event that the first Ctrl-C sets (generate() stops after the current token and
+    the timings still print); a second Ctrl-C (e.g. during a long prefill) raises KeyboardInterrupt."""
+    stop = threading.Event()
+
+    def handler(_signum, _frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _print_delta(_tok: int, delta: str) -> None:
     sys.stdout.write(delta)
     sys.stdout.flush()
@@ -141,10 +199,11 @@ def cmd_run(args) -> int:
     model_dir, ids = _prepare(args, args.prompt)
     sampler = _sampler(args)
     eng = _engine(args, model_dir)
-    res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta)
+    with _ctrl_c_stops_reply() as stop:
+        res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta, stop_event=stop)
     print()
     print(_timings(res))
-    return 0
+    return EXIT_INTERRUPTED if res.stop_reason == "interrupted" else 0
 
 
 def cmd_chat(args) -> int:
@@ -152,8 +211,11 @@ def cmd_chat(args) -> int:
     sampler = _sampler(args)
     eng = _engine(args, model_dir)
     tok = eng.tokenizer
-    if not tok.has_chat_template:
-        raise PromptError(f"{model_dir}: the tokenizer has no chat template; use `llama-npu run --raw`")
+    if sys.stdin.isatty():
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:  # pragma: no cover - not on every platform
+            pass
     print("chat: /clear forgets the conversation, /quit (or Ctrl-D) exits, Ctrl-C stops a reply", file=sys.stderr)
     history: list[dict] = []
     while True:
@@ -183,12 +245,13 @@ def cmd_chat(args) -> int:
             print(f"llama-npu: {e} (use /clear)", file=sys.stderr)
             history.pop()
             continue
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
         try:
-            res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta, stop_event=stop)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+            with _ctrl_c_stops_reply() as stop:
+                res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta, stop_event=stop)
+        except KeyboardInterrupt:  # second Ctrl-C: drop this turn, keep the conversation before it
+            print("\n(reply interrupted)", file=sys.stderr)
+            history.pop()
+            continue
         print()
         print(_timings(res), file=sys.stderr)
         history.append({"role": "assistant", "content": res.text.strip()})
@@ -203,6 +266,7 @@ def cmd_compile(args) -> int:
     from .engine import select_buckets
     from .model_source import resolve_model
 
+    check_device(args.device)
     cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
     buckets = select_buckets(args.buckets, cfg.max_position)
     decls = list(registry.all_modules(cfg.shapes, list(buckets)))
@@ -284,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -60,6 +60,25 @@ def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
     return fit or (context,)
 
 
+def check_budget(n_prompt: int, max_new_tokens: int, context: int, buckets: Sequence[int]) -> None:
+    """The prompt fits a prefill bucket and prompt + new tokens fit the model's context (PromptError).
+    Shared by the CLI's cheap pre-checks (before any weight is read) and Engine.generate."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
+        raise PromptError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if n_prompt == 0:
+        raise PromptError("empty prompt: nothing to run")
+    if n_prompt + max_new_tokens > context:
+        raise PromptError(f"prompt ({n_prompt} tokens) + N_TOKENS ({max_new_tokens}) = "
+                          f"{n_prompt + max_new_tokens} exceeds the model's context of {context} tokens")
+    if n_prompt > max(buckets):
+        raise _too_long(n_prompt, buckets)
+
+
+def _too_long(n_prompt: int, buckets: Sequence[int]) -> PromptError:
+    return PromptError(f"prompt has {n_prompt} tokens but the largest compiled prefill bucket is "
+                       f"{max(buckets)} (add a larger one with --buckets)")
+
+
 def _bo(module: str, layer: int) -> str:
     return f"{module}/L{layer}"
 
@@ -154,8 +173,7 @@ class Engine:
         for b in self.buckets:
             if b >= n:
                 return b
-        raise PromptError(f"prompt has {n} tokens but the largest compiled prefill bucket is "
-                          f"{self.buckets[-1]} (add a larger one with --buckets)")
+        raise _too_long(n, self.buckets)
 
     def _check_ids(self, token_ids: Sequence[int]) -> list[int]:
         ids = [int(t) for t in token_ids]
@@ -260,15 +278,7 @@ class Engine:
 
     # ------------------------------------------------------------------------------------ generate
     def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
-            raise PromptError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        if n_prompt == 0:
-            raise PromptError("empty prompt: nothing to run")
-        ctx = self.config.max_position
-        if n_prompt + max_new_tokens > ctx:
-            raise PromptError(f"prompt ({n_prompt} tokens) + N_TOKENS ({max_new_tokens}) = "
-                              f"{n_prompt + max_new_tokens} exceeds the model's context of {ctx} tokens")
-        self.bucket_for(n_prompt)
+        check_budget(n_prompt, max_new_tokens, self.config.max_position, self.buckets)
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,
                  on_token: Callable[[int, str], None] | None = None,
@@ -314,16 +324,24 @@ class Engine:
 
 
 class _TextStream:
-    """Turns the growing token list into text deltas (holding back incomplete UTF-8 sequences)."""
+    """Turns the growing token list into text deltas with a constant amount of decoding per token.
+
+    Only a short window is decoded: the tokens since the last emitted text (`read`) plus the few before
+    them (`prefix`, so word-boundary spaces decode as in the full text). A window ending in U+FFFD (an
+    incomplete UTF-8 sequence split across tokens) is held back until the next token completes it."""
 
     def __init__(self, tokenizer: Tokenizer, on_token):
-        self.tokenizer, self.on_token, self.emitted = tokenizer, on_token, ""
+        self.tokenizer, self.on_token = tokenizer, on_token
+        self.prefix = self.read = 0
 
     def push(self, tokens: list[int]) -> None:
         if self.on_token is None:
             return
-        text = self.tokenizer.decode(tokens)
+        decode = self.tokenizer.decode
+        before = decode(tokens[self.prefix:self.read])
+        text = decode(tokens[self.prefix:])
         delta = ""
-        if not text.endswith("\ufffd") and text.startswith(self.emitted):
-            delta, self.emitted = text[len(self.emitted):], text
+        if len(text) > len(before) and not text.endswith("\ufffd"):
+            delta = text[len(before):]
+            self.prefix, self.read = self.read, len(tokens)
         self.on_token(tokens[-1], delta)

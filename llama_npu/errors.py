@@ -28,3 +28,7 @@ class PromptError(LlamaNpuError):
 
 class MissingDependency(LlamaNpuError):
     """An optional dependency (e.g. the `verify` extra for GGUF conversion) is not installed."""
+
+
+class UsageError(LlamaNpuError):
+    """A command-line value that argparse cannot check on its own (e.g. $DEVICE)."""

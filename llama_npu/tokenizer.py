@@ -51,7 +51,10 @@ class Tokenizer:
         except Exception as e:  # tokenizers raises plain Exception subclasses
             raise TokenizerError(f"{tok_json}: cannot load tokenizer ({str(e).splitlines()[0]})") from None
         cfg_path = self.model_dir / "tokenizer_config.json"
-        self.config: dict = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        try:
+            self.config: dict = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        except json.JSONDecodeError as e:
+            raise TokenizerError(f"{cfg_path}: not valid JSON ({e.msg} at line {e.lineno})") from None
         self.chat_template = _load_template(self.model_dir, self.config)
         self.special: dict[str, str] = {}
         for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
@@ -87,8 +90,9 @@ class Tokenizer:
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         if self.chat_template is None:
             raise TokenizerError(f"{self.model_dir}: the tokenizer has no chat template (use --raw)")
+        from jinja2.exceptions import TemplateError
+
         if self._template is None:
-            from jinja2.exceptions import TemplateError
             from jinja2.sandbox import ImmutableSandboxedEnvironment
 
             def raise_exception(message):
@@ -99,9 +103,15 @@ class Tokenizer:
             env.filters["tojson"] = lambda v, indent=None, **_: json.dumps(v, indent=indent, ensure_ascii=False)
             env.globals["raise_exception"] = raise_exception
             env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-            self._template = env.from_string(self.chat_template)
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     **self.special)
+            try:
+                self._template = env.from_string(self.chat_template)
+            except TemplateError as e:
+                raise TokenizerError(f"{self.model_dir}: cannot parse the chat template ({e})") from None
+        try:
+            return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                         **self.special)
+        except TemplateError as e:  # e.g. the template's raise_exception("roles must alternate ...")
+            raise TokenizerError(f"{self.model_dir}: the chat template rejected the conversation ({e})") from None
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
         """Token ids of the rendered conversation (special tokens come from the template itself, so

@@ -110,3 +110,70 @@ def test_subprocess_entry_point(tmp_path):
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "does not exist" in lines[0]
+
+
+@pytest.mark.parametrize("argv_env", [(["--device", "bogus"], {}), ([], {"DEVICE": "bogus"})],
+                         ids=["flag", "env"])
+def test_unknown_device(capsys, tiny_model_dir, monkeypatch, argv_env):
+    extra, env = argv_env
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, lines = run_main(capsys, ["run", "--prompt", "hi", "--model", str(tiny_model_dir), *extra])
+    assert_one_line(code, lines, "unknown device 'bogus'")
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--temperature", "-1", "must be a number >= 0"), ("--temperature", "nan", "must be a number >= 0"),
+    ("--top-k", "-3", "must be an integer >= 0"), ("--top-p", "0", "must be in (0, 1]"),
+    ("--top-p", "1.5", "must be in (0, 1]"), ("--buckets", "64,abc", "comma-separated positive integers")])
+def test_bad_sampling_and_bucket_values(capsys, tiny_model_dir, flag, value, needle):
+    code, lines = run_main(capsys, ["run", "--prompt", "hi", "--model", str(tiny_model_dir), flag, value])
+    assert_one_line(code, lines, needle)
+
+
+def test_prompt_longer_than_largest_bucket(capsys, tiny_model_dir):
+    code, lines = run_main(capsys, ["run", "--prompt", "hello " * 80, "-n", "1", "--buckets", "64",
+                                    "--model", str(tiny_model_dir), "--raw"])
+    assert_one_line(code, lines, "largest compiled prefill bucket is 64")
+
+
+def test_ctrl_c_stops_the_reply_then_interrupts():
+    """First Ctrl-C sets the stop event (the reply ends after the current token, timings still print);
+    a second one (e.g. during a long prefill) raises KeyboardInterrupt; the old handler comes back."""
+    import signal
+
+    from llama_npu.cli import _ctrl_c_stops_reply
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_stops_reply() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.is_set()
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_chat_keeps_history_and_clear_resets(capsys, tiny_model_dir, monkeypatch, tmp_path):
+    """Piped stdin: turn 2's prompt holds turn 1 (longer prompt), /clear starts over, EOF exits 0."""
+    import io
+    import re
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello world\n\nhello world\n/clear\nhello world\n"))
+    code = main(["chat", "--model", str(tiny_model_dir), "--device", "emu", "--no-progress", "-n", "3",
+                 "--buckets", "64", "--cache-dir", str(tmp_path / "k")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    lens = [int(n) for n in re.findall(r"\((\d+)-token prompt\)", err)]
+    assert len(lens) == 3 and lens[1] > lens[0] and lens[2] == lens[0], err
+    assert "conversation cleared" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("template,needle", [("{{ raise_exception('roles must alternate') }}", "roles must alternate"),
+                                             ("{% if %}", "cannot parse the chat template")])
+def test_chat_template_errors_are_one_line(capsys, tmp_path, template, needle):
+    d = write_numpy_checkpoint(tmp_path / "m")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = template
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    code, lines = run_main(capsys, ["run", "--prompt", "hi", "--model", str(d)])
+    assert_one_line(code, lines, needle)

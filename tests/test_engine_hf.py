@@ -50,13 +50,16 @@ def ours_greedy(eng: Engine, ids: list[int], steps: int) -> list[np.ndarray]:
 
 
 def gate(ours: list[np.ndarray], ref: list[np.ndarray]) -> int:
-    """Verify gate: walk both greedy sequences in lockstep; at the first differing step each side's
-    token must be in the other side's top-5, and that step ends the comparison. Returns steps matched."""
+    """Verify gate (verify.gate's tie order): walk both greedy sequences in lockstep; at the first
+    differing step each side's token must be in the other side's top-5, and that step ends the
+    comparison. Returns steps matched."""
+    from verify.gate import greedy_token, topk_ids
+
     for step, (a, b) in enumerate(zip(ours, ref)):
-        ta, tb = int(np.argmax(a)), int(np.argmax(b))
+        ta, tb = greedy_token(a), greedy_token(b)
         if ta != tb:
-            assert ta in np.argsort(-b)[:TOP], f"step {step}: our token {ta} not in HF top-{TOP}"
-            assert tb in np.argsort(-a)[:TOP], f"step {step}: HF token {tb} not in our top-{TOP}"
+            assert ta in topk_ids(b, TOP), f"step {step}: our token {ta} not in HF top-{TOP}"
+            assert tb in topk_ids(a, TOP), f"step {step}: HF token {tb} not in our top-{TOP}"
             return step
     return len(ours)
 
@@ -182,3 +185,31 @@ def test_generate_stop_event_and_limits(small):
     for _ in range(70):
         eng.decode_step(21)
     assert eng.pos == 75 and eng.kv.max_seq >= 75
+
+
+def test_text_stream_deltas_equal_full_decode_with_byte_level_bpe(tmp_path):
+    """Streaming decodes a short window per token (not the whole reply) yet yields exactly the full
+    text, including multi-byte characters split across byte-level BPE tokens."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+
+    from llama_npu.engine import _TextStream
+    from llama_npu.tokenizer import Tokenizer
+
+    corpus = ["Héllo wörld, naïve café: 你好，世界 🚀🔥", "def f(x):\n    return x ** 2  # done", "the cat sat"] * 20
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tok = Tokenizer(tmp_path)
+    calls = []
+    real_decode = tok.decode
+    tok.decode = lambda ids, **kw: calls.append(len(ids)) or real_decode(ids, **kw)
+    text = "Tell me: 你好 🚀 café?\n  ok " * 3
+    ids = tok.encode(text, add_special_tokens=False)
+    deltas = []
+    stream = _TextStream(tok, lambda t, d: deltas.append(d))
+    for i in range(1, len(ids) + 1):
+        stream.push(ids[:i])
+    assert "".join(deltas) == real_decode(ids) == text
+    assert max(calls) <= 8, "each push must decode a short window, not the whole token list"

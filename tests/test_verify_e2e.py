@@ -107,6 +107,34 @@ def test_reference_that_cannot_load_exits_2(tmp_path, capsys, torch_stack):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("case", ["gpt2", "truncated", "bogus-device", "null-device", "bad-arg"])
+def test_cannot_run_is_one_line_exit_2(tmp_path, capsys, torch_stack, case):
+    """Our cheap checks (device name, config.json, safetensors headers) run before HF loads anything, so
+    the user sees our one-line reason, not a transformers load report or a traceback."""
+    from checkpoints import write_numpy_checkpoint
+
+    d = write_numpy_checkpoint(tmp_path / "m")
+    argv = ["verify", "--model", str(d), "--report-dir", str(tmp_path / "r")]
+    needle = {"gpt2": "unsupported architecture GPT2LMHeadModel", "truncated": "truncated safetensors file",
+              "bogus-device": "unknown device 'bogus'", "null-device": "computes no numbers",
+              "bad-arg": "expected a positive integer"}[case]
+    if case == "gpt2":
+        (d / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
+    elif case == "truncated":
+        f = d / "model.safetensors"
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    elif case in ("bogus-device", "null-device"):
+        argv += ["--device", case.split("-")[0]]
+    else:
+        argv += ["--n-tokens", "abc"]
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:
+        rc = e.code
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and needle in lines[0], lines
+
+
 def test_missing_torch_names_install_command(tmp_path):
     # A meta-path blocker makes `import torch` fail in a fresh interpreter.
     code = ("import sys\n"

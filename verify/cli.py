@@ -31,15 +31,24 @@ def _buckets(text: str) -> tuple[int, ...]:
 
 
 def _positive(text: str) -> int:
-    v = int(text)
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
     if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_UNAVAILABLE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m verify", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = _Parser(prog="python -m verify", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     def common(sp):
         sp.add_argument("--model", default=None, help="HF directory or id (default: embedded SmolLM2-135M-Instruct)")
@@ -77,33 +86,49 @@ def _decoder(tokenizer):
 def _load_our_runtime(args):
     from .npu_runner import OurRuntime
 
-    if args.device == "null":  # the null device only counts dispatches; its logits mean nothing
-        raise ValueError("--device null computes no numbers, so there is nothing to compare; use emu or npu")
     return OurRuntime.load(model=args.model, device=args.device, buckets=args.buckets, progress=True)
 
 
+def _check_ours_cheaply(args):
+    """What our runtime would reject, checked from config.json and the safetensors headers only (no
+    weight data, no kernels), so an unsupported or damaged model gets our one-line error instead of a
+    transformers load report. Returns the resolved model directory."""
+    import os
+
+    from llama_npu.cli import check_device
+    from llama_npu.config import load_config
+    from llama_npu.model_source import resolve_model
+    from llama_npu.weights import ModelWeights
+
+    check_device(args.device)
+    requested = args.device if args.device not in (None, "", "auto") else os.environ.get("DEVICE", "auto")
+    if requested.lower() == "null":  # the null device only counts dispatches; its logits mean nothing
+        raise ValueError("--device null computes no numbers, so there is nothing to compare; use emu or npu")
+    if requested.lower() == "npu":
+        from kernel_builder.toolchain import resolve_device_kind
+
+        resolve_device_kind("npu")  # ToolchainMissing names every missing piece
+    model_dir = resolve_model(args.model)
+    ModelWeights(load_config(model_dir))
+    return model_dir
+
+
 def _load_both(args, runtime=None, reference=None):
-    """The HF reference first: it is cheap, so a missing torch or a model it cannot load fails (exit 2)
-    before the expensive engine build + weight upload."""
+    """Cheap checks first (torch present, our config + weight headers, then the HF reference load), so
+    every "cannot run" case exits 2 before the expensive engine build + weight upload."""
     import_reference_stack()
     if reference is None:
-        if runtime is not None:
-            model_dir = runtime.model_dir
-        else:
-            from llama_npu.model_source import resolve_model
-
-            model_dir = resolve_model(args.model)
+        model_dir = runtime.model_dir if runtime is not None else _check_ours_cheaply(args)
         reference = HFReference.load(model_dir, threads=args.threads, seed=args.seed)
     runtime = runtime or _load_our_runtime(args)
     return runtime, reference
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    try:
-        from llama_npu.errors import LlamaNpuError
-    except ImportError:  # pragma: no cover - the runtime package is part of this repo
-        return (ReferenceUnavailable, ValueError)
-    return (ReferenceUnavailable, LlamaNpuError, ValueError)
+    from kernel_builder.toolchain import ToolchainMissing
+    from llama_npu.errors import LlamaNpuError
+
+    return (ReferenceUnavailable, LlamaNpuError, ToolchainMissing, ValueError)
 
 
 def run_verify(args, runtime=None, reference=None) -> int:
@@ -176,8 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_verify(args) if args.cmd == "verify" else run_diagnosis(args)
     except _user_errors() as e:
-        print(f"{tag} error: {e}", file=sys.stderr)
+        print(f"{tag} error: {(str(e).strip().splitlines() or [type(e).__name__])[0]}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

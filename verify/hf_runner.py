@@ -54,9 +54,10 @@ class HFReference:
         try:
             model = transformers.AutoModelForCausalLM.from_pretrained(
                 str(model_dir), attn_implementation="eager", **{dtype_kw: torch.bfloat16})
-        except (OSError, ValueError, KeyError, RuntimeError, TypeError, ImportError) as e:
+        except Exception as e:  # any loader failure (incl. safetensors' own error types) means "cannot run"
+            first = (str(e).strip().splitlines() or [""])[0]
             raise ReferenceUnavailable(
-                f"HF transformers cannot load the model at {model_dir}: {type(e).__name__}: {e}") from None
+                f"HF transformers cannot load the model at {model_dir}: {type(e).__name__}: {first}") from None
         model = model.to("cpu").eval()
         return cls(model, torch, model_dir)
 

@@ -38,13 +38,12 @@ class OurRuntime:
     @property
     def eos_ids(self) -> tuple[int, ...]:
         """The ids the engine stops on (config + tokenizer end-of-turn ids); HF stops on the same set."""
-        ids = getattr(self.engine, "stop_ids", None) or self.tokenizer.eos_ids
-        return tuple(sorted(int(e) for e in ids))
+        return tuple(sorted(int(e) for e in self.engine.stop_ids))
 
     @property
     def device_name(self) -> str:
-        dev = getattr(self.engine, "device", None) or getattr(getattr(self.engine, "cache", None), "device", None)
-        return str(getattr(dev, "name", dev)) if dev is not None else "unknown"
+        dev = self.engine.cache.device
+        return str(getattr(dev, "name", dev))
 
     def greedy(self, token_ids: list[int], n_tokens: int, k: int) -> Trace:
         """Greedy-generate through the production path; top-k ids per step come from on_logits."""
@@ -61,11 +60,8 @@ class OurRuntime:
         if steps != list(range(len(rows))):
             raise RuntimeError(f"engine reported logits for steps {steps}; expected 0..{len(rows) - 1} in order")
 
-        tokens = [int(t) for t in result.tokens]
+        tokens = [int(t) for t in result.tokens]  # includes the EOS it stopped on, as the gate wants
         eos = set(self.eos_ids)
-        # The engine may drop the EOS it chose from result.tokens; the gate wants that step (see gate.py).
-        if len(rows) == len(tokens) + 1 and rows[-1][1] in eos:
-            tokens.append(rows[-1][1])
         if len(rows) != len(tokens):
             raise RuntimeError(f"engine returned {len(tokens)} tokens but reported logits for {len(rows)} steps")
         # The engine's own greedy choice is what it fed forward; it must agree with ours (same tie rule).
