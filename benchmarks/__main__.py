@@ -42,6 +42,8 @@ def bench_embedded(model: str | None, n_tokens: int) -> None:
     print(f"[bench] embedded model on emu: TTFT (30-token prompt) {res.ttft_s * 1e3:.1f} ms, "
           f"prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s "
           f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s)")
+    mem = eng.cache.memory_report()["cache_allocated_bytes"]
+    print(f"[bench] embedded model device buffers, buckets {list(eng.buckets)}: {mem / 2**20:.0f} MiB")
 
 
 def _accepts(fn, name: str) -> bool:

@@ -95,7 +95,9 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
             eng.decode_step(5 + i)
         host_s = (time.perf_counter() - t0) / n_tokens
         dec = _totals(cache)
+        mem = cache.memory_report()["cache_allocated_bytes"]
     res = {
+        "device_bytes": mem,
         "load_s": load_s,
         "prefill_dispatches": pre["calls"], "prefill_bytes_written": pre["w"], "prefill_bytes_read": pre["r"],
         "decode_dispatches_per_token": dec["calls"] / n_tokens,
@@ -109,6 +111,8 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
     print(f"[bench]   decode: {res['decode_dispatches_per_token']:.0f} dispatches/token, "
           f"{_kb(res['decode_bytes_written_per_token'])} written + {_kb(res['decode_bytes_read_per_token'])} "
           f"read per token, host time {res['host_ms_per_decode_token']:.2f} ms/token (no device compute)")
+    print(f"[bench]   device buffers (weights resident per layer + one activation set per module): "
+          f"{_mb(res['device_bytes'])}")
     return res
 
 

@@ -6,6 +6,12 @@ Transfer contract (roles come from the ModuleDecl, never re-typed):
 - intermediate : device-only, never transferred (zero on allocation);
 - output       : never written by the host; read back after every call.
 Counters are exact: bytes_written / bytes_read are the nbytes actually transferred.
+
+Buffer sharing (device memory): a static buffer belongs to (module family, bo_key, arg name, shape,
+dtype), so the prefill modules of every bucket share one copy of a layer's weights; input,
+intermediate and output buffers belong to the module alone and are shared by all its bo_keys, because
+calls run one at a time and outputs are read back before the next call. A bo_key's buffer set is a
+view onto these pools.
 """
 from __future__ import annotations
 
@@ -44,9 +50,20 @@ class ModuleCounters:
 
 
 @dataclass
+class _Static:
+    buf: Buffer
+    written: bool = False
+    users: int = 0
+
+
+@dataclass
 class _BufferSet:
     buffers: list[Buffer]
-    statics_written: set[str] = field(default_factory=set)
+    statics: dict[str, _Static] = field(default_factory=dict)   # static arg name -> shared slot
+
+    @property
+    def statics_written(self) -> set[str]:
+        return {n for n, st in self.statics.items() if st.written}
 
 
 class KernelCache:
@@ -62,6 +79,8 @@ class KernelCache:
         self.artifacts: dict[str, Artifact] = dict(artifacts)
         self._handles: dict[str, object] = {}
         self._sets: dict[tuple[str, str], _BufferSet] = {}
+        self._static_pool: dict[tuple, _Static] = {}            # (group, bo_key, arg, shape, dtype)
+        self._act_pool: dict[tuple[str, str], list] = {}        # (module, arg) -> [buffer, users]
         self.counters: dict[str, ModuleCounters] = {}
         self.allocated_bytes = 0
         self._plans: dict[str, tuple] = {}
@@ -96,11 +115,29 @@ class KernelCache:
         s = self._sets.get(key)
         if s is not None:
             return s, False
-        bufs = [self.device.alloc(a.nbytes) for a in decl.args]
-        self.allocated_bytes += sum(a.nbytes for a in decl.args)
-        s = _BufferSet(bufs)
+        bufs, statics = [], {}
+        for a in decl.args:
+            if a.role is Role.STATIC:
+                pkey = (decl.static_group, bo_key, a.name, a.shape, a.dtype)
+                st = self._static_pool.get(pkey)
+                if st is None:
+                    st = self._static_pool[pkey] = _Static(self._alloc(a.nbytes))
+                st.users += 1
+                statics[a.name] = st
+                bufs.append(st.buf)
+            else:
+                slot = self._act_pool.get((decl.name, a.name))
+                if slot is None:
+                    slot = self._act_pool[(decl.name, a.name)] = [self._alloc(a.nbytes), 0]
+                slot[1] += 1
+                bufs.append(slot[0])
+        s = _BufferSet(bufs, statics)
         self._sets[key] = s
         return s, True
+
+    def _alloc(self, nbytes: int) -> Buffer:
+        self.allocated_bytes += nbytes
+        return self.device.alloc(nbytes)
 
     def _counters(self, name: str) -> ModuleCounters:
         c = self.counters.get(name)
@@ -148,12 +185,15 @@ class KernelCache:
             if role is not Role.STATIC:
                 raise ValueError(f"module {name} arg {k}: role is {role.value}, write_static takes static args only")
             self._check_value(decl, arg, dt, v)
+            st = bset.statics[k]
+            if st.written:  # already resident (this bo_key, or a sibling module of the family)
+                continue
             t0 = time.perf_counter()
-            self.device.write(bset.buffers[i], v)
+            self.device.write(st.buf, v)
             c.write_s += time.perf_counter() - t0
             c.bytes_written += arg.nbytes
             c.static_bytes_written += arg.nbytes
-            bset.statics_written.add(k)
+            st.written = True
 
     preload = write_static
 
@@ -164,7 +204,9 @@ class KernelCache:
         bo_key = name if bo_key is None else bo_key
         # Validate everything before touching the device so a bad call transfers nothing.
         existing = self._sets.get((name, bo_key))
-        written = existing.statics_written if existing is not None else set()
+        if existing is None:  # statics may already be resident through a sibling module of the family
+            existing, _ = self._buffer_set(decl, bo_key)
+        written = existing.statics_written
         for (arg, dt, role), v in zip(rows, values):
             if role is Role.INPUT:
                 if v is None:
@@ -191,11 +233,11 @@ class KernelCache:
             if role is Role.INPUT:
                 dev.write(bufs[i], v)
                 c.bytes_written += arg.nbytes
-            elif role is Role.STATIC and v is not None and arg.name not in bset.statics_written:
+            elif role is Role.STATIC and v is not None and not bset.statics[arg.name].written:
                 dev.write(bufs[i], v)
                 c.bytes_written += arg.nbytes
                 c.static_bytes_written += arg.nbytes
-                bset.statics_written.add(arg.name)
+                bset.statics[arg.name].written = True
         t1 = time.perf_counter()
         dev.run(handle, bufs)
         t2 = time.perf_counter()
@@ -213,10 +255,25 @@ class KernelCache:
 
     def free(self, name: str, bo_key: str | None = None) -> None:
         """Release one module's buffer set (the next call of that bo_key starts fresh)."""
-        bset = self._sets.pop((name, name if bo_key is None else bo_key), None)
+        bo_key = name if bo_key is None else bo_key
+        bset = self._sets.pop((name, bo_key), None)
         if bset is None:
             return
-        for b in bset.buffers:
+        decl = self._decl(name)
+        for a, b in zip(decl.args, bset.buffers):
+            if a.role is Role.STATIC:
+                pkey = (decl.static_group, bo_key, a.name, a.shape, a.dtype)
+                st = self._static_pool[pkey]
+                st.users -= 1
+                if st.users:
+                    continue
+                del self._static_pool[pkey]
+            else:
+                slot = self._act_pool[(name, a.name)]
+                slot[1] -= 1
+                if slot[1]:
+                    continue
+                del self._act_pool[(name, a.name)]
             self.allocated_bytes -= b.nbytes
             self.device.free(b)
 

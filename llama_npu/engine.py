@@ -80,7 +80,10 @@ def _too_long(n_prompt: int, buckets: Sequence[int]) -> PromptError:
 
 
 def _bo(module: str, layer: int) -> str:
-    return f"{module}/L{layer}"
+    """A layer's buffer-set key. It names the weight set, not the module: the KernelCache keys sets by
+    (module, bo_key) and shares static buffers across a module family (every prefill bucket), so one
+    layer's prefill weights are resident once however many buckets are compiled."""
+    return f"L{layer}"
 
 
 class Engine:

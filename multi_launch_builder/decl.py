@@ -51,6 +51,14 @@ class ModuleDecl:
     name: str
     args: tuple[Arg, ...]
     launches: tuple[Launch, ...]
+    # Modules of one family (the same kernels at different prefill lengths) share static buffers
+    # per bo_key when an argument's name, shape and dtype agree: weights are resident once per layer,
+    # not once per bucket. Empty = the module is its own family.
+    family: str = ""
+
+    @property
+    def static_group(self) -> str:
+        return self.family or self.name
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.args]

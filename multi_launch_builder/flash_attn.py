@@ -11,6 +11,7 @@ def flash_attn(shapes: ModelShapes, seq: int) -> ModuleDecl:
     q, kv = shapes.q_dim, shapes.kv_dim
     return ModuleDecl(
         name=f"flash_attn_s{seq}",
+        family="flash_attn",
         args=(
             Arg("q", (seq, q), Role.INPUT),
             Arg("k", (seq, kv), Role.INPUT),

@@ -11,6 +11,7 @@ def o_ffn(shapes: ModelShapes, seq: int) -> ModuleDecl:
     h, q, f = shapes.hidden, shapes.q_dim, shapes.ffn
     return ModuleDecl(
         name=f"o_ffn_s{seq}",
+        family="o_ffn",  # one copy of each layer's weights for every bucket
         args=(
             Arg("attn", (seq, q), Role.INPUT),
             Arg("wo", (q, h), Role.STATIC),

@@ -10,6 +10,7 @@ def rms_gemms_rope(shapes: ModelShapes, seq: int) -> ModuleDecl:
     h, q, kv, hd = shapes.hidden, shapes.q_dim, shapes.kv_dim, shapes.head_dim
     return ModuleDecl(
         name=f"rms_gemms_rope_s{seq}",
+        family="rms_gemms_rope",  # one copy of each layer's weights for every bucket
         args=(
             Arg("x", (seq, h), Role.INPUT),
             Arg("norm_w", (h,), Role.STATIC),

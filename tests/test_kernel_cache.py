@@ -10,6 +10,7 @@ from kernel_builder.devices.emu import EmuDevice
 from kernel_builder.devices.null import NullDevice
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.reference import KERNELS
+from multi_launch_builder.decl import ModuleDecl, Role
 from tests.h4_fixtures import D, R, add_norm, gemv_mod
 
 
@@ -75,7 +76,9 @@ def test_bo_keys_keep_weights_apart(built):
     np.testing.assert_array_equal(ya2.view(np.uint16), _expected_add_norm(x, r, wa).view(np.uint16))
     assert sorted(kc.bo_keys("add_norm")) == ["L0", "L1"]
     assert kc.device.stats.loads == 1                                   # one load per module per process
-    assert kc.allocated_bytes == 2 * sum(a.nbytes for a in decls[0].args)
+    # Statics are per bo_key; inputs/intermediates/outputs are shared by the bo_keys of one module.
+    static = sum(a.nbytes for a in decls[0].args if a.role is Role.STATIC)
+    assert kc.allocated_bytes == 2 * static + sum(a.nbytes for a in decls[0].args if a.role is not Role.STATIC)
 
 
 def test_bad_calls_name_module_and_arg(built):
@@ -160,3 +163,30 @@ def test_registry_decode_module_contract_emu_and_null(tmp_path):
             assert not np.array_equal(y0[name], y1[name])
             np.testing.assert_array_equal(y0[name].view(np.uint16), y0b[name].view(np.uint16))
     assert counts[0] == counts[1]
+
+
+def test_module_family_shares_a_layers_static_buffers(tmp_path):
+    """Prefill buckets are one family: a layer's weights are resident once, written once, and still
+    kept apart per bo_key (layer)."""
+    import dataclasses
+
+    a = dataclasses.replace(add_norm("fam_a"), family="fam")
+    b = dataclasses.replace(add_norm("fam_b"), family="fam")
+    other = add_norm("solo")  # same arg names and shapes, different family: must not share
+    report = build_modules([a, b, other], tmp_path, "emu", progress=False)
+    kc = KernelCache(EmuDevice(), report.artifacts, [a, b, other])
+    rng = np.random.default_rng(5)
+    w0, w1 = _rand(rng, (D,)), _rand(rng, (D,)) * to_bf16(2.0)
+    x, r = _rand(rng, (R, D)), _rand(rng, (R, D))
+    kc.write_static("fam_a", bo_key="L0", w=w0)
+    kc.write_static("fam_a", bo_key="L1", w=w1)
+    kc.write_static("fam_b", bo_key="L0", w=w0)          # already resident through fam_a: not re-sent
+    assert kc.counters["fam_b"].static_bytes_written == 0
+    yb1 = kc.load_and_run("fam_b", x, r, None, bo_key="L1")["y"]   # L1 statics came from fam_a
+    np.testing.assert_array_equal(yb1.view(np.uint16), _expected_add_norm(x, r, w1).view(np.uint16))
+    with pytest.raises(ValueError, match="static missing"):
+        kc.load_and_run("solo", x, r, None, bo_key="L0")           # another family shares nothing
+    w_bytes = a.arg("w").nbytes
+    acts = sum(arg.nbytes for arg in a.args if arg.role is not Role.STATIC)
+    # two layers of statics for the family (+1 for solo's set) and one activation set per module
+    assert kc.allocated_bytes == 3 * w_bytes + 3 * acts
