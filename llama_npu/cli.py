@@ -341,11 +341,20 @@ def main(argv: list[str] | None = None) -> int:
         from kernel_builder.toolchain import ToolchainMissing
     except ImportError:  # pragma: no cover - kernel_builder always ships with us
         ToolchainMissing = ()
+    from kernel_builder.build import BuildError
+    from kernel_builder.devices.base import DeviceRunError
+
     try:
         return COMMANDS[args.command](args)
     except (LlamaNpuError, ToolchainMissing) as e:
         print(f"llama-npu: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (BuildError, DeviceRunError) as e:  # a module failed to build or to run: name it, no traceback
+        print(f"llama-npu: error: {_one_line(e)}", file=sys.stderr)
+        return 1
+    except OSError as e:  # unusable cache dir, permission denied, disk full: the path says enough
+        print(f"llama-npu: error: {_one_line(e)} (check LLAMA_NPU_CACHE / --cache-dir)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -177,3 +177,11 @@ def test_chat_template_errors_are_one_line(capsys, tmp_path, template, needle):
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     code, lines = run_main(capsys, ["run", "--prompt", "hi", "--model", str(d)])
     assert_one_line(code, lines, needle)
+
+
+def test_unusable_kernel_cache_dir_is_one_line(capsys, tiny_model_dir, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, lines = run_main(capsys, ["run", "--model", str(tiny_model_dir), "--prompt", "hello", "-n", "2",
+                                    "--device", "emu", "--no-progress", "--cache-dir", str(blocker / "k")])
+    assert code == 1 and len(lines) == 1 and "not usable" in lines[0], lines
