@@ -135,6 +135,10 @@ class KernelCache:
         self._sets[key] = s
         return s, True
 
+    def _static_resident(self, decl: ModuleDecl, bo_key: str, a: Arg) -> bool:
+        st = self._static_pool.get((decl.static_group, bo_key, a.name, a.shape, a.dtype))
+        return st is not None and st.written
+
     def _alloc(self, nbytes: int) -> Buffer:
         self.allocated_bytes += nbytes
         return self.device.alloc(nbytes)
@@ -203,10 +207,8 @@ class KernelCache:
         values = self._bind(decl, args, named)
         bo_key = name if bo_key is None else bo_key
         # Validate everything before touching the device so a bad call transfers nothing.
-        existing = self._sets.get((name, bo_key))
-        if existing is None:  # statics may already be resident through a sibling module of the family
-            existing, _ = self._buffer_set(decl, bo_key)
-        written = existing.statics_written
+        # Statics may already be resident through a sibling module of the family (shared pool).
+        written = {a.name for a, _, r in rows if r is Role.STATIC and self._static_resident(decl, bo_key, a)}
         for (arg, dt, role), v in zip(rows, values):
             if role is Role.INPUT:
                 if v is None:
