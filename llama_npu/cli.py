@@ -15,7 +15,7 @@ from .errors import LlamaNpuError, PromptError, UsageError
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-DEVICES = ("auto", "npu", "emu", "null")
+DEVICES = ("auto", "npu", "emu", "emu-interp", "null")
 
 
 class _Parser(argparse.ArgumentParser):
