@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernel_builder.numerics import BF16
 from kernel_builder.reference import rope_lut
 
 from .config import RopeParams
@@ -15,7 +16,7 @@ class RopeTable:
     def __init__(self, head_dim: int, rope: RopeParams, initial: int = 0):
         self.head_dim = head_dim
         self.rope = rope
-        self._lut = np.zeros((0, head_dim), dtype=rope_lut(np.arange(1), head_dim, rope.theta, rope.scaling).dtype)
+        self._lut = np.zeros((0, head_dim), dtype=BF16)
         if initial:
             self.ensure(initial)
 
