@@ -21,8 +21,10 @@ def kernel_cache_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hf_checkpoint(tmp_path_factory):
     """Factory: make_hf_checkpoint(**kwargs) cached per parameter set (needs torch + transformers)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    from tooling import require_module
+
+    require_module("torch")
+    require_module("transformers")
     made = {}
 
     def make(**kwargs):

@@ -9,8 +9,10 @@ import pytest
 from llama_npu.engine import Engine
 from llama_npu.errors import PromptError
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from tooling import require_module
+
+torch = require_module("torch")
+require_module("transformers")
 
 LLAMA32_1B_2L = dict(hidden=2048, n_heads=32, n_kv_heads=8, head_dim=64, ffn=8192, n_layers=2, vocab=4096)
 LLAMA32_3B_1L = dict(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192, n_layers=1, vocab=4096)
