@@ -240,14 +240,16 @@ def cmd_chat(args) -> int:
         history.append({"role": "user", "content": text})
         ids = tok.apply_chat_template(history)
         try:
-            eng.check_budget(len(ids), args.n_tokens)
+            eng.check_budget(len(ids), args.n_tokens, reusable=eng.reusable_prefix(ids))
         except PromptError as e:
             print(f"llama-npu: {e} (use /clear)", file=sys.stderr)
             history.pop()
             continue
         try:
             with _ctrl_c_stops_reply() as stop:
-                res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta, stop_event=stop)
+                # reuse_kv: the history already in the KV cache is not prefilled again, only the new turn
+                res = eng.generate(ids, args.n_tokens, sampler=sampler, on_token=_print_delta, stop_event=stop,
+                                   reuse_kv=True)
         except KeyboardInterrupt:  # second Ctrl-C: drop this turn, keep the conversation before it
             print("\n(reply interrupted)", file=sys.stderr)
             history.pop()

@@ -60,6 +60,11 @@ def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
     return fit or (context,)
 
 
+# A chat turn that extends the cached conversation by at most this many tokens is fed through decode
+# (one GEMV pass per token) instead of re-prefilling the whole history in a bucket.
+MAX_EXTEND_TOKENS = 64
+
+
 def check_budget(n_prompt: int, max_new_tokens: int, context: int, buckets: Sequence[int]) -> None:
     """The prompt fits a prefill bucket and prompt + new tokens fit the model's context (PromptError).
     Shared by the CLI's cheap pre-checks (before any weight is read) and Engine.generate."""
@@ -104,6 +109,7 @@ class Engine:
         self.pad_id = min(self.stop_ids) if self.stop_ids else 0
         self.kv: KVCache | None = None
         self.pos = 0
+        self.tokens: list[int] = []    # the ids whose K/V are in the cache (positions 0..pos-1)
         self.last_hidden: np.ndarray | None = None
         self.host_attn_s = 0.0          # CPU decode-attention time since the last reset_timers()
         self._logit_names = [f"logits_{p}" for p in range(self.n_parts)]
@@ -217,6 +223,7 @@ class Engine:
     def reset(self) -> None:
         """Forget the conversation: the next prefill starts at position 0."""
         self.pos = 0
+        self.tokens = []
         self.last_hidden = None
         if self.kv is not None:
             self.kv.reset()
@@ -251,6 +258,7 @@ class Engine:
         last = np.array(x[n - 1])
         kv.length = n
         self.pos = n
+        self.tokens = list(ids)
         self.last_hidden = last
         return PrefillResult(self._lm_head(last.reshape(1, s.hidden)), hidden, last, n, b)
 
@@ -276,26 +284,48 @@ class Engine:
         self.host_attn_s += attn_s
         kv.length = pos + 1
         self.pos = pos + 1
+        self.tokens.append(int(token_id))
         self.last_hidden = x.reshape(s.hidden)
         return self._lm_head(x)
 
     # ------------------------------------------------------------------------------------ generate
-    def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:
-        check_budget(n_prompt, max_new_tokens, self.config.max_position, self.buckets)
+    def check_budget(self, n_prompt: int, max_new_tokens: int, reusable: bool = False) -> None:
+        """PromptError unless the prompt can run; a `reusable` prompt (see reusable_prefix) is not bound
+        by the prefill buckets, only by the model's context."""
+        buckets = (max(self.buckets), n_prompt) if reusable else self.buckets
+        check_budget(n_prompt, max_new_tokens, self.config.max_position, buckets)
+
+    def reusable_prefix(self, token_ids: Sequence[int]) -> bool:
+        """True when `token_ids` extends the tokens already in the KV cache (a chat turn appended to the
+        conversation) by few enough tokens to feed them one by one through decode, instead of
+        re-prefilling the whole history; always true when the history no longer fits any bucket."""
+        have, n = self.pos, len(token_ids)
+        if not 0 < have < n or list(token_ids[:have]) != self.tokens:
+            return False
+        return n - have <= MAX_EXTEND_TOKENS or n > max(self.buckets)
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,
                  on_token: Callable[[int, str], None] | None = None,
                  on_logits: Callable[[int, np.ndarray], None] | None = None,
-                 stop_event: threading.Event | None = None) -> GenerationResult:
+                 stop_event: threading.Event | None = None, reuse_kv: bool = False) -> GenerationResult:
+        """Prefill `token_ids` and decode up to `max_new_tokens`. With reuse_kv (chat), a prompt that extends
+        the conversation already in the KV cache only feeds its new tokens (see reusable_prefix)."""
         ids = self._check_ids(token_ids)
-        self.check_budget(len(ids), max_new_tokens)
+        reuse = reuse_kv and self.reusable_prefix(ids)
+        self.check_budget(len(ids), max_new_tokens, reusable=reuse)
         sampler = sampler or Sampler()
         stream = _TextStream(self.tokenizer, on_token)
         t0 = time.perf_counter()
-        res = self.prefill(ids, kv_capacity=len(ids) + max_new_tokens)
+        n_fed = len(ids) - self.pos if reuse else len(ids)  # prompt tokens actually computed now
+        if reuse:
+            self._ensure_kv(len(ids) + max_new_tokens)
+            for t in ids[self.pos:]:
+                first_logits = self.decode_step(t)
+        else:
+            first_logits = self.prefill(ids, kv_capacity=len(ids) + max_new_tokens).logits
         if on_logits is not None:
-            on_logits(0, res.logits)
-        tok = sampler(res.logits)
+            on_logits(0, first_logits)
+        tok = sampler(first_logits)
         t_first = time.perf_counter()
         tokens = [tok]
         stream.push(tokens)
@@ -320,7 +350,7 @@ class Engine:
         dec_s = t_end - t_first
         return GenerationResult(
             tokens=tokens, text=self.tokenizer.decode(tokens), ttft_s=ttft,
-            prefill_tok_s=len(ids) / ttft if ttft > 0 else float("inf"),
+            prefill_tok_s=n_fed / ttft if ttft > 0 else float("inf"),
             decode_tok_s=n_dec / dec_s if n_dec and dec_s > 0 else 0.0,
             ms_per_token=1e3 * dec_s / n_dec if n_dec else 0.0,
             stop_reason=stop_reason, prompt_len=len(ids))

@@ -1,0 +1,63 @@
+"""Chat turns reuse the KV cache: a prompt that extends the cached conversation feeds only its new tokens
+(through decode), and gives the same next-token distribution as prefilling the whole history."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llama_npu.engine import MAX_EXTEND_TOKENS, Engine
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir, tmp_path_factory):
+    return Engine.load(str(tiny_model_dir), device="emu", buckets=(16, 128), progress=False,
+                       cache_dir=tmp_path_factory.mktemp("kc"))
+
+
+def _prefill_calls(eng) -> int:
+    return sum(r["calls"] for r in eng.cache.report() if r["module"].startswith("rms_gemms_rope"))
+
+
+def test_extension_feeds_only_new_tokens_and_matches_full_prefill(engine):
+    eng = engine
+    eng.reset()
+    first = [1, 7, 9, 11, 13]
+    res = eng.generate(first, 4, reuse_kv=True)
+    history = first + res.tokens[:-1]          # what the cache holds: the last sampled token was never fed
+    assert eng.tokens == history
+    turn2 = history + [res.tokens[-1], 20, 21, 22]
+    assert eng.reusable_prefix(turn2)
+    eng.cache.reset_counters()
+    seen = []
+    eng.generate(turn2, 1, reuse_kv=True, on_logits=lambda s, lg: seen.append(lg.copy()))
+    assert _prefill_calls(eng) == 0, "the history must not be prefilled again"
+    reused = seen[0]
+    full = eng.prefill(turn2).logits           # the same prompt from scratch
+    cos = float(reused @ full / (np.linalg.norm(reused) * np.linalg.norm(full)))
+    assert cos >= 0.999, cos
+    assert int(np.argmax(reused)) == int(np.argmax(full))
+
+
+def test_diverging_prompt_falls_back_to_prefill(engine):
+    eng = engine
+    eng.reset()
+    eng.generate([1, 7, 9], 2, reuse_kv=True)
+    other = [1, 8, 9, 10, 11]                    # differs inside the cached prefix
+    assert not eng.reusable_prefix(other)
+    eng.cache.reset_counters()
+    eng.generate(other, 1, reuse_kv=True)
+    assert _prefill_calls(eng) == eng.shapes.n_layers
+    assert eng.tokens[:len(other)] == other
+
+
+def test_long_extension_reprefills_when_a_bucket_fits_else_extends(engine):
+    eng = engine
+    eng.reset()
+    eng.generate([1, 7], 1, reuse_kv=True)
+    base = list(eng.tokens)
+    long_turn = base + list(range(20, 21 + MAX_EXTEND_TOKENS))        # > MAX_EXTEND new tokens, fits 128
+    assert len(long_turn) <= max(eng.buckets)
+    assert not eng.reusable_prefix(long_turn)                           # cheaper as one bucketed prefill
+    beyond = base + [20 + i % 200 for i in range(max(eng.buckets) + 1)]  # no bucket can hold the history
+    assert eng.reusable_prefix(beyond)
+    eng.check_budget(len(beyond), 4, reusable=True)                     # bound by the context only
