@@ -11,8 +11,24 @@ loop bound goes unnoticed. This interpreter executes the text itself:
 - `air.dma_memcpy_nd` with offsets/sizes/strides on both sides (AIR semantics: lists outermost first, in
   elements; element i of dimension d is at (offset_d + i) * stride_d; `[] [] []` = whole buffer, contiguous);
   every index is bounds checked, so a tiling bug that reads past a buffer fails loudly;
+- `air.channel` declarations (module level, optional `broadcast_shape`) and synchronous
+  `air.channel.put` / `air.channel.get` (see "Channels" below);
 - `func.call` of the external C++ kernels (kernel_builder/external_kernels/*.cc): each symbol family is
   re-implemented in numpy following the host scalar path (f32 math in the same order, RNE bf16 stores).
+
+Channels. An AIR channel is a FIFO per channel index: the n-th get on index i receives the n-th put that
+reaches i. A put on a channel with `broadcast_shape` reaches every index that equals its own on the
+non-broadcast dimensions (a size-1 dimension fans out to the broadcast extent), e.g. `@a [8, 1]
+{broadcast_shape = [8, 4]}`: a put on [i, 0] feeds the gets on [i, 0..3]. On the device producer and
+consumers run concurrently; here ops run one after the other in program order (segment ops, then the herd
+tiles one by one), so the interpreter needs an order in which every get finds its data: a put *copies* the
+bytes it sends (snapshot at put time, as the DMA reads them then) into unbounded per-index FIFOs, and a get
+pops from its own FIFO. This is faithful when each producer precedes its consumers in program order (our
+GEMM: the segment's K loop puts every panel slice, then the herd's tiles each get their slices in K order):
+the values received do not depend on timing, only on the put order per index, which is the same; the
+device's bounded FIFO depth only makes the producer wait. A get on an empty FIFO (more gets than puts, or
+a consumer placed before its producer) and puts left unconsumed when an air.segment / the function ends
+(the device would hang) raise InterpError.
 
 `compile_module(text)` parses once into closures; `Program.run(args)` executes on memrefs that wrap the
 caller's arrays in place. Anything outside this subset raises `InterpError` naming the op and its line.
@@ -21,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -259,6 +276,9 @@ class Stats:
     calls: int = 0
     tiles: int = 0
     peak_l1_bytes: int = 0
+    channel_puts: int = 0
+    channel_gets: int = 0
+    channel_put_bytes: int = 0   # bytes read by puts (a broadcast put counts once)
     calls_by_symbol: dict = field(default_factory=dict)
 
 
@@ -266,6 +286,10 @@ class _State:
     def __init__(self):
         self.stats = Stats()
         self.l1_live = 0
+        self.fifos: dict[tuple, deque] = {}  # (channel, index tuple) -> deque of (data, dtype, source name)
+
+    def pending_puts(self) -> list[str]:
+        return [f"{len(q)} put(s) on @{sym}{list(idx)}" for (sym, idx), q in self.fifos.items() if q]
 
     def on_alloc(self, m: MemRef):
         if m.space == L1_SPACE:
@@ -278,9 +302,10 @@ class _State:
 
 
 class _Compiler:
-    def __init__(self, ctx: _Ctx):
+    def __init__(self, ctx: _Ctx, channels: dict | None = None):
         self.ctx = ctx
         self.state: _State | None = None  # bound at run time
+        self.channels: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = channels or {}  # sym -> (size, bcast)
 
     # -- blocks ---------------------------------------------------------------------------------------------
     def block(self, start: int, end: int, terminators=()) -> tuple[list[Fn], OpText | None]:
@@ -330,6 +355,8 @@ class _Compiler:
                 return self._store(op)
             if name == "air.dma_memcpy_nd":
                 return self._dma(op)
+            if name in ("air.channel.put", "air.channel.get"):
+                return self._channel(op)
             if name == "func.call":
                 return self._call(op)
             if name == "linalg.fill":
@@ -609,6 +636,64 @@ class _Compiler:
             st.calls_by_symbol[sym] = st.calls_by_symbol.get(sym, 0) + 1
         return run
 
+    # -- air.channel.put / get ----------------------------------------------------------------------------
+    def _channel(self, op):
+        m = re.fullmatch(r"air\.channel\.(put|get)\s+@([\w$.\-]+)\s*\[(.*?)\]\s*\((.*)\)\s*:\s*\((.*)\)",
+                         op.text.strip(), re.DOTALL)
+        if m is None:
+            raise InterpError(f"{op.where()}: unsupported {op.name} form (only the synchronous "
+                              "`@chan[indices] (buf[offsets] [sizes] [strides]) : (type)` is)")
+        kind, sym = m.group(1), m.group(2)
+        if sym not in self.channels:
+            raise InterpError(f"{op.where()}: air.channel.{kind} on undeclared channel @{sym}")
+        size, bcast = self.channels[sym]
+        indices = _operands(m.group(3))
+        if indices and len(indices) != len(size):
+            raise InterpError(f"{op.where()}: {len(indices)} indices for channel @{sym} of rank {len(size)}")
+        access = self._access(op, m.group(4))
+        state_ref = self
+
+        def index_of(env) -> tuple[int, ...]:
+            idx = tuple(int(f(env)) for f in indices) if indices else (0,) * len(size)
+            return idx
+
+        def put(env):
+            idx = index_of(env)
+            if any(not 0 <= v < d for v, d in zip(idx, size)):
+                raise InterpError(f"{op.where()}: put on @{sym}{list(idx)} outside its bundle {list(size)}")
+            s, si = access(env)
+            item = (s.data[si].copy(), s.dtype, s.name)  # a put sends the bytes as they are now
+            # destinations: size-1 dimensions fan out to the broadcast extent, the others keep the put index
+            dims = [range(b) if d == 1 and b > 1 else (v,) for v, d, b in zip(idx, size, bcast)]
+            fifos = state_ref.state.fifos
+            for dest in np.ndindex(*[len(r) for r in dims]):
+                key = (sym, tuple(r[i] for r, i in zip(dims, dest)))
+                fifos.setdefault(key, deque()).append(item)
+            st = state_ref.state.stats
+            st.channel_puts += 1
+            st.channel_put_bytes += item[0].nbytes
+
+        def get(env):
+            idx = index_of(env)
+            if any(not 0 <= v < b for v, b in zip(idx, bcast)):
+                raise InterpError(f"{op.where()}: get on @{sym}{list(idx)} outside its broadcast shape "
+                                  f"{list(bcast)}")
+            q = state_ref.state.fifos.get((sym, idx))
+            if not q:
+                raise InterpError(f"{op.where()}: get on @{sym}{list(idx)} finds no data: no put reached this "
+                                  "index before it in program order (the device would wait forever)")
+            data, dtype, src = q.popleft()
+            d, di = access(env)
+            if di.size != data.size:
+                raise InterpError(f"{op.where()}: get of {di.size} elements into {d.name} from a put of "
+                                  f"{data.size} elements of {src} on @{sym}{list(idx)}")
+            if d.dtype != dtype:
+                raise InterpError(f"{op.where()}: channel @{sym} carries {dtype} from {src}, {d.name} is {d.dtype}")
+            d.data[di] = data
+            d.written = True
+            state_ref.state.stats.channel_gets += 1
+        return put if kind == "put" else get
+
     # -- linalg -----------------------------------------------------------------------------------------------
     def _fill(self, op):
         m = re.fullmatch(rf"linalg\.fill\s+ins\(({_SSA})\s*:\s*\w+\)\s*outs\(({_SSA})\s*:\s*memref<.*>\)",
@@ -749,6 +834,7 @@ class _Compiler:
         sizes = [("%" + s, _operand("%" + v)) for s, v in air.sizes]
         args = [("%" + inner, _operand("%" + outer)) for inner, outer in air.args]
         is_herd = air.name == "air.herd"
+        is_segment = air.name == "air.segment"
         state_ref = self
 
         def run(env):
@@ -765,6 +851,11 @@ class _Compiler:
                     state_ref.state.l1_live = 0
                 for fn in fns:
                     fn(local)
+                if is_segment:
+                    left = state_ref.state.pending_puts()
+                    if left:
+                        raise InterpError(f"{op.where()}: air.segment ends with unconsumed channel data: "
+                                          f"{', '.join(left[:4])} (the device would hang)")
         return run
 
 
@@ -945,8 +1036,30 @@ class Program:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             for fn in self.body:
                 fn(env)
+        left = state.pending_puts()
+        if left:
+            raise InterpError(f"{self.name}: channel data never consumed: {', '.join(left[:4])}")
         self.last_stats = state.stats
         return mems, state.stats
+
+
+def _channel_decls(others) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """`air.channel @sym [sizes] {broadcast_shape = [...]}` -> {sym: (size, broadcast shape)}."""
+    out = {}
+    for op in others:
+        text = op if isinstance(op, str) else getattr(op, "text", str(op))
+        m = re.match(r"\s*air\.channel\s+@([\w$.\-]+)\s*\[([\d,\s]*)\](.*)", text, re.DOTALL)
+        if m is None:
+            continue
+        size = tuple(int(v) for v in m.group(2).split(",") if v.strip())
+        b = re.search(r"broadcast_shape\s*=\s*\[([\d,\s]*)\]", m.group(3))
+        bcast = tuple(int(v) for v in b.group(1).split(",") if v.strip()) if b else size
+        if len(bcast) != len(size) or any(d != 1 and d != e for d, e in zip(size, bcast)):
+            raise InterpError(f"air.channel @{m.group(1)}: size {list(size)} does not broadcast to {list(bcast)}")
+        if m.group(1) in out:
+            raise InterpError(f"air.channel @{m.group(1)} declared twice")
+        out[m.group(1)] = (size, bcast)
+    return out
 
 
 def compile_module(text: str) -> Program:
@@ -969,6 +1082,6 @@ def compile_module(text: str) -> Program:
             raise InterpError(f"func.func @{func.name}: argument %{name}: {e}") from None
         names.append("%" + name)
     ctx = _Ctx(text)
-    comp = _Compiler(ctx)
+    comp = _Compiler(ctx, _channel_decls(module.others))
     fns, _ = comp.block(base + func.body[0], base + func.body[1], terminators=("return", "func.return"))
     return Program(func.name, names, types, fns, comp)

@@ -59,8 +59,10 @@ def _herd(n_units: int, cap: int = NPU2_COLS) -> int:
 # --- plans ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GemmPlan:
-    """One herd tile owns a [tile_m, tile_n] output tile for the whole K reduction (f32 accumulator in L1)
-    and streams A [tile_m, tile_k] / B [tile_k, tile_n] tiles L3 -> L1 per K step; no L2 buffers."""
+    """One herd tile owns a [tile_m, tile_n] output tile for the whole K reduction (f32 accumulator in L1).
+    Per K step the segment stages an A row panel [herd_m*tile_m, tile_k] and a B column panel
+    [tile_k, herd_n*tile_n] in L2 (L3 -> memory tile) and broadcasts their [tile_m, tile_k] / [tile_k, tile_n]
+    slices to the herd's rows / columns over air.channel."""
 
     tile_m: int      # output rows per compute tile (L1)
     tile_k: int      # K depth of one L1 A/B tile (one linalg.matmul per K step)
@@ -78,7 +80,19 @@ class GemmPlan:
         return sum(self.l1_buffers().values())
 
     def l2_buffers(self) -> dict[str, int]:
-        return {}  # A/B tiles go L3 -> L1 directly; the accumulator never leaves L1
+        """Memory-tile buffers, double-buffered (the DMA of step k+1 overlaps the broadcast of step k).
+        The accumulator never leaves L1."""
+        return {"a_panels": 2 * BF16 * self.herd_m * self.tile_m * self.tile_k,
+                "b_panels": 2 * BF16 * self.tile_k * self.herd_n * self.tile_n}
+
+    def l2_bytes(self) -> int:
+        return sum(self.l2_buffers().values())
+
+    def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
+        """DDR bytes read by one GEMM: each launch block [BM, BN] reads its A row block and B column block
+        once (the panels are broadcast on chip), so A is read n/BN times and B m/BM times."""
+        bm, bn = self.herd_m * self.tile_m, self.herd_n * self.tile_n
+        return BF16 * (m * k * (n // bn) + k * n * (m // bm))
 
 
 @dataclass(frozen=True)
@@ -162,17 +176,21 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
                 if n % tile_n:
                     continue
                 plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, _herd(n // tile_n, NPU2_ROWS))
-                if plan.l1_bytes() > L1_BUDGET:
+                # all L2 panels (double-buffered) must fit one memory tile: the segment's panels are
+                # allocated together and AIR places a segment's L2 buffers per memory tile
+                if plan.l1_bytes() > L1_BUDGET or plan.l2_bytes() > MEMTILE_BYTES:
                     continue
-                # prefer: more tiles busy, then fewer DDR bytes per MAC (A/B tiles are read from L3 every K
-                # step: (tile_m + tile_n) / (tile_m * tile_n)), then more MACs per tile
+                # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/B tiles
+                # arrive every K step: (tile_m + tile_n) / (tile_m * tile_n); with a full herd this also
+                # minimises DDR reads, 1/BM + 1/BN per MAC), then more MACs per tile
                 key = (plan.herd_m * plan.herd_n, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
                 if best_key is None or key > best_key:
                     best, best_key = plan, key
         if best is not None:
             return best
     raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
-                     f"2x B bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile")
+                     f"2x B bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile and whose "
+                     f"double-buffered L2 A/B panels fit one {_kib(MEMTILE_BYTES)} memory tile")
 
 
 def plan_rmsnorm(rows: int, dim: int) -> RowPlan:

@@ -207,12 +207,34 @@ class Decl:
 
 
 @dataclass
+class Channel:
+    symbol: str
+    size: list[int]
+    broadcast_shape: list[int] | None
+    span: tuple[int, int]          # text span of the declaration
+
+
+@dataclass
+class ChannelAccess:
+    kind: str                      # "put" / "get"
+    symbol: str
+    indices: list[str]
+    buffer: str
+    lists: list[list[str]]         # offsets, sizes, strides (SSA names)
+    type: str
+    region: str | None             # innermost AIR region kind (air.segment / air.herd / ...) or None
+    span: tuple[int, int]          # text span of the op
+
+
+@dataclass
 class Report:
     errors: list[str] = field(default_factory=list)
     air_ops: list[AirOp] = field(default_factory=list)
     decls: dict = field(default_factory=dict)          # symbol -> list[Decl]
     public: list[tuple[str, list[str], list[str]]] = field(default_factory=list)  # (name, arg names, types)
     kernels: list[dict] = field(default_factory=list)  # llama_npu.kernel of launches / bare herds
+    channels: dict = field(default_factory=dict)       # symbol -> Channel
+    channel_ops: list = field(default_factory=list)    # ChannelAccess, in text order
 
     @property
     def herds(self) -> list[AirOp]:
@@ -317,6 +339,19 @@ def check_module(text: str, expect_kernels: list[dict] | None = None) -> Report:
     i, n = 0, len(toks)
     while i < n:
         t = toks[i]
+        if t.kind == "ident" and t.text == "air.channel":
+            i = _parse_channel_decl(toks, i, rep, err, at_module=(func_depth == 0 and len(scopes) <= 2))
+            continue
+        if t.kind == "ident" and t.text in ("air.channel.put", "air.channel.get"):
+            acc, i = _parse_channel_access(toks, i, air_stack, err)
+            if acc is not None:
+                rep.channel_ops.append(acc)
+                for v in acc.indices + [acc.buffer] + sum(acc.lists, []):
+                    use(Tok("ssa", v, t.start, t.start))
+                found, ty = lookup(acc.buffer)
+                if found and ty is not None and ty != acc.type:
+                    err(f"{t.text} on {acc.buffer}: declared type {acc.type} != its type {ty}", t.start)
+            continue
         if t.kind == "ident" and t.text == "func.func":
             i = _parse_func(toks, i, rep, err)
             if rep.public and rep.public[-1][3] == i:  # has a body: next "{" is its region
@@ -445,10 +480,114 @@ def check_module(text: str, expect_kernels: list[dict] | None = None) -> Report:
     if len(scopes) != 1:
         rep.errors.append("unbalanced braces at end of module")
     _check_calls(calls, rep, err)
+    _check_channels(rep, err)
     _check_nesting_and_kernels(rep, err)
     if expect_kernels is not None and rep.kernels != expect_kernels:
         rep.errors.append(f"llama_npu.kernel attributes {rep.kernels} != expected {expect_kernels}")
     return rep
+
+
+def _int_list(toks: list[Tok], i: int) -> tuple[list[int] | None, int]:
+    """`[1, 2]` at toks[i] -> ([1, 2], index after `]`); None if an entry is not an integer."""
+    close = matching(toks, i)
+    vals = [x.text for x in toks[i + 1:close] if x.text != ","]
+    if not all(re.fullmatch(r"\d+", v) for v in vals):
+        return None, close + 1
+    return [int(v) for v in vals], close + 1
+
+
+def _parse_channel_decl(toks, i, rep, err, at_module: bool) -> int:
+    """`air.channel @sym [d0, d1] {broadcast_shape = [b0, b1], ...}`; returns the index after it."""
+    t = toks[i]
+    if i + 2 >= len(toks) or toks[i + 1].kind != "sym" or toks[i + 2].text != "[":
+        err("air.channel: expected `@symbol [sizes]`", t.start)
+        return i + 1
+    sym = toks[i + 1].text[1:]
+    size, j = _int_list(toks, i + 2)
+    bshape, end = None, toks[j - 1].end
+    if j < len(toks) and toks[j].text == "{":
+        attrs, j2 = parse_attr_dict(toks, j)
+        end = toks[j2 - 1].end
+        if "broadcast_shape" in attrs:
+            inner = str(attrs["broadcast_shape"]).strip("[]")
+            bshape = [int(v) for v in inner.split(",")] if re.fullmatch(r"\d+(,\d+)*", inner) else None
+            if bshape is None:
+                err(f"air.channel @{sym}: broadcast_shape must be a list of integers", t.start)
+        j = j2
+    if not at_module:
+        err(f"air.channel @{sym} must be declared at module level", t.start)
+    if size is None or not size or any(d <= 0 for d in size):
+        err(f"air.channel @{sym}: sizes must be positive integers", t.start)
+        return j
+    if sym in rep.channels:
+        err(f"air.channel @{sym} declared twice", t.start)
+    if bshape is not None:
+        if len(bshape) != len(size):
+            err(f"air.channel @{sym}: broadcast_shape rank {len(bshape)} != bundle rank {len(size)}", t.start)
+        elif any(d != 1 and d != b for d, b in zip(size, bshape)):
+            err(f"air.channel @{sym}: size {size} does not broadcast to {bshape} (each size must be 1 or "
+                f"equal to the broadcast extent)", t.start)
+    rep.channels[sym] = Channel(sym, size, bshape, (t.start, end))
+    return j
+
+
+def _parse_channel_access(toks, i, air_stack, err):
+    """Synchronous `air.channel.put|get @sym[indices] (%buf[offs] [sizes] [strides]) : (type)`."""
+    t = toks[i]
+    kind = t.text.rsplit(".", 1)[1]
+    j = i + 1
+    if toks[j].text == "async" or toks[j].text == "[":
+        err(f"{t.text}: only the synchronous form is supported by these checks", t.start)
+        return None, i + 1
+    if toks[j].kind != "sym" or toks[j + 1].text != "[":
+        err(f"{t.text}: expected `@channel[indices]`", t.start)
+        return None, i + 1
+    sym = toks[j].text[1:]
+    close = matching(toks, j + 1)
+    indices = [x.text for x in toks[j + 2:close] if x.kind == "ssa"]
+    k = close + 1
+    if toks[k].text != "(" or toks[k + 1].kind != "ssa":
+        err(f"{t.text} @{sym}: expected `(%buffer[offsets] [sizes] [strides])`", t.start)
+        return None, i + 1
+    pclose = matching(toks, k)
+    buf, lists, m = toks[k + 1].text, [], k + 2
+    for _ in range(3):
+        if toks[m].text != "[":
+            err(f"{t.text} @{sym}: expected three `[...]` lists after {buf}", t.start)
+            return None, pclose + 1
+        c = matching(toks, m)
+        lists.append([x.text for x in toks[m + 1:c] if x.kind == "ssa"])
+        m = c + 1
+    if m != pclose or not (len(lists[0]) == len(lists[1]) == len(lists[2])):
+        err(f"{t.text} @{sym}: offsets/sizes/strides of {buf} differ in length", t.start)
+    if toks[pclose + 1].text != ":" or toks[pclose + 2].text != "(":
+        err(f"{t.text} @{sym}: expected `: (memref type)`", t.start)
+        return None, pclose + 1
+    tclose = matching(toks, pclose + 2)
+    ty = norm_type(toks[pclose + 3:tclose])
+    region = air_stack[-1].kind if air_stack else None
+    return ChannelAccess(kind, sym, indices, buf, lists, ty, region, (t.start, toks[tclose].end)), tclose + 1
+
+
+def _check_channels(rep: Report, err) -> None:
+    """Every put/get names a declared channel with matching rank; every channel has both ends; a get into
+    L1 must run in a herd (the only place L1 exists)."""
+    used: dict[str, set] = {}
+    for acc in rep.channel_ops:
+        ch = rep.channels.get(acc.symbol)
+        if ch is None:
+            err(f"air.channel.{acc.kind} uses undeclared channel @{acc.symbol}", acc.span[0])
+            continue
+        used.setdefault(acc.symbol, set()).add(acc.kind)
+        if acc.indices and len(acc.indices) != len(ch.size):
+            err(f"air.channel.{acc.kind} @{acc.symbol}: {len(acc.indices)} indices for a rank-{len(ch.size)} "
+                f"channel", acc.span[0])
+        if memory_space(acc.type) == "2:i32" and acc.region != "air.herd":
+            err(f"air.channel.{acc.kind} @{acc.symbol} on an L1 buffer outside an air.herd", acc.span[0])
+    for sym, ch in rep.channels.items():
+        missing = {"put", "get"} - used.get(sym, set())
+        if missing:
+            err(f"air.channel @{sym} has no {' / '.join(sorted(missing))}", ch.span[0])
 
 
 def _parse_func(toks, i, rep, err) -> int:
@@ -654,6 +793,7 @@ def to_generic(text: str, keep_calls: bool = False) -> str:
         edits.append((op.header_span[0], op.header_span[1], header))
         edits.append((op.body_close, op.body_close + 1, footer))
     edits += _dma_edits(toks)
+    edits += _channel_edits(rep)
     if not keep_calls:
         for i, t in enumerate(toks):
             if t.text == "func.call":
@@ -703,6 +843,23 @@ def _dma_edits(toks: list[Tok]) -> list[tuple[int, int, str]]:
                 optypes += ["index"] * len(lst)
         text = f'"air.dma_memcpy_nd"({", ".join(operands)}) : ({", ".join(optypes)}) -> ()'
         edits.append((t.start, end, text))
+    return edits
+
+
+def _channel_edits(rep: Report) -> list[tuple[int, int, str]]:
+    """Channel declarations and put/get in generic form: the channel symbol becomes `sym_name` /
+    `chan_name = @sym`, the operands are indices, buffer, offsets, sizes, strides (AIR's operand order)."""
+    edits = []
+    for ch in rep.channels.values():
+        attrs = [f'sym_name = "{ch.symbol}"', f"size = [{', '.join(map(str, ch.size))}]"]
+        if ch.broadcast_shape is not None:
+            attrs.append(f"broadcast_shape = [{', '.join(map(str, ch.broadcast_shape))}]")
+        edits.append((ch.span[0], ch.span[1], f'"air.channel"() {{{", ".join(attrs)}}} : () -> ()'))
+    for acc in rep.channel_ops:
+        ops = acc.indices + [acc.buffer] + sum(acc.lists, [])
+        types = ["index"] * len(acc.indices) + [acc.type] + ["index"] * sum(len(x) for x in acc.lists)
+        edits.append((acc.span[0], acc.span[1], f'"air.channel.{acc.kind}"({", ".join(ops)}) '
+                      f'{{chan_name = @{acc.symbol}}} : ({", ".join(types)}) -> ()'))
     return edits
 
 

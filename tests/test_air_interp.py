@@ -195,3 +195,60 @@ def test_single_kernel_matches_reference(tmp_path, case):
     _assert_close([got[-1]], [ref], label)
     for g, d in zip(got[:-1], data[:-1]):  # inputs are never written
         np.testing.assert_array_equal(g, d.astype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------- channels
+
+def _gemm_program(m, k, n):
+    from kernel_builder import planner
+    from kernel_builder.kernels import gemm
+    return planner.plan_gemm(m, k, n), gemm.build(m, k, n)
+
+
+def _gemm_inputs(m, k, n, seed=3):
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((m, k)) * 0.5).astype(BF16)
+    b = (rng.standard_normal((k, n)) * 0.5).astype(BF16)
+    return a, b, np.zeros((m, n), BF16)
+
+
+def test_gemm_channel_broadcast_traffic_and_result():
+    """Every K step the segment puts one slice per herd row (A) and column (B); each put reaches the whole
+    row/column, so each tile gets exactly its two tiles per step; DDR traffic = panels + output."""
+    m, k, n = 64, 256, 256
+    p, text = _gemm_program(m, k, n)
+    bm, bn = p.herd_m * p.tile_m, p.herd_n * p.tile_n
+    launches = (m // bm) * (n // bn)
+    steps = k // p.tile_k
+    a, b, c = _gemm_inputs(m, k, n)
+    stats = air_interp.compile_module(text).run([a, b, c])
+    assert stats.channel_puts == launches * steps * (p.herd_m + p.herd_n)
+    assert stats.channel_gets == stats.tiles * steps * 2 == launches * p.herd_m * p.herd_n * steps * 2
+    assert stats.dma_bytes == p.ddr_read_bytes(m, k, n) + 2 * m * n
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    _assert_close([c.astype(np.float32)], [ref], "gemm")
+
+
+def test_gemm_put_offset_mutation_is_detected(stitched, tmp_path):
+    # herd row 1 of the q projection is sent row 0's slice of the A panel
+    text = stitched["rms_gemms_rope_s16"]
+    puts = list(re.finditer(r"air\.channel\.put @q_gemm_a\[%\w+, %\w+\] \(%\w+\[(%\w+), ", text))
+    assert len(puts) >= 2, "the q GEMM should broadcast to at least two herd rows"
+    second = puts[1]
+    mutated = text[:second.start(1)] + puts[0].group(1) + text[second.end(1):]
+    _check_mutation_detected(tmp_path, "rms_gemms_rope_s16", text, mutated, seed=13)
+
+
+def test_channel_get_without_put_and_unconsumed_put_fail():
+    m, k, n = 32, 128, 64
+    _, text = _gemm_program(m, k, n)
+    data = list(_gemm_inputs(m, k, n))
+    # herd row 1's A slice is put on row 0 instead: row 1's tiles wait forever
+    idx = [mm for mm in re.finditer(r"air\.channel\.put @gemm_a\[(%\w+),", text)]
+    moved = text[:idx[1].start(1)] + idx[0].group(1) + text[idx[1].end(1):]
+    with pytest.raises(air_interp.InterpError, match=r"get on @gemm_a\[1, \d\] finds no data"):
+        air_interp.compile_module(moved).run([x.copy() for x in data])
+    # the herd no longer reads B: the segment's B puts are never consumed
+    no_get = re.sub(r"\n\s*air\.channel\.get @gemm_b\[[^\n]*", "", text, count=1)
+    with pytest.raises(air_interp.InterpError, match=r"unconsumed channel data: .*@gemm_b"):
+        air_interp.compile_module(no_get).run([x.copy() for x in data])

@@ -121,37 +121,73 @@ GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
 def test_gemm_accumulates_in_l1_with_k_loop_in_herd(m, k, n):
     p = planner.plan_gemm(m, k, n)
+    bm, bn = p.herd_m * p.tile_m, p.herd_n * p.tile_n
     text = gemm.build(m, k, n)
     rep = air_checks.check_module(text)
     assert rep.errors == []
     launch, seg, herd = rep.air_ops
     seg_body, herd_body = _body(text, seg), _body(text, herd)
-    # no L2 (memory space 1) buffer at all, in particular no f32 accumulator round-tripping through L2
-    assert ", 1 : i32>" not in text and "f32, 1 : i32" not in text
-    # the whole K reduction runs inside the herd: one scf.for over [0, k) in tile_k steps, holding the
-    # only linalg.matmul; the segment has no loop of its own
+    # the herd never sees A or B in L3: its only L3 operand is c
+    assert [t for t in herd.types if t.startswith("memref")] == [f"memref<{m}x{n}xbf16>"]
+    # L2 holds only the bf16 A row panel and B column panel (no f32 accumulator round-tripping through L2)
+    l2 = sorted(set(re.findall(r"memref<([0-9x]+)x(\w+), 1 : i32>", text)))
+    assert l2 == sorted({(f"{bm}x{p.tile_k}", "bf16"), (f"{p.tile_k}x{bn}", "bf16")})
+    # broadcast channels: A per herd row fans out over the herd's columns, B per column over its rows
+    ch = rep.channels
+    assert (ch["gemm_a"].size, ch["gemm_a"].broadcast_shape) == \
+        ([p.herd_m, 1], None if p.herd_n == 1 else [p.herd_m, p.herd_n])
+    assert (ch["gemm_b"].size, ch["gemm_b"].broadcast_shape) == \
+        ([1, p.herd_n], None if p.herd_m == 1 else [p.herd_m, p.herd_n])
+    # segment: one K loop over [0, k) in tile_k steps: two L3 -> L2 panel DMAs, then one put per herd row
+    # (A) and per herd column (B), each slicing its own tile_m rows / tile_n columns of the panel
     seg_outside_herd = seg_body.replace(herd_body, "")
-    assert "scf.for" not in seg_outside_herd
+    seg_consts = {n_: int(v) for n_, v in re.findall(r"(%\S+) = arith\.constant (-?\d+) : index", seg_body)}
+    seg_loops = re.findall(r"scf\.for %\S+ = %\S+ to (%\S+) step (%\S+) \{", seg_outside_herd)
+    assert [(seg_consts[a], seg_consts[b]) for a, b in seg_loops] == [(k, p.tile_k)]
+    assert seg_outside_herd.count("air.dma_memcpy_nd") == 2
+    puts = [a for a in rep.channel_ops if a.kind == "put"]
+    assert all(a.region == "air.segment" for a in puts)
+    a_puts = sorted((seg_consts[a.indices[0]], seg_consts[a.indices[1]], seg_consts[a.lists[0][0]])
+                    for a in puts if a.symbol == "gemm_a")
+    b_puts = sorted((seg_consts[a.indices[0]], seg_consts[a.indices[1]], seg_consts[a.lists[0][1]])
+                    for a in puts if a.symbol == "gemm_b")
+    assert a_puts == [(i, 0, i * p.tile_m) for i in range(p.herd_m)]
+    assert b_puts == [(0, j, j * p.tile_n) for j in range(p.herd_n)]
+    # herd: the whole K reduction in one scf.for holding the only linalg.matmul, fed by two channel gets
+    # indexed by the tile ids (no DMA from L3 inside the loop)
     loops = re.findall(r"scf\.for %\S+ = %\S+ to (%\S+) step (%\S+) \{", herd_body)
     assert len(loops) == 1
     consts = dict(re.findall(r"(%\S+) = arith\.constant (-?\d+) : index", herd_body))
     assert (int(consts[loops[0][0]]), int(consts[loops[0][1]])) == (k, p.tile_k)
     loop_body = herd_body[herd_body.index("scf.for"):]
     assert herd_body.count("linalg.matmul") == 1 and "linalg.matmul" in loop_body
+    gets = [a for a in rep.channel_ops if a.kind == "get"]
+    a_ty = f"memref<{p.tile_m}x{p.tile_k}xbf16,2:i32>"
+    b_ty = f"memref<{p.tile_k}x{p.tile_n}xbf16,2:i32>"
+    assert [(a.symbol, a.indices, a.type, a.region) for a in gets] == \
+        [("gemm_a", herd.ids, a_ty, "air.herd"), ("gemm_b", herd.ids, b_ty, "air.herd")]
     # f32 accumulator in L1: zero-filled once before the loop, never DMA'd anywhere
     acc_ty = f"memref<{p.tile_m}x{p.tile_n}xf32, 2 : i32>"
     before_loop = herd_body[:herd_body.index("scf.for")]
     assert f"%acc_l1 = memref.alloc() : {acc_ty}" in before_loop
     assert f"linalg.fill ins(%cst : f32) outs(%acc_l1 : {acc_ty})" in before_loop
     assert not re.search(r"air\.dma_memcpy_nd \([^)]*%acc_l1", text)
-    # per K step exactly the A and B tiles come in; after the loop one bf16 tile goes out to c
-    a_ty = f"memref<{p.tile_m}x{p.tile_k}xbf16, 2 : i32>"
-    b_ty = f"memref<{p.tile_k}x{p.tile_n}xbf16, 2 : i32>"
-    assert loop_body.count("air.dma_memcpy_nd") >= 2
-    assert f"outs(%acc_l1 : {acc_ty})" in loop_body and f"{a_ty}, {b_ty}" in loop_body
-    out = re.findall(r"air\.dma_memcpy_nd \((%ha_2)\[.*\(memref<" + f"{m}x{n}" + r"xbf16>, memref<(\d+)x(\d+)xbf16, 2", text)
-    assert out == [("%ha_2", str(p.tile_m), str(p.tile_n))]
+    assert "air.dma_memcpy_nd" not in loop_body[:loop_body.index("}")]
+    assert f"outs(%acc_l1 : {acc_ty})" in loop_body
+    # after the loop one bf16 tile goes out to c
+    out = re.findall(r"air\.dma_memcpy_nd \((%ha)\[.*\(memref<" + f"{m}x{n}" + r"xbf16>, memref<(\d+)x(\d+)xbf16, 2", text)
+    assert out == [("%ha", str(p.tile_m), str(p.tile_n))]
     assert "arith.truncf %in : f32 to bf16" in herd_body
+
+
+def test_gemm_panels_cut_ddr_reads():
+    """Broadcasting the L2 panels reads A n/BN times and B m/BM times (was n/tile_n and m/tile_m)."""
+    m, k, n = 2048, 2048, 8192
+    p = planner.plan_gemm(m, k, n)
+    bm, bn = p.herd_m * p.tile_m, p.herd_n * p.tile_n
+    assert p.ddr_read_bytes(m, k, n) == 2 * (m * k * (n // bn) + k * n * (m // bm))
+    per_tile = 2 * (m * k * (n // p.tile_n) + k * n * (m // p.tile_m))
+    assert p.ddr_read_bytes(m, k, n) * min(p.herd_m, p.herd_n) <= per_tile
 
 
 def test_gemm_transform_script_vectorizes_l1_matmul(mlir_opt, tmp_path):
@@ -268,3 +304,35 @@ def test_air_opt_if_available():
         for build, _ in model_kernels(s, seq):
             res = subprocess.run([air_opt, "-"], input=build(), capture_output=True, text=True, timeout=120)
             assert res.returncode == 0, res.stderr
+
+
+def test_checker_catches_channel_mistakes(mlir_opt):
+    good = gemm.build(64, 576, 192)
+    assert air_checks.check_module(good).errors == []
+    # the generic form keeps the channels and their put/get operands (mlir-opt parses them)
+    generic = air_checks.to_generic(good)
+    assert '"air.channel"() {sym_name = "gemm_a"' in generic and '"air.channel.get"(%tx, %ty, %a_l1)' in generic
+    air_checks.mlir_opt_verify(mlir_opt, generic)
+    mutations = {
+        "undeclared channel": good.replace("air.channel.put @gemm_b[", "air.channel.put @gemm_c[", 1),
+        "wrong rank": re.sub(r"air\.channel\.get @gemm_a\[%tx, %ty\]", "air.channel.get @gemm_a[%tx]", good),
+        "no get": re.sub(r"\n\s*air\.channel\.get @gemm_b\[[^\n]*", "", good),
+        "bad broadcast": good.replace("air.channel @gemm_a [", "air.channel @gemm_a [3, ", 1),
+        "declared twice": good.replace("  air.channel @gemm_b", "  air.channel @gemm_a [8, 1]\n  air.channel @gemm_b", 1),
+        "buffer type": good.replace("(%a_l1[] [] []) : (memref<", "(%a_l1[] [] []) : (memref<9x", 1),
+        "channel in func": good.replace("    %c1 = arith.constant 1 : index",
+                                        "    %c1 = arith.constant 1 : index\n    air.channel @late [1, 1]", 1),
+    }
+    for what, text in mutations.items():
+        assert text != good, what
+        assert air_checks.check_module(text).errors, f"checker missed: {what}"
+
+
+def test_mlir_check_lifts_gemm_herd_with_channel_gets(mlir_opt):
+    from kernel_builder import mlir_check
+    text = gemm.build(64, 576, 192)
+    funcs, notes = mlir_check.herd_functions(text)
+    assert notes == [] and len(funcs) == 1
+    assert "air." not in funcs[0] and "linalg.matmul" in funcs[0]
+    res = mlir_check.check_text(text, tool=mlir_opt)
+    assert res.ok and res.checked_herds == 1, res.stderr

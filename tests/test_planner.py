@@ -25,7 +25,12 @@ def test_gemm_plans_fit_and_divide(s, seq):
         assert p.tile_m % P.MMUL_M == 0 and p.tile_n % P.MMUL_N == 0 and p.tile_k % P.MMUL_K == 0
         assert 1 <= p.herd_m <= P.NPU2_COLS and 1 <= p.herd_n <= P.NPU2_ROWS
         assert p.l1_bytes() <= P.L1_BUDGET
-        assert p.l2_buffers() == {}  # A/B stream L3 -> L1; the accumulator stays in L1
+        # double-buffered bf16 A/B panels in one memory tile; the accumulator stays in L1
+        l2 = p.l2_buffers()
+        assert set(l2) == {"a_panels", "b_panels"}
+        assert l2["a_panels"] == 2 * P.BF16 * p.herd_m * p.tile_m * p.tile_k
+        assert l2["b_panels"] == 2 * P.BF16 * p.tile_k * p.herd_n * p.tile_n
+        assert p.l2_bytes() <= P.MEMTILE_BYTES
 
 
 def test_gemm_l1_accounting_covers_every_herd_buffer():
@@ -34,6 +39,16 @@ def test_gemm_l1_accounting_covers_every_herd_buffer():
     assert p.l1_buffers() == {"acc_f32": 16384, "a_tiles": 16384, "b_tiles": 16384, "out_bf16": 8192}
     assert p.l1_bytes() == 56 * 1024 <= P.L1_BUDGET
     assert P.GemmPlan(128, 64, 64, 1, 1).l1_bytes() > P.L1_BUDGET  # 32+32+16+16 KiB
+
+
+def test_gemm_l2_accounting_and_ddr_reads():
+    p = P.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4)
+    # A panel 512x64 bf16 = 64 KiB, B panel 64x256 bf16 = 32 KiB, each double-buffered
+    assert p.l2_buffers() == {"a_panels": 128 * 1024, "b_panels": 64 * 1024}
+    # 2048x2048x8192: A (8 MiB) read 8192/256 = 32 times, B (32 MiB) 2048/512 = 4 times
+    assert p.ddr_read_bytes(2048, 2048, 8192) == 32 * 8 * 2**20 + 4 * 32 * 2**20
+    # the largest tiles the planner considers still fit one memory tile
+    assert P.GemmPlan(P.MAX_GEMM_TILE, 64, P.MAX_GEMM_TILE, P.NPU2_COLS, P.NPU2_ROWS).l2_bytes() <= P.MEMTILE_BYTES
 
 
 def test_gemm_prefers_square_tiles_for_ddr_reuse():

@@ -301,3 +301,32 @@ def test_read_launch_program_rejects_non_argument_operands():
 def test_read_launch_program_of_an_unstitched_bare_herd_module():
     prog = read_launch_program(kernel_module("mul", [V4] * 3, bare=True))
     assert [(l.kind, l.operands) for l in prog.launches] == [("mul", (0, 1, 2))]
+
+
+def test_stitched_gemms_get_distinct_channels_and_use_their_own():
+    """Every GEMM slice declares the same @gemm_a/@gemm_b channels; stitched, each slice's channels are
+    renamed with its prefix, declared once, and only that slice's segment/herd put/get on them (two GEMMs
+    sharing a channel would feed one GEMM's panels into the other's tiles)."""
+    from multi_launch_builder.registry import all_modules
+    from multi_launch_builder.shapes import LLAMA32_1B
+    decl = next(d for d in all_modules(LLAMA32_1B, [64]) if d.name.startswith("o_ffn"))
+    text = stitch(decl)
+    rep = air_checks.check_module(text)
+    assert rep.errors == []
+    declared = re.findall(r"^\s*air\.channel @(\S+) ", text, re.M)
+    assert len(declared) == len(set(declared)) == len(rep.channels)
+    n_gemms = len(re.findall(r'kind = "gemm"', text))
+    assert n_gemms >= 3 and len(declared) == 2 * n_gemms
+    # each launch's put/get only name channels of its own slice prefix
+    launches = text.split("    // launch ")[1:]
+    seen = set()
+    for body in launches:
+        prefix = body.split(" = ", 1)[0].split(": ", 1)[1]
+        used = set(re.findall(r"air\.channel\.(?:put|get) @(\S+?)\[", body))
+        if 'kind = "gemm"' in body:
+            assert used == {f"{prefix}_gemm_a", f"{prefix}_gemm_b"}, (prefix, used)
+            assert not used & seen
+            seen |= used
+        else:
+            assert not used
+    assert seen == set(declared)

@@ -141,6 +141,16 @@ class Block:
         lists = [", ".join(self.idx(v) for v in part) for part in (offsets, sizes, strides)]
         return f"{buf}[{lists[0]}] [{lists[1]}] [{lists[2]}]"
 
+    def channel_put(self, sym: str, indices, buf: str, ty: str, access) -> None:
+        """Synchronous `air.channel.put @sym[indices] (buf[offsets] [sizes] [strides]) : (type)`."""
+        self.op(f"air.channel.put @{sym}[{', '.join(self.idx(v) for v in indices)}] "
+                f"({self._access(buf, access)}) : ({ty})")
+
+    def channel_get(self, sym: str, indices, buf: str, ty: str, access) -> None:
+        """Synchronous `air.channel.get @sym[indices] (buf[offsets] [sizes] [strides]) : (type)`."""
+        self.op(f"air.channel.get @{sym}[{', '.join(self.idx(v) for v in indices)}] "
+                f"({self._access(buf, access)}) : ({ty})")
+
     def call(self, sym: str, operands: list[tuple[str, str]]) -> None:
         names = ", ".join(v for v, _ in operands)
         types = ", ".join(t for _, t in operands)
@@ -216,6 +226,7 @@ class Module:
     name: str
     arg_types: list[str]
     decls: list[str] = field(default_factory=list)
+    channels: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.names = Names()
@@ -228,9 +239,20 @@ class Module:
         if decl not in self.decls:
             self.decls.append(decl)
 
+    def channel(self, symbol: str, size: list[int], broadcast_shape: list[int] | None = None) -> str:
+        """Declare a module-level `air.channel @symbol [size] {broadcast_shape = [...]}`; returns the symbol.
+        With a broadcast shape, one put at index i reaches every get whose index equals i on the
+        non-broadcast dimensions (size 1 dims of `size` fan out to `broadcast_shape`)."""
+        attrs = ""
+        if broadcast_shape is not None and list(broadcast_shape) != list(size):
+            attrs = f" {{broadcast_shape = [{', '.join(str(int(d)) for d in broadcast_shape)}]}}"
+        self.channels.append(f"air.channel @{symbol} [{', '.join(str(int(d)) for d in size)}]{attrs}")
+        return symbol
+
     def text(self) -> str:
         sig = ", ".join(f"{a}: {t}" for a, t in zip(self.args, self.arg_types))
         lines = ["module {"]
+        lines += ["  " + c for c in self.channels]
         lines += ["  " + d for d in self.decls]
         lines.append(f"  func.func @{self.name}({sig}) {{")
         lines += self.body.render(2)
