@@ -117,7 +117,7 @@ def test_cannot_run_is_one_line_exit_2(tmp_path, capsys, torch_stack, case):
     argv = ["verify", "--model", str(d), "--report-dir", str(tmp_path / "r")]
     needle = {"gpt2": "unsupported architecture GPT2LMHeadModel", "truncated": "truncated safetensors file",
               "bogus-device": "unknown device 'bogus'", "null-device": "computes no numbers",
-              "bad-arg": "expected a positive integer"}[case]
+              "bad-arg": "must be a positive integer"}[case]
     if case == "gpt2":
         (d / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
     elif case == "truncated":

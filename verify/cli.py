@@ -20,30 +20,9 @@ from .prompt_set import PROMPTS_DIR, Prompt, load_prompts
 EXIT_PASS, EXIT_FAIL, EXIT_UNAVAILABLE = 0, 1, 2
 
 
-def _buckets(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--buckets wants comma-separated integers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"--buckets wants positive integers, got {text!r}")
-    return vals
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line instead of usage + message
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_UNAVAILABLE)
+# The runtime CLI's argument types and one-line parser: the same rules and messages for both commands
+# (its bad-input exit code, 2, is also verify's "cannot run").
+from llama_npu.cli import _Parser, bucket_list as _buckets, positive_int as _positive  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
