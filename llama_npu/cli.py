@@ -129,7 +129,7 @@ def _prepare(args, prompt: str | None):
     """Cheap checks before any kernel is built or weight read: device name, model, config, tokenizer,
     prompt budget. Returns (model_dir, token ids or None)."""
     from .config import load_config
-    from .engine import check_budget, select_buckets
+    from .engine import check_budget
     from .model_source import resolve_model
     from .tokenizer import Tokenizer
 
@@ -148,7 +148,7 @@ def _prepare(args, prompt: str | None):
             ids = tok.encode(prompt, add_special_tokens=True)
         else:
             ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
-        check_budget(len(ids), args.n_tokens, cfg.max_position, select_buckets(args.buckets, cfg.max_position))
+        check_budget(len(ids), args.n_tokens, cfg.max_position)
     return model_dir, ids
 
 
@@ -240,7 +240,7 @@ def cmd_chat(args) -> int:
         history.append({"role": "user", "content": text})
         ids = tok.apply_chat_template(history)
         try:
-            eng.check_budget(len(ids), args.n_tokens, reusable=eng.reusable_prefix(ids))
+            eng.check_budget(len(ids), args.n_tokens)
         except PromptError as e:
             print(f"llama-npu: {e} (use /clear)", file=sys.stderr)
             history.pop()

@@ -65,9 +65,10 @@ def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
 MAX_EXTEND_TOKENS = 64
 
 
-def check_budget(n_prompt: int, max_new_tokens: int, context: int, buckets: Sequence[int]) -> None:
-    """The prompt fits a prefill bucket and prompt + new tokens fit the model's context (PromptError).
-    Shared by the CLI's cheap pre-checks (before any weight is read) and Engine.generate."""
+def check_budget(n_prompt: int, max_new_tokens: int, context: int) -> None:
+    """Prompt + new tokens fit the model's context (PromptError). Any prompt length runs: beyond the largest
+    bucket the rest of the prompt goes through decode (Engine.generate). Shared by the CLI's cheap
+    pre-checks (before any weight is read) and Engine.generate."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise PromptError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if n_prompt == 0:
@@ -75,8 +76,6 @@ def check_budget(n_prompt: int, max_new_tokens: int, context: int, buckets: Sequ
     if n_prompt + max_new_tokens > context:
         raise PromptError(f"prompt ({n_prompt} tokens) + N_TOKENS ({max_new_tokens}) = "
                           f"{n_prompt + max_new_tokens} exceeds the model's context of {context} tokens")
-    if n_prompt > max(buckets):
-        raise _too_long(n_prompt, buckets)
 
 
 def _too_long(n_prompt: int, buckets: Sequence[int]) -> PromptError:
@@ -289,11 +288,8 @@ class Engine:
         return self._lm_head(x)
 
     # ------------------------------------------------------------------------------------ generate
-    def check_budget(self, n_prompt: int, max_new_tokens: int, reusable: bool = False) -> None:
-        """PromptError unless the prompt can run; a `reusable` prompt (see reusable_prefix) is not bound
-        by the prefill buckets, only by the model's context."""
-        buckets = (max(self.buckets), n_prompt) if reusable else self.buckets
-        check_budget(n_prompt, max_new_tokens, self.config.max_position, buckets)
+    def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:
+        check_budget(n_prompt, max_new_tokens, self.config.max_position)
 
     def reusable_prefix(self, token_ids: Sequence[int]) -> bool:
         """True when `token_ids` extends the tokens already in the KV cache (a chat turn appended to the
@@ -312,7 +308,7 @@ class Engine:
         the conversation already in the KV cache only feeds its new tokens (see reusable_prefix)."""
         ids = self._check_ids(token_ids)
         reuse = reuse_kv and self.reusable_prefix(ids)
-        self.check_budget(len(ids), max_new_tokens, reusable=reuse)
+        self.check_budget(len(ids), max_new_tokens)
         sampler = sampler or Sampler()
         stream = _TextStream(self.tokenizer, on_token)
         t0 = time.perf_counter()
@@ -322,7 +318,11 @@ class Engine:
             for t in ids[self.pos:]:
                 first_logits = self.decode_step(t)
         else:
-            first_logits = self.prefill(ids, kv_capacity=len(ids) + max_new_tokens).logits
+            # A prompt longer than the largest bucket: prefill that much, feed the rest through decode.
+            big = max(self.buckets)
+            first_logits = self.prefill(ids[:big], kv_capacity=len(ids) + max_new_tokens).logits
+            for t in ids[big:]:
+                first_logits = self.decode_step(t)
         if on_logits is not None:
             on_logits(0, first_logits)
         tok = sampler(first_logits)

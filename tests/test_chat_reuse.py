@@ -60,4 +60,19 @@ def test_long_extension_reprefills_when_a_bucket_fits_else_extends(engine):
     assert not eng.reusable_prefix(long_turn)                           # cheaper as one bucketed prefill
     beyond = base + [20 + i % 200 for i in range(max(eng.buckets) + 1)]  # no bucket can hold the history
     assert eng.reusable_prefix(beyond)
-    eng.check_budget(len(beyond), 4, reusable=True)                     # bound by the context only
+    eng.check_budget(len(beyond), 4)                                    # bound by the context only
+
+
+def test_prompt_longer_than_every_bucket_runs_and_matches_a_bigger_bucket(engine, tiny_model_dir, tmp_path):
+    """Beyond the largest bucket, the rest of the prompt is fed through decode: same next token, logits
+    within bf16 noise of prefilling it whole in a bucket that fits."""
+    small = Engine.load(str(tiny_model_dir), device="emu", buckets=(16,), progress=False, cache_dir=tmp_path)
+    prompt = [1] + [20 + (7 * i) % 200 for i in range(39)]
+    seen_small, seen_big = [], []
+    res = small.generate(prompt, 2, on_logits=lambda s, lg: seen_small.append(lg.copy()))
+    assert res.prompt_len == 40 and small.pos == 41
+    engine.reset()
+    engine.generate(prompt, 2, on_logits=lambda s, lg: seen_big.append(lg.copy()))
+    a, b = seen_small[0], seen_big[0]
+    assert float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) >= 0.999
+    assert int(np.argmax(a)) == int(np.argmax(b))
