@@ -25,7 +25,7 @@ help: ## list the targets
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo
-	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|null BUCKETS=64,256,1024,2048"
+	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
