@@ -14,6 +14,9 @@ DEVICE   ?= auto
 BUCKETS  ?=
 PYTEST_ARGS ?=
 
+# The compiled-kernel cache (the models/ next to it, holding the converted embedded model, is kept by clean).
+KERNEL_CACHE := $(if $(LLAMA_NPU_CACHE),$(LLAMA_NPU_CACHE),$(HOME)/.cache/llama-npu)/kernels
+
 MODEL_ARG   := $(if $(MODEL),--model "$(MODEL)",)
 BUCKETS_ARG := $(if $(BUCKETS),--buckets "$(BUCKETS)",)
 COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG)
@@ -64,6 +67,6 @@ bench: setup ## benchmarks: stitch time, TTFT, decode tok/s, dispatches and byte
 test: setup ## run the test suite (includes one `make verify` on the embedded model)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-clean: ## remove build artifacts (keeps .venv and the converted embedded model)
-	rm -rf build .pytest_cache
+clean: ## remove build artifacts and the compiled-kernel cache (keeps .venv and the converted model)
+	rm -rf build .pytest_cache "$(KERNEL_CACHE)"
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
