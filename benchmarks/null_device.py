@@ -69,7 +69,7 @@ def write_sparse_checkpoint(out: Path, s: ModelShapes, tokenizer_dir: Path, tied
     return out
 
 
-def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int = 64) -> dict:
+def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int = 64, alias: bool = True) -> dict:
     from llama_npu.engine import Engine
     from llama_npu.model_source import resolve_model
 
@@ -78,7 +78,7 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         model_dir = write_sparse_checkpoint(Path(tmp) / "model", LLAMA32_1B, tok_dir, tied=True)
         t0 = time.perf_counter()
         eng = Engine.load(str(model_dir), device="null", buckets=(bucket,), cache_dir=Path(tmp) / "kernels",
-                          progress=False, warmup=False)
+                          progress=False, warmup=False, alias=alias)
         load_s = time.perf_counter() - t0
         cache = eng.cache
         ids = list(range(3, 3 + prompt_len))
@@ -105,6 +105,7 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         "host_ms_per_decode_token": host_s * 1e3,
     }
     print(f"[bench] Llama-3.2-1B shapes on null device (prompt {prompt_len} in bucket {bucket}, "
+          f"{'device-side hand-off' if alias else 'host round trips'}, "
           f"setup {load_s:.1f} s):")
     print(f"[bench]   prefill pass: {res['prefill_dispatches']} dispatches, "
           f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device")

@@ -10,8 +10,14 @@ Counters are exact: bytes_written / bytes_read are the nbytes actually transferr
 Buffer sharing (device memory): a static buffer belongs to (module family, bo_key, arg name, shape,
 dtype), so the prefill modules of every bucket share one copy of a layer's weights; input,
 intermediate and output buffers belong to the module alone and are shared by all its bo_keys, because
-calls run one at a time and outputs are read back before the next call. A bo_key's buffer set is a
+calls run one at a time and outputs are consumed (read back or passed on by a ref) before the module
+runs again. A bo_key's buffer set is a
 view onto these pools.
+
+Device-side hand-off (cross-module aliasing): an INPUT may be given as `cache.ref(module, arg)` instead of
+a host array; that call binds the slot to the buffer the referenced argument used in its module's last
+call (no host write, 0 bytes), so an intermediate flows from one dispatch to the next without a host
+round trip. `read=` names the outputs to read back (default: all); the others stay on the device.
 """
 from __future__ import annotations
 
@@ -49,6 +55,15 @@ class ModuleCounters:
     read_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class DeviceRef:
+    """An INPUT value meaning "the device buffer `module.arg` used in that module's last call"
+    (made by KernelCache.ref). Its contents are whatever the device holds there when the call runs."""
+
+    module: str
+    arg: str
+
+
 @dataclass
 class _Static:
     buf: Buffer
@@ -84,6 +99,8 @@ class KernelCache:
         self.counters: dict[str, ModuleCounters] = {}
         self.allocated_bytes = 0
         self._plans: dict[str, tuple] = {}
+        self._bound: dict[str, list[Buffer]] = {}   # module -> the buffer list of its last call (refs)
+        self._programs: dict[str, object] = {}      # module -> LaunchProgram (alias hazard checks)
 
     # ---------------------------------------------------------------- internals
     def _decl(self, name: str) -> ModuleDecl:
@@ -173,7 +190,62 @@ class KernelCache:
             values[i] = v
         return values
 
+    def _resolve_ref(self, decl: ModuleDecl, arg: Arg, dt: np.dtype, ref: DeviceRef) -> Buffer:
+        """The buffer a ref points at, after checking it can stand in for `arg` (size and dtype)."""
+        src = self._decl(ref.module)
+        rows, index = self._plan(src)
+        i = index.get(ref.arg)
+        if i is None:
+            raise ValueError(f"module {decl.name} arg {arg.name}: ref to unknown argument {ref.module}.{ref.arg}")
+        sarg, sdt, srole = rows[i]
+        if srole is Role.STATIC:
+            raise ValueError(f"module {decl.name} arg {arg.name}: ref to {ref.module}.{ref.arg}, a static "
+                             f"(per-bo_key weights cannot be aliased)")
+        if sarg.nbytes != arg.nbytes or sdt != dt:
+            raise ValueError(f"module {decl.name} arg {arg.name} ({arg.dtype}, {arg.nbytes} bytes) cannot alias "
+                             f"{ref.module}.{ref.arg} ({sarg.dtype}, {sarg.nbytes} bytes)")
+        bufs = self._bound.get(ref.module)
+        if bufs is None:
+            raise ValueError(f"module {decl.name} arg {arg.name}: ref to {ref.module}.{ref.arg}, but "
+                             f"{ref.module} has not run yet (its buffer holds nothing)")
+        return bufs[i]
+
+    def _program(self, name: str):
+        p = self._programs.get(name)
+        if p is None:
+            from .launch_program import read_launch_program
+            p = self._programs[name] = read_launch_program(Path(self.artifacts[name].mlir).read_text())
+        return p
+
+    def _check_alias_hazard(self, decl: ModuleDecl, bufs: list[Buffer]) -> None:
+        """Two slots of one call on the same buffer are safe only if no launch reads one of them after
+        another launch of the run has written the other (launches run in order, on the NPU as on emu)."""
+        groups: dict[int, set[int]] = {}
+        for i, b in enumerate(bufs):
+            groups.setdefault(id(b), set()).add(i)
+        shared = {i: g for g in groups.values() if len(g) > 1 for i in g}
+        if not shared:
+            return
+        written: set[int] = set()
+        names = [a.name for a in decl.args]
+        for n, launch in enumerate(self._program(decl.name).launches):
+            for i in launch.operands[:-1]:
+                clobbered = shared.get(i, set()) & written - {i}
+                if clobbered:
+                    raise ValueError(f"module {decl.name}: arg {names[i]} aliases {names[min(clobbered)]}, which "
+                                     f"launch order overwrites before launch {n} ({launch.kind}) reads it")
+            out = launch.operands[-1]
+            if out in shared:
+                written.add(out)
+
     # ---------------------------------------------------------------- public API
+    def ref(self, module: str, arg: str) -> DeviceRef:
+        """A device-side value for an INPUT of another call: `module.arg`'s buffer as of its last call."""
+        decl = self._decl(module)
+        if arg not in self._plan(decl)[1]:
+            raise ValueError(f"module {module}: unknown argument {arg!r}; declared: {[a.name for a in decl.args]}")
+        return DeviceRef(module, arg)
+
     def write_static(self, name: str, bo_key: str | None = None, **statics: np.ndarray) -> None:
         """Write static arguments (weights, LUTs) of one bo_key ahead of time (e.g. before timing)."""
         decl = self._decl(name)
@@ -201,19 +273,35 @@ class KernelCache:
 
     preload = write_static
 
-    def load_and_run(self, name: str, *args, bo_key: str | None = None, **named) -> dict[str, np.ndarray]:
+    def load_and_run(self, name: str, *args, bo_key: str | None = None, read: Iterable[str] | None = None,
+                     **named) -> dict[str, np.ndarray]:
+        """Run one module. INPUTs are host arrays or `ref(...)`s (bound on the device, 0 bytes);
+        `read` names the outputs to read back (default all; the rest stay on the device)."""
         decl = self._decl(name)
-        rows, _ = self._plan(decl)
+        rows, index = self._plan(decl)
         values = self._bind(decl, args, named)
+        if read is not None:
+            read = set(read)
+            bad = sorted(r for r in read if r not in index or rows[index[r]][2] is not Role.OUTPUT)
+            if bad:
+                raise ValueError(f"module {name}: read= names {bad}, which are not outputs; "
+                                 f"outputs: {list(decl.names(Role.OUTPUT))}")
+        refs: dict[int, Buffer] = {}
         bo_key = name if bo_key is None else bo_key
         # Validate everything before touching the device so a bad call transfers nothing.
         # Statics may already be resident through a sibling module of the family (shared pool).
         written = {a.name for a, _, r in rows if r is Role.STATIC and self._static_resident(decl, bo_key, a)}
-        for (arg, dt, role), v in zip(rows, values):
+        for i, ((arg, dt, role), v) in enumerate(zip(rows, values)):
             if role is Role.INPUT:
                 if v is None:
                     raise ValueError(f"module {name} arg {arg.name}: input missing (inputs are written every call)")
-                self._check_value(decl, arg, dt, v)
+                if isinstance(v, DeviceRef):
+                    refs[i] = self._resolve_ref(decl, arg, dt, v)
+                else:
+                    self._check_value(decl, arg, dt, v)
+            elif isinstance(v, DeviceRef):
+                raise ValueError(f"module {name} arg {arg.name}: role {role.value} cannot take a ref "
+                                 f"(only inputs can be bound to another module's buffer)")
             elif role is Role.STATIC:
                 if v is None:
                     if arg.name not in written:
@@ -226,12 +314,19 @@ class KernelCache:
                                  f"host; pass None")
         handle = self._handle(name)
         bset, _ = self._buffer_set(decl, bo_key)
+        bufs = bset.buffers
+        if refs:
+            bufs = list(bufs)
+            for i, b in refs.items():
+                bufs[i] = b
+            self._check_alias_hazard(decl, bufs)
         c = self._counters(name)
         dev = self.device
-        bufs = bset.buffers
 
         t0 = time.perf_counter()
         for i, ((arg, dt, role), v) in enumerate(zip(rows, values)):
+            if i in refs:
+                continue  # already on the device
             if role is Role.INPUT:
                 dev.write(bufs[i], v)
                 c.bytes_written += arg.nbytes
@@ -242,10 +337,11 @@ class KernelCache:
                 bset.statics[arg.name].written = True
         t1 = time.perf_counter()
         dev.run(handle, bufs)
+        self._bound[name] = bufs
         t2 = time.perf_counter()
         out: dict[str, np.ndarray] = {}
         for i, (arg, dt, role) in enumerate(rows):
-            if role is Role.OUTPUT:
+            if role is Role.OUTPUT and (read is None or arg.name in read):
                 out[arg.name] = dev.read(bufs[i], arg.shape, dt)
                 c.bytes_read += arg.nbytes
         t3 = time.perf_counter()
@@ -278,6 +374,10 @@ class KernelCache:
                 del self._act_pool[(name, a.name)]
             self.allocated_bytes -= b.nbytes
             self.device.free(b)
+            # a ref must never resolve to a freed buffer
+            for m, bl in list(self._bound.items()):
+                if any(x is b for x in bl):
+                    del self._bound[m]
 
     def bo_keys(self, name: str) -> list[str]:
         return [k for (n, k) in self._sets if n == name]

@@ -92,8 +92,11 @@ def _bo(module: str, layer: int) -> str:
 
 class Engine:
     def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer, weights: ModelWeights, cache, buckets,
-                 lm_plan: tuple[int, int]):
+                 lm_plan: tuple[int, int], alias: bool = True):
         self.config = cfg
+        # alias: activations flow between dispatches on the device (KernelCache refs); the host reads only
+        # what it needs (K/V for the cache, the last layer's hidden). False = every hand-off via the host.
+        self.alias = alias
         self.shapes = cfg.shapes
         self.tokenizer = tokenizer
         self.weights = weights
@@ -116,7 +119,8 @@ class Engine:
     # ------------------------------------------------------------------------------------ loading
     @classmethod
     def load(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
-             cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True) -> "Engine":
+             cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
+             alias: bool = True) -> "Engine":
         """Resolve the model, validate it (config before any weight), build or reuse every kernel
         module, upload all weights into per-layer buffer sets and (warmup) run one untimed prefill in
         the smallest bucket and one decode step, so one-time device work (binary loads, emu's f32
@@ -141,7 +145,7 @@ class Engine:
         report = build_modules(decls, cache_dir, kind, progress=progress)
         cache = KernelCache(dev, report.artifacts, decls)
         plan = plan_lm_head(cfg.shapes.vocab, cfg.shapes.hidden)
-        eng = cls(cfg, tokenizer, weights, cache, bs, (plan.n_parts, plan.part_rows))
+        eng = cls(cfg, tokenizer, weights, cache, bs, (plan.n_parts, plan.part_rows), alias=alias)
         eng.preload(progress=progress)
         if warmup:
             eng.warmup()
@@ -246,14 +250,33 @@ class Engine:
         rgr, fa, off = f"rms_gemms_rope_s{b}", f"flash_attn_s{b}", f"o_ffn_s{b}"
         run = self.cache.load_and_run
         hidden = [] if return_hidden else None
-        for layer in range(s.n_layers):
-            o1 = run(rgr, bo_key=_bo(rgr, layer), x=x)
-            kv.write_prefill(layer, o1["k_roped"], o1["v"], n)
-            o2 = run(fa, bo_key=fa, q=o1["q_roped"], k=o1["k_roped"], v=o1["v"])
-            o3 = run(off, bo_key=_bo(off, layer), attn=o2["attn"], x=x)
-            x = o3["x_out"].reshape(b, s.hidden)
-            if hidden is not None:
-                hidden.append(x[:n].astype(np.float32))
+        if self.alias:
+            ref = self.cache.ref
+            last = s.n_layers - 1
+            for layer in range(s.n_layers):
+                # layer 0 takes the host embedding; later layers the previous o_ffn's x_out, on the device
+                x_in = x if layer == 0 else ref(off, "x_out")
+                o1 = run(rgr, bo_key=_bo(rgr, layer), x=x_in, read=("k_roped", "v"))
+                kv.write_prefill(layer, o1["k_roped"], o1["v"], n)
+                run(fa, bo_key=fa, q=ref(rgr, "q_roped"), k=ref(rgr, "k_roped"), v=ref(rgr, "v"), read=())
+                # the residual x is whatever rgr read (for layer > 0 that is o_ffn's own x_out buffer:
+                # safe, o_ffn reads x before its last launch writes x_out; KernelCache checks this)
+                need = hidden is not None or layer == last
+                o3 = run(off, bo_key=_bo(off, layer), attn=ref(fa, "attn"), x=ref(rgr, "x"),
+                         read=("x_out",) if need else ())
+                if need:
+                    x = o3["x_out"].reshape(b, s.hidden)
+                if hidden is not None:
+                    hidden.append(x[:n].astype(np.float32))
+        else:
+            for layer in range(s.n_layers):
+                o1 = run(rgr, bo_key=_bo(rgr, layer), x=x)
+                kv.write_prefill(layer, o1["k_roped"], o1["v"], n)
+                o2 = run(fa, bo_key=fa, q=o1["q_roped"], k=o1["k_roped"], v=o1["v"])
+                o3 = run(off, bo_key=_bo(off, layer), attn=o2["attn"], x=x)
+                x = o3["x_out"].reshape(b, s.hidden)
+                if hidden is not None:
+                    hidden.append(x[:n].astype(np.float32))
         last = np.array(x[n - 1])
         kv.length = n
         self.pos = n
@@ -274,12 +297,21 @@ class Engine:
         lut = self.rope.row(pos)
         run = self.cache.load_and_run
         attn_s = 0.0
+        alias, last = self.alias, s.n_layers - 1
         for layer in range(s.n_layers):
-            o1 = run("rms_gemv_rope", bo_key=_bo("rms_gemv_rope", layer), x=x, lut=lut)
+            # alias: x stays on the device between layers (only the last layer's x_out is read back)
+            x_in = self.cache.ref("o_gemv_ffn", "x_out") if alias and layer else x
+            o1 = run("rms_gemv_rope", bo_key=_bo("rms_gemv_rope", layer), x=x_in, lut=lut)
             t0 = time.perf_counter()
             attn = kv.attend(layer, pos, o1["q_roped"], o1["k_roped"], o1["v"])
             attn_s += time.perf_counter() - t0
-            x = run("o_gemv_ffn", bo_key=_bo("o_gemv_ffn", layer), attn=attn, x=x)["x_out"].reshape(1, s.hidden)
+            if alias:
+                o3 = run("o_gemv_ffn", bo_key=_bo("o_gemv_ffn", layer), attn=attn,
+                         x=self.cache.ref("rms_gemv_rope", "x"), read=("x_out",) if layer == last else ())
+                if layer == last:
+                    x = o3["x_out"].reshape(1, s.hidden)
+            else:
+                x = run("o_gemv_ffn", bo_key=_bo("o_gemv_ffn", layer), attn=attn, x=x)["x_out"].reshape(1, s.hidden)
         self.host_attn_s += attn_s
         kv.length = pos + 1
         self.pos = pos + 1

@@ -191,3 +191,75 @@ def test_module_family_shares_a_layers_static_buffers(tmp_path):
     # two layers of statics for the family and one activation set per module that ran (the rejected
     # `solo` call was validated before anything was allocated)
     assert kc.allocated_bytes == 2 * w_bytes + 2 * acts
+
+
+# ---------------------------------------------------------------- device-side hand-off (refs, read=)
+def test_ref_binds_another_modules_buffer_without_a_host_write(built):
+    """add_norm's y feeds add_norm's input x of the next call through a ref: 0 bytes written for x,
+    same bytes as the host round trip."""
+    cache_dir, decls = built
+    rng = np.random.default_rng(8)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    host = KernelCache(EmuDevice(), cache_dir, decls)
+    y1 = host.load_and_run("add_norm", x, r, w)["y"]
+    y2 = host.load_and_run("add_norm", y1, r)["y"]
+    dev = KernelCache(EmuDevice(), cache_dir, decls)
+    dev.load_and_run("add_norm", x, r, w, read=())
+    c = dev.counters["add_norm"]
+    assert c.bytes_read == 0                                  # read=(): y stayed on the device
+    before = c.bytes_written
+    out = dev.load_and_run("add_norm", dev.ref("add_norm", "y"), r)
+    assert c.bytes_written - before == R * D * 2              # r only; x came from y on the device
+    np.testing.assert_array_equal(out["y"].view(np.uint16), y2.view(np.uint16))
+    # the unaliased call afterwards writes x again and gets the host-path result
+    np.testing.assert_array_equal(dev.load_and_run("add_norm", x, r)["y"].view(np.uint16), y1.view(np.uint16))
+
+
+def test_ref_errors_name_both_ends(built):
+    cache_dir, decls = built
+    kc = KernelCache(NullDevice(), cache_dir, decls)
+    rng = np.random.default_rng(9)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    with pytest.raises(ValueError, match="add_norm arg x: ref to add_norm.y, but add_norm has not run yet"):
+        kc.load_and_run("add_norm", kc.ref("add_norm", "y"), r, w)
+    assert kc.counters == {}
+    kc.load_and_run("lm_head_gemv_t", _rand(rng, (64, 64)), _rand(rng, (1, 64)))
+    kc.load_and_run("add_norm", x, r, w)
+    with pytest.raises(ValueError, match=r"add_norm arg x \(bf16, \d+ bytes\) cannot alias lm_head_gemv_t\.y "
+                                         r"\(bf16, 128 bytes\)"):
+        kc.load_and_run("add_norm", kc.ref("lm_head_gemv_t", "y"), r)
+    with pytest.raises(ValueError, match="a static"):
+        kc.load_and_run("add_norm", kc.ref("add_norm", "w"), r)
+    with pytest.raises(ValueError, match="role static cannot take a ref"):
+        kc.load_and_run("add_norm", x, r, kc.ref("add_norm", "w"))
+    with pytest.raises(ValueError, match="unknown argument 'nope'"):
+        kc.ref("add_norm", "nope")
+    with pytest.raises(ValueError, match=r"read= names \['s'\], which are not outputs"):
+        kc.load_and_run("add_norm", x, r, read=("s",))
+
+
+def test_ref_alias_within_one_run_follows_launch_order(tmp_path):
+    """o_gemv_ffn reads its residual x in launch 1 (after launch 0 wrote proj) and writes x_out in its
+    last launch. x bound to the module's own x_out (the engine's layer-to-layer hand-off) is safe and
+    bit-identical to the host round trip; x bound to proj would be overwritten before it is read:
+    rejected before anything runs."""
+    from multi_launch_builder import registry
+    from multi_launch_builder.shapes import ModelShapes
+    shapes = ModelShapes(hidden=64, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, vocab=256,
+                         n_layers=1, rms_eps=1e-5)
+    decl = next(d for d in registry.decode_modules(shapes) if d.name == "o_gemv_ffn")
+    rep = build_modules([decl], tmp_path, "emu", progress=False)
+    rng = np.random.default_rng(10)
+    statics = {a.name: to_bf16(rng.standard_normal(a.shape) * 0.1) for a in decl.args if a.role is Role.STATIC}
+    attn, x = (to_bf16(rng.standard_normal(decl.arg(n).shape)) for n in ("attn", "x"))
+    host = KernelCache(EmuDevice(), rep.artifacts, [decl])
+    x1 = host.load_and_run("o_gemv_ffn", attn=attn, x=x, **statics)["x_out"]
+    x2 = host.load_and_run("o_gemv_ffn", attn=attn, x=x1.reshape(x.shape))["x_out"]
+    kc = KernelCache(EmuDevice(), rep.artifacts, [decl])
+    kc.load_and_run("o_gemv_ffn", attn=attn, x=x, read=(), **statics)
+    runs = kc.device.stats.runs
+    with pytest.raises(ValueError, match="arg x aliases proj, which launch order overwrites before launch 1"):
+        kc.load_and_run("o_gemv_ffn", attn=attn, x=kc.ref("o_gemv_ffn", "proj"))
+    assert kc.device.stats.runs == runs
+    out = kc.load_and_run("o_gemv_ffn", attn=attn, x=kc.ref("o_gemv_ffn", "x_out"))["x_out"]
+    np.testing.assert_array_equal(out.view(np.uint16), x2.view(np.uint16))

@@ -230,3 +230,51 @@ def test_xclbin_flow_single_kernel_accepts_the_default_name(tmp_path, pyxrt_log)
                    kernel="other")
     with pytest.raises(DeviceRunError, match="add_norm: kernel 'other' not in xclbin"):
         NpuDevice().load(bad)
+
+
+def test_elf_ref_binds_the_producers_bo_and_keeps_both_runs(tmp_path, pyxrt_log):
+    """A ref rebinds one slot to another module's bo: no host sync for it, a run bound to that bo
+    (cached under its own buffer list), and the unaliased run is still reused afterwards."""
+    from kernel_builder.devices.npu import NpuDevice
+    a, b = add_norm("prod"), add_norm("cons")
+    kc = KernelCache(NpuDevice(), {"prod": _elf_artifact(tmp_path, "prod"), "cons": _elf_artifact(tmp_path, "cons")},
+                     [a, b])
+    rng = np.random.default_rng(2)
+    x, r, w = (to_bf16(rng.standard_normal(s)) for s in ((R, D), (R, D), (D,)))
+    kc.load_and_run("prod", x, r, w, read=())
+    kc.load_and_run("cons", x, r, w)
+    prod_y = 4                                                             # prod's bos are 0..4 (y last)
+    n = len(pyxrt_log)
+    kc.load_and_run("cons", kc.ref("prod", "y"), r)
+    log = pyxrt_log[n:]
+    assert ("sync", 5, "to_device") not in log                             # cons.x is not written
+    assert ("sync", 6, "to_device") in log                                 # cons.r is
+    assert ("run", "_ExtKernel") in log and ("set_arg", 0, prod_y) in log  # a run bound to prod's y bo
+    assert kc.counters["cons"].bytes_written == (2 * R * D * 2 + D * 2) + R * D * 2   # then r only
+    n = len(pyxrt_log)
+    kc.load_and_run("cons", x, r)                                          # back to its own x bo
+    assert ("run", "_ExtKernel") not in pyxrt_log[n:] and ("sync", 5, "to_device") in pyxrt_log[n:]
+    n = len(pyxrt_log)
+    kc.load_and_run("cons", kc.ref("prod", "y"), r)                        # the aliased run is reused too
+    assert ("run", "_ExtKernel") not in pyxrt_log[n:]
+
+
+def test_xclbin_ref_carries_the_producers_device_bytes_when_rehoming(tmp_path, pyxrt_log):
+    """xclbin flow: bos live in a kernel's group ids, so a ref'd bo is re-homed for the consumer; the
+    producer's device-side result is synced back first so the bytes survive the move."""
+    from kernel_builder.devices.npu import NpuDevice
+    arts = {}
+    for name in ("prod", "cons"):
+        (tmp_path / f"{name}.xclbin").write_bytes(b"x")
+        np.arange(4, dtype=np.uint32).tofile(tmp_path / f"{name}.insts.bin")
+        (tmp_path / f"{name}.mlir").write_text("module {}\n")
+        arts[name] = Artifact(name, tmp_path / f"{name}.mlir", xclbin=tmp_path / f"{name}.xclbin",
+                              insts=tmp_path / f"{name}.insts.bin", kernel="MLIR_AIE")
+    kc = KernelCache(NpuDevice(), arts, [add_norm("prod"), add_norm("cons")])
+    z = np.zeros((R, D), dtype=to_bf16(0).dtype)
+    kc.load_and_run("prod", z, z, np.zeros(D, z.dtype), read=())
+    y_bo = [e for e in pyxrt_log if e[0].startswith("bo[host_only")][-1]   # prod's y, group 7
+    y_id = sum(1 for e in pyxrt_log if e[0] in ("ext.bo",) or e[0].startswith("bo[")) - 1
+    kc.load_and_run("cons", kc.ref("prod", "y"), z, np.zeros(D, z.dtype))
+    assert y_bo[0] == "bo[host_only,g7]"
+    assert ("sync", y_id, "from_device") in pyxrt_log                    # fetched before re-homing

@@ -193,6 +193,9 @@ class NpuDevice(Device):
         for i, b in enumerate(buffers):
             if getattr(b, "group_owner", None) is handle:
                 continue
+            if b.bo is not None and b.group_owner is not None:
+                # another kernel's output (a KernelCache ref): fetch what its run wrote before re-homing
+                b.bo.sync(_from_device(xrt))
             staged = b.host.copy() if b.host is not None else np.zeros(b.nbytes, np.uint8)
             b.bo = xrt.bo(self.xrt_device, b.nbytes, xrt.bo.host_only, handle.kernel.group_id(i + 3))
             b.host = np.frombuffer(b.bo.map(), dtype=np.uint8)[: b.nbytes]
