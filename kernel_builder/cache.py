@@ -96,6 +96,7 @@ class KernelCache:
         self._sets: dict[tuple[str, str], _BufferSet] = {}
         self._static_pool: dict[tuple, _Static] = {}            # (group, bo_key, arg, shape, dtype)
         self._act_pool: dict[tuple[str, str], list] = {}        # (module, arg) -> [buffer, users]
+        self._safe_alias_patterns: set[tuple] = set()            # (module, slot groups) checked once
         self.counters: dict[str, ModuleCounters] = {}
         self.allocated_bytes = 0
         self._plans: dict[str, tuple] = {}
@@ -226,6 +227,11 @@ class KernelCache:
         shared = {i: g for g in groups.values() if len(g) > 1 for i in g}
         if not shared:
             return
+        # The verdict depends only on which slots share a buffer: check each pattern once (decode repeats it
+        # every layer of every token).
+        pattern = (decl.name, frozenset(frozenset(g) for g in groups.values() if len(g) > 1))
+        if pattern in self._safe_alias_patterns:
+            return
         written: set[int] = set()
         names = [a.name for a in decl.args]
         for n, launch in enumerate(self._program(decl.name).launches):
@@ -237,6 +243,7 @@ class KernelCache:
             out = launch.operands[-1]
             if out in shared:
                 written.add(out)
+        self._safe_alias_patterns.add(pattern)
 
     # ---------------------------------------------------------------- public API
     def ref(self, module: str, arg: str) -> DeviceRef:
