@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.null_device import bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=8)
+        bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
     return 0
 
 
