@@ -1065,10 +1065,10 @@ def _channel_decls(others) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
 def compile_module(text: str) -> Program:
     """Parse a module's text (exactly one public func.func) into a runnable Program."""
     module = mt.parse_module(text)
-    publics = module.public_funcs()
-    if len(publics) != 1:
-        raise InterpError(f"expected exactly one public func.func, found {[f.name for f in publics]}")
-    func = publics[0]
+    try:
+        func = module.the_public_func()
+    except ValueError as e:
+        raise InterpError(str(e)) from None
     base = text.find(func.text)
     if base < 0:
         raise InterpError(f"func.func @{func.name}: cannot locate its text")

@@ -45,10 +45,7 @@ class LaunchProgram:
 def read_launch_program(text: str) -> LaunchProgram:
     """Parse a module's text into its LaunchProgram. ValueError names the launch and operand at fault."""
     module = mt.parse_module(text)
-    publics = module.public_funcs()
-    if len(publics) != 1:
-        raise ValueError(f"expected exactly one public func.func, found {[f.name for f in publics]}")
-    func = publics[0]
+    func = module.the_public_func()
     where = f"func.func @{func.name}"
     index: dict[str, int] = {}
     shapes = []

@@ -535,6 +535,13 @@ class ModuleText:
     def public_funcs(self) -> list[FuncOp]:
         return [f for f in self.funcs if not f.is_declaration and f.visibility != "private"]
 
+    def the_public_func(self) -> FuncOp:
+        """The module's single public func.func with a body (a kernel or stitched module has exactly one)."""
+        publics = self.public_funcs()
+        if len(publics) != 1:
+            raise ValueError(f"expected exactly one public func.func with a body, found {[f.name for f in publics]}")
+        return publics[0]
+
     def private_decls(self) -> list[FuncOp]:
         return [f for f in self.funcs if f.is_declaration]
 

@@ -126,11 +126,10 @@ def _load(s: Slice) -> _Kernel:
         module = mt.parse_module(s.text)
     except ValueError as e:
         raise ValueError(f"{label}: cannot parse the kernel module: {e}") from None
-    publics = module.public_funcs()
-    if len(publics) != 1:
-        raise ValueError(f"{label}: expected exactly one public func.func with a body, found "
-                         f"{[f.name for f in publics]}")
-    func = publics[0]
+    try:
+        func = module.the_public_func()
+    except ValueError as e:
+        raise ValueError(f"{label}: {e}") from None
     if any(p is None for p, _ in func.params):
         raise ValueError(f"{label}: func.func @{func.name} has unnamed parameters")
     params = [(p, t) for p, t in func.params]
