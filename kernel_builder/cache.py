@@ -296,8 +296,6 @@ class KernelCache:
         refs: dict[int, Buffer] = {}
         bo_key = name if bo_key is None else bo_key
         # Validate everything before touching the device so a bad call transfers nothing.
-        # Statics may already be resident through a sibling module of the family (shared pool).
-        written = {a.name for a, _, r in rows if r is Role.STATIC and self._static_resident(decl, bo_key, a)}
         for i, ((arg, dt, role), v) in enumerate(zip(rows, values)):
             if role is Role.INPUT:
                 if v is None:
@@ -311,7 +309,8 @@ class KernelCache:
                                  f"(only inputs can be bound to another module's buffer)")
             elif role is Role.STATIC:
                 if v is None:
-                    if arg.name not in written:
+                    # resident through this bo_key or a sibling module of the family (shared pool)
+                    if not self._static_resident(decl, bo_key, arg):
                         raise ValueError(f"module {name} arg {arg.name}: static missing on the first call "
                                          f"of bo_key {bo_key!r}")
                 else:
