@@ -298,16 +298,17 @@ class Engine:
         run = self.cache.load_and_run
         attn_s = 0.0
         alias, last = self.alias, s.n_layers - 1
+        if alias:  # x stays on the device between layers (only the last layer's x_out is read back)
+            prev_out, layer_in = self.cache.ref("o_gemv_ffn", "x_out"), self.cache.ref("rms_gemv_rope", "x")
         for layer in range(s.n_layers):
-            # alias: x stays on the device between layers (only the last layer's x_out is read back)
-            x_in = self.cache.ref("o_gemv_ffn", "x_out") if alias and layer else x
+            x_in = prev_out if alias and layer else x
             o1 = run("rms_gemv_rope", bo_key=_bo("rms_gemv_rope", layer), x=x_in, lut=lut)
             t0 = time.perf_counter()
             attn = kv.attend(layer, pos, o1["q_roped"], o1["k_roped"], o1["v"])
             attn_s += time.perf_counter() - t0
             if alias:
                 o3 = run("o_gemv_ffn", bo_key=_bo("o_gemv_ffn", layer), attn=attn,
-                         x=self.cache.ref("rms_gemv_rope", "x"), read=("x_out",) if layer == last else ())
+                         x=layer_in, read=("x_out",) if layer == last else ())
                 if layer == last:
                     x = o3["x_out"].reshape(1, s.hidden)
             else:
