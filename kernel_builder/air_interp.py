@@ -423,7 +423,7 @@ class _Compiler:
         m = re.fullmatch(rf"{re.escape(op.name)}\s+({_SSA})\s*:\s*(\w+)\s+to\s+(\w+)", op.text.strip())
         if m is None:
             raise InterpError(f"{op.where()}: unsupported {op.name} form")
-        a, _src, dst = _operand(m.group(1)), m.group(2), m.group(3)
+        a, dst = _operand(m.group(1)), m.group(3)
         res = op.results[0]
         if op.name == "arith.extf":
             def run(env):

@@ -312,7 +312,6 @@ def check_module(text: str, expect_kernels: list[dict] | None = None) -> Report:
         return rep
     scopes: list[_Scope] = [_Scope(True, "module")]
     pending: dict | None = None  # next region's block args / owner
-    stack_owner: list = []
     calls: list[tuple[str, list[str], AirOp | None, int]] = []
     herd_stack: list[AirOp] = []
     air_stack: list[AirOp] = []

@@ -10,7 +10,7 @@ from kernel_builder.devices.emu import EmuDevice
 from kernel_builder.devices.null import NullDevice
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.reference import KERNELS
-from multi_launch_builder.decl import ModuleDecl, Role
+from multi_launch_builder.decl import Role
 from tests.h4_fixtures import D, R, add_norm, gemv_mod
 
 

@@ -15,7 +15,6 @@ checked: anything but COMPLETED raises DeviceRunError naming the module and the 
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
