@@ -81,6 +81,11 @@ class _BufferSet:
         return {n for n, st in self.statics.items() if st.written}
 
 
+def _static_key(decl: ModuleDecl, bo_key: str, a: Arg) -> tuple:
+    """A static buffer's identity: shared by the modules of one family under one bo_key."""
+    return (decl.static_group, bo_key, a.name, a.shape, a.dtype)
+
+
 class KernelCache:
     def __init__(self, device: Device, artifacts: Mapping[str, Artifact] | str | Path,
                  decls: Mapping[str, ModuleDecl] | Iterable[ModuleDecl]):
@@ -136,7 +141,7 @@ class KernelCache:
         bufs, statics = [], {}
         for a in decl.args:
             if a.role is Role.STATIC:
-                pkey = (decl.static_group, bo_key, a.name, a.shape, a.dtype)
+                pkey = _static_key(decl, bo_key, a)
                 st = self._static_pool.get(pkey)
                 if st is None:
                     st = self._static_pool[pkey] = _Static(self._alloc(a.nbytes))
@@ -154,7 +159,7 @@ class KernelCache:
         return s, True
 
     def _static_resident(self, decl: ModuleDecl, bo_key: str, a: Arg) -> bool:
-        st = self._static_pool.get((decl.static_group, bo_key, a.name, a.shape, a.dtype))
+        st = self._static_pool.get(_static_key(decl, bo_key, a))
         return st is not None and st.written
 
     def _alloc(self, nbytes: int) -> Buffer:
@@ -366,7 +371,7 @@ class KernelCache:
         decl = self._decl(name)
         for a, b in zip(decl.args, bset.buffers):
             if a.role is Role.STATIC:
-                pkey = (decl.static_group, bo_key, a.name, a.shape, a.dtype)
+                pkey = _static_key(decl, bo_key, a)
                 st = self._static_pool[pkey]
                 st.users -= 1
                 if st.users:

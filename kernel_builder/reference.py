@@ -138,7 +138,8 @@ def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, c
     step = max(1, _SCORE_ELEMENTS_PER_BATCH // (group * seq * seq))
     for h0 in range(0, kv_heads, step):
         h1 = min(kv_heads, h0 + step)
-        # f64 for the same reason as gemm: a query row's result must not depend on the bucket (seq) it runs in.
+        # f64: the key count changes with the bucket, so f32 BLAS sums would make a query row's result depend
+        # on the bucket it runs in (see gemm for the same issue along rows).
         scores = np.matmul(qg[h0:h1].astype(np.float64), kt[h0:h1].astype(np.float64))  # [b, group*seq, seq]
         scores *= scale
         if future is not None:

@@ -304,10 +304,12 @@ def cmd_profile(args) -> int:
     rows = eng.cache.report()
     prefill_rows = mark["rows"]
     decode_rows = profile.split_rows(prefill_rows, rows)
-    bucket = eng.bucket_for(len(ids))
+    bucket = eng.bucket_for(min(len(ids), max(eng.buckets)))
+    tail = len(ids) - bucket if len(ids) > bucket else 0
     print(res.text)
     print()
-    print(f"== prefill ({len(ids)} tokens, bucket {bucket}) ==")
+    print(f"== prefill ({len(ids)} tokens, bucket {bucket}" + (f", last {tail} fed through decode" if tail else "")
+          + ") ==")
     print(profile.module_table(prefill_rows))
     print()
     print(f"== decode ({len(res.tokens) - 1} tokens) ==")

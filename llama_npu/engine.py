@@ -300,9 +300,11 @@ class Engine:
         alias, last = self.alias, s.n_layers - 1
         if alias:  # x stays on the device between layers (only the last layer's x_out is read back)
             prev_out, layer_in = self.cache.ref("o_gemv_ffn", "x_out"), self.cache.ref("rms_gemv_rope", "x")
+            lut_ref = self.cache.ref("rms_gemv_rope", "lut")  # the position's RoPE row: written once per token
         for layer in range(s.n_layers):
             x_in = prev_out if alias and layer else x
-            o1 = run("rms_gemv_rope", bo_key=_bo("rms_gemv_rope", layer), x=x_in, lut=lut)
+            o1 = run("rms_gemv_rope", bo_key=_bo("rms_gemv_rope", layer), x=x_in,
+                     lut=lut_ref if alias and layer else lut)
             t0 = time.perf_counter()
             attn = kv.attend(layer, pos, o1["q_roped"], o1["k_roped"], o1["v"])
             attn_s += time.perf_counter() - t0
@@ -331,7 +333,9 @@ class Engine:
         have, n = self.pos, len(token_ids)
         if not 0 < have < n or list(token_ids[:have]) != self.tokens:
             return False
-        return n - have <= MAX_EXTEND_TOKENS or n > max(self.buckets)
+        # Feeding n - have tokens must not cost more decode passes than a fresh run would (which prefills
+        # max(buckets) tokens and decodes only the rest).
+        return n - have <= max(MAX_EXTEND_TOKENS, n - max(self.buckets))
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,
                  on_token: Callable[[int, str], None] | None = None,

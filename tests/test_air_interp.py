@@ -2,7 +2,7 @@
 
 1. Agreement: every stitched module of a tiny Llama-like model and every single-kernel module, run by the
    interpreter, matches the reference numerics (EmuDevice / kernel_builder.reference) within 2 bf16 ulps of
-   each buffer's scale (the interpreter accumulates GEMM per K tile in f32 where the reference uses f64).
+   each buffer's scale (the interpreter accumulates GEMM per K tile, the reference in one f32 BLAS call per 64-row block).
 2. The point of the mode: mutating a herd body (a DMA offset, a herd size) changes the interpreter's result,
    while the reference-executing emu, which never reads herd bodies, does not notice.
 """

@@ -50,17 +50,22 @@ def test_diverging_prompt_falls_back_to_prefill(engine):
     assert eng.tokens[:len(other)] == other
 
 
-def test_long_extension_reprefills_when_a_bucket_fits_else_extends(engine):
+def test_reuse_only_when_it_costs_fewer_decode_passes(engine):
     eng = engine
+    big = max(eng.buckets)
     eng.reset()
     eng.generate([1, 7], 1, reuse_kv=True)
     base = list(eng.tokens)
-    long_turn = base + list(range(20, 21 + MAX_EXTEND_TOKENS))        # > MAX_EXTEND new tokens, fits 128
-    assert len(long_turn) <= max(eng.buckets)
-    assert not eng.reusable_prefix(long_turn)                           # cheaper as one bucketed prefill
-    beyond = base + [20 + i % 200 for i in range(max(eng.buckets) + 1)]  # no bucket can hold the history
-    assert eng.reusable_prefix(beyond)
-    eng.check_budget(len(beyond), 4)                                    # bound by the context only
+    long_turn = base + list(range(20, 21 + MAX_EXTEND_TOKENS))        # > MAX_EXTEND new tokens, fits a bucket
+    assert len(long_turn) <= big and not eng.reusable_prefix(long_turn)  # one bucketed prefill is cheaper
+    paste = base + [20 + i % 200 for i in range(big + 10)]             # long paste after a short history:
+    assert not eng.reusable_prefix(paste)                              # prefill big + decode 12 < decode 138
+    eng.check_budget(len(paste), 4)                                    # bound by the context only
+    # a conversation already past the largest bucket keeps extending its cache
+    eng.reset()
+    eng.generate([1] + [20 + i % 200 for i in range(big + 4)], 1, reuse_kv=True)
+    turn = list(eng.tokens) + [30, 31, 32]
+    assert len(eng.tokens) > big and eng.reusable_prefix(turn)
 
 
 def test_prompt_longer_than_every_bucket_runs_and_matches_a_bigger_bucket(engine, tiny_model_dir, tmp_path):
