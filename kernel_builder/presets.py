@@ -1,4 +1,4 @@
-"""Per-module-family aircc options: ONE table keyed by module family.
+"""aircc options of one module: a field of its declaration (kernel_builder.decl.ModuleDecl.preset).
 
 Only flags the native aircc really accepts (tools/aircc/aircc.cpp in mlir-air): ping-pong omission,
 runtime loop tiling of shim DMA BDs, the while(true) wrapper, lock race fix, stack size.
@@ -33,34 +33,3 @@ class AirccPreset:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-# Decode GEMVs stream long weight rows; tiling the runtime loop by 16x16 keeps the shim BD count
-# small. o_gemv_ffn holds the down projection (K = ffn): ping-pong does not fit L1 there.
-_GEMV = AirccPreset(runtime_loop_tiling_sizes=(16, 16))
-
-PRESETS: dict[str, AirccPreset] = {
-    "rms_gemms_rope": AirccPreset(),
-    "flash_attn": AirccPreset(),
-    "o_ffn": AirccPreset(),
-    "rms_gemv_rope": _GEMV,
-    "o_gemv_ffn": AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all"),
-    "lm_head_gemv": _GEMV,
-}
-DEFAULT_PRESET = AirccPreset()
-
-
-def family_of(module_name: str) -> str | None:
-    """Module family = the longest PRESETS key that the module name starts with
-    ("rms_gemms_rope_s128" -> "rms_gemms_rope")."""
-    best = None
-    for fam in PRESETS:
-        if module_name == fam or module_name.startswith(fam + "_"):
-            if best is None or len(fam) > len(best):
-                best = fam
-    return best
-
-
-def preset_for(module_name: str) -> AirccPreset:
-    fam = family_of(module_name)
-    return PRESETS[fam] if fam else DEFAULT_PRESET

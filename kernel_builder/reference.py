@@ -46,14 +46,19 @@ def attention_scale(head_dim: int) -> float:
 
 # ----------------------------------------------------------------------------------------------- kernels
 
-def rmsnorm(x, w, *, rows: int, dim: int, eps: float) -> np.ndarray:
-    """y = x * rsqrt(mean(x^2) + eps) * w per row; one rounding at the end."""
+def rmsnorm(x, w, *, rows: int, dim: int, eps: float, group: int = 0) -> np.ndarray:
+    """y = x * rsqrt(mean(x^2) + eps) * w per row; one rounding at the end. With `group` (a divisor of dim),
+    every `group` consecutive elements of a row are normalised on their own with w of shape [group] (the
+    per-head q/k norm of Qwen3-style models)."""
     _dims("rmsnorm", rows=rows, dim=dim)
-    xf = _input("rmsnorm", "x", x, (rows, dim))
-    wf = _input("rmsnorm", "w", w, (dim,))
-    mean_sq = np.einsum("ij,ij->i", xf, xf, dtype=F32) / F32(dim)
+    g = group or dim
+    if dim % g:
+        raise ValueError(f"rmsnorm: group={group} does not divide dim={dim}")
+    xf = _input("rmsnorm", "x", x, (rows * (dim // g), g))
+    wf = _input("rmsnorm", "w", w, (g,))
+    mean_sq = np.einsum("ij,ij->i", xf, xf, dtype=F32) / F32(g)
     inv = F32(1.0) / np.sqrt(mean_sq + F32(eps), dtype=F32)
-    return to_bf16((xf * inv[:, None]) * wf)
+    return to_bf16((xf * inv[:, None]) * wf).reshape(rows, dim)
 
 
 # Rows per BLAS call in gemm: every call has the same shape, so a row's result never depends on m.
@@ -152,6 +157,28 @@ def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, c
     return to_bf16(out)
 
 
+def decode_attn(q, k, v, pos, *, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """One query row per head (the token at position `pos`) against the keys/values of positions 0..pos,
+    read from a [kv_rows, kv_heads*head_dim] window of the KV cache (rows past `pos` are ignored).
+    `pos` is an int or a 1-element int32 array (the kernel's scalar operand). Same numerics as the row of
+    `flash_attn` at that position: f64 scores and softmax, one bf16 rounding."""
+    _dims("decode_attn", kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    if heads % kv_heads:
+        raise ValueError(f"decode_attn: heads={heads} is not a multiple of kv_heads={kv_heads}")
+    p = int(np.asarray(pos).reshape(-1)[0])
+    if not 0 <= p < kv_rows:
+        raise ValueError(f"decode_attn: position {p} is outside the {kv_rows}-row KV window")
+    group, n = heads // kv_heads, p + 1
+    qf = _input("decode_attn", "q", q, (kv_heads, group, head_dim)).astype(np.float64)
+    kf = _input("decode_attn", "k", k, (kv_rows, kv_heads, head_dim))[:n].astype(np.float64)
+    vf = _input("decode_attn", "v", v, (kv_rows, kv_heads, head_dim))[:n].astype(np.float64)
+    scores = np.matmul(qf, kf.transpose(1, 2, 0)) * F32(attention_scale(head_dim))   # [kv, group, n]
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    out = np.matmul(scores, vf.transpose(1, 0, 2)) / scores.sum(axis=-1, keepdims=True)  # [kv, group, hd]
+    return to_bf16(out.reshape(1, heads * head_dim))
+
+
 def add(a, b, *, rows: int, dim: int, flat_out: int = 0) -> np.ndarray:
     """y = a + b (residual add); `flat_out` returns [rows*dim] instead of [rows, dim]."""
     _dims("add", rows=rows, dim=dim)
@@ -166,6 +193,7 @@ KERNELS: dict[str, Callable[..., np.ndarray]] = {
     "rope": rope,
     "swiglu": swiglu,
     "flash_attn": flash_attn,
+    "decode_attn": decode_attn,
     "add": add,
 }
 

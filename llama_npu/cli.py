@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from pathlib import Path
 import signal
 import sys
 import threading
@@ -103,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(chat)
     comp = sub.add_parser("compile", help="build every kernel module of a model into the cache")
     _common(comp, sampling=False)
-    comp.add_argument("--force", action="store_true")
+    comp.add_argument("--force", action="store_true", help="rebuild even up-to-date modules")
+    comp.add_argument("--no-check", action="store_true", help="skip the mlir-opt-22 check of the stitched text "
+                      "(emu/null)")
+    comp.add_argument("--only", action="append", default=[], metavar="MODULE",
+                      help="build only this module (repeatable)")
     prep = sub.add_parser("prepare-model", help="resolve the model (convert the embedded one once) and check it")
     prep.add_argument("--model", default=None)
     prep.add_argument("--no-progress", action="store_true")
@@ -260,27 +265,32 @@ def cmd_chat(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from kernel_builder.build import compile_main
-    from multi_launch_builder import registry
+    from kernel_builder.build import build_modules
+    from kernel_builder.toolchain import resolve_device_kind
 
     from .config import load_config
     from .embedded import cache_root
     from .engine import select_buckets
     from .model_source import resolve_model
+    from .models import model_for
 
     check_device(args.device)
+    kind = resolve_device_kind(args.device)
     cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
     buckets = select_buckets(args.buckets, cfg.max_position)
-    decls = list(registry.all_modules(cfg.shapes, list(buckets)))
-    argv = ["--cache-dir", str(args.cache_dir or cache_root() / "kernels")]
-    if args.device:
-        argv += ["--device", args.device]
-    if args.no_progress:
-        argv.append("--no-progress")
-    if args.force:
-        argv.append("--force")
+    decls = model_for(cfg).modules(buckets)
+    if args.only:
+        unknown = sorted(set(args.only) - {d.name for d in decls})
+        if unknown:
+            raise UsageError(f"--only names unknown modules {unknown}; this model has "
+                             f"{', '.join(d.name for d in decls)}")
+        decls = [d for d in decls if d.name in args.only]
     print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
-    return compile_main(argv, decls=decls)
+    report = build_modules(decls, Path(args.cache_dir) if args.cache_dir else cache_root() / "kernels", kind,
+                           progress=not args.no_progress, force=args.force, check=not args.no_check,
+                           raise_on_error=False)
+    print(report.table())
+    return 0 if report.ok else 1
 
 
 def cmd_profile(args) -> int:

@@ -186,7 +186,7 @@ def test_generate_stop_event_and_limits(small):
     eng.prefill(ids)
     for _ in range(70):
         eng.decode_step(21)
-    assert eng.pos == 75 and eng.kv.max_seq >= 75
+    assert eng.pos == 75 and eng.kv_capacity >= 75
 
 
 def test_text_stream_deltas_equal_full_decode_with_byte_level_bpe(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from kernel_builder import planner
 from kernel_builder.kernels import add, flash_attn, gemm, gemv, rmsnorm, rope, swiglu
-from multi_launch_builder.shapes import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
+from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 from tests import air_checks
 from tests.tooling import require_tool
 

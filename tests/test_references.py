@@ -283,7 +283,29 @@ def test_flash_attn_causal_mask_ignores_future_keys(rng):
 # ------------------------------------------------------------------------------------------ bad input
 
 def test_kernels_registry_covers_every_kind():
-    assert set(ref.KERNELS) == {"rmsnorm", "gemm", "gemv", "rope", "swiglu", "flash_attn", "add"}
+    from kernel_builder.kernels import SIGNATURES
+    assert set(SIGNATURES) <= set(ref.KERNELS)
+    assert "decode_attn" in ref.KERNELS
+
+
+@pytest.mark.parametrize("heads,kv_heads,hd", [(6, 2, 64), (4, 4, 32), (8, 1, 128)])
+def test_decode_attn_is_the_causal_flash_attention_row(heads, kv_heads, hd):
+    """One query at position p against a KV window: bit-identical to row p of causal flash attention, and
+    rows past p (whatever they hold) do not matter."""
+    rng = np.random.default_rng(heads * hd)
+    seq = 40
+    q = to_bf16(rng.standard_normal((seq, heads * hd)))
+    k = to_bf16(rng.standard_normal((seq, kv_heads * hd)))
+    v = to_bf16(rng.standard_normal((seq, kv_heads * hd)))
+    full = ref.flash_attn(q, k, v, seq=seq, heads=heads, kv_heads=kv_heads, head_dim=hd, causal=1)
+    window = np.concatenate([k, to_bf16(rng.standard_normal((24, kv_heads * hd)) * 100)])
+    vwin = np.concatenate([v, to_bf16(rng.standard_normal((24, kv_heads * hd)) * 100)])
+    for p in (0, 1, 17, seq - 1):
+        got = ref.decode_attn(q[p:p + 1], window, vwin, np.array([p], np.int32), kv_rows=64, heads=heads,
+                              kv_heads=kv_heads, head_dim=hd)
+        np.testing.assert_array_equal(got.view(np.uint16), full[p:p + 1].view(np.uint16))
+    with pytest.raises(ValueError, match="outside the 64-row KV window"):
+        ref.decode_attn(q[:1], window, vwin, 64, kv_rows=64, heads=heads, kv_heads=kv_heads, head_dim=hd)
 
 
 @pytest.mark.parametrize("kind,args,params", [

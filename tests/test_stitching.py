@@ -12,7 +12,7 @@ import air_checks
 from kernel_builder import mlir_text as mt
 from kernel_builder.launch_program import read_launch_program, run_program, run_program_io
 from kernel_builder.stitching import SigArg, Slice, stitch, stitch_modules
-from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
+from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
 from tooling import require_tool
 
 V4 = "memref<4xbf16>"
@@ -307,9 +307,8 @@ def test_stitched_gemms_get_distinct_channels_and_use_their_own():
     """Every GEMM slice declares the same @gemm_a/@gemm_b channels; stitched, each slice's channels are
     renamed with its prefix, declared once, and only that slice's segment/herd put/get on them (two GEMMs
     sharing a channel would feed one GEMM's panels into the other's tiles)."""
-    from multi_launch_builder.registry import all_modules
-    from multi_launch_builder.shapes import LLAMA32_1B
-    decl = next(d for d in all_modules(LLAMA32_1B, [64]) if d.name.startswith("o_ffn"))
+    from llama_npu.models.llama import LLAMA32_1B, LlamaModel
+    decl = next(d for d in LlamaModel(LLAMA32_1B).modules([64]) if d.name.startswith("ffn_s"))
     text = stitch(decl)
     rep = air_checks.check_module(text)
     assert rep.errors == []

@@ -48,6 +48,14 @@ class Device(abc.ABC):
     def write(self, buf: Buffer, data: np.ndarray) -> None:
         """Copy host bytes into the buffer and sync them to the device (len(data.tobytes()) == buf.nbytes)."""
 
+    def fill(self, buf: Buffer, writer) -> None:
+        """Let `writer(view)` write the buffer's bytes in place (`view`: a writable uint8 array of
+        buf.nbytes, the buffer's host mapping) and sync them to the device. The weight loader reads a tensor
+        from its file straight into that view, so no second host copy exists. Default: a staging array."""
+        staging = np.zeros(buf.nbytes, dtype=np.uint8)
+        writer(staging)
+        self.write(buf, staging)
+
     @abc.abstractmethod
     def read(self, buf: Buffer, shape: tuple[int, ...], dtype) -> np.ndarray:
         """Sync the buffer from the device and return a host copy with the given shape/dtype."""
@@ -55,6 +63,18 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def run(self, handle: object, buffers: list[Buffer]) -> None:
         """Dispatch one run of a loaded module; raises DeviceRunError naming the module on failure."""
+
+    @abc.abstractmethod
+    def view(self, buf: Buffer, offset: int, nbytes: int) -> Buffer:
+        """A sub-buffer: `nbytes` of `buf` starting at byte `offset`, sharing its memory (an XRT sub-bo on
+        the NPU). A kernel bound to it reads and writes the parent's bytes; it allocates nothing."""
+
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> None:
+        """Copy the first `nbytes` of `src` into `dst` (default: through the host; devices override)."""
+        data = self.read(src, (src.nbytes,), np.uint8)
+        head = self.read(dst, (dst.nbytes,), np.uint8)
+        head[:nbytes] = data[:nbytes]
+        self.write(dst, head)
 
     def free(self, buf: Buffer) -> None:
         """Release a buffer (optional; devices that track memory override it)."""
@@ -93,6 +113,13 @@ def check_nbytes(buf: Buffer, data: np.ndarray, what: str = "write") -> np.ndarr
     if raw.size != buf.nbytes:
         raise ValueError(f"{what}: {raw.size} bytes for a buffer of {buf.nbytes} bytes")
     return raw
+
+
+def check_view(buf: Buffer, offset: int, nbytes: int) -> None:
+    if offset < 0 or nbytes <= 0 or offset + nbytes > buf.nbytes:
+        raise ValueError(f"view of {nbytes} bytes at offset {offset} outside a buffer of {buf.nbytes} bytes")
+    if offset % 4:
+        raise ValueError(f"view offset {offset} is not 4-byte aligned (NPU DMA addresses are 32-bit words)")
 
 
 def check_read(buf: Buffer, shape, dtype) -> np.dtype:
