@@ -157,26 +157,44 @@ def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, c
     return to_bf16(out)
 
 
-def decode_attn(q, k, v, pos, *, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
-    """One query row per head (the token at position `pos`) against the keys/values of positions 0..pos,
-    read from a [kv_rows, kv_heads*head_dim] window of the KV cache (rows past `pos` are ignored).
-    `pos` is an int or a 1-element int32 array (the kernel's scalar operand). Same numerics as the row of
-    `flash_attn` at that position: f64 scores and softmax, one bf16 rounding."""
-    _dims("decode_attn", kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """Causal GQA attention of `rows` query rows at absolute positions pos..pos+rows-1 over a KV window of
+    `kv_rows` positions starting at position 0 (a window of the KV cache): query i sees keys j <= pos + i
+    (keys past the window or past the query are masked, whatever they hold). Query head h uses kv head
+    h // (heads // kv_heads). `pos` is an int or a 1-element int32 array (the kernel's scalar operand).
+    f64 scores and softmax (the key count changes with the window, so f32 sums would make a row depend on
+    it), one bf16 rounding. flash_attn is the window = the rows at position 0; decode_attn is one row."""
+    _dims("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     if heads % kv_heads:
-        raise ValueError(f"decode_attn: heads={heads} is not a multiple of kv_heads={kv_heads}")
+        raise ValueError(f"attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
     p = int(np.asarray(pos).reshape(-1)[0])
-    if not 0 <= p < kv_rows:
-        raise ValueError(f"decode_attn: position {p} is outside the {kv_rows}-row KV window")
-    group, n = heads // kv_heads, p + 1
-    qf = _input("decode_attn", "q", q, (kv_heads, group, head_dim)).astype(np.float64)
-    kf = _input("decode_attn", "k", k, (kv_rows, kv_heads, head_dim))[:n].astype(np.float64)
-    vf = _input("decode_attn", "v", v, (kv_rows, kv_heads, head_dim))[:n].astype(np.float64)
-    scores = np.matmul(qf, kf.transpose(1, 2, 0)) * F32(attention_scale(head_dim))   # [kv, group, n]
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    out = np.matmul(scores, vf.transpose(1, 0, 2)) / scores.sum(axis=-1, keepdims=True)  # [kv, group, hd]
-    return to_bf16(out.reshape(1, heads * head_dim))
+    if not 0 <= p or p + rows > kv_rows:
+        raise ValueError(f"attention: rows at positions [{p}, {p + rows}) are outside the {kv_rows}-row KV window")
+    group, n = heads // kv_heads, p + rows   # keys past the last query are always masked: never read them
+    qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)
+    kf = _input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 2, 0)   # [kv, hd, n]
+    vf = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2)   # [kv, n, hd]
+    scale = F32(attention_scale(head_dim))
+    masked = np.arange(n)[None, :] > (p + np.arange(rows))[:, None]                         # [rows, n]
+    out = np.empty((kv_heads, group, rows, head_dim), dtype=F32)
+    step = max(1, _SCORE_ELEMENTS_PER_BATCH // (group * rows * n))
+    for h0 in range(0, kv_heads, step):   # batches of kv heads bound the f64 score tensor
+        h1 = min(kv_heads, h0 + step)
+        scores = np.matmul(qf[h0:h1].astype(np.float64), kf[h0:h1, None].astype(np.float64))  # [b,g,rows,n]
+        scores *= scale
+        scores[:, :, masked] = -np.inf
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        denom = scores.sum(axis=-1, keepdims=True)
+        np.divide(np.matmul(scores, vf[h0:h1, None].astype(np.float64)), denom, out=out[h0:h1],
+                  casting="same_kind")
+    return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
+
+
+def decode_attn(q, k, v, pos, *, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """One query row (the token at position `pos`) against positions 0..pos of a [kv_rows, kv_dim] window:
+    `attention` with rows=1."""
+    return attention(q, k, v, pos, rows=1, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
 
 
 def add(a, b, *, rows: int, dim: int, flat_out: int = 0) -> np.ndarray:
@@ -193,6 +211,7 @@ KERNELS: dict[str, Callable[..., np.ndarray]] = {
     "rope": rope,
     "swiglu": swiglu,
     "flash_attn": flash_attn,
+    "attention": attention,
     "decode_attn": decode_attn,
     "add": add,
 }

@@ -24,7 +24,6 @@ from .config import ModelConfig, load_config
 from .errors import PromptError
 from .kv_cache import K_CACHE, V_CACHE, HostAttention, grown_capacity
 from .model_source import resolve_model
-from .models import model_for
 from .models.graph import POS, PhasePlan
 from .models.llama import ROPE_TABLE
 from .rope import RopeTable
