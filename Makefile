@@ -21,7 +21,7 @@ MODEL_ARG   := $(if $(MODEL),--model "$(MODEL)",)
 BUCKETS_ARG := $(if $(BUCKETS),--buckets "$(BUCKETS)",)
 COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG)
 
-.PHONY: help setup compile run chat profile verify verify-full diagnosis bench test clean
+.PHONY: help setup compile run chat profile verify verify-full diagnosis bench doctor test clean
 
 help: ## list the targets
 	@echo "llama-npu — Llama-family LLMs as MLIR-AIR kernels for the AMD NPU2 (emu when no NPU)"
@@ -63,6 +63,9 @@ diagnosis: setup ## per-layer hidden-state drift vs HF (informational)
 
 bench: setup ## benchmarks: stitch time, TTFT, decode tok/s, dispatches and bytes at Llama-3.2-1B shapes
 	$(PY) -m benchmarks $(MODEL_ARG)
+
+doctor: setup ## check every piece of an NPU setup (driver, firmware, XRT, toolchain, memory); a fix for each problem
+	$(PY) -m llama_npu doctor $(MODEL_ARG) $(BUCKETS_ARG)
 
 test: setup ## run the test suite (includes one `make verify` on the embedded model)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | compile | profile` (also `python -m llama_npu`).
+"""`llama-npu run | chat | compile | profile | doctor` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -52,6 +52,16 @@ def non_negative_int(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0 = off), got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
     return value
 
 
@@ -116,6 +126,18 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--prompt", "-p", default="What is the capital of France?")
     prof.add_argument("--raw", action="store_true")
     _common(prof)
+    doc = sub.add_parser("doctor", help="check every piece of an NPU setup; a fix for each problem (exit 1 if "
+                                        "the NPU path cannot work)")
+    doc.add_argument("--model", default=None,
+                     help="model whose memory needs are checked (default: embedded SmolLM2-135M)")
+    doc.add_argument("--buckets", type=bucket_list, default=None,
+                     help="prefill lengths the memory figure assumes (default 64,256,1024,2048)")
+    doc.add_argument("--context", type=positive_int, default=None,
+                     help="KV-cache positions the memory figure assumes (default: the model's context)")
+    doc.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
+    doc.add_argument("--json", action="store_true", help="one JSON document instead of lines")
+    doc.add_argument("--timeout", type=positive_float, default=10.0,
+                     help="seconds each probed command may take (default 10)")
     return p
 
 
@@ -341,7 +363,17 @@ def cmd_prepare_model(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "compile": cmd_compile, "profile": cmd_profile}
+def cmd_doctor(args) -> int:
+    from .doctor import doctor_main
+    from .engine import DEFAULT_BUCKETS
+
+    if args.buckets is None:
+        args.buckets = DEFAULT_BUCKETS
+    return doctor_main(args)
+
+
+COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "compile": cmd_compile,
+            "profile": cmd_profile, "doctor": cmd_doctor}
 
 
 def _one_line(e: BaseException) -> str:

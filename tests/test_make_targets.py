@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["setup", "compile", "run", "chat", "profile", "verify", "verify-full", "diagnosis", "bench",
-           "test", "clean", "help"]
+           "doctor", "test", "clean", "help"]
 
 
 def _make() -> str:
