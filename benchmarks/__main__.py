@@ -13,12 +13,13 @@ import time
 
 
 def bench_stitch() -> None:
-    from multi_launch_builder.registry import all_modules
-    from multi_launch_builder.shapes import LLAMA32_1B
+    from kernel_builder.kernels import clear_kernel_cache
     from kernel_builder.stitching import stitch
+    from llama_npu.models.llama import LLAMA32_1B, LlamaModel
 
+    clear_kernel_cache()
     t0 = time.perf_counter()
-    decls = all_modules(LLAMA32_1B, (2048,))
+    decls = LlamaModel(LLAMA32_1B).modules((2048,))
     texts = [stitch(d) for d in decls]
     dt = time.perf_counter() - t0
     launches = sum(len(d.launches) for d in decls)
@@ -63,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     if "embedded" not in args.skip:
         bench_embedded(args.model, args.n_tokens)
     if "null1b" not in args.skip:
-        from benchmarks.null_device import bench_null_llama32_1b
+        from benchmarks.null_device import bench_load_rss, bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=8)
         bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+        bench_load_rss()
     return 0
 
 

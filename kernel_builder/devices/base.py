@@ -18,7 +18,7 @@ import numpy as np
 class Artifact:
     """What the build driver produced for one module (paths inside the cache directory)."""
 
-    name: str                       # module name, e.g. "rms_gemms_rope_s64"
+    name: str                       # module name
     mlir: Path                      # the stitched module text (always present)
     binary: Path | None = None      # .elf (npu); None for emu/null
     insts: Path | None = None       # instruction stream for the xclbin flow (npu, optional)
