@@ -157,37 +157,42 @@ def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, c
     return to_bf16(out)
 
 
+_ATTN_QB = 256   # query rows per block: a block reads only the keys up to its last row (causal work)
+
+
 def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
     """Causal GQA attention of `rows` query rows at absolute positions pos..pos+rows-1 over a KV window of
     `kv_rows` positions starting at position 0 (a window of the KV cache): query i sees keys j <= pos + i
     (keys past the window or past the query are masked, whatever they hold). Query head h uses kv head
     h // (heads // kv_heads). `pos` is an int or a 1-element int32 array (the kernel's scalar operand).
-    f64 scores and softmax (the key count changes with the window, so f32 sums would make a row depend on
-    it), one bf16 rounding. flash_attn is the window = the rows at position 0; decode_attn is one row."""
+
+    f64 scores and softmax, one bf16 rounding: the number of keys a row is computed against (and so the
+    BLAS summation order) changes with the chunk it runs in, and f64 keeps that far below a bf16 ulp, so a
+    row gives the same bytes in a prefill chunk of any size or position and alone in decode (flash_attn is
+    the window = the rows at position 0; decode_attn is one row). Blocks of 256 query rows read only the
+    keys up to their last row."""
     _dims("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     if heads % kv_heads:
         raise ValueError(f"attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
     p = int(np.asarray(pos).reshape(-1)[0])
     if not 0 <= p or p + rows > kv_rows:
         raise ValueError(f"attention: rows at positions [{p}, {p + rows}) are outside the {kv_rows}-row KV window")
-    group, n = heads // kv_heads, p + rows   # keys past the last query are always masked: never read them
-    qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)
-    kf = _input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 2, 0)   # [kv, hd, n]
-    vf = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2)   # [kv, n, hd]
-    scale = F32(attention_scale(head_dim))
-    masked = np.arange(n)[None, :] > (p + np.arange(rows))[:, None]                         # [rows, n]
+    group, n = heads // kv_heads, p + rows       # keys past the last query are always masked: never read
+    scale = attention_scale(head_dim)
+    qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)  # [kv, g, rows, hd]
+    kt = _input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 2, 0).astype(np.float64)
+    vf = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2).astype(np.float64)
     out = np.empty((kv_heads, group, rows, head_dim), dtype=F32)
-    step = max(1, _SCORE_ELEMENTS_PER_BATCH // (group * rows * n))
-    for h0 in range(0, kv_heads, step):   # batches of kv heads bound the f64 score tensor
-        h1 = min(kv_heads, h0 + step)
-        scores = np.matmul(qf[h0:h1].astype(np.float64), kf[h0:h1, None].astype(np.float64))  # [b,g,rows,n]
+    for r0 in range(0, rows, _ATTN_QB):
+        r1 = min(rows, r0 + _ATTN_QB)
+        m = p + r1                                                                   # keys this block may see
+        scores = np.matmul(qf[:, :, r0:r1].astype(np.float64), kt[:, None, :, :m])   # [kv, g, r, m]
         scores *= scale
-        scores[:, :, masked] = -np.inf
+        scores[:, :, np.arange(m)[None, :] > (p + np.arange(r0, r1))[:, None]] = -np.inf
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         denom = scores.sum(axis=-1, keepdims=True)
-        np.divide(np.matmul(scores, vf[h0:h1, None].astype(np.float64)), denom, out=out[h0:h1],
-                  casting="same_kind")
+        np.divide(np.matmul(scores, vf[:, None, :m]), denom, out=out[:, :, r0:r1], casting="same_kind")
     return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
 
 
