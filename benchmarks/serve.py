@@ -103,27 +103,28 @@ def _clients(base_url: str, model: str, n_clients: int, per_client: int, max_tok
     return time.perf_counter() - t0, ttfts
 
 
-def bench_serve(n_clients: int = 4, per_client: int = 3, max_tokens: int = 16) -> None:
+def bench_serve(n_clients: int = 4, per_client: int = 3, max_tokens: int = 16, model: str | None = None) -> None:
     import tempfile
 
     env = {k: v for k, v in os.environ.items() if k not in ("MODEL", "DEVICE")}
     with tempfile.TemporaryDirectory() as tmp:
-        srv = ServerProcess(["--device", "emu", "--buckets", "64,256"], Path(tmp) / "serve.log", env=env)
+        extra = ["--model", model] if model else []
+        srv = ServerProcess(["--device", "emu", "--buckets", "64,256", *extra], Path(tmp) / "serve.log", env=env)
         try:
             from openai import OpenAI
 
             base = srv.url + "/v1"
-            model = OpenAI(base_url=base, api_key="none").models.list().data[0].id
-            _clients(base, model, 1, 1, max_tokens)  # warm-up
-            wall1, solo = _clients(base, model, 1, per_client, max_tokens)
-            wall, ttfts = _clients(base, model, n_clients, per_client, max_tokens)
+            served = OpenAI(base_url=base, api_key="none").models.list().data[0].id
+            _clients(base, served, 1, 1, max_tokens)  # warm-up
+            wall1, solo = _clients(base, served, 1, per_client, max_tokens)
+            wall, ttfts = _clients(base, served, n_clients, per_client, max_tokens)
         finally:
             srv.interrupt()
     n = n_clients * per_client
     q = statistics.quantiles(ttfts, n=10) if len(ttfts) > 1 else ttfts * 9
-    print(f"[bench] serve, embedded model on emu, 1 client: {per_client * 60 / wall1:.1f} requests/min, "
+    print(f"[bench] serve, {served} on emu, 1 client: {per_client * 60 / wall1:.1f} requests/min, "
           f"TTFT median {statistics.median(solo) * 1e3:.0f} ms (short chat prompts, max_tokens {max_tokens})")
-    print(f"[bench] serve, embedded model on emu, {n_clients} concurrent clients: {n * 60 / wall:.1f} requests/min, "
+    print(f"[bench] serve, {served} on emu, {n_clients} concurrent clients: {n * 60 / wall:.1f} requests/min, "
           f"TTFT median {statistics.median(ttfts) * 1e3:.0f} ms, p90 {q[-1] * 1e3:.0f} ms, "
           f"max {max(ttfts) * 1e3:.0f} ms ({n} requests, served one at a time)")
 
@@ -133,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--requests", type=int, default=3, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--model", default=None)
     args = ap.parse_args(argv)
-    bench_serve(args.clients, args.requests, args.max_tokens)
+    bench_serve(args.clients, args.requests, args.max_tokens, args.model)
     return 0
 
 

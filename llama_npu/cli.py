@@ -285,7 +285,8 @@ def cmd_serve(args) -> int:
     try:
         sock = server.listen(args.host, args.port)  # a busy port fails now, not after loading
     except OSError as e:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+        why = (e.strerror or str(e)).split(" (while attempting")[0]
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {why}") from None
     try:
         eng = _engine(args, model_dir)
         worker = EngineWorker(eng, server.model_id(args.model, model_dir), args.max_tokens, args.temperature)

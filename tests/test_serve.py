@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -88,6 +89,17 @@ def test_valid_requests_parse():
     for raw in (b"{not json", b"[1, 2]", b"\xff"):
         with pytest.raises(ApiError):
             parse_json(raw)
+
+
+def test_busy_port_is_one_line_before_loading(capsys):
+    from llama_npu.cli import main
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code = main(["serve", "--device", "emu", "--port", str(port), "--no-progress"])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0] == f"llama-npu: error: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
 # ------------------------------------------------------------------------------------------- the server
