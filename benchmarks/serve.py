@@ -89,8 +89,8 @@ def _clients(base_url: str, model: str, n_clients: int, per_client: int, max_tok
 
     def client_loop(k: int) -> None:
         client = OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=600)
-        for i in range(per_client):
-            ttft, _ = _one(client, model, QUESTIONS[(k + i * n_clients) % len(QUESTIONS)], max_tokens)
+        for i in range(per_client):  # the same questions whatever the number of clients
+            ttft, _ = _one(client, model, QUESTIONS[(k * per_client + i) % len(QUESTIONS)], max_tokens)
             with lock:
                 ttfts.append(ttft)
 
@@ -116,13 +116,13 @@ def bench_serve(n_clients: int = 4, per_client: int = 3, max_tokens: int = 16, m
             base = srv.url + "/v1"
             served = OpenAI(base_url=base, api_key="none").models.list().data[0].id
             _clients(base, served, 1, 1, max_tokens)  # warm-up
-            wall1, solo = _clients(base, served, 1, per_client, max_tokens)
+            wall1, solo = _clients(base, served, 1, n_clients * per_client, max_tokens)
             wall, ttfts = _clients(base, served, n_clients, per_client, max_tokens)
         finally:
             srv.interrupt()
     n = n_clients * per_client
     q = statistics.quantiles(ttfts, n=10) if len(ttfts) > 1 else ttfts * 9
-    print(f"[bench] serve, {served} on emu, 1 client: {per_client * 60 / wall1:.1f} requests/min, "
+    print(f"[bench] serve, {served} on emu, 1 client: {n * 60 / wall1:.1f} requests/min, "
           f"TTFT median {statistics.median(solo) * 1e3:.0f} ms (short chat prompts, max_tokens {max_tokens})")
     print(f"[bench] serve, {served} on emu, {n_clients} concurrent clients: {n * 60 / wall:.1f} requests/min, "
           f"TTFT median {statistics.median(ttfts) * 1e3:.0f} ms, p90 {q[-1] * 1e3:.0f} ms, "

@@ -15,8 +15,9 @@ import pytest
 
 from llama_npu.serve_api import ApiError, parse_chat, parse_completion, parse_json
 from llama_npu.serve_worker import StopStrings
+from tooling import require_module
 
-openai = pytest.importorskip("openai")
+openai = require_module("openai")  # the test extra
 
 MODEL = "smollm2-135m-instruct"
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -219,6 +220,11 @@ def test_length_limit_and_completions_endpoint(client, tokenizer):
     streamed = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4,
                                          temperature=0, stream=True)
     assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == c.choices[0].text
+    ids = client.completions.create(model=MODEL, prompt=tokenizer.encode("The capital of France is"),
+                                    max_tokens=4, temperature=0)
+    assert ids.choices[0].text == c.choices[0].text
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt=[10**9], max_tokens=1)
 
 
 def test_next_turn_reuses_the_kv_cache(client, france):
