@@ -2,8 +2,8 @@
 device is one resource) by the thread that loaded the engine, stop strings held back across text deltas.
 
 The engine runs on the thread that loaded it (the main thread; HTTP runs on another): with the emulator,
-generation on a different thread than the load was 3-5x slower (OpenBLAS thread-count switching per
-dispatch across threads).
+generation on a different thread than the load was 3-5x slower (emu sets OpenBLAS's thread count around
+every dispatch; see docs/serve.md).
 
 Uses only the Engine's public calls (generate with reuse_kv, check_budget, reset, tokenizer, config).
 """
