@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | compile | profile | doctor` (also `python -m llama_npu`).
+"""`llama-npu run | chat | serve | compile | profile | doctor` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -75,6 +75,16 @@ def probability(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535 (0 = any free port), got {text!r}")
+    return value
+
+
 def bucket_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(t) for t in text.replace(" ", "").split(",") if t)
@@ -112,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     chat = sub.add_parser("chat", help="multi-turn chat (/clear, /quit, Ctrl-C stops a reply, Ctrl-D exits)")
     _common(chat)
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server (/v1/chat/completions, /v1/models, ...)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=port_number, default=8000, help="default 8000; 0 = any free port")
+    serve.add_argument("--max-tokens", type=positive_int, default=1024,
+                       help="max_tokens of requests that set none (capped at the context; default 1024)")
+    serve.add_argument("--temperature", type=non_negative_float, default=1.0,
+                       help="temperature of requests that set none (default 1.0, as the OpenAI API)")
+    _common(serve, sampling=False)
     comp = sub.add_parser("compile", help="build every kernel module of a model into the cache")
     _common(comp, sampling=False)
     comp.add_argument("--force", action="store_true", help="rebuild even up-to-date modules")
@@ -286,6 +304,27 @@ def cmd_chat(args) -> int:
         history.append({"role": "assistant", "content": res.text.strip()})
 
 
+def cmd_serve(args) -> int:
+    from . import server
+    from .serve_worker import EngineWorker
+
+    model_dir, _ = _prepare(args, None)  # device name, model, config, chat template: before any work
+    try:
+        sock = server.listen(args.host, args.port)  # a busy port fails now, not after loading
+    except OSError as e:
+        why = (e.strerror or str(e)).split(" (while attempting")[0]
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {why}") from None
+    try:
+        eng = _engine(args, model_dir)
+        worker = EngineWorker(eng, server.model_id(args.model, model_dir), args.max_tokens, args.temperature)
+        print(f"llama-npu serve: {server.url_of(sock)}/v1 (model {worker.model_id}); Ctrl-C stops", flush=True)
+        server.run(worker, sock)  # until Ctrl-C / SIGTERM (a Ctrl-C while loading, or a second one: exit 130)
+    finally:
+        sock.close()
+    print("llama-npu serve: stopped", file=sys.stderr)
+    return 0
+
+
 def cmd_compile(args) -> int:
     from kernel_builder.build import build_modules
     from kernel_builder.toolchain import resolve_device_kind
@@ -372,8 +411,8 @@ def cmd_doctor(args) -> int:
     return doctor_main(args)
 
 
-COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "compile": cmd_compile,
-            "profile": cmd_profile, "doctor": cmd_doctor}
+COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "serve": cmd_serve,
+            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor}
 
 
 def _one_line(e: BaseException) -> str:
