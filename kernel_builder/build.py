@@ -410,7 +410,7 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     target = target_of(device_kind)
     tc = None
     if target == "npu":
-        tc = (toolchain or detect()).require()
+        tc = (toolchain or detect()).require(compile_only=True)   # building needs no device
     versions = toolchain_versions(target, tc)
     names = [d.name for d in decls]
     dup = {n for n in names if names.count(n) > 1}

@@ -336,7 +336,7 @@ def cmd_compile(args) -> int:
     from .models import model_for
 
     check_device(args.device)
-    kind = resolve_device_kind(args.device)
+    kind = resolve_device_kind(args.device, compile_only=True)   # DEVICE=npu compiles without an NPU
     cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
     buckets = select_buckets(args.buckets, cfg.max_position)
     decls = model_for(cfg).modules(buckets)
