@@ -104,6 +104,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--buckets", type=bucket_list, default=DEFAULT_BUCKETS,
                    help="prefill lengths to compile, e.g. 64,256,1024,2048 (filtered to the model's context)")
     p.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
+    p.add_argument("--context", type=positive_int, default=None,
+                   help="positions the KV cache may hold (default: the model's context, at most 32768, less "
+                        "when memory is short)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -193,7 +196,11 @@ def _prepare(args, prompt: str | None):
             ids = tok.encode(prompt, add_special_tokens=True)
         else:
             ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
-        check_budget(len(ids), args.n_tokens, cfg.max_position)
+        if args.context is not None and args.context > cfg.max_position:
+            raise UsageError(f"--context {args.context} exceeds the model's context of {cfg.max_position} positions")
+        ctx = args.context or cfg.max_position
+        check_budget(len(ids), args.n_tokens, ctx,
+                     "the model's context" if ctx == cfg.max_position else "this run's --context")
     return model_dir, ids
 
 
@@ -201,7 +208,7 @@ def _engine(args, model_dir):
     from .engine import Engine
 
     return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
-                       cache_dir=args.cache_dir, progress=not args.no_progress)
+                       cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context)
 
 
 def _sampler(args):
@@ -331,7 +338,7 @@ def cmd_compile(args) -> int:
 
     from .config import load_config
     from .embedded import cache_root
-    from .engine import select_buckets
+    from .config import select_buckets
     from .model_source import resolve_model
     from .models import model_for
 
