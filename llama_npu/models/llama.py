@@ -159,34 +159,45 @@ class LlamaModel:
         ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {})
 
-    def _segments(self, *groups: tuple[str, str | None]) -> list[tuple[str, list[str]]]:
-        """Cut the op list at the named op outputs: groups of (segment name, last op of the segment)."""
+    def _segments(self, *groups: tuple[str, str, str | None]) -> list[tuple[str, str, list[str]]]:
+        """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""
         outs = [op.out for op in self.graph.ops]
         segs, start = [], 0
-        for name, last in groups:
+        for seg, name, last in groups:
             end = len(outs) if last is None else outs.index(last) + 1
-            segs.append((name, outs[start:end]))
+            segs.append((seg, name, outs[start:end]))
             start = end
         return segs
 
     # ------------------------------------------------------------------------------ phases
-    def prefill(self, rows: int) -> PhasePlan:
-        """Three dispatches per layer: attention inputs (+ K/V appended to the cache), attention, the rest."""
-        segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
-        phase = Phase("prefill", rows, rows, f"s{rows}")
+    def prefill(self, rows: int, kv_rows: int | None = None) -> PhasePlan:
+        """A prefill chunk of `rows` tokens at any position whose K/V window (positions [0, kv_rows)) holds the
+        chunk: attention inputs (+ K/V appended to the cache), attention, the rest (3 dispatches per layer)."""
+        window = kv_rows or rows
+        segs = self._segments(("qkv", f"qkv_s{rows}", "k_new"),
+                              ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}"), "attn"),
+                              ("ffn", f"ffn_s{rows}", None))
+        phase = Phase("prefill", rows, window)
         return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, presets=self.presets(phase))
 
-    def decode(self) -> PhasePlan:
-        """One token: attention inputs (+ K/V appended at the position), attention on the host, the rest."""
-        segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
-        phase = Phase("decode", 1, 0, "dec")
+    def decode(self, kv_rows: int | None = None) -> PhasePlan:
+        """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
+        [0, kv_rows)), so a token is n_layers + 1 dispatches. Without: attention on the host between the
+        attention-input and FFN modules (--decode-attention host)."""
+        if kv_rows:
+            segs = self._segments(("layer", f"layer_kv{kv_rows}", None))
+            phase = Phase("decode", 1, kv_rows)
+            return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, presets=self.presets(phase))
+        segs = self._segments(("qkv", "qkv_dec", "k_new"), ("attn", "attn_host", "attn"), ("ffn", "ffn_dec", None))
+        phase = Phase("decode", 1, 0)
         return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}),
                      presets=self.presets(phase))
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
-        phase = Phase("decode", 1, 0, "")
-        return lower(self.head_graph, phase, RULES, [("lm_head", outs)], HEAD_FAMILY, presets=self.presets(phase))
+        phase = Phase("decode", 1, 0)
+        return lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY,
+                     presets=self.presets(phase))
 
     def presets(self, phase: Phase) -> dict[str, AirccPreset]:
         """aircc options per segment (docs/npu-setup.md): decode GEMV modules tile the shim BD loop; the FFN
@@ -194,20 +205,43 @@ class LlamaModel:
         if phase.name != "decode":
             return {}
         gemv = AirccPreset(runtime_loop_tiling_sizes=(16, 16))
-        return {"qkv": gemv, "lm_head": gemv,
-                "ffn": AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all")}
+        tight = AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all")
+        return {"qkv": gemv, "lm_head": gemv, "ffn": tight, "layer": tight}
 
-    def plans(self, buckets) -> dict:
-        """Every phase plan a run needs: {("prefill", rows): plan, ("decode",): plan, ("head",): plan}."""
-        out = {("prefill", int(b)): self.prefill(int(b)) for b in sorted(set(buckets))}
-        out[("decode",)] = self.decode()
+    @staticmethod
+    def kv_windows(context: int, smallest: int = 256) -> tuple[int, ...]:
+        """The KV-cache windows attention modules are built for: powers of two from `smallest`, and the
+        context itself (a window never exceeds the cache, whose capacity is one of these)."""
+        out, w = [], smallest
+        while w < context:
+            out.append(w)
+            w *= 2
+        return tuple(out) + (context,)
+
+    def plans(self, buckets, context: int | None = None, decode_attention: str = "npu") -> dict:
+        """Every phase plan a run with these prefill buckets and this context needs:
+        ("prefill", rows, window) for every bucket and every window that can hold a chunk of it,
+        ("decode", window) per window (NPU attention) or ("decode", None) (host attention), ("head",).
+        The context defaults to the largest bucket."""
+        context = context or max(int(b) for b in buckets)
+        windows = self.kv_windows(context)
+        out = {}
+        for r in sorted(set(int(b) for b in buckets)):
+            for w in sorted({r, *[w for w in windows if w > r]}):
+                if w <= context:
+                    out[("prefill", r, w)] = self.prefill(r, w)
+        if decode_attention == "host":
+            out[("decode", None)] = self.decode()
+        else:
+            for w in windows:
+                out[("decode", w)] = self.decode(w)
         out[("head",)] = self.head()
         return out
 
-    def modules(self, buckets) -> list[ModuleDecl]:
-        """Every module declaration of the given prefill buckets, decode and the LM head (de-duplicated)."""
+    def modules(self, buckets, context: int | None = None, decode_attention: str = "npu") -> list[ModuleDecl]:
+        """Every module declaration of those plans (de-duplicated: qkv/ffn serve every window)."""
         seen: dict[str, ModuleDecl] = {}
-        for plan in self.plans(buckets).values():
+        for plan in self.plans(buckets, context, decode_attention).values():
             for d in plan.decls:
                 seen.setdefault(d.name, d)
         return list(seen.values())

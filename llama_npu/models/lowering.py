@@ -46,17 +46,16 @@ def rope(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def attention(op: Op, phase: Phase, graph: LayerGraph):
-    """Prefill of one chunk starting at position 0: causal flash attention over the chunk's own K/V rows,
-    i.e. the cache window the same rows were appended to."""
+    """Causal GQA attention of the call's rows (at positions pos..pos+rows-1, the scalar) over the KV-cache
+    window of positions [0, kv_rows): the same kernel for a prefill chunk (any position) and for decode."""
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
-    if phase.name != "prefill":
-        raise ValueError(f"attention in phase {phase.tag}: the device path covers prefill; decode runs it on "
-                         f"the host (--decode-attention host)")
-    rows = phase.rows
-    k = Arg("k_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:], at=POS)
-    v = Arg("v_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:], at=POS)
-    return kernel("flash_attn", rows, heads, kv_heads, hd, causal=True), (q, "k_ctx", "v_ctx", op.out), [k, v]
+    rows, window = phase.rows, phase.kv_rows
+    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
+    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
+    pos = Arg(POS, (1,), Role.SCALAR, "i32")
+    return (kernel("attention", rows, window, heads, kv_heads, hd), (q, "k_ctx", "v_ctx", POS, op.out),
+            [k, v, pos])
 
 
 def add(op: Op, phase: Phase, graph: LayerGraph):
