@@ -289,6 +289,7 @@ class ModuleResult:
     artifact: Artifact | None = None
     error: str = ""
     notes: list[str] = field(default_factory=list)
+    hw: object = None               # kernel_builder.hw.ModuleReport (None when the model could not read it)
 
 
 @dataclass
@@ -326,6 +327,8 @@ class BuildReport:
             if r.error:
                 lines.append(f"FAILED {r.name}: {r.error}")
         lines += [f"note: {n}" for n in self.notes]
+        from .hw.report import build_summary
+        lines += build_summary(self.results, self.device_kind)
         return "\n".join(lines)
 
     __str__ = table
@@ -334,7 +337,7 @@ class BuildReport:
 # ---------------------------------------------------------------- driver
 
 def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, tc: Toolchain | None,
-               force: bool, check: bool) -> ModuleResult:
+               force: bool, check: bool, hw_check: bool = True) -> ModuleResult:
     name = decl.name
     times: dict = {}
     t0 = time.perf_counter()
@@ -343,6 +346,7 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
     t0 = time.perf_counter()
     text = stitch_text(gen)
     times["stitch"] = time.perf_counter() - t0
+    hw, hw_notes = _hw_gate(name, text, target, hw_check)  # NPU2 hardware model (kernel_builder/hw)
     refs = externals_for_text(text)
     key = module_key(text, refs, target, versions, presets_mod.preset_for(name).flags())
 
@@ -350,7 +354,8 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
         with _flock(cache_dir / ".lock"):
             entry = read_manifest(cache_dir)["targets"].get(target, {}).get(name)
         if not force and entry is not None and _entry_valid(cache_dir, entry, key):
-            return ModuleResult(name, "skipped", key, times, _artifact_from_entry(cache_dir, name, entry))
+            return ModuleResult(name, "skipped", key, times, _artifact_from_entry(cache_dir, name, entry),
+                                notes=hw_notes, hw=hw)
 
         tmp_root = cache_dir / ".tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
@@ -406,14 +411,24 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
                     if old != final and old.is_dir():
                         shutil.rmtree(old, ignore_errors=True)
             return ModuleResult(name, "built", key, times, _artifact_from_entry(cache_dir, name, new_entry),
-                                notes=notes)
+                                notes=notes + hw_notes, hw=hw)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _hw_gate(name: str, text: str, target: str, enforce: bool):
+    """(ModuleReport | None, notes): on the NPU a module over an NPU2 limit fails its build with one line."""
+    from .hw.report import HwCheckError, gate
+    try:
+        rep, note = gate(name, text, target, enforce)
+    except HwCheckError as e:
+        raise BuildError(str(e)) from None
+    return rep, [note] if note else []
+
+
 def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "emu", progress: bool = True,
                   force: bool = False, check: bool = True, raise_on_error: bool = True,
-                  toolchain: Toolchain | None = None) -> BuildReport:
+                  toolchain: Toolchain | None = None, hw_check: bool = True) -> BuildReport:
     """Build (or reuse) every module for `device_kind` ("npu" | "emu" | "null") into cache_dir.
 
     Failures of single modules are collected; with raise_on_error a BuildError naming every failed
@@ -453,7 +468,7 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
             if bar is not None:
                 bar.set_postfix_str(decl.name)
             try:
-                res = _build_one(decl, cache_dir, target, versions, tc, force, check)
+                res = _build_one(decl, cache_dir, target, versions, tc, force, check, hw_check)
             except BuildError as e:
                 res = ModuleResult(decl.name, "failed", error=str(e))
             except Exception as e:
@@ -518,6 +533,8 @@ def compile_main(argv: list[str] | None = None, decls: list[ModuleDecl] | None =
     p.add_argument("--force", action="store_true", help="rebuild even up-to-date modules")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-check", action="store_true", help="skip the mlir-opt-22 check (emu/null)")
+    p.add_argument("--no-hw-check", action="store_true",
+                   help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
     p.add_argument("--only", action="append", default=[], help="build only these module names")
     p.add_argument("--shapes", default=None, help="smollm2-135m | llama32-1b | llama32-3b (without decls)")
     p.add_argument("--buckets", default="64", help="prefill buckets, comma separated (with --shapes)")
@@ -545,7 +562,8 @@ def compile_main(argv: list[str] | None = None, decls: list[ModuleDecl] | None =
         decls = [d for d in decls if d.name in args.only]
     try:
         report = build_modules(decls, Path(args.cache_dir), kind, progress=not args.no_progress,
-                               force=args.force, check=not args.no_check, raise_on_error=False)
+                               force=args.force, check=not args.no_check, raise_on_error=False,
+                               hw_check=not args.no_hw_check)
     except (ToolchainMissing, BuildError) as e:
         print(str(e), file=sys.stderr)
         return 2

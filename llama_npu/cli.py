@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | compile | profile` (also `python -m llama_npu`).
+"""`llama-npu run | chat | compile | profile | hw-check` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="build every kernel module of a model into the cache")
     _common(comp, sampling=False)
     comp.add_argument("--force", action="store_true")
+    comp.add_argument("--no-hw-check", action="store_true",
+                      help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
+    hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")
+    hw.add_argument("files", nargs="+", help="module .mlir files (exit 1 when one exceeds a limit)")
     prep = sub.add_parser("prepare-model", help="resolve the model (convert the embedded one once) and check it")
     prep.add_argument("--model", default=None)
     prep.add_argument("--no-progress", action="store_true")
@@ -279,8 +283,16 @@ def cmd_compile(args) -> int:
         argv.append("--no-progress")
     if args.force:
         argv.append("--force")
+    if args.no_hw_check:
+        argv.append("--no-hw-check")
     print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
     return compile_main(argv, decls=decls)
+
+
+def cmd_hw_check(args) -> int:
+    from kernel_builder.hw import hw_check_main
+
+    return hw_check_main(list(args.files))
 
 
 def cmd_profile(args) -> int:
@@ -331,7 +343,8 @@ def cmd_prepare_model(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "compile": cmd_compile, "profile": cmd_profile}
+COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "compile": cmd_compile,
+            "profile": cmd_profile, "hw-check": cmd_hw_check}
 
 
 def _one_line(e: BaseException) -> str:

@@ -551,7 +551,10 @@ class _LaunchAnalyzer:
             if total > cap:
                 kinds = Counter(x.what for x in fl)
                 top = ", ".join(f"{n} x {w}" for w, n in kinds.most_common(3))
-                self.violate("shim", f"{direction} channels", total, cap, STAGES[1],
+                # air-to-aie's shim allocator runs out of MM2S channels ("out of shim dma channels"); per-tile
+                # stores of a herd bundle reach airrt-to-npu ("failed to specialize channel bundle indices")
+                stage = STAGES[1] if direction == "MM2S" else STAGES[2]
+                self.violate("shim", f"{direction} channels", total, cap, stage,
                              f"{top} ({cap_col} per shim column x {f.columns} columns)", fl[cap].line)
         u.shim_bds = max(per_col_bds.values(), default=0)
         u.shim_tasks = sum(x.tasks for x in flows)

@@ -39,10 +39,11 @@ class CostParams:
         return replace(self, **kw)
 
 
-# Calibrated on the reference design's published figures (kernel_builder.hw.calibration.reference_points());
+# Calibrated on the reference design's published figures and the kernel registry's measurements
+# (kernel_builder.hw.calibration.all_points());
 # regenerate with `python -m kernel_builder.hw.calibration` (docs/hardware-model.md, "Calibration").
-PARAMS = CostParams(gemm_efficiency=0.2258, softmax_cycles_per_score=12.44, ddr_bytes_per_s=39.43e9,
-                    launch_overhead_s=81.35e-6)
+PARAMS = CostParams(gemm_efficiency=1.0, vector_efficiency=0.08712, softmax_cycles_per_score=6.039,
+                    shim_channel_bytes_per_s=4.227e9, ddr_bytes_per_s=77.92e9, launch_overhead_s=17.91e-6)
 
 FITTED = ("gemm_efficiency", "vector_efficiency", "softmax_cycles_per_score", "shim_channel_bytes_per_s",
           "ddr_bytes_per_s", "launch_overhead_s")

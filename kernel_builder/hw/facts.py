@@ -69,8 +69,14 @@ class NPU2Facts:
                                            "VLIW bundle, UG1603)")
     vector_lanes_bf16: int = _f(32, "512-bit vector register = 32 bf16 lanes (UG1603 native vector size)")
     scalar_float_hw: bool = _f(False, "AM020/UG1603: the scalar unit has no floating-point hardware (emulation)")
-    # ---- dispatch
+    # ---- dispatch and hardware contexts
     dispatch_overhead_s: float = _f(100e-6, "guide B5: each xrt.run() has ~100 us fixed overhead")
+    hw_contexts: int = _f(16, "amdxdna driver hwctx_limit = 16 for the npu2 family; mlir-aie PR #3526 lowered "
+                              "its npu2 context cache to 16 (designs.md 5)")
+    hw_contexts_comfortable: int = _f(10, "mlir-air smolvla docs/profile.md: a process loading ~10+ ELFs starts "
+                                          "failing CREATE_HWCTX / timing out (designs.md 5)")
+    bd_max_repeat_count: int = _f(255, "kernel_registry GEMV page: launch loop beyond 'the 255 buffer-descriptor "
+                                       "repeat-count limit' (designs.md 3)")
 
     @property
     def core_tiles(self) -> int:

@@ -119,12 +119,38 @@ def gate(name: str, text: str, target: str, enforce: bool = True) -> tuple[Modul
         rep = analyze_module(text, name)
     except HwParseError as e:
         return None, f"hw model: cannot analyze {name}: {e}"
+    except Exception as e:  # a model bug must not block a build: say so in one line
+        return None, f"hw model: internal error analyzing {name}: {type(e).__name__}: {e}"
     if rep.ok:
         return rep, ""
     line = rep.first_violation()
     if target == "npu" and enforce:
         raise HwCheckError(f"{line} (--no-hw-check to compile anyway)")
     return rep, f"hw model: {line}"
+
+
+def build_summary(results, device_kind: str, facts: NPU2Facts = NPU2) -> list[str]:
+    """The lines `llama-npu compile` appends to its report: one table row per module (channels and BDs per
+    tile type against the chip, L1/L2 peak, scalar share, modeled ms), one warning line when modules exceed
+    a limit on an emulated device, and the hardware-context budget of the module set."""
+    reps = [r for r in results if getattr(r, "hw", None) is not None]
+    if not reps:
+        return []
+    out = ["", f"NPU2 hardware model (docs/hardware-model.md; modeled with {cost_mod.__name__}.PARAMS):",
+           table([row(r.hw) for r in reps])]
+    over = [r.hw for r in reps if not r.hw.ok]
+    if over and device_kind != "npu":
+        out.append(f"warning: {len(over)} of {len(reps)} modules exceed NPU2 limits (first: "
+                   f"{over[0].first_violation()}); {device_kind} runs them anyway, DEVICE=npu refuses them "
+                   f"(--no-hw-check to try)")
+    n = len(results)
+    if n > facts.hw_contexts:
+        out.append(f"warning: {n} modules = {n} hardware contexts once loaded; the driver allows "
+                   f"{facts.hw_contexts} per device")
+    elif n > facts.hw_contexts_comfortable:
+        out.append(f"note: {n} modules = {n} hardware contexts once loaded, near the driver's "
+                   f"{facts.hw_contexts} per device")
+    return out
 
 
 # ------------------------------------------------------------------------------------------ hw-check CLI
