@@ -4,6 +4,8 @@
 2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token.
 3. Llama-3.2-1B shapes on the null-compute device: dispatches per decode token, host<->device bytes per prefill
    pass and per decode token, host time per decode token (everything except device compute).
+4. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
+   (benchmarks/hw_model.py).
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--model", default=None)
     ap.add_argument("--n-tokens", type=int, default=32)
-    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b"])
+    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b", "hw"])
     args = ap.parse_args(argv)
     if "stitch" not in args.skip:
         bench_stitch()
@@ -67,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_null_llama32_1b(n_tokens=8)
         bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+    if "hw" not in args.skip:
+        from benchmarks.hw_model import bench_hw_model
+
+        bench_hw_model()
     return 0
 
 

@@ -146,8 +146,9 @@ def _largest_factor(n: int, cap: int) -> int:
 
 
 def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tuple[int, ...],
-              facts: NPU2Facts) -> tuple[int, int, bool]:
-    """(pieces per task, loop iterations folded into one task, non-affine) for the DDR side of a transfer:
+              facts: NPU2Facts) -> tuple[int, int, bool, int]:
+    """(pieces per task, loop iterations folded into one task, non-affine, largest stride in elements) for the
+    DDR side of a transfer:
     enclosing loops are folded into the BD's wrap/stride dims innermost first while the offset is affine in
     the iv and at most 3 dims are in use (air-opt-shim-dma-bds); the launch grid folds only under runtime
     loop tiling (by the tile factors); dims beyond 4 and wraps beyond 1023 become extra BDs (airrt-to-npu)."""
@@ -183,8 +184,8 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
     if not (len(dims) == 1 and dims[0][1] == 1):
         split = []
         for s, t in dims:
-            if s > facts.bd_max_size:
-                f = _largest_factor(s, facts.bd_max_size)
+            if s > facts.shim_bd_max_size:
+                f = _largest_factor(s, facts.shim_bd_max_size)
                 split += [(s // f, t * f), (f, t)]
             else:
                 split.append((s, t))
@@ -192,7 +193,7 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
     pieces = 1
     for s, _ in dims[:max(0, len(dims) - facts.shim_bd_dims)]:
         pieces *= s
-    return pieces, folded, non_affine
+    return pieces, folded, non_affine, max((t for s, t in dims if s > 1), default=1)
 
 
 # ------------------------------------------------------------------------------------------ analyzer
@@ -286,8 +287,9 @@ class _LaunchAnalyzer:
             self._check_side(t, acc, "memtile" if acc.buffer.space == L2 else
                              ("shim" if acc.buffer.space == L3 else "core"), path)
             if acc.buffer.space == L3:
-                pieces, folded, non_affine = shim_fold(acc, path, self.launch, self.preset.runtime_loop_tiling_sizes,
-                                                       self.facts)
+                pieces, folded, non_affine, stride = shim_fold(acc, path, self.launch,
+                                                               self.preset.runtime_loop_tiling_sizes, self.facts)
+                self._check_shim_stride(t, acc, stride)
                 flows.append(Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
                                   acc.nbytes * execs, max(1, execs // max(1, folded)), pieces, non_affine))
             elif acc.buffer.space == L2:
@@ -443,8 +445,9 @@ class _LaunchAnalyzer:
                 continue
             execs = totals[t]
             if space == L3:
-                pieces, folded, non_affine = shim_fold(acc, path, self.launch,
-                                                       self.preset.runtime_loop_tiling_sizes, f)
+                pieces, folded, non_affine, stride = shim_fold(acc, path, self.launch,
+                                                               self.preset.runtime_loop_tiling_sizes, f)
+                self._check_shim_stride(t, acc, stride)
                 per_tile_execs = execs / n_tiles  # averaged over the tiles (a causal herd is uneven)
                 per_group_bytes = int(acc.nbytes * per_tile_execs)
                 per_group_tasks = max(1, int(per_tile_execs) // max(1, folded))
@@ -457,6 +460,13 @@ class _LaunchAnalyzer:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["mm2s" if inbound_to_core else "s2mm"] += groups
                 item["bds"] += groups * self.copies.get(acc.buffer, 1)
+
+    def _check_shim_stride(self, t: Transfer, acc: Access, stride: int) -> None:
+        limit = self.facts.shim_bd_max_stride
+        if stride * acc.buffer.type.elem_bytes // self.facts.transfer_granularity_bytes > limit:
+            self.violate("shim", "BD stride", stride, limit, STAGES[2],
+                         f"{acc.buffer.name}: a stride of {stride} elements after folding the enclosing loops "
+                         f"exceeds the shim BD's 20-bit step (in 32-bit words)", t.line)
 
     # ---- transfer checks (one side)
     def _check_side(self, t: Transfer, acc: Access, tile: str, loops: tuple[Loop, ...] = ()) -> None:
@@ -588,12 +598,12 @@ def herd_name(h: Region) -> str:
 
 def _call_roles(node: Call) -> tuple[set[int], set[int]]:
     """(operand positions written, positions only written) of an external call; an unknown symbol is assumed
-    to write its last memref operand."""
+    to read every memref operand and to write its last one."""
     ec = external_cost(node.symbol)
     if ec is not None:
         return set(ec[0].writes), set(ec[0].pure_outputs)
     mem = [i for i, a in enumerate(node.args) if isinstance(a, Buffer)]
-    return ({mem[-1]}, {mem[-1]}) if mem else (set(), set())
+    return ({mem[-1]}, set()) if mem else (set(), set())
 
 
 def _reads(node, buf: Buffer) -> bool:

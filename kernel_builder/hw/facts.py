@@ -49,10 +49,14 @@ class NPU2Facts:
     core_bd_dims: int = _f(3, "AIEDialect.cpp DMABDOp::verify: at most 3 dimensions (4 on a MemTileDMAOp)")
     memtile_bd_dims: int = _f(4, "AIEDialect.cpp DMABDOp::verify: maxNDims = 4 in a MemTileDMAOp")
     shim_bd_dims: int = _f(4, "mlir-air AIRRtToNpuPass.cpp AIE2_DIM_COUNT: higher dims are unrolled into BDs")
-    bd_max_size: int = _f(1023, "AIEDialect.cpp DMABDOp::verify 'Size may not exceed 1023'; AIEXDialect.cpp "
-                               "10-bit wrap on shim and memtile")
-    bd_max_repeat: int = _f(64, "AIEXDialect.cpp verifyStridesWraps: 'Size 3 exceeds the [1:64] range' (6 bits)")
-    bd_max_stride: int = _f(1 << 20, "AIEDialect.cpp 'Stride may not exceed 1048576'; AIEXDialect.cpp 20-bit shim step")
+    bd_max_size: int = _f(512, "AIEDialect.cpp DMABDOp::verify rejects a dim size >= (1 << 9) + 1 (core and memtile "
+                              "BDs; the message says 'Size may not exceed 1023'); contiguous accesses are exempt")
+    bd_max_stride: int = _f((1 << 19) - 1, "AIEDialect.cpp DMABDOp::verify rejects a stride >= (1 << 19) (message "
+                                           "'Stride may not exceed 1048576')")
+    shim_bd_max_size: int = _f(1023, "AIEXDialect.cpp verifyStridesWraps: shim wrap_bits = 10 ('Size 0/1 exceeds "
+                                     "the [0:1023] range'); linear contiguous transfers are exempt")
+    shim_bd_max_stride: int = _f(1 << 20, "AIEXDialect.cpp verifyStridesWraps: shim step_bits = 20")
+    bd_max_repeat: int = _f(64, "AIEXDialect.cpp verifyStridesWraps: iter_bits = 6, 'Size 3 exceeds the [1:64] range'")
     transfer_granularity_bytes: int = _f(4, "TM.h getAddressGenGranularity() = 32 bits; AIEDialect.cpp 'transfer "
                                             "length must be multiple of 4'; AIEXDialect.cpp 'Transfer sizes must "
                                             "be multiples of 4 bytes', 'Offset must be 4-byte-aligned'")
