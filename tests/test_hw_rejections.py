@@ -77,7 +77,7 @@ def test_two_byte_dma_is_rejected_on_both_sides():
           air.dma_memcpy_nd (%a0[%c0, %tx] [%c1_, %c1_] [%c64, %c1_], %y[] [] []) : (memref<1x64xbf16>, memref<1xbf16, 2 : i32>)"""
     rep = analyze_module(herd_module(body, "memref<1x64xbf16>", sizes=(8, 1)))
     assert {"core DMA transfer bytes", "shim DMA transfer bytes"} <= rep.resources()
-    assert "DMA transfer bytes 2/multiple of 4" in rep.first_violation()
+    assert "DMA transfer bytes (2; needs multiple of 4)" in rep.first_violation()
     # two bf16 (4 bytes) is one 32-bit word: fine
     ok = body.replace("memref<1xbf16, 2 : i32>", "memref<2xbf16, 2 : i32>").replace("[%c1_, %c1_]", "[%c1_, %c2]")
     ok = ok.replace("%tx] [", "%r2] [").replace("%y = memref", "%r2 = arith.muli %tx, %c2 : index\n          %y = memref")

@@ -39,8 +39,12 @@ class Violation:
 
     def one_line(self) -> str:
         where = f" (line {self.line})" if self.line else ""
+        if isinstance(self.used, int) and isinstance(self.available, int):
+            amount = f"{self.used}/{self.available}"
+        else:
+            amount = f"({self.used}; needs {self.available})"
         return (f"{self.module}: launch {self.launch} ({self.launch_name}): {self.tile} {self.resource} "
-                f"{self.used}/{self.available} - {self.detail}{where}")
+                f"{amount} - {self.detail}{where}")
 
     __str__ = one_line
 
@@ -414,10 +418,11 @@ class _LaunchAnalyzer:
                     continue
                 inner = tuple(lp for lp in p if cnt.static_trip(lp) != 1)
                 if len(inner) > len(outer) and inner[:len(outer)] == outer:
-                    self.violate("core", "DMA placement", "loaded outside loop", "inside", STAGES[0],
-                                 f"{t.dst.buffer.name} is loaded once outside a loop of a {n_tiles}-tile herd and "
-                                 f"read inside it (line {inner[len(outer)].line}): air-dma-to-channel fails with "
-                                 f"'operand does not dominate this use'", t.line, kind="rule")
+                    self.violate("core", "DMA placement", "load outside the loop", "load inside it", STAGES[0],
+                                 f"{t.dst.buffer.name} is loaded once outside the loop at line "
+                                 f"{inner[len(outer)].line} of a {n_tiles}-tile herd and read inside it: "
+                                 f"air-dma-to-channel fails with 'operand does not dominate this use'", t.line,
+                                 kind="rule")
                     break
 
     def _herd_transfer(self, herd, t: Transfer, path, per_tile, totals, flows, mem) -> None:
@@ -578,7 +583,7 @@ class _LaunchAnalyzer:
         bad = [x for x in flows if x.non_affine]
         if bad:
             worst = max(bad, key=lambda x: x.tasks)
-            self.violate("shim", "DMA offset", "non-affine (div/rem)", "affine", STAGES[4],
+            self.violate("shim", "DMA offset", "div/rem", "affine", STAGES[4],
                          f"{worst.what}: the loop cannot fold into the BD's wrap/stride, {worst.tasks} DMA tasks "
                          f"per launch", worst.line, kind="rule")
 
