@@ -85,24 +85,23 @@ def test_two_byte_dma_is_rejected_on_both_sides():
 
 
 def _pingpong_body(first_writer: str) -> str:
-    # two 16 KiB input tiles and an 8 KiB output, allocated in a 4-trip loop: 40 KiB + stack single-buffered,
-    # 72 KiB + stack once the ping-pong transform doubles the DMA-filled inputs
+    # two 16 KiB input tiles allocated in a 4-trip loop and an 8 KiB output outside it: 40 KiB + stack with
+    # one copy each, 72 KiB + stack once the ping-pong transform doubles the DMA-filled inputs
     fill = {"dma": "air.dma_memcpy_nd (%x[] [] [], %a0[%off] [%c8192] [%c1_]) : (memref<8192xbf16, 2 : i32>, memref<262144xbf16>)",
             "call": "func.call @produce(%x) : (memref<8192xbf16, 2 : i32>) -> ()"}[first_writer]
     return f"""
           %base = arith.muli %tx, %c64 : index
+          %o = memref.alloc() : memref<4096xbf16, 2 : i32>
           scf.for %i = %c0 to %c4 step %c1_ {{
             %t = arith.addi %base, %i : index
             %off = arith.muli %t, %c1024 : index
             %x = memref.alloc() : memref<8192xbf16, 2 : i32>
             %w = memref.alloc() : memref<8192xbf16, 2 : i32>
-            %o = memref.alloc() : memref<4096xbf16, 2 : i32>
             {fill}
             air.dma_memcpy_nd (%w[] [] [], %a0[%off] [%c8192] [%c1_]) : (memref<8192xbf16, 2 : i32>, memref<262144xbf16>)
             func.call @consume(%x, %w, %o) : (memref<8192xbf16, 2 : i32>, memref<8192xbf16, 2 : i32>, memref<4096xbf16, 2 : i32>) -> ()
             memref.dealloc %x : memref<8192xbf16, 2 : i32>
             memref.dealloc %w : memref<8192xbf16, 2 : i32>
-            memref.dealloc %o : memref<4096xbf16, 2 : i32>
           }}"""
 
 
@@ -115,14 +114,15 @@ def test_l1_overflow_once_ping_pong_copies_and_stack_count():
     # the same module with ping-pong omitted fits (one copy of each + stack)
     single = analyze_module(text, "pp", preset=AirccPreset(omit_pingpong="L1"))
     assert single.ok and single.usage.l1_bytes == 16384 * 2 + 8192 + 1024
-    # a buffer first written by an external call is not ping-ponged: 16 + 2*16 + 8 KiB + stack fits
+    # a buffer first accessed by an external call (which may read it) disqualifies the loop: nothing doubled
     call_first = analyze_module(herd_module(_pingpong_body("call"), "memref<262144xbf16>", sizes=(4, 1)))
-    assert call_first.ok and call_first.usage.l1_bytes == 16384 + 2 * 16384 + 8192 + 1024
+    assert call_first.ok and call_first.usage.l1_bytes == 16384 * 2 + 8192 + 1024
 
 
 def test_l1_stack_size_preset_counts():
     text = herd_module(_pingpong_body("call"), "memref<262144xbf16>", sizes=(4, 1))
-    assert analyze_module(text, preset=AirccPreset(stack_size=9216)).resources() == {"core L1 bytes"}
+    assert analyze_module(text, preset=AirccPreset(stack_size=24576)).ok
+    assert analyze_module(text, preset=AirccPreset(stack_size=25600)).resources() == {"core L1 bytes"}
 
 
 def test_too_many_bds_on_a_shim_tile():

@@ -223,30 +223,52 @@ class _LaunchAnalyzer:
                                          stage, kind, detail, line))
 
     # ---- ping-pong
-    def _pingpong(self, block, space: int, scope_path=()):
-        """Copies per buffer allocated in `block`'s loops: 2 when the alloc sits (through trip-1 loops, which
-        canonicalization removes) directly in a loop of >= 2 trips, the ping-pong transform is not omitted
-        for its memory space, and its first writer in that loop is a data transfer."""
+    def _pingpong(self, block, space: int) -> None:
+        """Copies of each buffer allocated in `block` (mlir-air's air-label-scf-for-to-ping-pong +
+        air-ping-pong-transform): every buffer allocated directly in a loop of >= 2 trips (trip-1 loops are
+        gone after canonicalization) is duplicated when the loop is a candidate: each of its buffers is first
+        accessed by a definite write (a transfer into it, a store, a write-only linalg op - an external call
+        may read, so it disqualifies the loop), no loop nested in it is disqualified, and the preset does not
+        omit ping-pong for a memory space the loop allocates in."""
         omit = self.preset.omit_pingpong
-        omitted = omit == "all" or (omit == "L1" and space == L1) or (omit == "L2" and space == L2)
         paths = cnt.loop_paths(block)
+        owner: dict = {}                       # alloc -> the loop that owns it (None: not in a loop)
         for node, path in paths.items():
-            if not isinstance(node, Alloc) or node.buffer.space != space:
-                continue
-            loops = [lp for lp in path if cnt.static_trip(lp) != 1]
-            if omitted or not loops:
-                self.copies[node.buffer] = 1
-                continue
-            owner = loops[-1]
-            first = None
-            for n in ir.walk(owner.body):
-                if isinstance(n, Transfer) and n.dst is not None and n.dst.buffer is node.buffer:
-                    first = "transfer"
-                    break
-                if _writes(n, node.buffer):
-                    first = "compute"
-                    break
-            self.copies[node.buffer] = 2 if first == "transfer" else 1
+            if isinstance(node, Alloc):
+                loops = [lp for lp in path if cnt.static_trip(lp) != 1]
+                owner[node] = loops[-1] if loops else None
+        by_loop: dict = {}
+        for a, lp in owner.items():
+            by_loop.setdefault(lp, []).append(a)
+
+        def unsafe(lp) -> bool:
+            seen = set()
+            for n in ir.walk(lp.body):
+                for a in by_loop.get(lp, ()):
+                    b = a.buffer
+                    if b in seen or not (_reads(n, b) or _writes(n, b)):
+                        continue
+                    seen.add(b)
+                    definite = (isinstance(n, Transfer) and n.dst is not None and n.dst.buffer is b) or \
+                        (isinstance(n, Compute) and b in n.writes and b not in n.reads)
+                    if not definite:
+                        return True
+            return False
+
+        def candidate(lp) -> bool:
+            allocs = by_loop.get(lp, [])
+            if not allocs or unsafe(lp):
+                return False
+            if any(n is not lp and isinstance(n, Loop) and cnt.static_trip(n) != 1 and unsafe(n)
+                   for n in ir.walk(lp.body)):
+                return False
+            spaces = {a.buffer.space for a in allocs}
+            return not (omit == "all" or (omit == "L1" and L1 in spaces) or (omit == "L2" and L2 in spaces))
+
+        verdict = {lp: candidate(lp) for lp in by_loop if lp is not None}
+        for a, lp in owner.items():
+            if a.buffer.space == space:
+                self.copies[a.buffer] = 2 if lp is not None and verdict[lp] else 1
 
     # ---- main
     def run(self) -> LaunchReport:
