@@ -8,7 +8,7 @@ Public API (docs/hardware-model.md):
   `cost.calibrate(points)` refits it from measured points.
 """
 from kernel_builder.hw import cost
-from kernel_builder.hw.analyze import LaunchReport, Usage, Violation
+from kernel_builder.hw.results import LaunchReport, Usage, Violation
 from kernel_builder.hw.facts import NPU2, NPU2Facts
 from kernel_builder.hw.ir import HwParseError
 from kernel_builder.hw.report import HwCheckError, ModuleReport, analyze_module, gate, hw_check_main

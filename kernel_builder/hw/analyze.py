@@ -10,197 +10,18 @@ tile does (vector, matmul, scalar) for the cost model.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 from kernel_builder import presets as presets_mod
 from kernel_builder.external_costs import external_cost
 from kernel_builder.hw import count as cnt
 from kernel_builder.hw import ir
-from kernel_builder.hw import symbolic as sym
 from kernel_builder.hw.facts import NPU2, NPU2Facts
+from kernel_builder.hw.dma import canonical_dims, is_contiguous, iteration_space, linear_offset, shim_fold
 from kernel_builder.hw.ir import L1, L2, L3, Access, Alloc, Buffer, Call, Compute, Loop, Region, Transfer
+from kernel_builder.hw.results import STAGES, Flow, LaunchReport, Usage, Violation, Work
 
-STAGES = ("air-dma-to-channel", "air-to-aie", "airrt-to-npu", "aiecc", "runtime")
+__all__ = ["analyze_launches", "STAGES", "Flow", "LaunchReport", "Usage", "Violation", "Work"]
 
-
-@dataclass
-class Violation:
-    module: str
-    launch: int
-    launch_name: str
-    tile: str            # "core" | "memtile" | "shim"
-    resource: str        # e.g. "S2MM channels", "L1 bytes", "DMA transfer bytes"
-    used: object
-    available: object
-    stage: str           # the lowering stage that would reject it (STAGES)
-    kind: str            # "resource" (a chip limit) | "rule" (a pattern the lowering or the chip mishandles)
-    detail: str
-    line: int = 0
-
-    def one_line(self) -> str:
-        where = f" (line {self.line})" if self.line else ""
-        if isinstance(self.used, int) and isinstance(self.available, int):
-            amount = f"{self.used}/{self.available}"
-        else:
-            amount = f"({self.used}; needs {self.available})"
-        return (f"{self.module}: launch {self.launch} ({self.launch_name}): {self.tile} {self.resource} "
-                f"{amount} - {self.detail}{where}")
-
-    __str__ = one_line
-
-
-@dataclass
-class Flow:
-    """One shim DMA channel endpoint (a data stream between DDR and the array)."""
-    direction: str       # "MM2S" (DDR -> array) | "S2MM" (array -> DDR)
-    line: int
-    what: str
-    bytes: int           # over the whole launch
-    tasks: int           # DMA tasks (BD chains) issued over the whole launch
-    pieces: int          # BDs one task needs (dims beyond the shim's 4 are unrolled)
-    non_affine: bool = False
-    column: int = -1
-
-
-@dataclass
-class Usage:
-    """Resources one launch uses: per core tile / per memory tile the busiest one, totals where the
-    resource is pooled (shim channels), and the busiest shim column's BDs."""
-    herd_tiles: int = 0
-    core_mm2s: int = 0
-    core_s2mm: int = 0
-    core_bds: int = 0
-    core_locks: int = 0
-    l1_bytes: int = 0            # busiest core: buffers (with ping-pong copies) + stack
-    stack_bytes: int = 0
-    stack_need: int = 0
-    memtile_mm2s: int = 0        # total over the memory tiles
-    memtile_s2mm: int = 0
-    memtile_bds: int = 0
-    memtiles: int = 0            # memory tiles the L2 buffers need
-    l2_bytes: int = 0            # total L2 (with ping-pong copies)
-    shim_mm2s: int = 0
-    shim_s2mm: int = 0
-    shim_bds: int = 0            # busiest shim column
-    shim_tasks: int = 0
-
-    def merge_max(self, other: "Usage") -> "Usage":
-        return Usage(**{k: max(getattr(self, k), getattr(other, k)) for k in self.__dataclass_fields__})
-
-
-@dataclass
-class Work:
-    """What the cost model needs: the busiest herd tile's work and the shim streams."""
-    tile_vector_cycles: float = 0.0   # external kernels' vector cycles at full issue
-    tile_matmul_macs: int = 0         # linalg.matmul MACs (lowered to scalar loops by aircc today)
-    tile_scalar_ops: int = 0          # scalar float ops (codegen loops, linalg.generic/fill, externals' scalar part)
-    tile_scores: int = 0              # attention scores through an online-softmax step
-    vector_macs: int = 0              # totals over the launch
-    scalar_macs: int = 0
-    flows: list[Flow] = field(default_factory=list)
-    launch_iterations: int = 1
-
-    @property
-    def scalar_share(self) -> float:
-        total = self.vector_macs + self.scalar_macs
-        return self.scalar_macs / total if total else 0.0
-
-
-@dataclass
-class LaunchReport:
-    index: int
-    name: str
-    usage: Usage
-    work: Work
-    violations: list[Violation]
-    modeled_ms: float = 0.0
-
-
-# ------------------------------------------------------------------------------------------ helpers
-
-def canonical_dims(acc: Access) -> list[tuple[int, int]]:
-    """(size, stride) pairs outermost first: size-1 dims dropped, contiguous neighbours merged."""
-    dims = [(s, t) for s, t in zip(acc.sizes, acc.strides) if s != 1]
-    out: list[tuple[int, int]] = []
-    for s, t in reversed(dims):
-        if out and out[0][1] * out[0][0] == t:  # outer stride = inner extent: one contiguous dim
-            out[0] = (out[0][0] * s, out[0][1])
-        else:
-            out.insert(0, (s, t))
-    return out or [(1, 1)]
-
-
-def linear_offset(acc: Access) -> sym.Expr:
-    out = sym.const(0)
-    for o, t in zip(acc.offsets, acc.strides):
-        out = sym.add(out, sym.mul(o, sym.const(t)))
-    return out
-
-
-def _is_contiguous(acc: Access) -> bool:
-    d = canonical_dims(acc)
-    return len(d) == 1 and d[0][1] == 1
-
-
-def _largest_factor(n: int, cap: int) -> int:
-    for f in range(min(n, cap), 0, -1):
-        if n % f == 0:
-            return f
-    return 1
-
-
-def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tuple[int, ...],
-              facts: NPU2Facts) -> tuple[int, int, bool, int]:
-    """(pieces per task, loop iterations folded into one task, non-affine, largest stride in elements) for the
-    DDR side of a transfer:
-    enclosing loops are folded into the BD's wrap/stride dims innermost first while the offset is affine in
-    the iv and at most 3 dims are in use (air-opt-shim-dma-bds); the launch grid folds only under runtime
-    loop tiling (by the tile factors); dims beyond 4 and wraps beyond 1023 become extra BDs (airrt-to-npu)."""
-    dims = canonical_dims(acc)
-    off = linear_offset(acc)
-    folded = 1
-    non_affine = False
-    stop = False
-    for lp in reversed(loops):
-        trip = cnt.static_trip(lp)
-        if trip is not None and trip <= 1:
-            continue
-        affine = off.affine_in(lp.iv)
-        if not affine:
-            non_affine = True
-        if stop or not affine or trip is None or sum(1 for s, _ in dims if s > 1) > 3:
-            stop = True
-            continue
-        coef = off.coefficient(lp.iv) if off.is_affine else 0
-        dims.insert(0, (trip, coef))
-        folded *= trip
-    if tiling and not stop:
-        for i in reversed(range(len(launch.ids))):
-            t = tiling[i] if i < len(tiling) else 1
-            f = _largest_factor(launch.sizes[i], t)
-            if f <= 1 or not off.affine_in(launch.ids[i]) or sum(1 for s, _ in dims if s > 1) > 3:
-                break
-            dims.insert(0, (f, off.coefficient(launch.ids[i]) if off.is_affine else 0))
-            folded *= f
-    # merge contiguous neighbours again, split wraps beyond the BD size field (unless linear)
-    merged = Access(acc.buffer, [sym.const(0)] * len(dims), [s for s, _ in dims], [t for _, t in dims])
-    dims = canonical_dims(merged)
-    if not (len(dims) == 1 and dims[0][1] == 1):
-        split = []
-        for s, t in dims:
-            if s > facts.shim_bd_max_size:
-                f = _largest_factor(s, facts.shim_bd_max_size)
-                split += [(s // f, t * f), (f, t)]
-            else:
-                split.append((s, t))
-        dims = split
-    pieces = 1
-    for s, _ in dims[:max(0, len(dims) - facts.shim_bd_dims)]:
-        pieces *= s
-    return pieces, folded, non_affine, max((t for s, t in dims if s > 1), default=1)
-
-
-# ------------------------------------------------------------------------------------------ analyzer
 
 class _LaunchAnalyzer:
     def __init__(self, module: ir.Module, name: str, index: int, launch: Region, preset, facts: NPU2Facts):
@@ -520,11 +341,11 @@ class _LaunchAnalyzer:
                 self.violate(tile, "DMA stride bytes", st * eb, f"multiple of {g}", stage,
                              f"{acc.buffer.name}: stride {st} elements", t.line)
                 break
-        off = _iteration_space(linear_offset(acc), loops)
+        off = iteration_space(linear_offset(acc), loops)
         if off.is_affine and ((off.const * eb) % g or any((c * eb) % g for _, c in off.terms)):
             self.violate(tile, "DMA offset alignment", f"{off} x {eb} B", f"{g}-byte aligned", stage,
                          f"{acc.buffer.name}: offsets must be {g}-byte aligned", t.line)
-        if tile in ("core", "memtile") and not _is_contiguous(acc):
+        if tile in ("core", "memtile") and not is_contiguous(acc):
             max_dims = f.core_bd_dims if tile == "core" else f.memtile_bd_dims
             if len(dims) > max_dims:
                 self.violate(tile, "BD dimensions", len(dims), max_dims, STAGES[1],
@@ -608,15 +429,6 @@ class _LaunchAnalyzer:
             self.violate("shim", "DMA offset", "div/rem", "affine", STAGES[4],
                          f"{worst.what}: the loop cannot fold into the BD's wrap/stride, {worst.tasks} DMA tasks "
                          f"per launch", worst.line, kind="rule")
-
-
-def _iteration_space(e: sym.Expr, loops: tuple[Loop, ...]) -> sym.Expr:
-    """`e` with each loop iv replaced by lb + step * k (k counting iterations), innermost first, so an offset's
-    alignment is judged on the values the iv takes (kp = 0, 64, 128 ... is 128-byte aligned in bf16)."""
-    for lp in reversed(loops):
-        if lp.iv in e.variables:
-            e = e.substitute({lp.iv: sym.add(lp.lb, sym.mul(lp.step, sym.var(lp.iv + "'")))})
-    return e
 
 
 def herd_name(h: Region) -> str:

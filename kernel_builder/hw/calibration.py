@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernel_builder import planner
-from kernel_builder.hw.analyze import Flow
+from kernel_builder.hw.results import Flow
 from kernel_builder.hw.cost import Point
 
 VECTOR_LANES = 16  # f32-accumulating bf16 vector ops (aie::mul/mac on 16 lanes), as in the external kernels

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel_builder.hw import cost as cost_mod
-from kernel_builder.hw.analyze import STAGES, LaunchReport, Usage, Violation, analyze_launches
+from kernel_builder.hw.analyze import analyze_launches
+from kernel_builder.hw.results import STAGES, LaunchReport, Usage, Violation
 from kernel_builder.hw.facts import NPU2, NPU2Facts
 from kernel_builder.hw.ir import HwParseError
 
