@@ -125,16 +125,16 @@ class RowPlan:
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """Tiling of the `attention` kernel (kernel_builder/kernels/attention.py) for one shape.
+    """Tiling of the `attention` kernel (kernel_builder/kernels/attention.py) for one shape. The launch walks the
+    kv heads (one per iteration).
 
-    Prefill (rows > 1): `herd_x` groups of `herd_y` cores. The cores of a group run `herd_y` query heads of
-    one GQA group on the same query block; one item stream (a broadcast channel) feeds the whole group: first
-    the group's Q tiles (each core keeps its own), then the K/V tiles of the whole window. `xh` kv heads and
-    `xq` query blocks run side by side over the groups (herd_x = xh * xq); the launch walks kv-head blocks,
-    the segment walks head passes (group / herd_y) and rounds of xq query blocks.
-    Decode (rows == 1): `herd_x` splits of the KV window times `herd_y` kv heads; each core computes the
-    online-softmax partial of the `lq` = group query heads over its share; a merge herd of herd_y cores
-    combines the herd_x partials of each kv head.
+    Prefill (rows > 1): `herd_x` groups of `herd_y` cores. The cores of a group run `herd_y` query heads of the
+    GQA group on one query block; the groups run `herd_x` query blocks side by side (rounds of herd_x blocks,
+    interleaved). One item stream per group (a channel broadcast to its cores) carries first the group's
+    stacked Q tiles (each core keeps its own), then the K/V tiles of the whole window, which every group
+    receives from one L2 buffer per tile. The segment walks head passes (group / herd_y) and rounds.
+    Decode (rows == 1): `herd_x` splits of the KV window (herd_y = 1); each core folds the `lq` = group query
+    heads over its share into an online-softmax partial; a one-core merge herd combines the herd_x partials.
     """
 
     rows: int
@@ -144,10 +144,8 @@ class AttentionPlan:
     head_dim: int
     lq: int          # query rows per core tile (decode: the GQA group's heads, all at the position)
     lk: int          # K/V rows per tile
-    herd_x: int
-    herd_y: int
-    xh: int = 1      # prefill: kv heads side by side over herd_x
-    xq: int = 1      # prefill: query blocks side by side over herd_x
+    herd_x: int      # prefill: query blocks side by side; decode: splits of the KV window
+    herd_y: int      # prefill: query heads of one GQA group side by side (sharing a stream); decode: 1
 
     @property
     def decode(self) -> bool:
@@ -159,8 +157,8 @@ class AttentionPlan:
 
     @property
     def launch(self) -> int:
-        """Launch iterations (blocks of kv heads)."""
-        return self.kv_heads // (self.herd_y if self.decode else self.xh)
+        """Launch iterations: one per kv head."""
+        return self.kv_heads
 
     @property
     def item_rows(self) -> int:
@@ -174,12 +172,17 @@ class AttentionPlan:
 
     @property
     def rounds(self) -> int:
-        return 1 if self.decode else self.rows // self.lq // self.xq
+        return 1 if self.decode else self.rows // self.lq // self.herd_x
 
     @property
     def q_items(self) -> int:
         """Prefill: items carrying a group's stacked Q tiles (herd_y * lq rows)."""
         return 0 if self.decode else -(-self.herd_y * self.lq // self.item_rows)
+
+    @property
+    def q_stack_rows(self) -> int:
+        """Prefill: rows of the L2 Q buffer: the groups' stacks back to back, the last one padded to whole items."""
+        return (self.herd_x - 1) * self.herd_y * self.lq + self.q_items * self.item_rows
 
     @property
     def share(self) -> int:
@@ -197,7 +200,7 @@ class AttentionPlan:
 
     @property
     def cores(self) -> int:
-        return self.herd_x * self.herd_y + (self.herd_y if self.decode else 0)
+        return self.herd_x * self.herd_y + (1 if self.decode else 0)
 
     def l1_buffers(self) -> dict[str, int]:
         """Per core tile (the item buffer is ping-ponged: two copies)."""
@@ -208,7 +211,7 @@ class AttentionPlan:
         return out
 
     def l1_merge_buffers(self) -> dict[str, int]:
-        """Decode merge core: the herd_x partials of its kv head and the output rows."""
+        """Decode merge core: the herd_x partials and the output rows."""
         return {"partials": F32 * self.herd_x * self.state_floats, "out": BF16 * self.lq * self.head_dim}
 
     def l1_bytes(self) -> int:
@@ -216,17 +219,16 @@ class AttentionPlan:
                    sum(self.l1_merge_buffers().values()) if self.decode else 0)
 
     def l2_buffers(self) -> dict[str, int]:
-        """Memory-tile buffers (streamed ones with their ping-pong copy), by name (one entry per buffer)."""
+        """Memory-tile buffers (streamed ones with their ping-pong copy), one entry per buffer."""
         hd = self.head_dim
         out = {"pos": 4}
         if self.decode:
             for x in range(self.herd_x):
-                out[f"kv{x}"] = 2 * BF16 * self.herd_y * self.item_rows * hd
-            for y in range(self.herd_y):
-                out[f"partials{y}"] = F32 * self.herd_x * self.state_floats
+                out[f"kv{x}"] = 2 * BF16 * self.item_rows * hd
+            out["partials"] = F32 * self.herd_x * self.state_floats
         else:
-            out["kv"] = 2 * BF16 * self.xh * self.item_rows * hd
-            out["q"] = 2 * BF16 * self.herd_x * self.q_items * self.item_rows * hd
+            out["kv"] = 2 * BF16 * self.item_rows * hd
+            out["q"] = 2 * BF16 * self.q_stack_rows * hd
             for x in range(self.herd_x):
                 out[f"out{x}"] = 2 * BF16 * self.herd_y * self.lq * hd
         return out
@@ -238,10 +240,11 @@ class AttentionPlan:
         """DMA streams of one launch by endpoint (the budget docs/kernels.md tabulates): shim MM2S/S2MM (DDR
         reads/writes), memory-tile S2MM/MM2S (into/out of L2), and per core tile S2MM/MM2S."""
         x, y = self.herd_x, self.herd_y
-        if self.decode:
-            return {"shim_mm2s": 3 * x + 1, "shim_s2mm": y, "memtile_s2mm": 3 * x + 1 + x * y,
-                    "memtile_mm2s": x * y + 1 + y, "core_s2mm": 2, "core_mm2s": 1}
-        return {"shim_mm2s": 4, "shim_s2mm": x, "memtile_s2mm": 4 + x * y, "memtile_mm2s": 2 * x + 1 + x,
+        if self.decode:   # per split: K, V, q DMAs and one put; partials gathered in L2, one put to the merge
+            return {"shim_mm2s": 3 * x + 1, "shim_s2mm": 1, "memtile_s2mm": 3 * x + 1 + x,
+                    "memtile_mm2s": x + 1 + 1, "core_s2mm": 2, "core_mm2s": 1}
+        # pos, Q, K, V DMAs; per group: its Q puts, its K/V puts, its output block to L3
+        return {"shim_mm2s": 4, "shim_s2mm": x, "memtile_s2mm": 4 + x * y, "memtile_mm2s": 1 + 3 * x,
                 "core_s2mm": 2, "core_mm2s": 1}
 
     def core_bds(self) -> int:
@@ -392,16 +395,15 @@ def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim:
     group = heads // kv_heads
     best, best_key = None, None
     if rows == 1:
-        # decode: herd_y kv heads x herd_x window splits; each split is one column's K, V and q DMA streams
-        # (3 per column + pos <= the shim's MM2S channels), the merge herd takes herd_y more cores
-        herd_y = _herd(kv_heads, NPU2_ROWS)
+        # decode: herd_x splits of the window, each one column's K, V and q DMA streams (3 per split + pos
+        # must fit the shim's MM2S channels), plus the merge core
         for herd_x in (8, 4, 2, 1):
             if kv_rows % (herd_x * ATTN_LK_MULTIPLE) or 3 * herd_x + 1 > SHIM_MM2S:
                 continue
             for lk in ATTN_DECODE_LK:
                 if (kv_rows // herd_x) % lk:
                     continue
-                p = AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=herd_y)
+                p = AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=1)
                 if _attention_fits(p):
                     return p
     else:
@@ -412,14 +414,11 @@ def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim:
             for lk in ATTN_PREFILL_LK:
                 if kv_rows % lk:
                     continue
-                xq = _herd(rows // lq, NPU2_COLS)
-                xh = _herd(kv_heads, NPU2_COLS // xq)
-                p = AttentionPlan(*args, lq=lq, lk=lk, herd_x=xq * xh, herd_y=herd_y, xh=xh, xq=xq)
+                p = AttentionPlan(*args, lq=lq, lk=lk, herd_x=_herd(rows // lq, NPU2_COLS), herd_y=herd_y)
                 if not _attention_fits(p):
                     continue
-                # prefer query tiles of >= 32 rows (fewer Q re-streams, full mmul blocks), then more busy
-                # cores, then bigger tiles
-                key = (lq >= min(32, rows), p.cores, lq, lk)
+                # prefer more busy cores, then bigger tiles (fewer Q re-streams and steps)
+                key = (p.cores, lq, lk)
                 if best_key is None or key > best_key:
                     best, best_key = p, key
     if best is None:

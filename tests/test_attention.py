@@ -104,7 +104,7 @@ def test_decode_matches_reference(pos):
     stats = _check(SMALL_DECODE, pos)
     p = planner.plan_attention(*SMALL_DECODE)
     assert stats.tiles == p.launch * p.cores
-    assert stats.calls_by_symbol[f"attnd_merge_bf16_hd32_q2_k{p.lk}_n{p.herd_x}"] == p.launch * p.herd_y
+    assert stats.calls_by_symbol[f"attnd_merge_bf16_hd32_q2_k{p.lk}_n{p.herd_x}"] == p.launch
 
 
 @pytest.mark.parametrize("pos", [1, 63, 64, 65, 255])
@@ -145,13 +145,22 @@ def test_prefill_wrong_kv_tile_offset_is_caught():
     _mutated_fails(shape, 50, text, mutated)
 
 
-def test_prefill_wrong_broadcast_slice_is_caught():
-    shape = (64, 64, 4, 2, 32)                    # xh = 2, xq = 2: groups 2 and 3 run the second kv head
-    p = planner.plan_attention(*shape)
-    assert (p.xh, p.xq) == (2, 2)
+def test_prefill_wrong_q_stack_slice_is_caught():
+    shape = (64, 64, 4, 2, 32)
+    assert planner.plan_attention(*shape).herd_x > 1
     text = attention.build(*shape)
-    # group 2 is sent the first kv head's K/V slice
-    mutated = _sub(text, r"(air\.channel\.put @attn_in\[%c2, %c0\] \(%kv_l2\[)(%\w+)", lambda m: m.group(1) + "%c0")
+    # group 1 is sent group 0's stacked Q tiles (its slice of the L2 Q buffer)
+    mutated = _sub(text, r"(%\w+) = arith\.addi (%\w+), (%c\d+) : index\n(\s*)air\.channel\.put @attn_in\[%c1\w*, %c0\]",
+                   lambda m: f"{m.group(1)} = arith.addi {m.group(2)}, %c0 : index\n{m.group(4)}"
+                             f"air.channel.put @attn_in[%c1_1, %c0]")
+    _mutated_fails(shape, 0, text, mutated)
+
+
+def test_prefill_wrong_broadcast_index_is_caught():
+    shape = (64, 64, 4, 2, 32)
+    text = attention.build(*shape)
+    # group 1's K/V tiles go to group 0 (one put reaches the wrong herd row)
+    mutated = _sub(text, r"air\.channel\.put @attn_in\[%c1\w*, %c0\] \(%kv_l2", "air.channel.put @attn_in[%c0, %c0] (%kv_l2")
     _mutated_fails(shape, 0, text, mutated)
 
 
@@ -170,17 +179,19 @@ def test_decode_wrong_kv_tile_offset_is_caught():
     _mutated_fails(SMALL_DECODE, 200, text, mutated)
 
 
-def test_decode_wrong_broadcast_slice_is_caught():
+def test_decode_wrong_query_slice_is_caught():
     text = attention.build(*SMALL_DECODE)
-    # core (0, 1) is sent kv head 0's item
-    mutated = _sub(text, r"(air\.channel\.put @attn_in\[%c0, %c1\w*\] \(%kv_l2\[)(%\w+)", lambda m: m.group(1) + "%c0")
+    # every kv head's items carry the query rows of kv head 0's group
+    mutated = _sub(text, r"(air\.dma_memcpy_nd \(%kv_l2\[[^\]]*\] \[[^\]]*\] \[[^\]]*\], %sa\[%c0, )(%\w+)",
+                   lambda m: m.group(1) + "%c0")
     _mutated_fails(SMALL_DECODE, 200, text, mutated)
 
 
-def test_decode_wrong_merge_index_is_caught():
+def test_decode_wrong_merge_slot_is_caught():
     text = attention.build(*SMALL_DECODE)
-    # kv head 0's merge receives split 1 of kv head 1
-    mutated = _sub(text, r"air\.channel\.get @attn_part\[(%c1\w*), %c0\]", lambda m: f"air.channel.get @attn_part[{m.group(1)}, {m.group(1)}]")
+    # split 1's partial lands in split 0's slot of the L2 buffer
+    mutated = _sub(text, r"(air\.channel\.get @attn_part\[%c1\w*, %c0\] \(%parts_l2\[)(%\w+)",
+                   lambda m: m.group(1) + "%c0")
     _mutated_fails(SMALL_DECODE, 200, text, mutated)
 
 

@@ -105,13 +105,11 @@ def _check_attention_plan(p, s, rows, window):
     assert ch["shim_mm2s"] <= P.SHIM_MM2S and ch["shim_s2mm"] <= P.SHIM_S2MM
     assert ch["core_s2mm"] <= 2 and ch["core_mm2s"] <= 2 and p.core_bds() <= 16
     assert window % p.lk == 0 and p.lk % P.ATTN_LK_MULTIPLE == 0
+    assert p.launch == s.n_kv_heads
     if p.decode:
-        assert p.lq == g and p.kv_rows % (p.herd_x * p.lk) == 0 and s.n_kv_heads % p.herd_y == 0
-        assert p.launch * p.herd_y == s.n_kv_heads
+        assert p.lq == g and p.kv_rows % (p.herd_x * p.lk) == 0 and p.herd_y == 1
     else:
-        assert rows % (p.lq * p.xq) == 0 and p.lq % P.ATTN_LQ_MULTIPLE == 0 and g % p.herd_y == 0
-        assert p.herd_x == p.xh * p.xq and s.n_kv_heads % p.xh == 0
-        assert p.launch * p.xh == s.n_kv_heads
+        assert rows % (p.lq * p.herd_x) == 0 and p.lq % P.ATTN_LQ_MULTIPLE == 0 and g % p.herd_y == 0
         # every query block of every head is computed exactly once
         assert p.launch * p.head_passes * p.rounds * p.herd_x * p.herd_y * p.lq == rows * s.n_heads
         assert p.q_items * p.item_rows >= p.herd_y * p.lq
@@ -132,12 +130,14 @@ def test_attention_decode_plans(s, window):
 
 def test_attention_plans_use_the_array():
     """The 2048-row prefill at Llama-3.2-1B shapes runs on all 32 cores (8 query blocks x 4 heads per K/V
-    stream); decode splits the window over 4 columns per kv head."""
+    stream), so does the 64-row chunk (8-row query tiles); decode splits the window over 4 cores per kv head."""
     s = LLAMA32_1B
     p = P.plan_attention(2048, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.xq, p.cores) == (64, 32, 8, 4, 8, 32)
+    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 32, 8, 4, 32, 4)
+    p = P.plan_attention(64, 64, s.n_heads, s.n_kv_heads, s.head_dim)
+    assert (p.lq, p.herd_x, p.cores) == (8, 8, 32)
     d = P.plan_attention(1, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (d.herd_x, d.herd_y, d.lq, d.cores) == (4, 4, 4, 20)
+    assert (d.herd_x, d.herd_y, d.lq, d.cores, d.lk) == (4, 1, 4, 5, 64)
 
 
 def test_lm_head_reference_partitioning():

@@ -58,7 +58,9 @@ static inline int visible_keys(int32_t q_pos, int32_t k_pos0) {
 // Prefill: q.K^T and p.V run on the bf16 matrix unit (aie::mmul<4, 8, 8>, f32 accumulation); the softmax runs
 // on 16-lane f32/bf16 vectors (aie::exp2 returns bf16, so probabilities carry bf16 precision, as the mmul
 // operands must anyway). Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
-// Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core).
+// Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core). Score and
+// probability scratch lives in static arrays (core data memory, < 1 KiB; the planner's L1 reserve holds it),
+// not on the stack, so the call chain stays within aircc's default 1 KiB stack.
 static constexpr int kLanes = 16;
 static constexpr int kDotLanes = 32;
 static constexpr float kLog2e = 1.4426950408889634f;
@@ -148,20 +150,20 @@ static inline ::aie::vector<bfloat16, 64> load_8x8(const bfloat16 *p, int stride
   return ::aie::concat(load_4x8(p, stride), load_4x8(p + 4 * stride, stride));
 }
 
-static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, const bfloat16 *LLAMA_NPU_RESTRICT v,
+static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA_NPU_RESTRICT v,
                            const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int32_t q_pos0,
                            int32_t k_pos0) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
   if (k_pos0 > q_pos0 + kLq - 1) return;  // every key after every query of the tile
-  alignas(::aie::vector_decl_align) float s[4 * kLk];
-  alignas(::aie::vector_decl_align) bfloat16 p[4 * kLk];
+  alignas(::aie::vector_decl_align) static float s[4 * kLk];
+  alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
   float *m = state_m(state), *l = state_l(state);
   // keys no row of the tile sees may hold anything (a KV window past the chunk): zero their V rows so that
   // p = 0 never meets a NaN/inf in the p.V product (their scores are replaced before the softmax)
   const int vis_max = visible_keys(q_pos0 + kLq - 1, k_pos0);
   for (int j = vis_max; j < kLk; ++j)
     for (int d = 0; d < kHd; d += kDotLanes)
-      ::aie::store_v(const_cast<bfloat16 *>(v) + j * kHd + d, ::aie::zeros<bfloat16, kDotLanes>());
+      ::aie::store_v(v + j * kHd + d, ::aie::zeros<bfloat16, kDotLanes>());
   for (int i0 = 0; i0 < kLq; i0 += 4) {
     if (k_pos0 > q_pos0 + i0 + 3) continue;  // no row of this block sees a key of the tile
     // scores of 4 query rows x kLk keys: S = Q . K^T, K^T blocks transposed in registers
@@ -243,8 +245,8 @@ extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLA
   const int vis = visible_keys(pos, k_pos0);
   if (vis == 0) return;
   const bfloat16 *k = item, *v = item + kLk * kHd, *q = item + 2 * kLk * kHd;
-  alignas(::aie::vector_decl_align) float s[kLk];
-  alignas(::aie::vector_decl_align) bfloat16 p[kLk];
+  alignas(::aie::vector_decl_align) static float s[kLk];
+  alignas(::aie::vector_decl_align) static bfloat16 p[kLk];
   float *m = state_m(state), *l = state_l(state);
   for (int i = 0; i < kLq; ++i) {
     for (int j = 0; j < vis; ++j) {

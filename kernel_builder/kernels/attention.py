@@ -87,48 +87,33 @@ def _prefill(p: planner.AttentionPlan) -> str:
     ch_out = mod.channel("attn_out", [X, Y])
 
     s = seg.body
-    q, k, v, pos, o, lid = seg.args
-    g0 = s.muli(lid, p.xh)                               # first kv head of this launch iteration
-    n_items = p.q_items + p.kv_tiles
-
+    q, k, v, pos, o, g = seg.args                        # g: the kv head of this launch iteration
     _send_position(s, ch_pos, pos)
 
     # ---- segment, producer side: per head pass and round, the Q tiles, then the whole K/V window
     hl, hs = s.for_(0, p.head_passes, 1, "hs")
     rl, rd = hl.for_(0, p.rounds, 1, "rd")
-    q2_ty = memref([X * p.q_items * ir, hd], "bf16", L2)
+    q2_ty = memref([p.q_stack_rows, hd], "bf16", L2)
     q2 = rl.alloc("q_l2", q2_ty)
-    head0 = rl.addi(rl.muli(g0, G), rl.muli(hs, Y))      # query head of core y = 0 in kv head slot 0
-    qb0 = rl.muli(rd, p.xq)                              # query block of group slot 0
-    l3 = ([], [], [])                                    # dims: kv-head slot, query-block slot, y, row, col
-    l2 = ([], [], [])
-    stack = p.q_items * ir * hd
-    if p.xh > 1:
-        _dim(l3, 0, p.xh, G * hd)
-        _dim(l2, 0, p.xh, p.xq * stack)
-    if p.xq > 1:
-        _dim(l3, qb0, p.xq, lq * qw)
-        _dim(l2, 0, p.xq, stack)
-    _dim(l3, head0, Y, hd)
-    _dim(l3, 0 if p.xq > 1 else rl.muli(qb0, lq), lq, qw)
-    _dim(l3, 0, hd, 1)
-    _dim(l2, 0, Y * lq * hd, 1)
-    rl.dma(q2, q2_ty, l2, q, q_ty, l3)
+    head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # query head of the groups' core y = 0
+    if X > 1:   # dims: query-block slot, head y, row, column (the stack of group x at row x*Y*lq)
+        l3 = ([rl.muli(rd, X), head0, 0, 0], [X, Y, lq, hd], [lq * qw, hd, qw, 1])
+    else:
+        l3 = ([head0, rl.muli(rd, lq), 0], [Y, lq, hd], [hd, qw, 1])
+    rl.dma(q2, q2_ty, ([0], [X * Y * lq * hd], [1]), q, q_ty, l3)
     for x in range(X):
         jl, j = rl.for_(0, p.q_items, 1, "j")
-        row = jl.addi(jl.muli(j, ir), x * p.q_items * ir)
+        row = jl.addi(jl.muli(j, ir), x * Y * lq)
         jl.channel_put(ch_in, [x, 0], q2, q2_ty, ([row, 0], [ir, hd], [hd, 1]))
     rl.dealloc(q2, q2_ty)
     tl, t = rl.for_(0, p.kv_tiles, 1, "t")
-    kv2_ty = memref([p.xh * ir, hd], "bf16", L2)
+    kv2_ty = memref([ir, hd], "bf16", L2)
     kv2 = tl.alloc("kv_l2", kv2_ty)
     key0 = tl.muli(t, lk)
-    for half, src in ((0, k), (lk, v)):                  # K rows then V rows of each kv head slot
-        tl.dma(kv2, kv2_ty, ([0, half, 0], [p.xh, lk, hd], [ir * hd, hd, 1]),
-               src, kv_ty, ([g0, key0, 0], [p.xh, lk, hd], [hd, kw, 1]))
+    for half, src in ((0, k), (lk, v)):                  # K rows, then V rows
+        tl.dma(kv2, kv2_ty, ([half, 0], [lk, hd], [hd, 1]), src, kv_ty, ([key0, tl.muli(g, hd)], [lk, hd], [kw, 1]))
     for x in range(X):
-        slot = x // p.xq
-        tl.channel_put(ch_in, [x, 0], kv2, kv2_ty, ([slot * ir, 0], [ir, hd], [hd, 1]))
+        tl.channel_put(ch_in, [x, 0], kv2, kv2_ty, None)
     tl.dealloc(kv2, kv2_ty)
 
     # ---- herd: per head pass and round, Q capture, the window's tiles, finish, output tile to L2
@@ -136,16 +121,15 @@ def _prefill(p: planner.AttentionPlan) -> str:
     hb = h.body
     tx, ty = h.ids
     pos_i32 = _receive_position(hb, ch_pos, tx, ty)
-    slot_b = hb.value("t", f"arith.remui {tx}, {hb.idx(p.xq)} : index")  # the group's query-block slot
     q_row0 = _i32(hb, hb.muli(ty, lq))
     n_q = hb.i32(p.q_items)
     hhl, _ = hb.for_(0, p.head_passes, 1, "hs")
     hrl, hrd = hhl.for_(0, p.rounds, 1, "rd")
     qt, st = hrl.alloc("q_l1", qt_ty), hrl.alloc("state_l1", st_ty)
     hrl.call(ext.init.symbol, [(st, st_ty)])
-    qb = hrl.addi(hrl.muli(hrd, p.xq), slot_b)
+    qb = hrl.addi(hrl.muli(hrd, X), tx)                  # this group's query block
     q_pos0 = hrl.value("i", f"arith.addi {pos_i32}, {_i32(hrl, hrl.muli(qb, lq))} : i32")
-    il, it = hrl.for_(0, n_items, 1, "t")
+    il, it = hrl.for_(0, p.q_items + p.kv_tiles, 1, "t")
     item = il.alloc("item_l1", item_ty)
     il.channel_get(ch_in, [tx, ty], item, item_ty, None)
     il.call(ext.update.symbol, [(item, item_ty), (qt, qt_ty), (st, st_ty), (_i32(il, it), "i32"), (n_q, "i32"),
@@ -160,29 +144,22 @@ def _prefill(p: planner.AttentionPlan) -> str:
     ol, ohs = s.for_(0, p.head_passes, 1, "hs")
     orl, ord_ = ol.for_(0, p.rounds, 1, "rd")
     o2_ty = memref([Y * lq, hd], "bf16", L2)
-    ohead0 = orl.addi(orl.muli(g0, G), orl.muli(ohs, Y))
+    ohead0 = orl.addi(orl.muli(g, G), orl.muli(ohs, Y))
     for x in range(X):
         o2 = orl.alloc("o_l2", o2_ty)
         for y in range(Y):
             orl.channel_get(ch_out, [x, y], o2, o2_ty, ([y * lq, 0], [lq, hd], [hd, 1]))
-        head = orl.addi(ohead0, (x // p.xq) * G)
-        row0 = orl.muli(orl.addi(orl.muli(ord_, p.xq), x % p.xq), lq)
-        orl.dma(o, q_ty, ([head, row0, 0], [Y, lq, hd], [hd, qw, 1]), o2, o2_ty, None)
+        row0 = orl.muli(orl.addi(orl.muli(ord_, X), x), lq)
+        orl.dma(o, q_ty, ([ohead0, row0, 0], [Y, lq, hd], [hd, qw, 1]), o2, o2_ty, None)
         orl.dealloc(o2, o2_ty)
     return mod.text()
-
-
-def _dim(acc: tuple[list, list, list], offset, size: int, stride: int) -> None:
-    acc[0].append(offset)
-    acc[1].append(size)
-    acc[2].append(stride)
 
 
 def _decode(p: planner.AttentionPlan) -> str:
     from .. import externals
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
-    X, Y, G = p.herd_x, p.herd_y, p.group
+    X, G = p.herd_x, p.group
     qw, kw = p.heads * hd, p.kv_heads * hd
     ext = externals.attention_decode_kernels(hd, lq, lk, X)
     mod, types, seg = _module(p)
@@ -192,33 +169,30 @@ def _decode(p: planner.AttentionPlan) -> str:
     mod.declare(ext.init.symbol, ext.obj, [st_ty])
     mod.declare(ext.update.symbol, ext.obj, [item_ty, st_ty, "i32", "i32"])
     mod.declare(ext.out.symbol, ext.obj, [parts_ty, out_ty])
-    ch_pos = mod.channel("attn_pos", [1, 1], [X, Y])
-    ch_in = mod.channel("attn_in", [X, Y])
-    ch_part = mod.channel("attn_part", [X, Y])
-    ch_merge = mod.channel("attn_merge", [Y, 1])
+    ch_pos = mod.channel("attn_pos", [1, 1], [X, 1])
+    ch_in = mod.channel("attn_in", [X, 1])
+    ch_part = mod.channel("attn_part", [X, 1])
+    ch_merge = mod.channel("attn_merge", [1, 1])
 
     s = seg.body
-    q, k, v, pos, o, lid = seg.args
-    g0 = s.muli(lid, Y)                                  # first kv head of this launch iteration
+    q, k, v, pos, o, g = seg.args                        # g: the kv head of this launch iteration
     _send_position(s, ch_pos, pos)
 
-    # ---- segment: per K/V tile step, per split x: K, V and q of the herd_y kv heads -> L2, one item per core
+    # ---- segment: per K/V tile step, per split x: its K and V tiles and the group's query rows -> L2 -> core x
     tl, t = s.for_(0, p.kv_tiles, 1, "t")
-    kv2_ty = memref([Y * ir, hd], "bf16", L2)
+    kv2_ty = memref([ir, hd], "bf16", L2)
+    col = tl.muli(g, hd)
     for x in range(X):
         kv2 = tl.alloc("kv_l2", kv2_ty)
         key0 = tl.addi(tl.muli(t, lk), x * p.share)
         for half, src in ((0, k), (lk, v)):
-            tl.dma(kv2, kv2_ty, ([0, half, 0], [Y, lk, hd], [ir * hd, hd, 1]),
-                   src, kv_ty, ([g0, key0, 0], [Y, lk, hd], [hd, kw, 1]))
-        tl.dma(kv2, kv2_ty, ([0, 2 * lk * hd], [Y, G * hd], [ir * hd, 1]),
-               q, q_ty, ([g0, 0], [Y, G * hd], [G * hd, 1]))
-        for y in range(Y):
-            tl.channel_put(ch_in, [x, y], kv2, kv2_ty, ([y * ir, 0], [ir, hd], [hd, 1]))
+            tl.dma(kv2, kv2_ty, ([half, 0], [lk, hd], [hd, 1]), src, kv_ty, ([key0, col], [lk, hd], [kw, 1]))
+        tl.dma(kv2, kv2_ty, ([2 * lk, 0], [lq, hd], [hd, 1]), q, q_ty, ([0, tl.muli(g, G * hd)], [1, G * hd], [qw, 1]))
+        tl.channel_put(ch_in, [x, 0], kv2, kv2_ty, None)
         tl.dealloc(kv2, kv2_ty)
 
     # ---- herd: each core's share of the window into an online-softmax partial
-    h = herd(s, "attention_herd", (X, Y), [], [f'link_with = "{ext.obj}"'])
+    h = herd(s, "attention_herd", (X, 1), [], [f'link_with = "{ext.obj}"'])
     hb = h.body
     tx, ty = h.ids
     pos_i32 = _receive_position(hb, ch_pos, tx, ty)
@@ -234,25 +208,23 @@ def _decode(p: planner.AttentionPlan) -> str:
     hb.channel_put(ch_part, [tx, ty], st, st_ty, None)
     hb.dealloc(st, st_ty)
 
-    # ---- segment: a kv head's partials L1 -> L2 -> its merge core
+    # ---- segment: the partials L1 -> L2 -> the merge core
     p2_ty = memref([X * p.state_floats], "f32", L2)
-    for y in range(Y):
-        p2 = s.alloc("parts_l2", p2_ty)
-        for x in range(X):
-            s.channel_get(ch_part, [x, y], p2, p2_ty, ([x * p.state_floats], [p.state_floats], [1]))
-        s.channel_put(ch_merge, [y, 0], p2, p2_ty, None)
-        s.dealloc(p2, p2_ty)
+    p2 = s.alloc("parts_l2", p2_ty)
+    for x in range(X):
+        s.channel_get(ch_part, [x, 0], p2, p2_ty, ([x * p.state_floats], [p.state_floats], [1]))
+    s.channel_put(ch_merge, [0, 0], p2, p2_ty, None)
+    s.dealloc(p2, p2_ty)
 
     # ---- merge herd: combine the partials, write the group's output rows
-    mh = herd(s, "attention_merge", (Y, 1), [(o, q_ty), (g0, "index")], [f'link_with = "{ext.obj}"'])
+    mh = herd(s, "attention_merge", (1, 1), [(o, q_ty), (g, "index")], [f'link_with = "{ext.obj}"'])
     mb = mh.body
     mx, my = mh.ids
-    o_l3, mg0 = mh.args
+    o_l3, mg = mh.args
     parts, out = mb.alloc("parts_l1", parts_ty), mb.alloc("out_l1", out_ty)
     mb.channel_get(ch_merge, [mx, my], parts, parts_ty, None)
     mb.call(ext.out.symbol, [(parts, parts_ty), (out, out_ty)])
-    col = mb.muli(mb.addi(mg0, mx), G * hd)
-    mb.dma(o_l3, q_ty, ([0, col], [1, G * hd], [qw, 1]), out, out_ty, None)
+    mb.dma(o_l3, q_ty, ([0, mb.muli(mg, G * hd)], [1, G * hd], [qw, 1]), out, out_ty, None)
     mb.dealloc(parts, parts_ty)
     mb.dealloc(out, out_ty)
     return mod.text()
