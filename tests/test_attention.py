@@ -112,6 +112,10 @@ def test_decode_at_smollm2_shapes(pos):
     _check(SMOLLM2_DECODE, pos, seed=pos)
 
 
+def test_decode_at_position_1000_of_a_1024_window():
+    _check((1, 1024, 9, 3, 64), 1000, seed=5)
+
+
 def test_decode_at_the_context_limit_of_smollm2():
     """The last position of SmolLM2-135M's 8192-token context, over the whole window."""
     _check((1, 8192, 9, 3, 64), 8191, seed=3)
