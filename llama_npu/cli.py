@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | serve | compile | profile | doctor` (also `python -m llama_npu`).
+"""`llama-npu run | chat | serve | compile | profile | doctor | hw-check` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "(emu/null)")
     comp.add_argument("--only", action="append", default=[], metavar="MODULE",
                       help="build only this module (repeatable)")
+    comp.add_argument("--no-hw-check", action="store_true",
+                      help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
+    hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")
+    hw.add_argument("files", nargs="+", help="module .mlir files (exit 1 when one exceeds a limit)")
     prep = sub.add_parser("prepare-model", help="resolve the model (convert the embedded one once) and check it")
     prep.add_argument("--model", default=None)
     prep.add_argument("--no-progress", action="store_true")
@@ -336,9 +340,8 @@ def cmd_compile(args) -> int:
     from kernel_builder.build import build_modules
     from kernel_builder.toolchain import resolve_device_kind
 
-    from .config import load_config
+    from .config import load_config, select_buckets
     from .embedded import cache_root
-    from .config import select_buckets
     from .model_source import resolve_model
     from .models import model_for
 
@@ -356,9 +359,15 @@ def cmd_compile(args) -> int:
     print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
     report = build_modules(decls, Path(args.cache_dir) if args.cache_dir else cache_root() / "kernels", kind,
                            progress=not args.no_progress, force=args.force, check=not args.no_check,
-                           raise_on_error=False)
+                           raise_on_error=False, hw_check=not args.no_hw_check)
     print(report.table())
     return 0 if report.ok else 1
+
+
+def cmd_hw_check(args) -> int:
+    from kernel_builder.hw import hw_check_main
+
+    return hw_check_main(list(args.files))
 
 
 def cmd_profile(args) -> int:
@@ -419,7 +428,7 @@ def cmd_doctor(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "serve": cmd_serve,
-            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor}
+            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor, "hw-check": cmd_hw_check}
 
 
 def _one_line(e: BaseException) -> str:
