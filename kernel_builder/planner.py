@@ -26,7 +26,6 @@ BF16 = 2                      # bytes per element
 F32 = 4
 MAX_GEMV_TILE_M = 8           # rows per GEMV call: more rows only lengthen the pipeline fill
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
-MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
 MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
 
@@ -35,6 +34,13 @@ GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
 SWIGLU_N_MULTIPLE = 16
 ATTN_HEAD_DIM_MULTIPLE = 32
+ATTN_LK_MULTIPLE = 16         # keys per K/V tile: whole 16-lane softmax vectors
+ATTN_LQ_MULTIPLE = 8          # prefill query rows per tile: whole 8-row bf16 mmul blocks (AIE2P mmul<8, 8, 4>)
+ATTN_MAX_LQ = 64              # prefill query rows per tile considered
+ATTN_PREFILL_LK = (32, 16)    # prefill K/V tile lengths considered (largest first)
+ATTN_DECODE_LK = (64, 32, 16)  # decode K/V tile lengths considered (largest first)
+SHIM_MM2S = 2 * NPU2_COLS     # shim DMA channels of the array: 2 MM2S + 2 S2MM per column
+SHIM_S2MM = 2 * NPU2_COLS
 
 
 def _kib(nbytes: int) -> str:
@@ -118,18 +124,132 @@ class RowPlan:
 
 
 @dataclass(frozen=True)
-class AttnPlan:
-    lq: int        # query rows per tile
-    lk: int        # key/value rows per step
-    herd_q: int    # herd x: tiles splitting the query blocks of one head
-    herd_h: int    # herd y: query heads of one GQA group processed side by side (share a KV head)
+class AttentionPlan:
+    """Tiling of the `attention` kernel (kernel_builder/kernels/attention.py) for one shape. The launch walks the
+    kv heads (one per iteration).
 
-    def l1_bytes(self, head_dim: int) -> int:
-        q = BF16 * self.lq * head_dim
-        kv = 2 * 2 * BF16 * self.lk * head_dim           # K and V, double-buffered
-        acc = F32 * self.lq * head_dim + 2 * F32 * self.lq  # acc + running max/sum
-        out = BF16 * self.lq * head_dim
-        return q + kv + acc + out
+    Prefill (rows > 1): `herd_x` groups of `herd_y` cores. The cores of a group run `herd_y` query heads of the
+    GQA group on one query block; the groups run `herd_x` query blocks side by side (rounds of herd_x blocks,
+    interleaved). One item stream per group (a channel broadcast to its cores) carries first the group's
+    stacked Q tiles (each core keeps its own), then the K/V tiles of the whole window, which every group
+    receives from one L2 buffer per tile. The segment walks head passes (group / herd_y) and rounds.
+    Decode (rows == 1): `herd_x` splits of the KV window (herd_y = 1); each core folds the `lq` = group query
+    heads over its share into an online-softmax partial; a one-core merge herd combines the herd_x partials.
+    """
+
+    rows: int
+    kv_rows: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    lq: int          # query rows per core tile (decode: the GQA group's heads, all at the position)
+    lk: int          # K/V rows per tile
+    herd_x: int      # prefill: query blocks side by side; decode: splits of the KV window
+    herd_y: int      # prefill: query heads of one GQA group side by side (sharing a stream); decode: 1
+
+    @property
+    def decode(self) -> bool:
+        return self.rows == 1
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+    @property
+    def launch(self) -> int:
+        """Launch iterations: one per kv head."""
+        return self.kv_heads
+
+    @property
+    def item_rows(self) -> int:
+        """Rows of one item of a core's input stream: prefill [K tile; V tile] (a Q item has the same size),
+        decode [K tile; V tile; the group's query rows]."""
+        return 2 * self.lk + (self.lq if self.decode else 0)
+
+    @property
+    def head_passes(self) -> int:
+        return 1 if self.decode else self.group // self.herd_y
+
+    @property
+    def rounds(self) -> int:
+        return 1 if self.decode else self.rows // self.lq // self.herd_x
+
+    @property
+    def q_items(self) -> int:
+        """Prefill: items carrying a group's stacked Q tiles (herd_y * lq rows)."""
+        return 0 if self.decode else -(-self.herd_y * self.lq // self.item_rows)
+
+    @property
+    def q_stack_rows(self) -> int:
+        """Prefill: rows of the L2 Q buffer: the groups' stacks back to back, the last one padded to whole items."""
+        return (self.herd_x - 1) * self.herd_y * self.lq + self.q_items * self.item_rows
+
+    @property
+    def share(self) -> int:
+        """KV positions one core streams per pass (decode: a split of the window; prefill: the window)."""
+        return self.kv_rows // self.herd_x if self.decode else self.kv_rows
+
+    @property
+    def kv_tiles(self) -> int:
+        return self.share // self.lk
+
+    @property
+    def state_floats(self) -> int:
+        """f32 online-softmax state of one core tile: acc [lq, hd], then m [lq], then l [lq]."""
+        return self.lq * (self.head_dim + 2)
+
+    @property
+    def cores(self) -> int:
+        return self.herd_x * self.herd_y + (1 if self.decode else 0)
+
+    def l1_buffers(self) -> dict[str, int]:
+        """Per core tile (the item buffer is ping-ponged: two copies)."""
+        hd = self.head_dim
+        out = {"items": 2 * BF16 * self.item_rows * hd, "state": F32 * self.state_floats, "pos": 4}
+        if not self.decode:
+            out["q_out"] = BF16 * self.lq * hd   # the core's Q tile, then its output tile
+        return out
+
+    def l1_merge_buffers(self) -> dict[str, int]:
+        """Decode merge core: the herd_x partials and the output rows."""
+        return {"partials": F32 * self.herd_x * self.state_floats, "out": BF16 * self.lq * self.head_dim}
+
+    def l1_bytes(self) -> int:
+        return max(sum(self.l1_buffers().values()),
+                   sum(self.l1_merge_buffers().values()) if self.decode else 0)
+
+    def l2_buffers(self) -> dict[str, int]:
+        """Memory-tile buffers (streamed ones with their ping-pong copy), one entry per buffer."""
+        hd = self.head_dim
+        out = {"pos": 4}
+        if self.decode:
+            for x in range(self.herd_x):
+                out[f"kv{x}"] = 2 * BF16 * self.item_rows * hd
+            out["partials"] = F32 * self.herd_x * self.state_floats
+        else:
+            out["kv"] = 2 * BF16 * self.item_rows * hd
+            out["q"] = 2 * BF16 * self.q_stack_rows * hd
+            for x in range(self.herd_x):
+                out[f"out{x}"] = 2 * BF16 * self.herd_y * self.lq * hd
+        return out
+
+    def l2_bytes(self) -> int:
+        return sum(self.l2_buffers().values())
+
+    def channels(self) -> dict[str, int]:
+        """DMA streams of one launch by endpoint (the budget docs/kernels.md tabulates): shim MM2S/S2MM (DDR
+        reads/writes), memory-tile S2MM/MM2S (into/out of L2), and per core tile S2MM/MM2S."""
+        x, y = self.herd_x, self.herd_y
+        if self.decode:   # per split: K, V, q DMAs and one put; partials gathered in L2, one put to the merge
+            return {"shim_mm2s": 3 * x + 1, "shim_s2mm": 1, "memtile_s2mm": 3 * x + 1 + x,
+                    "memtile_mm2s": x + 1 + 1, "core_s2mm": 2, "core_mm2s": 1}
+        # pos, Q, K, V DMAs; per group: its Q puts, its K/V puts, its output block to L3
+        return {"shim_mm2s": 4, "shim_s2mm": x, "memtile_s2mm": 4 + x * y, "memtile_mm2s": 1 + 3 * x,
+                "core_s2mm": 2, "core_mm2s": 1}
+
+    def core_bds(self) -> int:
+        """BDs per core tile: pos (1) + the ping-ponged item buffer (2) + the output / partial (1)."""
+        return 4
 
 
 @dataclass(frozen=True)
@@ -245,31 +365,68 @@ def plan_rope(rows: int, heads: int, head_dim: int) -> RowPlan:
     raise ValueError(f"rope: head_dim={head_dim} needs more than {_kib(L1_BUDGET)} of L1 per tile for one head")
 
 
-def plan_flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int) -> AttnPlan:
-    check_positive("flash_attn", seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+def _attention_checks(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> None:
+    check_positive("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     if heads % kv_heads:
-        raise ValueError(f"flash_attn: heads={heads} must be divisible by kv_heads={kv_heads} (GQA groups)")
+        raise ValueError(f"attention: heads={heads} must be divisible by kv_heads={kv_heads} (GQA groups)")
     if head_dim % 2:
-        raise ValueError(f"flash_attn: head_dim={head_dim} must be even")
+        raise ValueError(f"attention: head_dim={head_dim} must be even")
     if head_dim % ATTN_HEAD_DIM_MULTIPLE:
-        raise ValueError(f"flash_attn: head_dim={head_dim} must be a multiple of {ATTN_HEAD_DIM_MULTIPLE} "
+        raise ValueError(f"attention: head_dim={head_dim} must be a multiple of {ATTN_HEAD_DIM_MULTIPLE} "
                          f"(32-lane bf16 vector path of the external kernel)")
+    if rows > kv_rows:
+        raise ValueError(f"attention: rows={rows} exceed the KV window kv_rows={kv_rows} (the chunk's own keys "
+                         f"are part of the window)")
+    if kv_rows % ATTN_LK_MULTIPLE:
+        raise ValueError(f"attention: kv_rows={kv_rows} must be a multiple of {ATTN_LK_MULTIPLE} (K/V tiles "
+                         f"of 16-lane softmax vectors)")
+
+
+def _attention_fits(p: AttentionPlan) -> bool:
+    return (p.l1_bytes() <= L1_BUDGET and all(b <= MEMTILE_BYTES for b in p.l2_buffers().values())
+            and p.l2_bytes() <= L2_BUDGET and p.channels()["shim_mm2s"] <= SHIM_MM2S
+            and p.channels()["shim_s2mm"] <= SHIM_S2MM and p.cores <= NPU2_COLS * NPU2_ROWS)
+
+
+def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> AttentionPlan:
+    """Tiling of causal GQA attention of `rows` query rows over a `kv_rows` KV window (rows == 1: decode)."""
+    _attention_checks(rows, kv_rows, heads, kv_heads, head_dim)
+    args = (rows, kv_rows, heads, kv_heads, head_dim)
     group = heads // kv_heads
-    herd_h = _herd(group, NPU2_ROWS)
     best, best_key = None, None
-    for lq in _divisors_desc(seq, MAX_ATTN_TILE):
-        for lk in _divisors_desc(lq, lq):   # lk | lq keeps the causal K range a whole number of K tiles
-            plan = AttnPlan(lq, lk, _herd(seq // lq), herd_h)
-            if plan.l1_bytes(head_dim) > L1_BUDGET:
+    if rows == 1:
+        # decode: herd_x splits of the window, each one column's K, V and q DMA streams (3 per split + pos
+        # must fit the shim's MM2S channels), plus the merge core
+        for herd_x in (8, 4, 2, 1):
+            if kv_rows % (herd_x * ATTN_LK_MULTIPLE) or 3 * herd_x + 1 > SHIM_MM2S:
                 continue
-            # prefer: vector-friendly query tiles (>= 16 rows), then parallel tiles, then big tiles
-            key = (lq >= min(16, seq), plan.herd_q, lq * lk, lq)
-            if best_key is None or key > best_key:
-                best, best_key = plan, key
+            for lk in ATTN_DECODE_LK:
+                if (kv_rows // herd_x) % lk:
+                    continue
+                p = AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=1)
+                if _attention_fits(p):
+                    return p
+    else:
+        herd_y = _herd(group, NPU2_ROWS)
+        for lq in _divisors_desc(rows, ATTN_MAX_LQ):
+            if lq % ATTN_LQ_MULTIPLE:
+                continue
+            for lk in ATTN_PREFILL_LK:
+                if kv_rows % lk:
+                    continue
+                p = AttentionPlan(*args, lq=lq, lk=lk, herd_x=_herd(rows // lq, NPU2_COLS), herd_y=herd_y)
+                if not _attention_fits(p):
+                    continue
+                # prefer more busy cores, then bigger tiles (fewer Q re-streams and steps)
+                key = (p.cores, lq, lk)
+                if best_key is None or key > best_key:
+                    best, best_key = p, key
     if best is None:
-        need = AttnPlan(1, 1, 1, 1).l1_bytes(head_dim)
-        raise ValueError(f"flash_attn: head_dim={head_dim} needs {_kib(need)} of L1 per tile for 1-row tiles; "
-                         f"the NPU2 limit is {_kib(L1_BUDGET)}")
+        what = "decode" if rows == 1 else f"prefill (query tiles must divide rows={rows} in multiples of " \
+                                          f"{ATTN_LQ_MULTIPLE})"
+        raise ValueError(f"attention: no {what} tiling of rows={rows}, kv_rows={kv_rows}, head_dim={head_dim} fits "
+                         f"{_kib(L1_BUDGET)} of L1 per tile, one {_kib(MEMTILE_BYTES)} memory tile per L2 buffer and "
+                         f"{SHIM_MM2S} shim MM2S channels")
     return best
 
 
