@@ -327,20 +327,17 @@ class KernelCache:
             return id(root), b.offset, b.offset + b.nbytes
         return id(b), 0, b.nbytes
 
-    def _check_alias_hazard(self, decl: ModuleDecl, bufs: list[Buffer]) -> None:
+    def _check_alias_hazard(self, decl: ModuleDecl, bufs: list[Buffer], refs: Iterable[int]) -> None:
         """Two slots of one call on overlapping memory are safe only if no launch reads one of them after
         another launch of the run has written the other (launches run in order, on the NPU as on emu).
-        Windows of one STATE are exempt: reading what an earlier launch wrote there is their purpose.
-        Only refs can make slots overlap (state windows are never ref'd), so only calls with refs are checked."""
+        Only a ref can make a slot overlap another (windows of one state may overlap each other: reading what
+        an earlier launch wrote there is their purpose), so only the ref'd slots are compared."""
         ext = [self._extent(b) for b in bufs]
         overlap: dict[int, set[int]] = {}
-        for i in range(len(bufs)):
-            for j in range(i + 1, len(bufs)):
-                (ri, si, ei), (rj, sj, ej) = ext[i], ext[j]
-                if ri == rj and si < ej and sj < ei:
-                    a, b = decl.args[i], decl.args[j]
-                    if a.role is Role.STATE and b.role is Role.STATE and a.state_name == b.state_name:
-                        continue
+        for i in refs:
+            ri, si, ei = ext[i]
+            for j, (rj, sj, ej) in enumerate(ext):
+                if j != i and ri == rj and si < ej and sj < ei:
                     overlap.setdefault(i, set()).add(j)
                     overlap.setdefault(j, set()).add(i)
         if not overlap:
@@ -520,8 +517,8 @@ class KernelCache:
                 bufs[i] = b
         elif refs:
             host_copies = refs
-        if refs and self.handoff == "device":  # state windows only overlap windows of their own state
-            self._check_alias_hazard(decl, bufs)
+        if refs and self.handoff == "device":
+            self._check_alias_hazard(decl, bufs, refs)
         c = self._counters(name)
         dev = self.device
 
