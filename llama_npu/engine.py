@@ -268,21 +268,28 @@ class Engine:
 
     # ------------------------------------------------------------------------------------ prefill
     def chunks(self, total: int, start: int, bucket: int | None = None) -> list[tuple[int, int]]:
-        """(position, rows) of the prefill chunks that compute positions [start, total): full chunks of the
-        largest bucket, then ONE chunk in the smallest bucket that holds the rest, placed to END at `total`
-        (it recomputes a few rows before `start`: same tokens, same positions, so the same K/V bytes) — every
-        chunk is full, none needs rows past the prompt. Only a prompt shorter than its bucket is padded."""
+        """(position, rows) of the prefill chunks that compute positions [start, total).
+
+        Full chunks of the largest bucket while that many remain; then, for the rest r: the smallest bucket
+        >= r when it computes at most twice r rows (one more chunk, placed to END at `total`: it recomputes a
+        few rows before the start, which gives the same K/V bytes), else a full chunk of the largest bucket
+        <= r and again. Every chunk but a prompt shorter than its bucket is full: none needs rows past the
+        prompt, so the cache never needs more rows than the context."""
         if bucket is not None:
             if bucket not in self.buckets or bucket < total - start or (start and bucket > total):
                 raise PromptError(f"bucket {bucket} cannot hold positions [{start}, {total}) "
                                   f"(compiled: {list(self.buckets)})")
             return [(max(0, total - bucket), bucket)]
-        big, out, p = max(self.buckets), [], start
-        while total - p > big:
-            out.append((p, big))
-            p += big
-        rows = min(b for b in self.buckets if b >= total - p)
-        out.append((max(0, total - rows), rows))
+        out, p = [], start
+        while p < total:
+            rest = total - p
+            up = min((b for b in self.buckets if b >= rest), default=None)
+            down = max((b for b in self.buckets if b <= rest), default=None)
+            if up is not None and (up <= 2 * rest or down is None):
+                out.append((max(0, total - up), up))
+                break
+            out.append((p, down))
+            p += down
         return out
 
     def _window(self, needed: int, rows: int | None = None) -> int:

@@ -208,15 +208,19 @@ class LlamaModel:
         tight = AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all")
         return {"qkv": gemv, "lm_head": gemv, "ffn": tight, "layer": tight}
 
-    @staticmethod
-    def kv_windows(context: int, smallest: int = 256) -> tuple[int, ...]:
-        """The KV-cache windows attention modules are built for: powers of two from `smallest`, and the
-        context itself (a window never exceeds the cache, whose capacity is one of these)."""
+    WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
+
+    @classmethod
+    def kv_windows(cls, context: int, smallest: int = 256) -> tuple[int, ...]:
+        """The KV-cache windows attention modules are built for: powers of two from `smallest`, and the context
+        rounded up to WINDOW_ALIGN (the cache's capacity is always one of these; positions past the context are
+        never used)."""
+        top = -(-context // cls.WINDOW_ALIGN) * cls.WINDOW_ALIGN
         out, w = [], smallest
-        while w < context:
+        while w < top:
             out.append(w)
             w *= 2
-        return tuple(out) + (context,)
+        return tuple(out) + (top,)
 
     def plans(self, buckets, context: int | None = None, decode_attention: str = "npu") -> dict:
         """Every phase plan a run with these prefill buckets and this context needs:
@@ -228,8 +232,7 @@ class LlamaModel:
         out = {}
         for r in sorted(set(int(b) for b in buckets)):
             for w in sorted({r, *[w for w in windows if w > r]}):
-                if w <= context:
-                    out[("prefill", r, w)] = self.prefill(r, w)
+                out[("prefill", r, w)] = self.prefill(r, w)
         if decode_attention == "host":
             out[("decode", None)] = self.decode()
         else:
