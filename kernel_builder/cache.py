@@ -118,6 +118,7 @@ class KernelCache:
         self._states: dict[str, _State] = self._collect_states()
         self._views: OrderedDict = OrderedDict()                 # (id(parent), offset, nbytes) -> view
         self._scalar_seen: dict[int, int] = {}                   # id(scalar buffer) -> value last written
+        self._resident: set[tuple[str, str]] = set()             # (module, bo_key) whose statics are all written
         self._safe_alias_patterns: set[tuple] = set()
         self.counters: dict[str, ModuleCounters] = {}
         self.allocated_bytes = 0
@@ -332,11 +333,13 @@ class KernelCache:
         another launch of the run has written the other (launches run in order, on the NPU as on emu).
         Only a ref can make a slot overlap another (windows of one state may overlap each other: reading what
         an earlier launch wrote there is their purpose), so only the ref'd slots are compared."""
-        ext = [self._extent(b) for b in bufs]
+        others = [j for j, a in enumerate(decl.args) if a.role is not Role.STATE]   # refs never reach states
+        ext = {j: self._extent(bufs[j]) for j in others}
         overlap: dict[int, set[int]] = {}
         for i in refs:
             ri, si, ei = ext[i]
-            for j, (rj, sj, ej) in enumerate(ext):
+            for j in others:
+                rj, sj, ej = ext[j]
                 if j != i and ri == rj and si < ej and sj < ei:
                     overlap.setdefault(i, set()).add(j)
                     overlap.setdefault(j, set()).add(i)
@@ -496,7 +499,7 @@ class KernelCache:
                                  f"(only inputs can be bound to another module's buffer)")
             elif role is Role.STATIC:
                 if v is None:
-                    if not self._static_resident(decl, bo_key, arg):
+                    if (name, bo_key) not in self._resident and not self._static_resident(decl, bo_key, arg):
                         raise ValueError(f"module {name} arg {arg.name}: static missing on the first call "
                                          f"of bo_key {bo_key!r}")
                 else:
@@ -508,6 +511,8 @@ class KernelCache:
                    for i, (arg, _, role) in enumerate(rows) if role is Role.STATE}
         handle = self._handle(name)
         bset = self._buffer_set(decl, bo_key)
+        if all(st.written for st in bset.statics.values()):
+            self._resident.add((name, bo_key))      # later calls skip the per-static residency checks
         bufs = list(bset.buffers)
         for i, b in windows.items():
             bufs[i] = b
@@ -561,6 +566,7 @@ class KernelCache:
         """Release one module's buffer set (the next call of that bo_key starts fresh)."""
         bo_key = name if bo_key is None else bo_key
         bset = self._sets.pop((name, bo_key), None)
+        self._resident.discard((name, bo_key))
         if bset is None:
             return
         decl = self._decl(name)
