@@ -7,10 +7,10 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
 - gemv.cc: one 32-lane bf16 `aie::mac` per 32 elements of each row (K*M MACs per call);
 - rope.cc: per head, 16-lane mul + msc / mul + mac on both halves (2 MACs per element);
 - swiglu.cc: 16-lane mul, tanh, mac, mul per element (counted as 4 vector ops per element);
-- attention.cc step: q.k dot products with 32-lane mac, p.V with 16-lane mac (lq*lk*hd MACs each), and the
-  online-softmax bookkeeping per score (query, key): mask, max, subtract, exp2 (costed per score by the cost
-  model's `softmax_cycles_per_score`); finish: one scalar `1.0f / l[i]` per query row
-  (soft-float division: the call chain needs more than the 1 KiB default stack, see facts.py).
+- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V on the bf16 mmul (lq*lk*hd MACs
+  each), decode `step` on 32-/16-lane macs; both carry the online-softmax bookkeeping per score (query, key):
+  mask, max, subtract, exp2 (costed per score by the cost model's `softmax_cycles_per_score`); reciprocals
+  come from a bf16 `aie::inv` and an f32 Newton step (no soft-float division: the default stack holds).
 """
 from __future__ import annotations
 
@@ -63,25 +63,41 @@ def _swiglu(m, args):
 
 
 def _attn(m, args):
-    part, hd, lq, lk = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    """attention.cc (kernels/attention.py). Prefill item (a K/V tile; the model cannot tell the Q items and
+    the tiles the kernel skips past the causal bound from it, so every item counts as a full tile): q.K^T and
+    p.V on the bf16 matrix unit, one mmul<4, 8, 8> (256 MACs) per cycle, plus one in-register K transpose per
+    q.K^T mmul, the alpha rescale of acc (8-lane f32) and the softmax bookkeeping per score; a few scalar float
+    ops per row (max, alpha, l). Decode step: 32-lane q.k macs + reduction per key, 16-lane p.V macs."""
+    mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
+    n = int(m.group(6) or 1)
+    qk = pv = lq * lk * hd
     if part == "init":
-        return CallWork(lq * hd / 16, lq * hd, 2 * lq)
+        return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
+    if part == "item":
+        return CallWork(2 * qk / 256 + pv / 256 + lq * hd / 8, qk + pv, lq * (lk // 16 + 6), lq * lk)
     if part == "step":
-        qk = pv = lq * lk * hd
-        return CallWork(qk / 32 + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
-    return CallWork(lq * hd / 16, lq * hd, lq)  # finish: one scalar division per row
+        return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, lq * (lk // 16 + 6), lq * lk)
+    if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
+        return CallWork(2 * lq * hd / 16 + lq / 4, lq * hd, 0)
+    return CallWork(lq * (n * hd / 16 + hd / 16 + 8), n * lq * hd, 3 * n * lq)   # merge
 
 
 EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
     ExternalCost("gemv", re.compile(r"mv_bf16_k(\d+)_m(\d+)"), _gemv, DEFAULT_STACK, (2,), (2,)),
     ExternalCost("rope", re.compile(r"rope_bf16_hd(\d+)(?:_x(\d+))?"), _rope, DEFAULT_STACK, (2,), (2,)),
     ExternalCost("swiglu", re.compile(r"swiglu_bf16_n(\d+)"), _swiglu, DEFAULT_STACK, (2,), (2,)),
-    ExternalCost("attn_init", re.compile(r"attn_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,
-                 (0, 1, 2), (0, 1, 2)),
-    ExternalCost("attn_step", re.compile(r"attn_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,
-                 (3, 4, 5)),
-    ExternalCost("attn_finish", re.compile(r"attn_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn,
-                 SOFT_FLOAT_DIV_STACK, (2,), (2,)),
+    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (0, 1), (0, 1)),
+    ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (0,), (0,)),
+    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (1, 2)),
+    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (1,), (1,)),
+    ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (1,)),
+    ExternalCost("attn_merge", re.compile(r"attn(d)_(merge)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (1,), (1,)),
 )
 
 

@@ -87,12 +87,22 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         data = _need(state, "state", n_state, "f32")
         return data[:lq * hd].reshape(lq, hd), data[lq * hd:lq * hd + lq], data[lq * hd + lq:]
 
-    def init(state):
+    def reset(state):
         acc, m, l_ = parts_of(state)
         acc[:] = 0.0
         m[:] = _LOWEST
         l_[:] = 0.0
         state.written = True
+
+    def init(state, q=None):
+        reset(state)
+        if mode == "p":          # prefill: init(state, q) also zeroes the query tile
+            if q is None:
+                raise ModelError("prefill init takes (state, q)")
+            _need(q, "q", lq * hd)[:] = 0
+            q.written = True
+        elif q is not None:
+            raise ModelError("decode init takes (state)")
 
     def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int):
         acc, m, l_ = parts_of(state)
@@ -121,15 +131,14 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         m[rows] = m_new[rows]
         state.written = True
 
-    def item(it, q, state, t, n_q, q_row0, q_pos0):
-        t, n_q, q_row0, q_pos0 = int(t), int(n_q), int(q_row0), int(q_pos0)
+    def item(it, q, state, t, n_q, slot, q_pos0):
+        t, n_q, slot, q_pos0 = int(t), int(n_q), int(slot), int(q_pos0)
         data = _need(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
         qd = _need(q, "q", lq * hd).reshape(lq, hd)
-        if t < n_q:
-            dst = t * 2 * lk + np.arange(2 * lk) - q_row0
-            ok = (dst >= 0) & (dst < lq)
-            if ok.any():
-                qd[dst[ok]] = data[ok]
+        if t < n_q:      # Q item t is the tile of core slot t: rows [0, lk) then rows [lq - lk, lq)
+            if t == slot:
+                qd[:lk] = data[:lk]
+                qd[lk:] = data[2 * lk - (lq - lk):]
                 q.written = True
             return
         update(data[:lk], data[lk:], qd, state, q_pos0, 1, (t - n_q) * lk)
@@ -144,6 +153,7 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
             o = np.where(l_[:, None] > 0, acc / np.where(l_ > 0, l_, F32(1.0))[:, None], F32(0.0))
         _need(out, "out", lq * hd)[:] = _to_bf16(o).reshape(-1)
         out.written = True
+        reset(state)             # ready for the next query block
 
     def merge(parts, out):
         data = _need(parts, "parts", n_parts * n_state, "f32").reshape(n_parts, n_state)

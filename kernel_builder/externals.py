@@ -151,6 +151,9 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> 
     _multiple("attention", "lk", lk, ATTN_LK_MULTIPLE)
     if mode == "p":
         _multiple("attention", "lq", lq, ATTN_LQ_MULTIPLE)
+        if not lk <= lq <= 2 * lk:
+            raise ValueError(f"attention: lq={lq} must lie in [lk, 2*lk] = [{lk}, {2 * lk}] (a Q tile travels in "
+                             f"one item as two lk-row halves)")
         parts, tag = ("init", "item", "finish"), f"hd{head_dim}_q{lq}_k{lk}"
     else:
         _positive("attention decode", n_parts=n_parts)

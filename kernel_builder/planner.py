@@ -128,11 +128,11 @@ class AttentionPlan:
     """Tiling of the `attention` kernel (kernel_builder/kernels/attention.py) for one shape. The launch walks the
     kv heads (one per iteration).
 
-    Prefill (rows > 1): `herd_x` groups of `herd_y` cores. The cores of a group run `herd_y` query heads of the
-    GQA group on one query block; the groups run `herd_x` query blocks side by side (rounds of herd_x blocks,
-    interleaved). One item stream per group (a channel broadcast to its cores) carries first the group's
-    stacked Q tiles (each core keeps its own), then the K/V tiles of the whole window, which every group
-    receives from one L2 buffer per tile. The segment walks head passes (group / herd_y) and rounds.
+    Prefill (rows > 1): `herd_x` groups (columns) of `herd_y` cores. The cores of a group run `herd_y` query
+    heads of the GQA group on one query block; the groups run `herd_x` query blocks side by side (rounds of
+    herd_x blocks, interleaved). Each group has one item stream (an L2 item buffer per step, broadcast to its
+    cores) fed from L3 by two channels (item rows [0, lk) and [lk, 2lk)): first its Q tiles (one item per
+    head), then the K/V tiles of the whole window. Each core writes its output tile to L3.
     Decode (rows == 1): `herd_x` splits of the KV window (herd_y = 1); each core folds the `lq` = group query
     heads over its share into an online-softmax partial; a one-core merge herd combines the herd_x partials.
     """
@@ -176,13 +176,8 @@ class AttentionPlan:
 
     @property
     def q_items(self) -> int:
-        """Prefill: items carrying a group's stacked Q tiles (herd_y * lq rows)."""
-        return 0 if self.decode else -(-self.herd_y * self.lq // self.item_rows)
-
-    @property
-    def q_stack_rows(self) -> int:
-        """Prefill: rows of the L2 Q buffer: the groups' stacks back to back, the last one padded to whole items."""
-        return (self.herd_x - 1) * self.herd_y * self.lq + self.q_items * self.item_rows
+        """Prefill: items carrying a group's Q tiles (one per core of the group)."""
+        return 0 if self.decode else self.herd_y
 
     @property
     def share(self) -> int:
@@ -227,10 +222,8 @@ class AttentionPlan:
                 out[f"kv{x}"] = 2 * BF16 * self.item_rows * hd
             out["partials"] = F32 * self.herd_x * self.state_floats
         else:
-            out["kv"] = 2 * BF16 * self.item_rows * hd
-            out["q"] = 2 * BF16 * self.q_stack_rows * hd
-            for x in range(self.herd_x):
-                out[f"out{x}"] = 2 * BF16 * self.herd_y * self.lq * hd
+            for x in range(self.herd_x):   # per group: its item buffer (ping-pong)
+                out[f"items{x}"] = 2 * BF16 * self.item_rows * hd
         return out
 
     def l2_bytes(self) -> int:
@@ -243,8 +236,8 @@ class AttentionPlan:
         if self.decode:   # per split: K, V, q DMAs and one put; partials gathered in L2, one put to the merge
             return {"shim_mm2s": 3 * x + 1, "shim_s2mm": 1, "memtile_s2mm": 3 * x + 1 + x,
                     "memtile_mm2s": x + 1 + 1, "core_s2mm": 2, "core_mm2s": 1}
-        # pos, Q, K, V DMAs; per group: its Q puts, its K/V puts, its output block to L3
-        return {"shim_mm2s": 4, "shim_s2mm": x, "memtile_s2mm": 4 + x * y, "memtile_mm2s": 1 + 3 * x,
+        # pos; per group its two feed channels (Q, then K / Q, then V) and one put; each core's output tile to L3
+        return {"shim_mm2s": 2 * x + 1, "shim_s2mm": x * y, "memtile_s2mm": 2 * x + 1, "memtile_mm2s": x + 1,
                 "core_s2mm": 2, "core_mm2s": 1}
 
     def core_bds(self) -> int:
@@ -412,9 +405,14 @@ def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim:
             if lq % ATTN_LQ_MULTIPLE:
                 continue
             for lk in ATTN_PREFILL_LK:
-                if kv_rows % lk:
+                if kv_rows % lk or not lk <= lq <= 2 * lk:   # a Q tile travels in one item: two lk-row halves
                     continue
-                p = AttentionPlan(*args, lq=lq, lk=lk, herd_x=_herd(rows // lq, NPU2_COLS), herd_y=herd_y)
+                # groups: 2 feed streams each + pos within the shim's MM2S channels, one output stream per
+                # core within its S2MM channels
+                n_qb = rows // lq
+                herd_x = next(d for d in _divisors_desc(n_qb, NPU2_COLS)
+                              if 2 * d + 1 <= SHIM_MM2S and d * herd_y <= SHIM_S2MM)
+                p = AttentionPlan(*args, lq=lq, lk=lk, herd_x=herd_x, herd_y=herd_y)
                 if not _attention_fits(p):
                     continue
                 # prefer more busy cores, then bigger tiles (fewer Q re-streams and steps)

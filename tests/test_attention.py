@@ -75,11 +75,12 @@ PREFILL = [
 def test_prefill_matches_reference(shape, pos):
     stats = _check(shape, pos)
     p = planner.plan_attention(*shape)
-    assert stats.tiles == p.launch * p.herd_x * p.herd_y
-    # every core receives its group's Q items and the whole window per head pass and round (static DMAs)
-    per_core = p.head_passes * p.rounds * (p.q_items + p.kv_tiles)
-    assert stats.channel_gets == p.launch * p.herd_x * p.herd_y * (1 + per_core) + \
-        p.launch * p.head_passes * p.rounds * p.herd_x * p.herd_y     # + position, + output tiles into L2
+    iterations = p.launch * p.head_passes * p.rounds        # launch grid: kv head x head pass x round
+    assert stats.tiles == iterations * p.herd_x * p.herd_y
+    # per launch iteration every core receives the position and its group's Q items plus the whole window
+    # (static DMAs); the segment assembles each item from the group's two feeds
+    items = p.q_items + p.kv_tiles
+    assert stats.channel_gets == iterations * (p.herd_x * p.herd_y * (1 + items) + 2 * p.herd_x * items)
     assert stats.peak_l1_bytes <= sum(p.l1_buffers().values())
 
 
@@ -143,51 +144,57 @@ def _sub(text, pattern, repl) -> str:
 def test_prefill_wrong_kv_tile_offset_is_caught():
     shape = (32, 128, 4, 2, 32)
     text = attention.build(*shape)
-    # the K DMA reads tile 0 at every step (its L3 row offset dropped)
-    mutated = _sub(text, r"(air\.dma_memcpy_nd \(%kv_l2\[[^\]]*\] \[[^\]]*\] \[[^\]]*\], %sa_1\[%\w+, )(%\w+)",
-                   lambda m: m.group(1) + "%c0")
+    # group 0's K feed reads kv head 0's keys in every launch iteration (its kv-head offset dropped)
+    mutated = _sub(text, r"(air\.channel\.put @attn_fk\[%c0, %c0\] \(%la_1\[%c0, )(%lx)", lambda m: m.group(1) + "%c0")
     _mutated_fails(shape, 50, text, mutated)
 
 
-def test_prefill_wrong_q_stack_slice_is_caught():
+def test_prefill_wrong_item_half_is_caught():
+    shape = (32, 128, 4, 2, 32)
+    text = attention.build(*shape)
+    # group 0's V half lands on its K half: every item carries V where K belongs
+    mutated = _sub(text, r"(air\.channel\.get @attn_fv\[%c0\w*, %c0\w*\] \(%item_l2\[)(%\w+)",
+                   lambda m: m.group(1) + "%c0_1")
+    _mutated_fails(shape, 50, text, mutated)
+
+
+def test_prefill_wrong_q_slice_is_caught():
     shape = (64, 64, 4, 2, 32)
     assert planner.plan_attention(*shape).herd_x > 1
     text = attention.build(*shape)
-    # group 1 is sent group 0's stacked Q tiles (its slice of the L2 Q buffer)
-    mutated = _sub(text, r"(%\w+) = arith\.addi (%\w+), (%c\d+) : index\n(\s*)air\.channel\.put @attn_in\[%c1\w*, %c0\]",
-                   lambda m: f"{m.group(1)} = arith.addi {m.group(2)}, %c0 : index\n{m.group(4)}"
-                             f"air.channel.put @attn_in[%c1_1, %c0]")
+    # group 1 is fed group 0's query block (the row offset of group 0's Q put)
+    first = re.search(r"air\.channel\.put @attn_fk\[%c0, %c0\] \(%la\[%\w+, (%\w+), ", text).group(1)
+    mutated = _sub(text, r"(air\.channel\.put @attn_fk\[%c1\w*, %c0\] \(%la\[%\w+, )(%\w+)",
+                   lambda m: m.group(1) + first)
     _mutated_fails(shape, 0, text, mutated)
 
 
 def test_prefill_wrong_broadcast_index_is_caught():
     shape = (64, 64, 4, 2, 32)
     text = attention.build(*shape)
-    # group 1's K/V tiles go to group 0 (one put reaches the wrong herd row)
-    mutated = _sub(text, r"air\.channel\.put @attn_in\[%c1\w*, %c0\] \(%kv_l2", "air.channel.put @attn_in[%c0, %c0] (%kv_l2")
+    # group 1's items go to group 0 (one put reaches the wrong herd row)
+    mutated = _sub(text, r"air\.channel\.put @attn_in\[%c1\w*, (%c0\w*)\]", lambda m: f"air.channel.put @attn_in[{m.group(1)}, {m.group(1)}]")
     _mutated_fails(shape, 0, text, mutated)
 
 
 def test_prefill_wrong_q_capture_row_is_caught():
     shape = (64, 64, 4, 2, 32)
     text = attention.build(*shape)
-    mutated = _sub(text, r"arith\.muli %ty, ", "arith.muli %tx, ")   # cores keep the rows of another head
+    mutated = _sub(text, r"arith\.index_cast %ty : index to i32", "arith.index_cast %tx : index to i32")
     _mutated_fails(shape, 0, text, mutated)
 
 
 def test_decode_wrong_kv_tile_offset_is_caught():
-    p = planner.plan_attention(*SMALL_DECODE)
     text = attention.build(*SMALL_DECODE)
-    # split 1 streams split 0's keys (its window offset dropped)
-    mutated = _sub(text, rf"arith\.addi (%\w+), %c{p.share} : index", lambda m: f"arith.addi {m.group(1)}, %c0 : index")
+    # split 1 streams split 0's keys (its split offset dropped)
+    mutated = _sub(text, r"(%sa_1\[)%c1(, %key)", lambda m: m.group(1) + "%c0" + m.group(2))
     _mutated_fails(SMALL_DECODE, 200, text, mutated)
 
 
 def test_decode_wrong_query_slice_is_caught():
     text = attention.build(*SMALL_DECODE)
     # every kv head's items carry the query rows of kv head 0's group
-    mutated = _sub(text, r"(air\.dma_memcpy_nd \(%kv_l2\[[^\]]*\] \[[^\]]*\] \[[^\]]*\], %sa\[%c0, )(%\w+)",
-                   lambda m: m.group(1) + "%c0")
+    mutated = _sub(text, r"(%sa\[%c0, )(%sa_\d+)(, %c0\])", lambda m: m.group(1) + "%c0" + m.group(3))
     _mutated_fails(SMALL_DECODE, 200, text, mutated)
 
 

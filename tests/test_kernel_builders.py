@@ -237,7 +237,7 @@ def test_attention_prefill_and_decode_are_distinct_designs():
     dec = air_checks.check_module(attention.build(1, 2048, 32, 8, 64))
     assert [h.symbol for h in pre.herds] == ["attention_herd"]
     assert [h.symbol for h in dec.herds] == ["attention_herd", "attention_merge"]
-    assert pre.channels["attn_in"].broadcast_shape == [8, 4] and pre.channels["attn_in"].size == [8, 1]
+    assert pre.channels["attn_in"].broadcast_shape == [4, 4] and pre.channels["attn_in"].size == [4, 1]
     assert dec.channels["attn_in"].broadcast_shape is None
     for rep in (pre, dec):
         assert rep.errors == [] and rep.kernels[0]["kind"] == "attention"

@@ -110,6 +110,7 @@ def _check_attention_plan(p, s, rows, window):
         assert p.lq == g and p.kv_rows % (p.herd_x * p.lk) == 0 and p.herd_y == 1
     else:
         assert rows % (p.lq * p.herd_x) == 0 and p.lq % P.ATTN_LQ_MULTIPLE == 0 and g % p.herd_y == 0
+        assert p.lk <= p.lq <= 2 * p.lk
         # every query block of every head is computed exactly once
         assert p.launch * p.head_passes * p.rounds * p.herd_x * p.herd_y * p.lq == rows * s.n_heads
         assert p.q_items * p.item_rows >= p.herd_y * p.lq
@@ -129,13 +130,14 @@ def test_attention_decode_plans(s, window):
 
 
 def test_attention_plans_use_the_array():
-    """The 2048-row prefill at Llama-3.2-1B shapes runs on all 32 cores (8 query blocks x 4 heads per K/V
-    stream), so does the 64-row chunk (8-row query tiles); decode splits the window over 4 cores per kv head."""
+    """Prefill: 4 query blocks x 4 heads side by side (one output stream per core: 16 shim S2MM channels), two
+    feed streams per group; decode splits the window over 4 cores per kv head (3 streams each)."""
     s = LLAMA32_1B
     p = P.plan_attention(2048, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 32, 8, 4, 32, 4)
+    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 32, 4, 4, 16, 8)
+    assert p.channels()["shim_mm2s"] == 9 and p.channels()["shim_s2mm"] == 16
     p = P.plan_attention(64, 64, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (p.lq, p.herd_x, p.cores) == (8, 8, 32)
+    assert (p.lq, p.lk, p.herd_x, p.cores) == (16, 16, 4, 16)
     d = P.plan_attention(1, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
     assert (d.herd_x, d.herd_y, d.lq, d.cores, d.lk) == (4, 1, 4, 5, 64)
 

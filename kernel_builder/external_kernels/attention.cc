@@ -10,12 +10,15 @@
 // acc = alpha * acc + sum_j exp(s_j - m') v_j, l = alpha * l + sum_j exp(s_j - m'), m = m'.
 //
 // ATTN_MODE 1 (prefill; a core's input stream is a sequence of "items" of 2*ATTN_LK rows):
-//   init(state)
-//   item(item, q, state, t, n_q, q_row0, q_pos0): items t < n_q carry the stacked Q tiles of the cores sharing
-//       the stream (item row r is stack row t*2*ATTN_LK + r); the core copies stack rows q_row0 ..
-//       q_row0+ATTN_LQ-1 into q. Item t >= n_q is the K/V tile (t - n_q): K = rows [0, ATTN_LK), V = rows
+//   init(state, q): empty state, q = 0 (once per launch iteration)
+//   item(item, q, state, t, n_q, slot, q_pos0): items t < n_q carry the Q tiles of the n_q cores sharing the
+//       stream, one per item: item rows [0, ATTN_LK) are Q rows [0, ATTN_LK), item rows [ATTN_LK, 2*ATTN_LK)
+//       are Q rows [ATTN_LQ - ATTN_LK, ATTN_LQ) (ATTN_LK <= ATTN_LQ <= 2*ATTN_LK; the halves overlap when
+//       ATTN_LQ < 2*ATTN_LK); the core copies item t == slot into q.
+//       Item t >= n_q is the K/V tile (t - n_q): K = rows [0, ATTN_LK), V = rows
 //       [ATTN_LK, 2*ATTN_LK), keys at (t - n_q)*ATTN_LK; one update of the rows at q_pos0 + i.
-//   finish(state, out): out = acc / l in bf16 (rows with l == 0 -> 0); out may be the q buffer.
+//   finish(state, out): out = acc / l in bf16 (rows with l == 0 -> 0); out may be the q buffer; the state is
+//       emptied again for the next query block.
 // ATTN_MODE 2 (decode; items of 2*ATTN_LK + ATTN_LQ rows: K, V, then the query rows of one GQA group):
 //   init(state)
 //   step(item, state, pos, k_pos0): one update of all ATTN_LQ rows at position pos.
@@ -31,9 +34,11 @@
 LLAMA_NPU_REQUIRE(ATTN_HEAD_DIM);
 LLAMA_NPU_REQUIRE(ATTN_LQ);
 LLAMA_NPU_REQUIRE(ATTN_LK);
-#if ATTN_MODE == 2
+#if ATTN_MODE == 1
+static_assert(ATTN_LK <= ATTN_LQ && ATTN_LQ <= 2 * ATTN_LK, "a Q tile travels in one item as two ATTN_LK-row halves");
+#elif ATTN_MODE == 2
 LLAMA_NPU_REQUIRE(ATTN_NPARTS);
-#elif ATTN_MODE != 1
+#else
 #error "ATTN_MODE must be 1 (prefill) or 2 (decode)"
 #endif
 
@@ -93,7 +98,7 @@ static inline float exp_scalar(float a) {
   return static_cast<float>(exp16(::aie::broadcast<float, kLanes>(a < kMaskedArg ? kMaskedArg : a)).get(0));
 }
 
-extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) {
+static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
   for (int i = 0; i < kLq * kHd; i += kLanes) ::aie::store_v(state + i, ::aie::zeros<float, kLanes>());
   float *m = state_m(state), *l = state_l(state);
   for (int i = 0; i < kLq; ++i) {
@@ -140,6 +145,11 @@ static inline float softmax_row(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU
 
 #if ATTN_MODE == 1
 static_assert(kLq % 4 == 0 && kLk % 8 == 0 && kHd % 8 == 0, "prefill tiles must be whole 4x8x8 mmul blocks");
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (int i = 0; i < kLq * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::zeros<bfloat16, kDotLanes>());
+}
 
 // Loads a [rows x 8] block (row stride `stride` elements) as one row-major vector.
 static inline ::aie::vector<bfloat16, 32> load_4x8(const bfloat16 *p, int stride) {
@@ -206,14 +216,13 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
 }
 
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
-                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t q_row0,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
                                    int32_t q_pos0) {
-  if (t < n_q) {  // a Q item: keep the stack rows of this core
-    for (int r = 0; r < 2 * kLk; ++r) {
-      const int32_t dst = t * 2 * kLk + r - q_row0;
-      if (dst < 0 || dst >= kLq) continue;
-      for (int d = 0; d < kHd; d += kDotLanes)
-        ::aie::store_v(q + dst * kHd + d, ::aie::load_v<kDotLanes>(item + r * kHd + d));
+  if (t < n_q) {  // a Q item: keep the one of this core
+    if (t == slot) {
+      for (int i = 0; i < kLk * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i));
+      for (int i = kLk * kHd; i < kLq * kHd; i += kDotLanes)
+        ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i + (2 * kLk - kLq) * kHd));
     }
     return;
   }
@@ -235,9 +244,12 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA
                        ::aie::mul(::aie::load_v<kLanes>(state + (i0 + r) * kHd + d), w).template to_vector<bfloat16>());
     }
   }
+  reset_state(state);  // ready for the next query block
 }
 
 #else  // ATTN_MODE == 2
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
 
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
                                    int32_t k_pos0) {
@@ -304,7 +316,7 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA
 
 #else  // ------------------------------------------------------------ host scalar path: plain f32, exact exp
 
-extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) {
+static void reset_state(float *state) {
   for (int i = 0; i < kLq * kHd; ++i) state[i] = 0.0f;
   for (int i = 0; i < kLq; ++i) {
     state_m(state)[i] = kLowest;
@@ -348,15 +360,18 @@ static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, floa
 
 #if ATTN_MODE == 1
 
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i) q[i] = bfloat16{0};
+}
+
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
-                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t q_row0,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
                                    int32_t q_pos0) {
   if (t < n_q) {
-    for (int r = 0; r < 2 * kLk; ++r) {
-      const int32_t dst = t * 2 * kLk + r - q_row0;
-      if (dst < 0 || dst >= kLq) continue;
-      for (int d = 0; d < kHd; ++d) q[static_cast<long>(dst) * kHd + d] = item[static_cast<long>(r) * kHd + d];
-    }
+    if (t == slot)
+      for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i)
+        q[i] = item[i < static_cast<long>(kLk) * kHd ? i : i + static_cast<long>(2 * kLk - kLq) * kHd];
     return;
   }
   update(item, item + kLk * kHd, q, state, q_pos0, 1, (t - n_q) * kLk);
@@ -369,9 +384,12 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA
       const long idx = static_cast<long>(i) * kHd + d;
       out[idx] = f32_to_bf16(l[i] > 0.0f ? state[idx] / l[i] : 0.0f);
     }
+  reset_state(state);  // ready for the next query block
 }
 
 #else  // ATTN_MODE == 2
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
 
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
                                    int32_t k_pos0) {
