@@ -247,3 +247,22 @@ def test_bad_shapes_are_one_clear_error(bad, words):
     assert str(e.value).startswith("attention: ")
     for w in words:
         assert w in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------------ hardware model
+def test_hw_model_counts_one_shim_stream_per_channel_index():
+    """Puts from L3 on one channel index share one shim allocation (AIRToAIESchedulingUtils.cpp reuses the
+    allocation of a channel declaration): the prefill's Q and K (V) puts of a group are one MM2S stream each,
+    while puts on different indices are separate streams. Every module of the kernel fits the chip."""
+    from kernel_builder.hw import analyze_module
+    shape = (2048, 2048, 32, 8, 64)
+    p = planner.plan_attention(*shape)
+    rep = analyze_module(attention.build(*shape), "attention")
+    assert rep.ok, rep.first_violation()
+    (launch,) = rep.launches
+    mm2s = [f for f in launch.work.flows if f.direction == "MM2S"]
+    assert len(mm2s) == p.channels()["shim_mm2s"] == 2 * p.herd_x + 1
+    fk0 = [f for f in mm2s if "+" in f.what]
+    assert len(fk0) == 2 * p.herd_x                       # each feed stream carries Q, then K (or V)
+    s2mm = [f for f in launch.work.flows if f.direction == "S2MM"]
+    assert len(s2mm) == p.channels()["shim_s2mm"] == p.herd_x * p.herd_y

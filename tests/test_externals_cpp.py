@@ -176,13 +176,13 @@ def test_peano_include_dir_defaults_to_mlir_aie_install(tmp_path, monkeypatch):
 
 
 def test_host_compile_command_builds_scalar_path(tmp_path):
-    ks = ext.attention_prefill_kernels(128, 32, 64)
+    ks = ext.attention_prefill_kernels(128, 64, 32)
     cmd = ext.host_compile_command(ks.update, tmp_path, cxx="c++")
     assert cmd[0] == "c++" and "-std=c++20" in cmd and "-fPIC" in cmd
     assert not any("target" in f for f in cmd)
-    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "attnp_hd128_q32_k64.host.o")
-    for d in ("-DATTN_MODE=1", "-DATTN_HEAD_DIM=128", "-DATTN_LQ=32", "-DATTN_LK=64",
-              "-DATTN_UPDATE_SYMBOL=attnp_item_bf16_hd128_q32_k64", f"-DATTN_SCALE={float.hex(ref.attention_scale(128))}f"):
+    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "attnp_hd128_q64_k32.host.o")
+    for d in ("-DATTN_MODE=1", "-DATTN_HEAD_DIM=128", "-DATTN_LQ=64", "-DATTN_LK=32",
+              "-DATTN_UPDATE_SYMBOL=attnp_item_bf16_hd128_q64_k32", f"-DATTN_SCALE={float.hex(ref.attention_scale(128))}f"):
         assert d in cmd, d
 
 
@@ -191,8 +191,8 @@ def test_registry_names_and_validation():
     assert (k.symbol, k.obj, k.source) == ("mv_bf16_k2048_m8", "mv_k2048_m8.o", "gemv.cc")
     r, s = ext.rope_kernel(64), ext.swiglu_kernel(2048)
     assert (r.symbol, r.obj, s.symbol, s.obj) == ("rope_bf16_hd64", "rope_hd64.o", "swiglu_bf16_n2048", "swiglu_n2048.o")
-    init, item, finish = ext.attention_prefill_kernels(64, 32, 64)
-    assert init.obj == item.obj == finish.obj == "attnp_hd64_q32_k64.o"
+    init, item, finish = ext.attention_prefill_kernels(64, 64, 32)
+    assert init.obj == item.obj == finish.obj == "attnp_hd64_q64_k32.o"
     assert len({init.symbol, item.symbol, finish.symbol}) == 3
     init, step, merge = ext.attention_decode_kernels(64, 4, 64, 4)
     assert (step.symbol, merge.obj) == ("attnd_step_bf16_hd64_q4_k64_n4", "attnd_hd64_q4_k64_n4.o")
@@ -204,6 +204,8 @@ def test_registry_names_and_validation():
         ext.attention_prefill_kernels(64, 32, 40)
     with pytest.raises(ValueError, match="attention: lq=12 must be a multiple of 8"):
         ext.attention_prefill_kernels(64, 12, 32)
+    with pytest.raises(ValueError, match=r"attention: lq=16 must lie in \[lk, 2\*lk\]"):
+        ext.attention_prefill_kernels(64, 16, 32)
     with pytest.raises(ValueError, match="attention: n_parts=32 exceeds 16"):
         ext.attention_decode_kernels(64, 4, 32, 32)
     with pytest.raises(ValueError, match="rope: head_dim=48"):
@@ -224,10 +226,10 @@ def test_fingerprint_tracks_source_defines_and_flags(monkeypatch):
 
 def test_kernel_for_object_inverts_object_names():
     for kern in (ext.gemv_kernel(8192, 2), ext.rope_kernel(128), ext.rope_kernel(64, 4), ext.swiglu_kernel(512),
-                 ext.attention_prefill_kernels(64, 32, 64).init, ext.attention_decode_kernels(128, 3, 32, 4).init):
+                 ext.attention_prefill_kernels(64, 64, 32).init, ext.attention_decode_kernels(128, 3, 32, 4).init):
         assert ext.kernel_for_object(kern.obj) == kern
-    assert ext.kernel_for_object(ext.attention_prefill_kernels(64, 32, 64).update.obj).symbol == \
-        "attnp_init_bf16_hd64_q32_k64"
+    assert ext.kernel_for_object(ext.attention_prefill_kernels(64, 64, 32).update.obj).symbol == \
+        "attnp_init_bf16_hd64_q64_k32"
     assert ext.kernel_for_object(ext.attention_decode_kernels(64, 4, 64, 4).out.obj).symbol == \
         "attnd_init_bf16_hd64_q4_k64_n4"
     assert ext.kernel_for_object("mv_k08192_m2.o") is None  # not a name the registry produces
