@@ -66,20 +66,21 @@ def _attn(m, args):
     """attention.cc (kernels/attention.py). Prefill item (a K/V tile; the model cannot tell the Q items and
     the tiles the kernel skips past the causal bound from it, so every item counts as a full tile): q.K^T and
     p.V on the bf16 matrix unit, one mmul<4, 8, 8> (256 MACs) per cycle, plus one in-register K transpose per
-    q.K^T mmul, the alpha rescale of acc (8-lane f32) and the softmax bookkeeping per score; a few scalar float
-    ops per row (max, alpha, l). Decode step: 32-lane q.k macs + reduction per key, 16-lane p.V macs."""
+    q.K^T mmul and the alpha rescale of acc (8-lane f32); decode step: 32-lane q.k macs + reduction per key,
+    16-lane p.V macs. Both: the softmax bookkeeping per score (the cost model's softmax_cycles_per_score), the
+    per-row statistics in vector lanes (no scalar float ops)."""
     mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
     n = int(m.group(6) or 1)
     qk = pv = lq * lk * hd
     if part == "init":
         return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
     if part == "item":
-        return CallWork(2 * qk / 256 + pv / 256 + lq * hd / 8, qk + pv, lq * (lk // 16 + 6), lq * lk)
+        return CallWork(2 * qk / 256 + pv / 256 + lq * hd / 8, qk + pv, 0, lq * lk)
     if part == "step":
-        return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, lq * (lk // 16 + 6), lq * lk)
+        return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
     if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
         return CallWork(2 * lq * hd / 16 + lq / 4, lq * hd, 0)
-    return CallWork(lq * (n * hd / 16 + hd / 16 + 8), n * lq * hd, 3 * n * lq)   # merge
+    return CallWork(lq * (n * hd / 16 + hd / 16) + 8 * n, n * lq * hd, 0)   # merge
 
 
 EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
