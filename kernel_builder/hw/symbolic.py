@@ -152,21 +152,31 @@ def mul(a: Expr, b: Expr) -> Expr:
     return _node("mul", a, b)
 
 
+def _divisible(a: Expr, b: Expr) -> int | None:
+    """c when `a` is affine, `b` the constant c > 0 and every coefficient of `a` a multiple of c: then
+    (m*c + K) / c = m + K // c and (m*c + K) % c = K % c for the non-negative index values of our loops (the
+    canonicalization that turns (g*576)/576 into g before the shim BD folding sees it)."""
+    c = b.value
+    if c is None or c <= 0 or not a.is_affine or any(k % c for _, k in a.terms):
+        return None
+    return c
+
+
 def div(a: Expr, b: Expr) -> Expr:
-    if b.value == 1:
-        return a
+    c = _divisible(a, b)
+    if c is not None:
+        return Expr(const=a.const // c, terms=tuple((v, k // c) for v, k in a.terms))
     return _node("div", a, b)
 
 
 def floordiv(a: Expr, b: Expr) -> Expr:
-    if b.value == 1:
-        return a
-    return _node("floordiv", a, b)
+    return div(a, b) if _divisible(a, b) is not None else _node("floordiv", a, b)
 
 
 def rem(a: Expr, b: Expr) -> Expr:
-    if b.value == 1:
-        return const(0)
+    c = _divisible(a, b)
+    if c is not None:
+        return const(a.const % c)
     return _node("rem", a, b)
 
 
