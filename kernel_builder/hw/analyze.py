@@ -28,6 +28,14 @@ PINGPONG_RULE = "all-loops"
 __all__ = ["analyze_launches", "STAGES", "Flow", "LaunchReport", "Usage", "Violation", "Work"]
 
 
+def _unrolled_copies(lp) -> int:
+    """Buffer copies after air-ping-pong-transform unrolls `lp` by 2 (scf loopUnrollByFactor): the unrolled
+    body holds two, and a trip count that is odd (or not static) adds an epilogue iteration whose allocation
+    is a third buffer (seen in the tool's output: gemv's 9-trip loop -> three 8x576 weight buffers)."""
+    trip = cnt.static_trip(lp)
+    return 2 if trip is not None and trip % 2 == 0 else 3
+
+
 class _LaunchAnalyzer:
     def __init__(self, module: ir.Module, name: str, index: int, launch: Region, preset, facts: NPU2Facts):
         self.m, self.name, self.index, self.launch, self.preset, self.facts = module, name, index, launch, preset, facts
@@ -56,7 +64,8 @@ class _LaunchAnalyzer:
     def _pingpong(self, block, space: int) -> None:
         """Copies of each buffer allocated in `block` (air-label-scf-for-to-ping-pong + air-ping-pong-transform).
         A loop that allocates directly in its body (loops of one static trip are gone by then) is labelled and
-        unrolled by 2, so each of its buffers gets two copies - unless the preset omits ping-pong for a memory
+        unrolled by 2, so each of its buffers gets two copies (three when the trip count is odd or unknown:
+        the unroll's epilogue iteration allocates its own) - unless the preset omits ping-pong for a memory
         space the loop allocates in. That is the rule of the mlir-air the lowering toolchain builds (and what
         its buffers show); with PINGPONG_RULE = "candidates" the model applies mlir-air HEAD's stricter
         `isPingPongCandidate` instead: a loop is labelled only when each buffer it allocates is first accessed
@@ -96,7 +105,7 @@ class _LaunchAnalyzer:
         verdict = {lp: labelled(lp) for lp in by_loop if lp is not None}
         for a, lp in owner.items():
             if a.buffer.space == space:
-                self.copies[a.buffer] = 2 if lp is not None and verdict[lp] else 1
+                self.copies[a.buffer] = _unrolled_copies(lp) if lp is not None and verdict[lp] else 1
 
     # ---- main
     def run(self) -> LaunchReport:
