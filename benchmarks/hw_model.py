@@ -11,26 +11,28 @@ REFERENCE_DECODE_S = 92e-3     # per decode token (guide A3)
 
 def bench_hw_model(seq: int = 2048) -> None:
     from kernel_builder.hw import analyze_module, cost
-    from kernel_builder.hw.calibration import all_points
+    from benchmarks.hw_calibration import all_points
     from kernel_builder.stitching import stitch
-    from multi_launch_builder import registry
-    from multi_launch_builder.shapes import LLAMA32_1B as sh
+    from llama_npu.models.llama import LLAMA32_1B as sh
+    from llama_npu.models.llama import LlamaModel
 
     t0 = time.perf_counter()
+    m = LlamaModel(sh)
     reps = {}
-    for d in registry.prefill_modules(sh, seq) + registry.decode_modules(sh):
+    for d in m.prefill(seq).decls + m.decode().decls + m.head().decls:
         reps[d.name] = analyze_module(stitch(d), d.name)
     dt = time.perf_counter() - t0
-    pre = [f"rms_gemms_rope_s{seq}", f"flash_attn_s{seq}", f"o_ffn_s{seq}"]
-    dec = ["rms_gemv_rope", "o_gemv_ffn"]
-    prefill = sh.n_layers * sum(reps[n].modeled_s for n in pre) + reps["lm_head_gemv"].modeled_s
-    decode = sh.n_layers * sum(reps[n].modeled_s for n in dec) + reps["lm_head_gemv"].modeled_s
+    pre = [d.name for d in m.prefill(seq).decls]
+    dec = [d.name for d in m.decode().decls]
+    head = m.head().decls[0].name
+    prefill = sh.n_layers * sum(reps[n].modeled_s for n in pre) + reps[head].modeled_s
+    decode = sh.n_layers * sum(reps[n].modeled_s for n in dec) + reps[head].modeled_s
     over = sum(not r.ok for r in reps.values())
     print(f"[bench] NPU2 cost model, Llama-3.2-1B, today's modules ({over} of {len(reps)} over an NPU2 limit; "
           f"analyzed in {dt:.2f} s):")
     print(f"[bench]   modeled prefill ({seq} tokens): {_s(prefill)}  (reference design 1.27 s)")
     print(f"[bench]   modeled decode: {_s(decode)} per token  (reference design 92 ms; host attention not modeled)")
-    print("[bench]   per module: " + ", ".join(f"{n} {_s(reps[n].modeled_s)}" for n in pre + dec + ["lm_head_gemv"]))
+    print("[bench]   per module: " + ", ".join(f"{n} {_s(reps[n].modeled_s)}" for n in pre + dec + [head]))
     errs = cost.errors(all_points())
     print(f"[bench] cost model calibration ({len(errs)} published/measured points, |error| mean "
           f"{sum(abs(e) for *_, e in errs) / len(errs) * 100:.0f}%, max {max(abs(e) for *_, e in errs) * 100:.0f}%):")

@@ -44,13 +44,15 @@ import numpy as np
 
 from kernel_builder import air_ops
 from kernel_builder import mlir_text as mt
+from kernel_builder.dtypes import DTYPES as _DTYPE_TABLE
 from kernel_builder.air_ops import MemRefType, OpText
 from kernel_builder.numerics import BF16
-from kernel_builder.reference import attention_scale
+from kernel_builder.external_models import ModelError
+from kernel_builder.externals import external_model
 
 F32 = np.float32
-DTYPES = {"bf16": BF16, "f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "i8": np.dtype(np.int8),
-          "f64": np.dtype(np.float64)}
+# memref element type -> numpy dtype, from the one dtype table (packed sub-byte types are not interpreted)
+DTYPES = {d.mlir: d.host for d in _DTYPE_TABLE.values() if d.packed == 1}
 L1_SPACE = 2
 
 
@@ -559,7 +561,7 @@ class _Compiler:
         if m is None:
             raise InterpError(f"{op.where()}: only `func.call @f(...) : (...) -> ()` is supported")
         sym, args = m.group(1), _operands(m.group(2))
-        impl = external_kernel(sym)
+        impl = external_model(sym)
         if impl is None:
             raise InterpError(f"{op.where()}: no interpreter implementation of external kernel @{sym}")
         state_ref = self
@@ -568,7 +570,7 @@ class _Compiler:
             values = [a(env) for a in args]
             try:
                 impl(*values)
-            except InterpError as e:
+            except (InterpError, ModelError) as e:
                 raise InterpError(f"{op.where()}: @{sym}: {e}") from None
             st = state_ref.state.stats
             st.calls += 1
@@ -805,135 +807,6 @@ def _hex_float(lit: str, ty: str):
     if ty == "bf16":
         return np.array([bits], dtype=np.uint16).view(BF16)[0]
     return np.array([bits], dtype=np.uint64).view(np.float64)[0]
-
-
-# ------------------------------------------------------------------------------------------------ externals
-
-def _need(mr, name: str, size: int, dtype: str = "bf16") -> np.ndarray:
-    if not isinstance(mr, MemRef):
-        raise InterpError(f"argument {name} must be a memref")
-    if mr.data.size != size or mr.dtype != dtype:
-        raise InterpError(f"argument {name} is {mr.data.size}x{mr.dtype}, the kernel expects {size}x{dtype}")
-    return mr.data
-
-
-def _to_bf16(x) -> np.ndarray:
-    return np.asarray(x, dtype=F32).astype(BF16)
-
-
-def _gemv(k: int, tm: int):
-    def mv(w, x, y):
-        wf = _need(w, "w", tm * k).reshape(tm, k).astype(F32)
-        xf = _need(x, "x", k).astype(F32)
-        out = _need(y, "y", tm)
-        # cumsum over float32 accumulates sequentially: the host C++ loop's order, bit for bit.
-        out[:] = _to_bf16(np.cumsum(wf * xf, axis=1, dtype=F32)[:, -1])
-        y.written = True
-    return mv
-
-
-def _rope(hd: int, heads: int | None):
-    half = hd // 2
-
-    def rope(x, lut, y, n_heads):
-        n = int(n_heads)
-        if heads is not None and n != heads:
-            raise InterpError(f"called with n_heads={n}, symbol is for {heads} heads per call")
-        if x.data.size < n * hd or y.data.size < n * hd:
-            raise InterpError(f"x/y hold {x.data.size}/{y.data.size} elements, n_heads={n} needs {n * hd}")
-        xf = x.data[:n * hd].astype(F32).reshape(n, hd)
-        lf = _need(lut, "lut", hd).astype(F32)
-        c, s = lf[:half], lf[half:]
-        x1, x2 = xf[:, :half], xf[:, half:]
-        out = np.empty((n, hd), dtype=F32)
-        out[:, :half] = x1 * c - x2 * s  # products exact in f32; one f32 add then one RNE
-        out[:, half:] = x2 * c + x1 * s
-        y.data[:n * hd] = _to_bf16(out).reshape(-1)
-        y.written = True
-    return rope
-
-
-def _swiglu(n: int):
-    def swiglu(gate, up, y):
-        g = _need(gate, "gate", n).astype(F32)
-        u = _need(up, "up", n).astype(F32)
-        with np.errstate(over="ignore"):
-            silu = g / (F32(1.0) + np.exp(-g))
-        _need(y, "y", n)[:] = _to_bf16(silu * u)
-        y.written = True
-    return swiglu
-
-
-_LOWEST = np.finfo(F32).min  # -0x1.fffffep127f, "no key seen yet"
-
-
-def _attn(part: str, hd: int, lq: int, lk: int):
-    scale = F32(attention_scale(hd))
-
-    def init(m, l_, acc):
-        _need(m, "m", lq, "f32")[:] = _LOWEST
-        _need(l_, "l", lq, "f32")[:] = 0.0
-        _need(acc, "acc", lq * hd, "f32")[:] = 0.0
-        for b in (m, l_, acc):
-            b.written = True
-
-    def step(q, k, v, m, l_, acc, q_pos0, k_pos0, causal):
-        qf = _need(q, "q", lq * hd).reshape(lq, hd).astype(F32)
-        kf = _need(k, "k", lk * hd).reshape(lk, hd).astype(F32)
-        vf = _need(v, "v", lk * hd).reshape(lk, hd).astype(F32)
-        mm, ll = _need(m, "m", lq, "f32"), _need(l_, "l", lq, "f32")
-        aa = _need(acc, "acc", lq * hd, "f32").reshape(lq, hd)
-        # dot products accumulated over d sequentially in f32 (the host loop's order)
-        s = np.cumsum(qf[:, None, :] * kf[None, :, :], axis=2, dtype=F32)[:, :, -1] * scale
-        qpos = int(q_pos0) + np.arange(lq)[:, None]
-        kpos = int(k_pos0) + np.arange(lk)[None, :]
-        keep = (kpos <= qpos) if int(causal) else np.ones((lq, lk), dtype=bool)
-        any_ = keep.any(axis=1)
-        row_max = np.where(keep, s, _LOWEST).max(axis=1)
-        m_new = np.where(mm > row_max, mm, row_max).astype(F32)
-        alpha = np.exp(mm - m_new).astype(F32)
-        with np.errstate(over="ignore", invalid="ignore"):
-            p = np.where(keep, np.exp(s - m_new[:, None]), F32(0.0)).astype(F32)
-        new_acc = aa * alpha[:, None]
-        total = np.zeros(lq, dtype=F32)
-        for j in range(lk):  # sequential over keys, as in the host loop; masked keys add 0
-            total += p[:, j]
-            new_acc += p[:, j:j + 1] * vf[j][None, :]
-        new_l = alpha * ll + total
-        rows = any_  # a row whose keys are all masked in this tile stays unchanged
-        aa[rows] = new_acc[rows]
-        ll[rows] = new_l[rows]
-        mm[rows] = m_new[rows]
-        for b in (m, l_, acc):
-            b.written = True
-
-    def finish(l_, acc, out):
-        ll = _need(l_, "l", lq, "f32")
-        aa = _need(acc, "acc", lq * hd, "f32").reshape(lq, hd)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            o = np.where(ll[:, None] > 0, aa / np.where(ll > 0, ll, F32(1.0))[:, None], F32(0.0))
-        _need(out, "out", lq * hd)[:] = _to_bf16(o).reshape(-1)
-        out.written = True
-
-    return {"init": init, "step": step, "finish": finish}[part]
-
-
-_EXTERNALS: tuple[tuple[re.Pattern, Callable], ...] = (
-    (re.compile(r"mv_bf16_k(\d+)_m(\d+)"), lambda k, m: _gemv(int(k), int(m))),
-    (re.compile(r"rope_bf16_hd(\d+)(?:_x(\d+))?"), lambda hd, x: _rope(int(hd), int(x) if x else None)),
-    (re.compile(r"swiglu_bf16_n(\d+)"), lambda n: _swiglu(int(n))),
-    (re.compile(r"attn_(init|step|finish)_bf16_hd(\d+)_q(\d+)_k(\d+)"),
-     lambda part, hd, q, k: _attn(part, int(hd), int(q), int(k))),
-)
-
-
-def external_kernel(symbol: str) -> Callable | None:
-    """The numpy implementation of an external C++ kernel symbol, or None when unknown."""
-    for pat, make in _EXTERNALS:
-        m = pat.fullmatch(symbol)
-        if m:
-            return make(*m.groups())
-    return None
 
 
 # ------------------------------------------------------------------------------------------------ program

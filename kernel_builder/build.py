@@ -6,17 +6,17 @@ artifact is reused only when the manifest entry has the same key and every file 
 recorded sha256; anything else (corrupt manifest, changed builder, new toolchain) rebuilds.
 
 Writes are atomic: a module is built in a temp dir inside the cache dir and moved into place with
-os.replace; the manifest is rewritten with temp file + os.replace. fcntl.flock on cache_dir/.lock
-guards manifest read-modify-write and artifact moves; a per-module lock serialises concurrent
-builds of the same module (the second process then finds it up to date).
+os.replace; the manifest is rewritten with temp file + os.replace. A file lock (filelock) on
+cache_dir/.lock guards manifest read-modify-write and artifact moves; a per-module lock serialises
+concurrent builds of the same module (the second process then finds it up to date).
+
+The command line is `llama-npu compile` (llama_npu.cli); this module is its library.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import hashlib
 import json
 import os
@@ -29,11 +29,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from multi_launch_builder.decl import ModuleDecl
+from filelock import FileLock
 
-from . import presets as presets_mod
+from .decl import ModuleDecl
 from .devices.base import Artifact
-from .toolchain import (DEVICE_KINDS, Toolchain, ToolchainMissing, detect, resolve_device_kind,
+from .toolchain import (DEVICE_KINDS, Toolchain, detect,
                         toolchain_versions)
 
 BUILD_FORMAT = 1
@@ -60,24 +60,8 @@ class ExternalRef:
 
 def _kernel_for_object(obj: str):
     """Map a link_with object name to the ExternalKernel that produces it (None if unknown)."""
-    from . import externals as ext
-    lookup = getattr(ext, "kernel_for_object", None)
-    if lookup is not None:
-        return lookup(obj)
-    # externals names objects after their shape parameters; invert those names.
-    m = re.fullmatch(r"mv_k(\d+)_m(\d+)\.o", obj)
-    if m:
-        return ext.gemv_kernel(int(m[1]), int(m[2]))
-    m = re.fullmatch(r"rope_hd(\d+)\.o", obj)
-    if m:
-        return ext.rope_kernel(int(m[1]))
-    m = re.fullmatch(r"swiglu_n(\d+)\.o", obj)
-    if m:
-        return ext.swiglu_kernel(int(m[1]))
-    m = re.fullmatch(r"attn_hd(\d+)_q(\d+)_k(\d+)\.o", obj)
-    if m:
-        return ext.attention_kernels(int(m[1]), int(m[2]), int(m[3])).init
-    return None
+    from .externals import kernel_for_object
+    return kernel_for_object(obj)
 
 
 def _fallback_fingerprint(obj: str) -> str:
@@ -128,13 +112,10 @@ def module_key(text: str, externals: list[ExternalRef], target: str, versions: d
 
 @contextlib.contextmanager
 def _flock(path: Path):
+    """An exclusive inter-process lock on `path` (filelock; blocks until free)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    with FileLock(str(path)):
+        yield
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -239,7 +220,7 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, what: str, module: str) ->
 
 
 def _compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out: Path, tc: Toolchain,
-                 times: dict, log: Path) -> dict[str, str]:
+                 times: dict, log: Path, preset_flags: list[str]) -> dict[str, str]:
     """Peano for the externals, then aircc (which drives aiecc) -> <name>.elf. Returns files by role.
     Every command and its output go to `log` (outside the staging dir, so it survives a failure)."""
     from .externals import aie_include_dir_from_env, compile_command
@@ -260,7 +241,7 @@ def _compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out:
     elf = out / f"{name}.elf"
     cmd = [tc.aircc, str(src), "--device", "npu2", "--output-format", "elf", "--elf-name", str(elf),
            "--tmpdir", str(work / "air_project"), "--peano", str(tc.peano), "--no-xchesscc", "--no-xbridge",
-           *presets_mod.preset_for(name).flags()]
+           *preset_flags]
     env_path = os.pathsep.join([str(Path(tc.aiecc).parent), os.environ.get("PATH", "")])
     t0 = time.perf_counter()
     with open(log, "a") as f:
@@ -346,9 +327,9 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
     t0 = time.perf_counter()
     text = stitch_text(gen)
     times["stitch"] = time.perf_counter() - t0
-    hw, hw_notes = _hw_gate(name, text, target, hw_check)  # NPU2 hardware model (kernel_builder/hw)
+    hw, hw_notes = _hw_gate(name, text, target, hw_check, decl.preset)  # NPU2 hardware model (kernel_builder/hw)
     refs = externals_for_text(text)
-    key = module_key(text, refs, target, versions, presets_mod.preset_for(name).flags())
+    key = module_key(text, refs, target, versions, decl.preset.flags())
 
     with _flock(cache_dir / ".locks" / f"{target}.{name}.lock"):
         with _flock(cache_dir / ".lock"):
@@ -377,7 +358,7 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
                 log = cache_dir / "logs" / f"{name}.log"
                 log.parent.mkdir(exist_ok=True)
                 log.write_text("")
-                files.update(_compile_npu(name, text, refs, work, out, tc, times, log))
+                files.update(_compile_npu(name, text, refs, work, out, tc, times, log, decl.preset.flags()))
                 m = _PUBLIC_FUNC.search(text.replace("func.func private", "func.func_private"))
                 kernel = f"main:{m[1] if m else name}"
             elif check:
@@ -416,11 +397,11 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _hw_gate(name: str, text: str, target: str, enforce: bool):
+def _hw_gate(name: str, text: str, target: str, enforce: bool, preset):
     """(ModuleReport | None, notes): on the NPU a module over an NPU2 limit fails its build with one line."""
     from .hw.report import HwCheckError, gate
     try:
-        rep, note = gate(name, text, target, enforce)
+        rep, note = gate(name, text, target, enforce, preset)
     except HwCheckError as e:
         raise BuildError(str(e)) from None
     return rep, [note] if note else []
@@ -444,7 +425,7 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     target = target_of(device_kind)
     tc = None
     if target == "npu":
-        tc = (toolchain or detect()).require()
+        tc = (toolchain or detect()).require(compile_only=True)   # building needs no device
     versions = toolchain_versions(target, tc)
     names = [d.name for d in decls]
     dup = {n for n in names if names.count(n) > 1}
@@ -486,6 +467,20 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     return report
 
 
+def module_keys(decls: list[ModuleDecl], target: str, versions: dict) -> dict[str, str]:
+    """Each module's cache key as a build would compute it now (generate + stitch, nothing compiled)."""
+    keys = {}
+    for d in decls:
+        text = stitch_text(generate(d))
+        keys[d.name] = module_key(text, externals_for_text(text), target, versions, d.preset.flags())
+    return keys
+
+
+def entry_valid(cache_dir: Path, entry, key: str | None) -> bool:
+    """Public form of the reuse test: same key (when given), every recorded file present and intact."""
+    return _entry_valid(Path(cache_dir), entry, key)
+
+
 def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | None = None,
                    names: list[str] | None = None) -> dict[str, Artifact]:
     """Artifacts recorded in the manifest. With decls, each module's key is recomputed from the
@@ -498,11 +493,7 @@ def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | 
     keys: dict[str, str] = {}
     if decls is not None:
         versions = toolchain_versions(target, detect() if target == "npu" else None)
-        for d in decls:
-            if d.name in wanted:
-                text = stitch_text(generate(d))
-                keys[d.name] = module_key(text, externals_for_text(text), target, versions,
-                                          presets_mod.preset_for(d.name).flags())
+        keys = module_keys([d for d in decls if d.name in wanted], target, versions)
     out = {}
     for name in wanted:
         entry = entries.get(name)
@@ -512,60 +503,3 @@ def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | 
                              f"run `llama-npu compile` (DEVICE={device_kind})")
         out[name] = _artifact_from_entry(cache_dir, name, entry)
     return out
-
-
-# ---------------------------------------------------------------- CLI
-
-def default_cache_dir() -> Path:
-    """$LLAMA_NPU_CACHE is the root of every llama-npu cache (models/, kernels/), as in llama_npu."""
-    root = os.environ.get("LLAMA_NPU_CACHE")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "llama-npu") / "kernels"
-
-
-def compile_main(argv: list[str] | None = None, decls: list[ModuleDecl] | None = None) -> int:
-    """`llama-npu compile` body. The caller resolves the model and passes its declarations; without
-    them, --shapes/--buckets select a built-in shape set (via multi_launch_builder.registry).
-    Exit codes: 0 ok, 1 a module failed, 2 toolchain missing / bad arguments."""
-    p = argparse.ArgumentParser(prog="llama-npu compile")
-    p.add_argument("--device", default=None, help="auto | npu | emu | null (default: $DEVICE or auto)")
-    p.add_argument("--cache-dir", default=str(default_cache_dir()),
-                   help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels or ~/.cache/llama-npu/kernels)")
-    p.add_argument("--force", action="store_true", help="rebuild even up-to-date modules")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--no-check", action="store_true", help="skip the mlir-opt-22 check (emu/null)")
-    p.add_argument("--no-hw-check", action="store_true",
-                   help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
-    p.add_argument("--only", action="append", default=[], help="build only these module names")
-    p.add_argument("--shapes", default=None, help="smollm2-135m | llama32-1b | llama32-3b (without decls)")
-    p.add_argument("--buckets", default="64", help="prefill buckets, comma separated (with --shapes)")
-    args = p.parse_args(argv)
-    try:
-        kind = resolve_device_kind(args.device)
-    except (ToolchainMissing, ValueError) as e:
-        print(str(e), file=sys.stderr)
-        return 2
-    if decls is None:
-        if not args.shapes:
-            print("llama-npu compile: no module declarations given (pass --shapes)", file=sys.stderr)
-            return 2
-        from multi_launch_builder import registry, shapes as shp
-        table = {"smollm2-135m": shp.SMOLLM2_135M, "llama32-1b": shp.LLAMA32_1B, "llama32-3b": shp.LLAMA32_3B}
-        if args.shapes not in table:
-            print(f"llama-npu compile: unknown --shapes {args.shapes!r}; one of {sorted(table)}", file=sys.stderr)
-            return 2
-        decls = registry.all_modules(table[args.shapes], [int(b) for b in args.buckets.split(",") if b])
-    if args.only:
-        unknown = set(args.only) - {d.name for d in decls}
-        if unknown:
-            print(f"llama-npu compile: unknown modules {sorted(unknown)}", file=sys.stderr)
-            return 2
-        decls = [d for d in decls if d.name in args.only]
-    try:
-        report = build_modules(decls, Path(args.cache_dir), kind, progress=not args.no_progress,
-                               force=args.force, check=not args.no_check, raise_on_error=False,
-                               hw_check=not args.no_hw_check)
-    except (ToolchainMissing, BuildError) as e:
-        print(str(e), file=sys.stderr)
-        return 2
-    print(report.table())
-    return 0 if report.ok else 1

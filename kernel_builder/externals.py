@@ -171,26 +171,69 @@ def attention_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
     return AttentionKernels(make(init_sym), make(step_sym), make(finish_sym))
 
 
-_OBJECT_PATTERNS: tuple[tuple[re.Pattern, Callable[..., ExternalKernel]], ...] = (
-    (re.compile(r"mv_k(\d+)_m(\d+)\.o"), lambda k, m: gemv_kernel(k, m)),
-    (re.compile(r"rope_hd(\d+)\.o"), lambda hd: rope_kernel(hd)),
-    (re.compile(r"rope_hd(\d+)_x(\d+)\.o"), lambda hd, n: rope_kernel(hd, n)),
-    (re.compile(r"swiglu_n(\d+)\.o"), lambda n: swiglu_kernel(n)),
-    (re.compile(r"attn_hd(\d+)_q(\d+)_k(\d+)\.o"), lambda hd, lq, lk: attention_kernels(hd, lq, lk).init),
+# ---------------------------------------------------------------------------------------------- families
+@dataclass(frozen=True)
+class ExternalFamily:
+    """Everything the layers need to know about one .cc source, in one row: how its object files and
+    symbols are named (regexes whose groups are the shape parameters), how to rebuild the ExternalKernel
+    from an object name (build driver), and which numpy model the interpreter runs for a symbol
+    (kernel_builder.external_models; called with the symbol's regex groups, ints where numeric)."""
+
+    name: str
+    source: str
+    object_re: str
+    symbol_re: str
+    from_object: Callable[..., ExternalKernel]
+    model: str
+
+
+def _ints(groups) -> list:
+    return [int(g) if g is not None and g.isdigit() else g for g in groups]
+
+
+FAMILIES: tuple[ExternalFamily, ...] = (
+    ExternalFamily("gemv", "gemv.cc", r"mv_k(\d+)_m(\d+)\.o", r"mv_bf16_k(\d+)_m(\d+)",
+                   lambda k, m: gemv_kernel(k, m), "gemv_model"),
+    ExternalFamily("rope", "rope.cc", r"rope_hd(\d+)(?:_x(\d+))?\.o", r"rope_bf16_hd(\d+)(?:_x(\d+))?",
+                   lambda hd, n: rope_kernel(hd, n), "rope_model"),
+    ExternalFamily("swiglu", "swiglu.cc", r"swiglu_n(\d+)\.o", r"swiglu_bf16_n(\d+)",
+                   lambda n: swiglu_kernel(n), "swiglu_model"),
+    ExternalFamily("attention", "attention.cc", r"attn_hd(\d+)_q(\d+)_k(\d+)\.o",
+                   r"attn_(init|step|finish)_bf16_hd(\d+)_q(\d+)_k(\d+)",
+                   lambda hd, lq, lk: attention_kernels(hd, lq, lk).init, "attention_model"),
 )
 
 
 def kernel_for_object(obj: str) -> ExternalKernel | None:
-    """The kernel whose compile produces `obj` (a `link_with` name), or None if no registry entry makes it.
+    """The kernel whose compile produces `obj` (a `link_with` name), or None if no family makes it.
 
-    For the attention object this returns the `init` entry; all three primitives share its compile.
+    For an object holding several symbols (attention) this returns its first entry; all share one compile.
     """
-    for pattern, make in _OBJECT_PATTERNS:
-        match = pattern.fullmatch(obj)
+    for fam in FAMILIES:
+        match = re.fullmatch(fam.object_re, obj)
         if match:
-            kernel = make(*map(int, match.groups()))
+            kernel = fam.from_object(*_ints(match.groups()))
             return kernel if kernel.obj == obj else None  # e.g. "mv_k08_m2.o" is not ours
     return None
+
+
+def family_of_symbol(symbol: str) -> tuple[ExternalFamily, list] | None:
+    """(family, shape parameters) of an external symbol, or None."""
+    for fam in FAMILIES:
+        match = re.fullmatch(fam.symbol_re, symbol)
+        if match:
+            return fam, _ints(match.groups())
+    return None
+
+
+def external_model(symbol: str):
+    """The numpy model (emu-interp) of an external symbol, or None when no family names it."""
+    found = family_of_symbol(symbol)
+    if found is None:
+        return None
+    from . import external_models
+    fam, params = found
+    return getattr(external_models, fam.model)(*params)
 
 
 def aie_include_dir_from_env() -> Path | None:

@@ -5,7 +5,8 @@ produced it, so a wiring bug in a builder or in the stitcher changes what emu co
 
 - the public func's name and signature -> `arg_shapes` (argument index -> memref shape);
 - per top-level `air.launch`, in order: kind + params from `llama_npu.kernel = {kind = "...", ...}` and the
-  operands of `args(%x=%argN, ...)` mapped to function-argument indices (the last operand is the output).
+  operands of `args(%x=%argN, ...)` mapped to function-argument indices; which operands the launch writes
+  comes from the kind's signature (kernel_builder.kernels.SIGNATURES; default: the last one).
 
 Parse once (`read_launch_program`) at load time; `run_program` then only indexes lists.
 """
@@ -19,6 +20,8 @@ from typing import Callable, MutableSequence, Protocol
 import numpy as np
 
 from kernel_builder import mlir_text as mt
+from kernel_builder.dtypes import from_mlir
+from kernel_builder.kernels import signature
 
 KERNEL_ATTR = "llama_npu.kernel"
 
@@ -27,7 +30,18 @@ KERNEL_ATTR = "llama_npu.kernel"
 class LaunchSpec:
     kind: str                    # kernel kind ("gemm", "rmsnorm", ...)
     params: dict = field(hash=False)  # the launch attribute without `kind` (rows=..., eps=...)
-    operands: tuple[int, ...]    # function-argument index per canonical kernel argument; [-1] is written
+    operands: tuple[int, ...]    # function-argument index per canonical kernel argument
+    writes: tuple[int, ...] = () # positions in `operands` the launch writes (outputs and in-place)
+    reads: tuple[int, ...] = ()  # positions in `operands` the launch reads (inputs and in-place)
+
+    def __post_init__(self) -> None:
+        sig = signature(self.kind, len(self.operands))
+        if not self.writes:
+            object.__setattr__(self, "writes", sig.written)
+        if not self.reads:
+            object.__setattr__(self, "reads", sig.read)
+        object.__setattr__(self, "written_args", tuple(self.operands[p] for p in self.writes))
+        object.__setattr__(self, "read_args", tuple(self.operands[p] for p in self.reads))
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class LaunchProgram:
     name: str
     arg_shapes: tuple[tuple[int, ...], ...]
     launches: tuple[LaunchSpec, ...]
+    arg_dtypes: tuple[str, ...] = ()     # declaration dtype names ("bf16", "f32", "i32", ...)
 
     @functools.cached_property
     def arg_sizes(self) -> tuple[int, ...]:
@@ -48,12 +63,13 @@ def read_launch_program(text: str) -> LaunchProgram:
     func = module.the_public_func()
     where = f"func.func @{func.name}"
     index: dict[str, int] = {}
-    shapes = []
+    shapes, dtypes = [], []
     for i, (name, type_text) in enumerate(func.params):
         if name is None:
             raise ValueError(f"{where}: argument {i} has no name")
         try:
-            shape, _ = mt.memref_shape(type_text)
+            shape, elem = mt.memref_shape(type_text)
+            dtypes.append(from_mlir(elem).name)
         except ValueError as e:
             raise ValueError(f"{where}: argument %{name}: {e}") from None
         index[name] = i
@@ -78,16 +94,20 @@ def read_launch_program(text: str) -> LaunchProgram:
         if not operands:
             raise ValueError(f"{where}: launch {n} ({attr['kind']}) has no operands")
         params = {k: v for k, v in attr.items() if k != "kind"}
-        launches.append(LaunchSpec(attr["kind"], params, tuple(operands)))
+        try:
+            launches.append(LaunchSpec(attr["kind"], params, tuple(operands)))
+        except ValueError as e:
+            raise ValueError(f"{where}: launch {n}: {e}") from None
     if not launches:
         raise ValueError(f"{where}: no air.launch found")
-    return LaunchProgram(func.name, tuple(shapes), tuple(launches))
+    return LaunchProgram(func.name, tuple(shapes), tuple(launches), tuple(dtypes))
 
 
 class LaunchExecutor(Protocol):
-    def execute(self, launch: LaunchSpec, operands: list[np.ndarray]) -> np.ndarray:
-        """Compute one launch. `operands` are the arrays bound to launch.operands (the last is the output
-        slot, passed for its shape); returns the output's new contents (bf16)."""
+    def execute(self, launch: LaunchSpec, operands: list[np.ndarray]):
+        """Compute one launch. `operands` are the arrays bound to launch.operands (written slots are passed
+        too, for their shapes and, when in place, their contents); returns the new contents of the written
+        operands: one array for a single write, else a tuple in `launch.writes` order."""
 
 
 class ReferenceExecutor:
@@ -98,11 +118,11 @@ class ReferenceExecutor:
             from kernel_builder.reference import KERNELS as kernels  # noqa: N811
         self.kernels = kernels
 
-    def execute(self, launch: LaunchSpec, operands: list[np.ndarray]) -> np.ndarray:
+    def execute(self, launch: LaunchSpec, operands: list[np.ndarray]):
         fn = self.kernels.get(launch.kind)
         if fn is None:
             raise ValueError(f"no reference for kernel kind {launch.kind!r}")
-        return fn(*operands[:-1], **launch.params)
+        return fn(*(operands[p] for p in launch.reads), **launch.params)
 
 
 def run_program_io(program: LaunchProgram, get: Callable[[int], np.ndarray],
@@ -113,12 +133,17 @@ def run_program_io(program: LaunchProgram, get: Callable[[int], np.ndarray],
     shapes, sizes = program.arg_shapes, program.arg_sizes
     for n, launch in enumerate(program.launches):
         operands = [get(i) for i in launch.operands]
-        out_i = launch.operands[-1]
-        result = np.asarray(executor.execute(launch, operands))
-        if result.size != sizes[out_i]:
-            raise ValueError(f"{program.name}: launch {n} ({launch.kind}) produced {result.shape} for argument "
-                             f"{out_i} of shape {shapes[out_i]}")
-        put(out_i, result.reshape(shapes[out_i]))
+        result = executor.execute(launch, operands)
+        outs = (result,) if len(launch.writes) == 1 else tuple(result)
+        if len(outs) != len(launch.writes):
+            raise ValueError(f"{program.name}: launch {n} ({launch.kind}) produced {len(outs)} results for "
+                             f"{len(launch.writes)} written operands")
+        for out_i, value in zip(launch.written_args, outs):
+            value = np.asarray(value)
+            if value.size != sizes[out_i]:
+                raise ValueError(f"{program.name}: launch {n} ({launch.kind}) produced {value.shape} for "
+                                 f"argument {out_i} of shape {shapes[out_i]}")
+            put(out_i, value.reshape(shapes[out_i]))
 
 
 def run_program(program: LaunchProgram, buffers: MutableSequence[np.ndarray], executor: LaunchExecutor) -> None:

@@ -1,4 +1,4 @@
-"""Per-module-family aircc options: ONE table keyed by module family.
+"""aircc options of one module: a field of its declaration (kernel_builder.decl.ModuleDecl.preset).
 
 Only flags the native aircc really accepts (tools/aircc/aircc.cpp in mlir-air): ping-pong omission,
 runtime loop tiling of shim DMA BDs, the while(true) wrapper, lock race fix, stack size.
@@ -34,33 +34,34 @@ class AirccPreset:
     def as_dict(self) -> dict:
         return asdict(self)
 
-
-# Decode GEMVs stream long weight rows; tiling the runtime loop by 16x16 keeps the shim BD count
-# small. o_gemv_ffn holds the down projection (K = ffn): ping-pong does not fit L1 there.
-_GEMV = AirccPreset(runtime_loop_tiling_sizes=(16, 16))
-
-PRESETS: dict[str, AirccPreset] = {
-    "rms_gemms_rope": AirccPreset(),
-    "flash_attn": AirccPreset(),
-    "o_ffn": AirccPreset(),
-    "rms_gemv_rope": _GEMV,
-    "o_gemv_ffn": AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all"),
-    "lm_head_gemv": _GEMV,
-}
-DEFAULT_PRESET = AirccPreset()
-
-
-def family_of(module_name: str) -> str | None:
-    """Module family = the longest PRESETS key that the module name starts with
-    ("rms_gemms_rope_s128" -> "rms_gemms_rope")."""
-    best = None
-    for fam in PRESETS:
-        if module_name == fam or module_name.startswith(fam + "_"):
-            if best is None or len(fam) > len(best):
-                best = fam
-    return best
+    @classmethod
+    def from_flags(cls, flags: list[str]) -> "AirccPreset":
+        """Inverse of flags() (a stitched module records its preset's flags in a header comment)."""
+        kw: dict = {"runtime_loop_tiling_sizes": []}
+        it = iter(flags)
+        for f in it:
+            if f == "--omit-while-true-loop":
+                kw["omit_while_true_loop"] = True
+            elif f.startswith("--omit-ping-pong-transform="):
+                kw["omit_pingpong"] = f.split("=", 1)[1]
+            elif f.startswith("--air-runtime-loop-tiling-sizes="):
+                kw["runtime_loop_tiling_sizes"].append(int(f.split("=", 1)[1]))
+            elif f == "--use-lock-race-condition-fix":
+                kw["use_lock_race_condition_fix"] = True
+            elif f == "--stack-size":
+                kw["stack_size"] = int(next(it))
+            else:
+                raise ValueError(f"unknown aircc preset flag {f!r}")
+        kw["runtime_loop_tiling_sizes"] = tuple(kw["runtime_loop_tiling_sizes"])
+        return cls(**kw)
 
 
-def preset_for(module_name: str) -> AirccPreset:
-    fam = family_of(module_name)
-    return PRESETS[fam] if fam else DEFAULT_PRESET
+PRESET_COMMENT = "// aircc preset:"
+
+
+def preset_of_text(text: str) -> AirccPreset:
+    """The preset a stitched module records in its header (`// aircc preset: <flags>`), else the default."""
+    for line in text.splitlines()[:4]:
+        if line.startswith(PRESET_COMMENT):
+            return AirccPreset.from_flags(line[len(PRESET_COMMENT):].split())
+    return AirccPreset()

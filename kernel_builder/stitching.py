@@ -19,10 +19,11 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from kernel_builder import mlir_text as mt
-from multi_launch_builder.decl import ModuleDecl, Role
+from kernel_builder.decl import ModuleDecl, Role
+from kernel_builder.kernels import signature
 
 _PREFIX_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
@@ -65,10 +66,15 @@ class _Kernel:
 # ------------------------------------------------------------------------------------------ public API
 
 def stitch(decl: ModuleDecl) -> str:
-    """Generate every launch's kernel module and stitch them into the module `decl.name`."""
+    """Generate every launch's kernel module and stitch them into the module `decl.name`; the header records
+    the declaration's aircc preset (`// aircc preset: <flags>`, read back by the hardware model)."""
+    from kernel_builder.presets import PRESET_COMMENT
+
     signature = [SigArg(a.name, a.memref_type, a.role) for a in decl.args]
     slices = [Slice(l.prefix, l.build(), tuple(l.wiring)) for l in decl.launches]
-    return stitch_modules(decl.name, signature, slices)
+    text = stitch_modules(decl.name, signature, slices)
+    head, _, rest = text.partition("\n")
+    return f"{head}\n{PRESET_COMMENT} {' '.join(decl.preset.flags())}\n{rest}"
 
 
 def stitch_modules(name: str, signature: Sequence[SigArg | tuple], slices: Sequence[Slice]) -> str:
@@ -300,22 +306,33 @@ def _check_wiring(name: str, sig: list[SigArg], kernels: list[_Kernel]) -> None:
 
 
 def _check_data_flow(name: str, sig: list[SigArg], kernels: list[_Kernel]) -> None:
-    """A kernel's last canonical argument is the one it writes. Inputs/statics are never written; each
-    output/intermediate is written by exactly one slice, before any slice reads it."""
+    """What a kernel writes comes from its signature (kernel_builder.kernels.SIGNATURES: outputs, and
+    in-place arguments that it reads and writes). Inputs/statics/scalars are never written; each
+    output/intermediate is produced by exactly one slice, before any slice reads (or updates) it; STATE
+    windows are persistent memory: any slice may read or update them, in launch order."""
     writers: dict[str, list[int]] = {a.name: [] for a in sig}
     readers: dict[str, list[int]] = {a.name: [] for a in sig}
+    updaters: dict[str, list[int]] = {a.name: [] for a in sig}
     for j, k in enumerate(kernels):
-        writers[k.slice.wiring[-1]].append(j)
-        for arg in k.slice.wiring[:-1]:
-            readers[arg].append(j)
+        ks = signature(k.kind, len(k.slice.wiring))
+        for pos, arg in enumerate(k.slice.wiring):
+            pname = ks.args[pos]
+            if pname in ks.inplace:
+                updaters[arg].append(j)
+                readers[arg].append(j)
+            elif pname in ks.writes:
+                writers[arg].append(j)
+            else:
+                readers[arg].append(j)
     label = [k.label for k in kernels]
     roles = {a.name: Role(a.role) for a in sig}
     produced = [a.name for a in sig if roles[a.name] in (Role.OUTPUT, Role.INTERMEDIATE)]
     # Most specific problems first, so a single mistake is reported as itself.
     for a in sig:
-        if roles[a.name] in (Role.INPUT, Role.STATIC) and writers[a.name]:
-            raise ValueError(f"module {name}, {label[writers[a.name][0]]}: writes argument {a.name!r} (its output "
-                             f"parameter), but {a.name!r} has role {roles[a.name].value}")
+        if roles[a.name] in (Role.INPUT, Role.STATIC, Role.SCALAR) and (writers[a.name] or updaters[a.name]):
+            j = (writers[a.name] or updaters[a.name])[0]
+            raise ValueError(f"module {name}, {label[j]}: writes argument {a.name!r}, but {a.name!r} has role "
+                             f"{roles[a.name].value}")
     for n in produced:
         if len(writers[n]) > 1:
             w = writers[n]
@@ -327,8 +344,8 @@ def _check_data_flow(name: str, sig: list[SigArg], kernels: list[_Kernel]) -> No
         w = writers[n][0]
         for j in readers[n]:
             if j == w:
-                raise ValueError(f"module {name}, {label[j]}: reads and writes argument {n!r} "
-                                 "(in-place launches are not supported)")
+                raise ValueError(f"module {name}, {label[j]}: reads and writes argument {n!r} through two "
+                                 "parameters (only a kernel's in-place parameters may do that)")
             if j < w:
                 raise ValueError(f"module {name}, {label[j]}: reads {roles[n].value} {n!r} before "
                                  f"{label[w]} writes it")
@@ -410,29 +427,16 @@ class _SliceRenamer:
 
 # ------------------------------------------------------------------------------------------ benchmark
 
-def bench_stitch(shapes=None, buckets: Iterable[int] = (2048,), verbose: bool = False) -> float:
-    """Seconds to generate (kernel memo cleared) and stitch every module of one model at the given
-    prefill buckets; the lead's `make bench` prints it."""
-    from multi_launch_builder import clear_kernel_cache
-    from multi_launch_builder.registry import all_modules
-    from multi_launch_builder.shapes import LLAMA32_1B
+def bench_stitch(decls, verbose: bool = False) -> float:
+    """Seconds to generate (kernel memo cleared) and stitch the given declarations (`make bench`)."""
+    from kernel_builder.kernels import clear_kernel_cache
 
-    shapes = shapes or LLAMA32_1B
     clear_kernel_cache()
     t0 = time.perf_counter()
-    for decl in all_modules(shapes, tuple(buckets)):
+    for decl in decls:
         t = time.perf_counter()
         text = stitch(decl)
         if verbose:
             print(f"  {decl.name:24s} {len(decl.launches):2d} launches {len(text):9d} chars "
                   f"{time.perf_counter() - t:6.3f} s", file=sys.stderr)
     return time.perf_counter() - t0
-
-
-if __name__ == "__main__":  # python -m kernel_builder.stitching --bench
-    if "--bench" in sys.argv[1:]:
-        secs = bench_stitch(verbose=True)
-        print(f"generate + stitch all modules (Llama-3.2-1B, prefill 2048): {secs:.3f} s")
-    else:
-        print("usage: python -m kernel_builder.stitching --bench", file=sys.stderr)
-        sys.exit(2)

@@ -1,7 +1,8 @@
 """Read and validate a Llama-family config.json *before* any weight is touched.
 
 Only the math we implement is accepted: RMSNorm, GQA attention without biases, SwiGLU (silu) MLP,
-RoPE (default or the `llama3` scaling of Llama 3.1/3.2), tied or untied embeddings. Everything else is
+RoPE (default or the `llama3` scaling of Llama 3.1/3.2), tied or untied embeddings; the Llama family
+(`llama`) and its Qwen3 variant (`qwen3`: per-head q/k RMSNorm, full attention only). Everything else is
 rejected with one UnsupportedModel line naming the offending key.
 """
 from __future__ import annotations
@@ -9,13 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from multi_launch_builder.shapes import ModelShapes
+from typing import Sequence
 
 from .errors import UnsupportedModel
+from .models.llama import ModelShapes
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
-SUPPORTED_MODEL_TYPES = ("llama",)
+# model_type -> the architecture class name HF writes for it (llama_npu.models.FAMILIES has the descriptions)
+SUPPORTED = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -36,6 +37,7 @@ class ModelConfig:
     max_position: int                   # max_position_embeddings: the model's context
     eos_ids: tuple[int, ...]            # from generation_config.json + config.json
     bos_id: int | None
+    family: str = "llama"               # llama_npu.models.FAMILIES key
     raw: dict = field(repr=False, compare=False, default_factory=dict)
 
 
@@ -103,11 +105,13 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
                  generation: dict | None = None) -> ModelConfig:
     archs = cfg.get("architectures") or []
     model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES or (archs and not set(archs) & set(SUPPORTED_ARCHITECTURES)):
+    if model_type not in SUPPORTED or (archs and SUPPORTED[model_type] not in archs):
         shown = ", ".join(archs) if archs else f"model_type={model_type!r}"
         raise UnsupportedModel(
             f"{path}: unsupported architecture {shown} (llama-npu runs Llama-family models: "
-            f"LlamaForCausalLM / model_type 'llama')")
+            f"{', '.join(f'{a} / {t!r}' for t, a in SUPPORTED.items())})")
+    if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
+        raise UnsupportedModel(f"{path}: sliding-window attention layers are not supported")
     hidden = _require(cfg, "hidden_size", path)
     n_heads = _require(cfg, "num_attention_heads", path)
     n_layers = _require(cfg, "num_hidden_layers", path)
@@ -141,7 +145,7 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
     return ModelConfig(model_dir=Path(model_dir or path.parent), shapes=shapes, rope=rope,
                        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), max_position=max_pos,
                        eos_ids=tuple(dict.fromkeys(eos)), bos_id=bos if isinstance(bos, int) else None,
-                       raw=cfg)
+                       family=model_type, raw=cfg)
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:
@@ -154,3 +158,13 @@ def load_config(model_dir: str | Path) -> ModelConfig:
     gen_path = model_dir / "generation_config.json"
     generation = _read_json(gen_path, "generation_config.json") if gen_path.is_file() else {}
     return parse_config(cfg, path, model_dir, generation)
+
+
+def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
+    """Sorted unique buckets that fit the model's context; a context smaller than every bucket
+    becomes the only bucket (a tiny model still gets one prefill length)."""
+    bs = sorted({int(b) for b in buckets})
+    if not bs or bs[0] <= 0:
+        raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
+    fit = tuple(b for b in bs if b <= context)
+    return fit or (context,)

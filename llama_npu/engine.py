@@ -1,8 +1,11 @@
-"""The runtime: prefill (3 dispatches per layer, bucketed prompt lengths) + KV-cache decode (2 dispatches
-per layer + CPU attention) + LM head GEMV, driven through one KernelCache.
+"""The runtime: walks the model description's phase plans through one KernelCache.
 
-What runs where (see docs/runtime.md): embedding gather, KV-cache writes, decode attention, final
-RMSNorm of one row and sampling on the host; everything else on the device (npu / emu / null).
+Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer); decode feeds one token
+(2 dispatches per layer + attention); the LM head (final RMSNorm + vocabulary GEMVs) is one more dispatch.
+Both phases go through `_run_layers`, which binds every module input from where the plan says it comes
+from: the layer input, another module's output (a KernelCache ref: on the device, or through the host when
+the cache's hand-off policy says so), or a host step (the CPU decode attention). The KV cache and the RoPE
+table are device states; the host writes embeddings and positions, and reads logits.
 """
 from __future__ import annotations
 
@@ -14,26 +17,29 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from kernel_builder.decl import Role
 from kernel_builder.numerics import BF16
-from kernel_builder import reference
 
-from .config import ModelConfig, load_config
+from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-exported)
 from .errors import PromptError
-from .kv_cache import KVCache
+from .kv_cache import K_CACHE, V_CACHE, HostAttention, grown_capacity
 from .model_source import resolve_model
+from .models.graph import POS, PhasePlan
+from .models.llama import ROPE_TABLE
 from .rope import RopeTable
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .weights import ModelWeights
 
 DEFAULT_BUCKETS = (64, 256, 1024, 2048)
+HANDOFFS = ("device", "host")
 
 
 @dataclass
 class PrefillResult:
     logits: np.ndarray                   # f32 [vocab] at the last real prompt row
     hidden: list[np.ndarray] | None      # per layer: f32 [prompt_len, H] (return_hidden=True)
-    last_hidden: np.ndarray              # bf16 [H]: pre-final-norm hidden of the last real row
+    last_hidden: np.ndarray | None       # bf16 [H]: pre-final-norm hidden of the last real row (when read)
     prompt_len: int = 0
     bucket: int = 0
 
@@ -48,34 +54,24 @@ class GenerationResult:
     ms_per_token: float
     stop_reason: str                     # "eos" | "length" | "interrupted"
     prompt_len: int = 0
-
-
-def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
-    """Sorted unique buckets that fit the model's context; a context smaller than every bucket
-    becomes the only bucket (a tiny model still gets one prefill length)."""
-    bs = sorted({int(b) for b in buckets})
-    if not bs or bs[0] <= 0:
-        raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
-    fit = tuple(b for b in bs if b <= context)
-    return fit or (context,)
+    prompt_computed: int = 0             # prompt tokens computed by this call (the rest came from the KV cache)
 
 
 # A chat turn that extends the cached conversation by at most this many tokens is fed through decode
-# (one GEMV pass per token) instead of re-prefilling the whole history in a bucket.
+# (one pass per token) instead of re-prefilling the whole history in a bucket.
 MAX_EXTEND_TOKENS = 64
 
 
-def check_budget(n_prompt: int, max_new_tokens: int, context: int) -> None:
-    """Prompt + new tokens fit the model's context (PromptError). Any prompt length runs: beyond the largest
-    bucket the rest of the prompt goes through decode (Engine.generate). Shared by the CLI's cheap
-    pre-checks (before any weight is read) and Engine.generate."""
+def check_budget(n_prompt: int, max_new_tokens: int, context: int, what: str = "the model's context") -> None:
+    """Prompt + new tokens fit the context (PromptError). Shared by the CLI's cheap pre-checks (before any
+    weight is read) and Engine.generate."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise PromptError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if n_prompt == 0:
         raise PromptError("empty prompt: nothing to run")
     if n_prompt + max_new_tokens > context:
         raise PromptError(f"prompt ({n_prompt} tokens) + N_TOKENS ({max_new_tokens}) = "
-                          f"{n_prompt + max_new_tokens} exceeds the model's context of {context} tokens")
+                          f"{n_prompt + max_new_tokens} exceeds {what} of {context} tokens")
 
 
 def _too_long(n_prompt: int, buckets: Sequence[int]) -> PromptError:
@@ -83,93 +79,129 @@ def _too_long(n_prompt: int, buckets: Sequence[int]) -> PromptError:
                        f"{max(buckets)} (add a larger one with --buckets)")
 
 
-def _bo(module: str, layer: int) -> str:
-    """A layer's buffer-set key. It names the weight set, not the module: the KernelCache keys sets by
-    (module, bo_key) and shares static buffers across a module family (every prefill bucket), so one
-    layer's prefill weights are resident once however many buckets are compiled."""
+def layer_key(layer: int) -> str:
+    """A layer's buffer-set key: its weights (shared by every module of the layer family) and KV cache."""
     return f"L{layer}"
+
+
+def run_layers(cache, plan: PhasePlan, x: np.ndarray, pos: int, n_layers: int, host_op=None,
+               read_hidden: bool = False, read_last: bool = False) -> list[np.ndarray]:
+    """Run `n_layers` layers of `plan` on the host rows `x` at position `pos`: every module input is bound
+    where the plan says it comes from (layer 0's input: `x`; later layers: the previous layer's output; a
+    module output: a ref; a host step: `host_op(step, layer, pos, results)`'s array). Returns the layer
+    outputs read back (every layer with read_hidden, the last one with read_last)."""
+    run, ref = cache.load_and_run, cache.ref
+    out_step, out_arg = plan.output
+    out_module = plan.steps[out_step].decl.name
+    host_reads = {i: [src.arg for st in plan.steps if st.decl is None for src in st.inputs.values()
+                      if src.step == i] for i in range(len(plan.steps))}
+    hidden = []
+    for layer in range(n_layers):
+        bo = layer_key(layer)
+        host_vals: dict[int, np.ndarray] = {}
+        results: dict[int, dict] = {}
+        for i, step in enumerate(plan.steps):
+            if step.decl is None:
+                host_vals[i] = host_op(step, layer, pos, results)
+                continue
+            args = {}
+            for name, src in step.inputs.items():
+                if src.step < 0:     # the layer input: the host rows, then the previous layer's output
+                    args[name] = x if layer == 0 else ref(out_module, out_arg)
+                elif src.host:
+                    args[name] = host_vals[src.step]
+                else:
+                    args[name] = ref(plan.steps[src.step].decl.name, src.arg)
+            wanted = set(host_reads[i])
+            if i == out_step and (read_hidden or (read_last and layer == n_layers - 1)):
+                wanted.add(out_arg)
+            scalars = {POS: pos} if POS in step.decl.scalars else {}
+            results[i] = run(step.decl.name, bo_key=bo, read=wanted, **scalars, **args)
+        if out_arg in results.get(out_step, {}):
+            hidden.append(results[out_step][out_arg])
+    return hidden
 
 
 class Engine:
     def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer, weights: ModelWeights, cache, buckets,
-                 lm_plan: tuple[int, int], alias: bool = True):
+                 context: int | None = None):
         self.config = cfg
-        # alias: activations flow between dispatches on the device (KernelCache refs); the host reads only
-        # what it needs (K/V for the cache, the last layer's hidden). False = every hand-off via the host.
-        self.alias = alias
+        self.context = context or cfg.max_position   # positions this run may hold (--context)
         self.shapes = cfg.shapes
         self.tokenizer = tokenizer
         self.weights = weights
+        self.model = weights.model
         self.cache = cache
         self.buckets = tuple(buckets)
-        self.n_parts, self.part_rows = lm_plan
-        s = cfg.shapes
+        self.plans = self.model.plans(self.buckets)
         self._embed = weights.embed()
-        self._final_norm = weights.final_norm()
-        self.rope = RopeTable(s.head_dim, cfg.rope, initial=max(self.buckets))
+        self.rope = RopeTable(self.shapes.head_dim, cfg.rope)
         self.stop_ids = frozenset(cfg.eos_ids) | frozenset(tokenizer.eos_ids)
         self.pad_id = min(self.stop_ids) if self.stop_ids else 0
-        self.kv: KVCache | None = None
+        s = self.shapes
+        self.host_attention = HostAttention(s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim)
         self.pos = 0
         self.tokens: list[int] = []    # the ids whose K/V are in the cache (positions 0..pos-1)
         self.last_hidden: np.ndarray | None = None
-        self.host_attn_s = 0.0          # CPU decode-attention time since the last reset_timers()
-        self._logit_names = [f"logits_{p}" for p in range(self.n_parts)]
+        self.host_attn_s = 0.0          # CPU decode-attention time since the last reset
+        head = self.plans[("head",)].steps[0].decl
+        self._logit_names = [a.name for a in head.args if a.name.startswith("logits_")]
+        self.kv_capacity = 0
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
     def load(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
              cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
-             alias: bool = True) -> "Engine":
-        """Resolve the model, validate it (config before any weight), build or reuse every kernel
-        module, upload all weights into per-layer buffer sets and (warmup) run one untimed prefill in
-        the smallest bucket and one decode step, so one-time device work (binary loads, emu's f32
-        shadows of the weights) stays out of the first timed request."""
+             handoff: str = "device", context: int | None = None) -> "Engine":
+        """Resolve the model, validate it (config before any weight), choose the context (--context, else
+        what the machine's memory allows) and check the whole memory plan before anything is allocated,
+        build or reuse every kernel module, read all weights straight into their device buffers and
+        (warmup) run one untimed prefill and decode step, so one-time device work stays out of the first
+        timed request."""
         from kernel_builder.build import build_modules
         from kernel_builder.cache import KernelCache
         from kernel_builder.devices import make_device
-        from kernel_builder.planner import plan_lm_head
-        from multi_launch_builder import registry
 
         from .embedded import cache_root
 
+        if handoff not in HANDOFFS:
+            raise ValueError(f"handoff must be one of {HANDOFFS}, got {handoff!r}")
         model_dir = resolve_model(model, progress=progress)
         cfg = load_config(model_dir)
         tokenizer = Tokenizer(model_dir)
         dev = make_device(device)
-        weights = ModelWeights(cfg)  # headers + shapes checked; data is read lazily
-        bs = select_buckets(buckets, cfg.max_position)
-        decls = list(registry.all_modules(cfg.shapes, list(bs)))
+        weights = ModelWeights(cfg)  # headers + shapes checked; data is read straight into device buffers
+        from .memory import available_bytes, choose_context
+
+        avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
+        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail)
+        bs = select_buckets(buckets, ctx)
+        decls = weights.model.modules(bs)
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)
-        cache = KernelCache(dev, report.artifacts, decls)
-        plan = plan_lm_head(cfg.shapes.vocab, cfg.shapes.hidden)
-        eng = cls(cfg, tokenizer, weights, cache, bs, (plan.n_parts, plan.part_rows), alias=alias)
+        cache = KernelCache(dev, report.artifacts, decls, handoff=handoff)
+        eng = cls(cfg, tokenizer, weights, cache, bs, ctx)
         eng.preload(progress=progress)
         if warmup:
             eng.warmup()
         return eng
 
     def preload(self, progress: bool = True) -> None:
-        """Write every static (weights, prefill LUTs, LM-head partitions) once, before any timed call.
-        Each layer's transposed prefill copies live only while that layer is uploaded."""
+        """Write every static (each layer's weights once for all its modules, the LM head) before any timed
+        call, each tensor read from the checkpoint straight into its device buffer."""
         from tqdm import tqdm
 
-        c, n_layers = self.cache, self.shapes.n_layers
-        luts = {b: self.rope.rows(b) for b in self.buckets}
-        for layer in tqdm(range(n_layers), desc="uploading weights", unit="layer", disable=not progress,
-                          leave=False):
-            rgr, off = self.weights.prefill_statics(layer)
-            for b in self.buckets:
-                c.write_static(f"rms_gemms_rope_s{b}", bo_key=_bo(f"rms_gemms_rope_s{b}", layer), lut=luts[b], **rgr)
-                c.write_static(f"o_ffn_s{b}", bo_key=_bo(f"o_ffn_s{b}", layer), **off)
-            del rgr, off
-            drgr, dogf = self.weights.decode_statics(layer)
-            c.write_static("rms_gemv_rope", bo_key=_bo("rms_gemv_rope", layer), **drgr)
-            c.write_static("o_gemv_ffn", bo_key=_bo("o_gemv_ffn", layer), **dogf)
-        c.write_static("lm_head_gemv", bo_key="lm_head_gemv",
-                       **self.weights.lm_head_partitions(self.n_parts, self.part_rows))
+        c, w = self.cache, self.weights
+        layer_decls = [d for key, plan in self.plans.items() if key != ("head",) for d in plan.decls]
+        for layer in tqdm(range(self.shapes.n_layers), desc="uploading weights", unit="layer",
+                          disable=not progress, leave=False):
+            for d in layer_decls:
+                c.write_static(d.name, bo_key=layer_key(layer),
+                               **{a: w.writer(a, layer) for a in d.names(Role.STATIC)})
+        head = self.plans[("head",)].steps[0].decl
+        c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
+        self._ensure_capacity(min(max(self.buckets), self.context))
         c.reset_counters()  # the profile counts inference traffic, not the one-time upload
 
     def warmup(self) -> None:
@@ -196,93 +228,77 @@ class Engine:
             raise PromptError(f"token id {bad[0]} is outside the vocabulary [0, {self.shapes.vocab})")
         return ids
 
-    def _ensure_kv(self, capacity: int) -> KVCache:
-        """A KV cache with at least `capacity` positions (never beyond the model's context); grows by
-        doubling and keeps the entries already written."""
-        s = self.shapes
-        if capacity > self.config.max_position:
-            raise PromptError(f"position {capacity - 1} is beyond the model's context of "
-                              f"{self.config.max_position} tokens")
-        kv = self.kv
-        if kv is not None and kv.max_seq >= capacity:
-            return kv
-        size = capacity if kv is None else min(max(capacity, 2 * kv.max_seq), self.config.max_position)
-        new = KVCache(s.n_layers, s.n_kv_heads, size, s.head_dim, s.n_heads)
-        if kv is not None:
-            n = kv.max_seq
-            new.k[:, :, :n], new.v[:, :, :n] = kv.k, kv.v
-            new._kf[:, :, :n], new._vf[:, :, :n] = kv._kf, kv._vf
-        self.kv = new
-        return new
-
-    def _lm_head(self, row: np.ndarray) -> np.ndarray:
-        """Final RMSNorm on one row (host) + the single-row LM-head GEMV (device) -> f32 [vocab]."""
-        s = self.shapes
-        normed = reference.rmsnorm(row, self._final_norm, rows=1, dim=s.hidden, eps=s.rms_eps)
-        out = self.cache.load_and_run("lm_head_gemv", bo_key="lm_head_gemv", x=normed.reshape(1, s.hidden))
-        logits = np.concatenate([out[n].reshape(-1) for n in self._logit_names])
-        return logits[: s.vocab].astype(np.float32)
+    def _ensure_capacity(self, needed: int) -> None:
+        """KV cache and RoPE table rows for positions [0, needed): grown (contents kept) by doubling, never
+        beyond the run's context, never silently truncated."""
+        if needed > self.context:
+            raise PromptError(f"position {needed - 1} is beyond this run's context of {self.context} tokens"
+                              + (" (--context)" if self.context < self.config.max_position else ""))
+        if needed <= self.kv_capacity:
+            return
+        old = self.kv_capacity
+        cap = grown_capacity(needed, old, self.context)
+        for name in (K_CACHE, V_CACHE):
+            self.cache.define_state(name, cap)
+        self.cache.define_state(ROPE_TABLE, cap, per_key=False)
+        self.cache.write_state(ROPE_TABLE, self.rope.rows(cap)[old:], start=old)
+        self.kv_capacity = cap
 
     def reset(self) -> None:
         """Forget the conversation: the next prefill starts at position 0."""
         self.pos = 0
         self.tokens = []
         self.last_hidden = None
-        if self.kv is not None:
-            self.kv.reset()
+        self.host_attention.reset()
+
+    # ------------------------------------------------------------------------------------ the one walk
+    def _run_layers(self, plan: PhasePlan, x: np.ndarray, pos: int, read_hidden: bool = False,
+                    read_last: bool = False) -> list[np.ndarray]:
+        return run_layers(self.cache, plan, x, pos, self.shapes.n_layers, self._host_op, read_hidden, read_last)
+
+    def _host_op(self, step, layer: int, pos: int, results: dict) -> np.ndarray:
+        op = step.host_op
+        if op.kind != "attention":
+            raise ValueError(f"no host implementation of op {op.kind!r}")
+        (src,) = step.inputs.values()
+        q = results[src.step][src.arg]
+        t0 = time.perf_counter()
+        out = self.host_attention.attend(self.cache, layer, pos, q)
+        self.host_attn_s += time.perf_counter() - t0
+        return out
+
+    def _lm_head(self, module: str, arg: str, row: int | None) -> np.ndarray:
+        """Final RMSNorm + LM head on the device, on `module.arg` (row `row`) -> f32 logits [vocab]."""
+        head = self.plans[("head",)].steps[0].decl
+        out = self.cache.load_and_run(head.name, bo_key=head.name, x=self.cache.ref(module, arg, row=row))
+        logits = np.concatenate([out[n].reshape(-1) for n in self._logit_names])
+        return logits[: self.shapes.vocab].astype(np.float32)
 
     # ------------------------------------------------------------------------------------ prefill
     def prefill(self, token_ids: Sequence[int], return_hidden: bool = False,
                 bucket: int | None = None, kv_capacity: int | None = None) -> PrefillResult:
-        """Run the prompt from position 0 in the smallest bucket >= its length (or `bucket`), fill the
-        KV cache with its real rows and return the logits of the last real row."""
+        """Run the prompt from position 0 in the smallest bucket >= its length (or `bucket`); its K/V rows
+        land in the device cache; returns the logits of the last real row."""
         ids = self._check_ids(token_ids)
         n = len(ids)
-        s = self.shapes
         b = bucket if bucket is not None else self.bucket_for(n)
         if b not in self.buckets or b < n:
             raise PromptError(f"bucket {b} cannot hold a {n}-token prompt (compiled: {list(self.buckets)})")
         self.reset()
-        kv = self._ensure_kv(kv_capacity or min(n + 64, self.config.max_position))
+        self._ensure_capacity(min(max(b, kv_capacity or 0, n + 64), self.context))
         padded = np.full(b, self.pad_id, dtype=np.int64)
         padded[:n] = ids
         x = np.asarray(self._embed[padded], dtype=BF16)  # [b, H] gather on the host
-        rgr, fa, off = f"rms_gemms_rope_s{b}", f"flash_attn_s{b}", f"o_ffn_s{b}"
-        run = self.cache.load_and_run
-        hidden = [] if return_hidden else None
-        if self.alias:
-            ref = self.cache.ref
-            last = s.n_layers - 1
-            for layer in range(s.n_layers):
-                # layer 0 takes the host embedding; later layers the previous o_ffn's x_out, on the device
-                x_in = x if layer == 0 else ref(off, "x_out")
-                o1 = run(rgr, bo_key=_bo(rgr, layer), x=x_in, read=("k_roped", "v"))
-                kv.write_prefill(layer, o1["k_roped"], o1["v"], n)
-                run(fa, bo_key=fa, q=ref(rgr, "q_roped"), k=ref(rgr, "k_roped"), v=ref(rgr, "v"), read=())
-                # the residual x is whatever rgr read (for layer > 0 that is o_ffn's own x_out buffer:
-                # safe, o_ffn reads x before its last launch writes x_out; KernelCache checks this)
-                need = hidden is not None or layer == last
-                o3 = run(off, bo_key=_bo(off, layer), attn=ref(fa, "attn"), x=ref(rgr, "x"),
-                         read=("x_out",) if need else ())
-                if need:
-                    x = o3["x_out"].reshape(b, s.hidden)
-                if hidden is not None:
-                    hidden.append(x[:n].astype(np.float32))
-        else:
-            for layer in range(s.n_layers):
-                o1 = run(rgr, bo_key=_bo(rgr, layer), x=x)
-                kv.write_prefill(layer, o1["k_roped"], o1["v"], n)
-                o2 = run(fa, bo_key=fa, q=o1["q_roped"], k=o1["k_roped"], v=o1["v"])
-                o3 = run(off, bo_key=_bo(off, layer), attn=o2["attn"], x=x)
-                x = o3["x_out"].reshape(b, s.hidden)
-                if hidden is not None:
-                    hidden.append(x[:n].astype(np.float32))
-        last = np.array(x[n - 1])
-        kv.length = n
+        plan = self.plans[("prefill", b)]
+        outs = self._run_layers(plan, x, 0, read_hidden=return_hidden)
+        hidden = [o.reshape(b, -1)[:n].astype(np.float32) for o in outs] if return_hidden else None
+        last = np.array(outs[-1].reshape(b, -1)[n - 1]) if outs else None
         self.pos = n
         self.tokens = list(ids)
         self.last_hidden = last
-        return PrefillResult(self._lm_head(last.reshape(1, s.hidden)), hidden, last, n, b)
+        out_step, out_arg = plan.output
+        logits = self._lm_head(plan.steps[out_step].decl.name, out_arg, n - 1)
+        return PrefillResult(logits, hidden, last, n, b)
 
     # ------------------------------------------------------------------------------------ decode
     def decode_step(self, token_id: int) -> np.ndarray:
@@ -290,41 +306,20 @@ class Engine:
         if self.pos == 0:
             raise PromptError("decode_step before prefill: run a prompt first")
         self._check_ids([token_id])
-        s = self.shapes
         pos = self.pos
-        kv = self._ensure_kv(pos + 1)
-        x = np.asarray(self._embed[int(token_id)], dtype=BF16).reshape(1, s.hidden)
-        lut = self.rope.row(pos)
-        run = self.cache.load_and_run
-        attn_s = 0.0
-        alias, last = self.alias, s.n_layers - 1
-        if alias:  # x stays on the device between layers (only the last layer's x_out is read back)
-            prev_out, layer_in = self.cache.ref("o_gemv_ffn", "x_out"), self.cache.ref("rms_gemv_rope", "x")
-            lut_ref = self.cache.ref("rms_gemv_rope", "lut")  # the position's RoPE row: written once per token
-        for layer in range(s.n_layers):
-            x_in = prev_out if alias and layer else x
-            o1 = run("rms_gemv_rope", bo_key=_bo("rms_gemv_rope", layer), x=x_in,
-                     lut=lut_ref if alias and layer else lut)
-            t0 = time.perf_counter()
-            attn = kv.attend(layer, pos, o1["q_roped"], o1["k_roped"], o1["v"])
-            attn_s += time.perf_counter() - t0
-            if alias:
-                o3 = run("o_gemv_ffn", bo_key=_bo("o_gemv_ffn", layer), attn=attn,
-                         x=layer_in, read=("x_out",) if layer == last else ())
-                if layer == last:
-                    x = o3["x_out"].reshape(1, s.hidden)
-            else:
-                x = run("o_gemv_ffn", bo_key=_bo("o_gemv_ffn", layer), attn=attn, x=x)["x_out"].reshape(1, s.hidden)
-        self.host_attn_s += attn_s
-        kv.length = pos + 1
+        self._ensure_capacity(pos + 1)
+        x = np.asarray(self._embed[int(token_id)], dtype=BF16).reshape(1, self.shapes.hidden)
+        plan = self.plans[("decode",)]
+        self._run_layers(plan, x, pos)
         self.pos = pos + 1
         self.tokens.append(int(token_id))
-        self.last_hidden = x.reshape(s.hidden)
-        return self._lm_head(x)
+        out_step, out_arg = plan.output
+        return self._lm_head(plan.steps[out_step].decl.name, out_arg, None)
 
     # ------------------------------------------------------------------------------------ generate
     def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:
-        check_budget(n_prompt, max_new_tokens, self.config.max_position)
+        what = "the model's context" if self.context == self.config.max_position else "this run's --context"
+        check_budget(n_prompt, max_new_tokens, self.context, what)
 
     def reusable_prefix(self, token_ids: Sequence[int]) -> bool:
         """True when `token_ids` extends the tokens already in the KV cache (a chat turn appended to the
@@ -351,7 +346,7 @@ class Engine:
         t0 = time.perf_counter()
         n_fed = len(ids) - self.pos if reuse else len(ids)  # prompt tokens actually computed now
         if reuse:
-            self._ensure_kv(len(ids) + max_new_tokens)
+            self._ensure_capacity(len(ids) + max_new_tokens)
             for t in ids[self.pos:]:
                 first_logits = self.decode_step(t)
         else:
@@ -390,7 +385,7 @@ class Engine:
             prefill_tok_s=n_fed / ttft if ttft > 0 else float("inf"),
             decode_tok_s=n_dec / dec_s if n_dec and dec_s > 0 else 0.0,
             ms_per_token=1e3 * dec_s / n_dec if n_dec else 0.0,
-            stop_reason=stop_reason, prompt_len=len(ids))
+            stop_reason=stop_reason, prompt_len=len(ids), prompt_computed=n_fed)
 
 
 class _TextStream:

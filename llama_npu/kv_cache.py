@@ -1,71 +1,65 @@
-"""Head-major KV cache [n_layers, n_kv_heads, max_seq, head_dim] (bf16) and the CPU decode attention.
+"""Host side of the KV cache: the capacity plan and the CPU decode-attention fallback.
 
-Prefill writes positions [0, prompt_len) of every layer from the kernels' k_roped / v rows; each decode
-step writes one position and attends over [0, pos]. A float32 mirror of the same (bf16-exact) values is
-kept so the per-token attention never converts the whole cache again.
+The KV cache itself lives on the device: per layer, two STATE buffers `k_cache` / `v_cache` of `capacity`
+rows of kv_heads*head_dim bf16 (position-major: row p holds every KV head's vector of position p, exactly
+the rows the K/V projections produce, so appending a chunk or a token is one contiguous window). Kernels
+append and read it in place; nothing crosses to the host.
+
+`HostAttention` is the `--decode-attention host` fallback: it mirrors the rows it needs from the device
+(read once each, incrementally, kept as f32: bf16 values exactly) and computes one query row against positions
+0..pos with `kernel_builder.reference.decode_attn`, the numerics the emulated NPU attention uses, so the two
+decode paths give the same bytes (tests/test_decode_paths.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kernel_builder.numerics import BF16, to_bf16
-from kernel_builder.reference import attention_scale
+from kernel_builder.reference import decode_attn
 
-from .errors import PromptError
+K_CACHE, V_CACHE = "k_cache", "v_cache"
 
 
-class KVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, max_seq: int, head_dim: int, n_heads: int):
-        if n_heads % n_kv_heads:
-            raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
-        self.n_layers, self.n_kv_heads, self.max_seq, self.head_dim = n_layers, n_kv_heads, max_seq, head_dim
-        self.n_heads = n_heads
-        self.group = n_heads // n_kv_heads
-        shape = (n_layers, n_kv_heads, max_seq, head_dim)
-        self.k = np.zeros(shape, dtype=BF16)
-        self.v = np.zeros(shape, dtype=BF16)
-        self._kf = np.zeros(shape, dtype=np.float32)
-        self._vf = np.zeros(shape, dtype=np.float32)
-        self.scale = np.float32(attention_scale(head_dim))
-        self.length = 0  # positions [0, length) hold real entries
+def grown_capacity(needed: int, current: int, limit: int, minimum: int = 256) -> int:
+    """The capacity to allocate for `needed` positions: at least double the current one (amortised
+    growth), at least `minimum`, never beyond the model's context `limit`."""
+    if needed > limit:
+        raise ValueError(f"{needed} positions exceed the context of {limit}")
+    if needed <= current:
+        return current
+    return min(limit, max(needed, 2 * current, minimum))
 
-    def _check(self, pos_end: int) -> None:
-        if pos_end > self.max_seq:
-            raise PromptError(f"KV cache full: position {pos_end - 1} is beyond its {self.max_seq} slots")
 
-    def _heads(self, rows: np.ndarray, n: int) -> np.ndarray:
-        """[n, kv_heads*hd] row-major kernel output -> head-major [kv_heads, n, hd]."""
-        return rows[:n].reshape(n, self.n_kv_heads, self.head_dim).transpose(1, 0, 2)
+class HostAttention:
+    """CPU decode attention over a host mirror of the device KV cache (rows synced as they appear)."""
 
-    def write_prefill(self, layer: int, k_rows: np.ndarray, v_rows: np.ndarray, n: int) -> None:
-        """Store the first n rows (the real prompt) of one layer's prefill K/V at positions [0, n)."""
-        self._check(n)
-        k, v = self._heads(k_rows, n), self._heads(v_rows, n)
-        self.k[layer, :, :n] = k
-        self.v[layer, :, :n] = v
-        self._kf[layer, :, :n] = k
-        self._vf[layer, :, :n] = v
-
-    def attend(self, layer: int, pos: int, q: np.ndarray, k_row: np.ndarray, v_row: np.ndarray) -> np.ndarray:
-        """Write the new k/v at `pos`, then attention of q [1, heads*hd] over positions [0, pos]
-        (f32 scores and softmax, GQA, all heads in one batched matmul) -> bf16 [1, heads*hd]."""
-        self._check(pos + 1)
-        kh = k_row.reshape(self.n_kv_heads, self.head_dim)
-        vh = v_row.reshape(self.n_kv_heads, self.head_dim)
-        self.k[layer, :, pos] = kh
-        self.v[layer, :, pos] = vh
-        self._kf[layer, :, pos] = kh
-        self._vf[layer, :, pos] = vh
-        t = pos + 1
-        qf = q.reshape(self.n_kv_heads, self.group, self.head_dim).astype(np.float32)
-        keys = self._kf[layer, :, :t]            # [kv, t, hd]
-        scores = np.matmul(qf, keys.transpose(0, 2, 1))  # [kv, group, t]
-        scores *= self.scale
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        denom = scores.sum(axis=-1, keepdims=True)
-        out = np.matmul(scores, self._vf[layer, :, :t]) / denom  # [kv, group, hd]
-        return to_bf16(out.reshape(1, self.n_heads * self.head_dim))
+    def __init__(self, n_layers: int, heads: int, kv_heads: int, head_dim: int):
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        # f32 mirrors of the cache rows [positions, kv_heads*head_dim] (bf16-exact values)
+        self.k = [np.zeros((0, kv_heads * head_dim), dtype=np.float32) for _ in range(n_layers)]
+        self.v = [np.zeros((0, kv_heads * head_dim), dtype=np.float32) for _ in range(n_layers)]
+        self.have = [0] * n_layers
 
     def reset(self) -> None:
-        self.length = 0
+        self.have = [0] * len(self.have)
+
+    def _sync(self, cache, layer: int, upto: int) -> None:
+        have = self.have[layer]
+        if upto <= have:
+            return
+        bo = f"L{layer}"
+        if self.k[layer].shape[0] < upto:
+            cap = max(upto, 2 * self.k[layer].shape[0])
+            for arrs in (self.k, self.v):
+                grown = np.zeros((cap, arrs[layer].shape[1]), dtype=np.float32)
+                grown[:have] = arrs[layer][:have]
+                arrs[layer] = grown
+        for name, arrs in ((K_CACHE, self.k), (V_CACHE, self.v)):
+            arrs[layer][have:upto] = cache.read_state(name, bo, have, upto)
+        self.have[layer] = upto
+
+    def attend(self, cache, layer: int, pos: int, q: np.ndarray) -> np.ndarray:
+        """bf16 [1, heads*head_dim]: attention of the query at `pos` over positions 0..pos of `layer`."""
+        self._sync(cache, layer, pos + 1)
+        n = pos + 1
+        return decode_attn(q, self.k[layer][:n], self.v[layer][:n], pos, kv_rows=n, heads=self.heads,
+                           kv_heads=self.kv_heads, head_dim=self.head_dim)

@@ -15,38 +15,27 @@ EMBEDDED_ALIASES = ("", "embedded", "default", "smollm2-135m-instruct")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
-def hf_cache_dirs() -> list[Path]:
-    """Hub cache roots in the order huggingface_hub itself honours them."""
-    dirs: list[Path] = []
+def hub_cache_dir() -> Path:
+    """The hub cache root huggingface_hub uses, read from the environment at call time (its own constant is
+    fixed at import): $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
     if os.environ.get("HF_HUB_CACHE"):
-        dirs.append(Path(os.environ["HF_HUB_CACHE"]).expanduser())
-    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
-        dirs.append(Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser())
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     if os.environ.get("HF_HOME"):
-        dirs.append(Path(os.environ["HF_HOME"]).expanduser() / "hub")
-    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return list(dict.fromkeys(dirs))
-
-
-def _snapshot(repo_dir: Path) -> Path | None:
-    """The snapshot `refs/main` points to, else the most recent snapshot holding a config.json."""
-    snaps = repo_dir / "snapshots"
-    ref = repo_dir / "refs" / "main"
-    if ref.is_file():
-        cand = snaps / ref.read_text().strip()
-        if (cand / "config.json").is_file():
-            return cand
-    found = [d for d in snaps.glob("*") if (d / "config.json").is_file()] if snaps.is_dir() else []
-    return max(found, key=lambda d: d.stat().st_mtime) if found else None
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
 
 
 def find_in_hf_cache(model_id: str) -> Path | None:
-    folder = "models--" + model_id.replace("/", "--")
-    for root in hf_cache_dirs():
-        snap = _snapshot(root / folder)
-        if snap is not None:
-            return snap
-    return None
+    """The cached snapshot of `model_id` (the revision `main` points to), looked up by huggingface_hub
+    offline; None when it is not in the cache."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = Path(snapshot_download(model_id, local_files_only=True, cache_dir=hub_cache_dir()))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+    return path if (path / "config.json").is_file() else None
 
 
 def resolve_model(model: str | os.PathLike | None = None, progress: bool = True) -> Path:
@@ -67,8 +56,7 @@ def resolve_model(model: str | os.PathLike | None = None, progress: bool = True)
         snap = find_in_hf_cache(text)
         if snap is not None:
             return snap
-        looked = ", ".join(str(d) for d in hf_cache_dirs())
         raise ModelNotFound(
-            f"model {text!r} is neither a directory nor in the local Hugging Face cache (looked in {looked}); "
+            f"model {text!r} is neither a directory nor in the local Hugging Face cache ({hub_cache_dir()}); "
             f"download it first, e.g. `huggingface-cli download {text}`")
     raise ModelNotFound(f"model path {text} does not exist")

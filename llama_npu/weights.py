@@ -1,10 +1,8 @@
-"""Safetensors checkpoints read by memory map (no copies until a layout change needs one) and the
-weight layouts each kernel module expects, prepared once at start-up.
-
-Layouts (see multi_launch_builder registry):
-  prefill GEMMs take [in, out]   -> HF `*.weight.T` (one transposed copy per tensor)
-  decode GEMVs take [out, in]    -> the HF tensor itself (a view of the mapped file)
-  lm_head_gemv takes row partitions from the planner, the last one zero-padded beyond vocab.
+"""Safetensors checkpoints: headers validated before any weight is read; tensors read straight from the
+file into the device buffers that hold them (no second host copy: the reference design's "the BO IS the
+weight storage"), in the layout each static argument names (llama_npu.models.lowering: `<w>` is the HF
+[out, in] tensor, `<w>_t` its transpose, which needs one tensor in flight; LM-head partitions are row blocks
+zero-padded past the vocabulary).
 """
 from __future__ import annotations
 
@@ -93,6 +91,24 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self.refs
 
+    def read_into(self, name: str, view: np.ndarray, start: int, count: int) -> None:
+        """Elements [start, start + count) of a tensor, as bf16, into `view` (a uint8 array of count*2
+        bytes). bf16 tensors are read from the file straight into it; others are converted (RNE) on the way."""
+        ref = self.refs[name]
+        dtype = _DTYPES.get(ref.dtype)
+        if dtype is None:
+            raise WeightsError(f"{ref.file.name}: tensor {name} has unsupported dtype {ref.dtype}")
+        if view.nbytes != count * 2:
+            raise WeightsError(f"tensor {name}: {count} elements do not fill a {view.nbytes}-byte buffer")
+        if dtype == BF16:
+            with open(ref.file, "rb") as f:
+                f.seek(ref.start + start * 2)
+                if f.readinto(memoryview(view)) != view.nbytes:
+                    raise WeightsError(f"{ref.file.name}: tensor {name} is truncated")
+            return
+        flat = self.get(name).reshape(-1)[start:start + count]
+        np.copyto(view.view(BF16), to_bf16(flat))
+
     def get(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """The tensor as a read-only array view of the mapped file (bf16 stays bf16; f16/f32 are
         kept as stored; callers round with `bf16()`)."""
@@ -118,98 +134,55 @@ def bf16(a: np.ndarray) -> np.ndarray:
     return a if a.dtype == BF16 else to_bf16(a)
 
 
-def transposed(a: np.ndarray) -> np.ndarray:
-    """[out, in] -> contiguous bf16 [in, out] (the prefill GEMM `b` operand)."""
-    return np.ascontiguousarray(bf16(a).T)
-
-
 class ModelWeights:
-    """Names, shapes and kernel layouts of a Llama checkpoint; tensors are produced on demand so that
-    start-up holds at most one layer's transposed copies at a time."""
+    """The checkpoint behind a model description's tensor map: validated up front (headers only), read
+    tensor by tensor straight into device buffers (`writer`), the embedding kept as a mapped view."""
 
-    def __init__(self, cfg: ModelConfig, checkpoint: Checkpoint | None = None):
+    def __init__(self, cfg: ModelConfig, model=None, checkpoint: Checkpoint | None = None):
+        from .models import model_for
+
         self.cfg = cfg
+        self.model = model or model_for(cfg)
         self.ckpt = checkpoint or Checkpoint(cfg.model_dir)
+        untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
+        self.lm_source = "lm_head" if untied else "embed"
         self.validate()
 
-    # --- names and expected shapes -------------------------------------------------------------
-    def layer_tensors(self, i: int) -> dict[str, tuple[str, tuple[int, ...]]]:
-        s = self.cfg.shapes
-        p = f"model.layers.{i}."
-        return {
-            "attn_norm": (p + "input_layernorm.weight", (s.hidden,)),
-            "ffn_norm": (p + "post_attention_layernorm.weight", (s.hidden,)),
-            "q": (p + "self_attn.q_proj.weight", (s.q_dim, s.hidden)),
-            "k": (p + "self_attn.k_proj.weight", (s.kv_dim, s.hidden)),
-            "v": (p + "self_attn.v_proj.weight", (s.kv_dim, s.hidden)),
-            "o": (p + "self_attn.o_proj.weight", (s.hidden, s.q_dim)),
-            "gate": (p + "mlp.gate_proj.weight", (s.ffn, s.hidden)),
-            "up": (p + "mlp.up_proj.weight", (s.ffn, s.hidden)),
-            "down": (p + "mlp.down_proj.weight", (s.hidden, s.ffn)),
-        }
-
-    def global_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
-        s = self.cfg.shapes
-        out = {"embed": ("model.embed_tokens.weight", (s.vocab, s.hidden)),
-               "final_norm": ("model.norm.weight", (s.hidden,))}
-        if "lm_head.weight" in self.ckpt or not self.cfg.tie_embeddings:
-            out["lm_head"] = ("lm_head.weight", (s.vocab, s.hidden))
-        else:
-            out["lm_head"] = out["embed"]
-        return out
-
     def validate(self) -> None:
-        """Every tensor present with the right shape and a readable byte range (header-only)."""
-        wanted = list(self.global_tensors().values())
-        for i in range(self.cfg.shapes.n_layers):
-            wanted += self.layer_tensors(i).values()
+        """Every tensor the model needs is present with the right shape and a readable byte range."""
+        s = self.cfg.shapes
+        wanted = [("model.embed_tokens.weight", (s.vocab, s.hidden)), ("model.norm.weight", (s.hidden,))]
+        if self.lm_source == "lm_head":
+            wanted.append(("lm_head.weight", (s.vocab, s.hidden)))
+        for i in range(s.n_layers):
+            wanted += [(f"model.layers.{i}.{hf}", shape) for hf, shape in self.model.layer_tensors().values()]
         for name, shape in wanted:
             self.ckpt.get(name, shape)
 
-    def layer(self, i: int) -> dict[str, np.ndarray]:
-        return {k: self.ckpt.get(n, sh) for k, (n, sh) in self.layer_tensors(i).items()}
-
-    # --- kernel layouts ---------------------------------------------------------------------------
     def embed(self) -> np.ndarray:
-        n, sh = self.global_tensors()["embed"]
-        return self.ckpt.get(n, sh)
+        s = self.cfg.shapes
+        return self.ckpt.get("model.embed_tokens.weight", (s.vocab, s.hidden))
 
-    def final_norm(self) -> np.ndarray:
-        n, sh = self.global_tensors()["final_norm"]
-        return bf16(self.ckpt.get(n, sh))
+    def spec(self, arg: str, layer: int | None):
+        return self.model.static_tensor(arg, layer, self.lm_source)
 
-    def prefill_statics(self, i: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """(rms_gemms_rope statics without the LUT, o_ffn statics) for layer i, GEMM layout [in, out]."""
-        w = self.layer(i)
-        rgr = {"norm_w": bf16(w["attn_norm"]), "wq": transposed(w["q"]), "wk": transposed(w["k"]),
-               "wv": transposed(w["v"])}
-        off = {"wo": transposed(w["o"]), "ffn_norm_w": bf16(w["ffn_norm"]), "w_gate": transposed(w["gate"]),
-               "w_up": transposed(w["up"]), "w_down": transposed(w["down"])}
-        return rgr, off
+    def writer(self, arg: str, layer: int | None):
+        """`fill(view)` for KernelCache.write_static: the bytes of static `arg` of `layer` (None: LM head),
+        in the layout its name asks for, written into `view` (the device buffer's host mapping)."""
+        spec = self.spec(arg, layer)
 
-    def decode_statics(self, i: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """(rms_gemv_rope statics, o_gemv_ffn statics) for layer i, GEMV layout = HF [out, in]."""
-        w = self.layer(i)
-        rgr = {"norm_w": bf16(w["attn_norm"]), "wq": bf16(w["q"]), "wk": bf16(w["k"]), "wv": bf16(w["v"])}
-        ogf = {"wo": bf16(w["o"]), "ffn_norm_w": bf16(w["ffn_norm"]), "w_gate": bf16(w["gate"]),
-               "w_up": bf16(w["up"]), "w_down": bf16(w["down"])}
-        return rgr, ogf
-
-    def lm_head_partitions(self, n_parts: int, part_rows: int) -> dict[str, np.ndarray]:
-        """{"w_0": [part_rows, H], ...}: vocab rows split in order; rows beyond vocab are zero."""
-        n, sh = self.global_tensors()["lm_head"]
-        w = self.ckpt.get(n, sh)
-        vocab, hidden = sh
-        if n_parts * part_rows < vocab:
-            raise WeightsError(f"LM head plan {n_parts}x{part_rows} rows does not cover vocab {vocab}")
-        parts = {}
-        for p in range(n_parts):
-            lo, hi = p * part_rows, min((p + 1) * part_rows, vocab)
-            if hi - lo == part_rows:
-                parts[f"w_{p}"] = bf16(w[lo:hi])
+        def fill(view: np.ndarray) -> None:
+            if spec.rows:                     # a block of rows, zero-padded past the tensor's end
+                hidden = spec.shape[1]
+                lo, hi = spec.row0, min(spec.row0 + spec.rows, spec.shape[0])
+                n = max(0, hi - lo) * hidden * 2
+                if n:
+                    self.ckpt.read_into(spec.name, view[:n], lo * hidden, (hi - lo) * hidden)
+                view[n:] = 0
+            elif spec.transpose:              # one tensor in flight: read, transpose, copy in
+                src = np.empty(view.nbytes, dtype=np.uint8)
+                self.ckpt.read_into(spec.name, src, 0, int(np.prod(spec.shape)))
+                np.copyto(view.view(BF16).reshape(spec.shape[::-1]), src.view(BF16).reshape(spec.shape).T)
             else:
-                buf = np.zeros((part_rows, hidden), dtype=BF16)
-                if hi > lo:
-                    buf[: hi - lo] = w[lo:hi]
-                parts[f"w_{p}"] = buf
-        return parts
+                self.ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
+        return fill

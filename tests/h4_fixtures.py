@@ -4,7 +4,8 @@ from __future__ import annotations
 from functools import partial
 
 from kernel_builder.kernels import add, gemv, rmsnorm
-from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
+from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
+from kernel_builder.presets import AirccPreset
 
 R, D = 4, 64
 
@@ -19,7 +20,8 @@ def add_norm(name: str = "add_norm", eps: float = 1e-5) -> ModuleDecl:
 
 
 def gemv_mod(name: str = "lm_head_gemv_t", m: int = 64, k: int = 64) -> ModuleDecl:
-    """One GEMV with an external kernel (link_with) and a static weight."""
+    """One GEMV with an external kernel (link_with), a static weight and a GEMV aircc preset."""
     return ModuleDecl(name, (
         Arg("w", (m, k), Role.STATIC), Arg("x", (1, k), Role.INPUT), Arg("y", (1, m), Role.OUTPUT)),
-        (Launch("gv", partial(gemv.build, m, k), ("w", "x", "y")),))
+        (Launch("gv", partial(gemv.build, m, k), ("w", "x", "y")),),
+        preset=AirccPreset(runtime_loop_tiling_sizes=(16, 16)))

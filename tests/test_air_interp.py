@@ -20,7 +20,7 @@ from kernel_builder.devices.emu import EmuDevice
 from kernel_builder.devices.interp import InterpEmuDevice
 from kernel_builder.numerics import BF16
 from kernel_builder.reference import KERNELS
-from multi_launch_builder.shapes import ModelShapes
+from llama_npu.models.llama import LlamaModel, ModelShapes
 
 TINY = ModelShapes(hidden=64, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, vocab=256, n_layers=1,
                    rms_eps=1e-5)
@@ -31,8 +31,7 @@ ULPS = 2
 @pytest.fixture(scope="module")
 def stitched():
     from kernel_builder.stitching import stitch
-    from multi_launch_builder.registry import all_modules
-    return {d.name: stitch(d) for d in all_modules(TINY, [SEQ])}
+    return {d.name: stitch(d) for d in LlamaModel(TINY).modules([SEQ])}
 
 
 def _artifact(tmp_path, name: str, text: str) -> Artifact:
@@ -76,7 +75,7 @@ def _shapes_of(text: str) -> list[tuple[int, ...]]:
 
 # ---------------------------------------------------------------------------------------- stitched modules
 
-MODULES = ["rms_gemms_rope_s16", "flash_attn_s16", "o_ffn_s16", "rms_gemv_rope", "o_gemv_ffn", "lm_head_gemv"]
+MODULES = ["qkv_s16", "attn_s16", "ffn_s16", "qkv_dec", "ffn_dec", "lm_head"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -96,8 +95,8 @@ def test_stitched_module_matches_reference_emu(stitched, tmp_path, name):
 
 
 def test_counters_match_emu(stitched, tmp_path):
-    art = _artifact(tmp_path, "rms_gemv_rope", stitched["rms_gemv_rope"])
-    data = _inputs(_shapes_of(stitched["rms_gemv_rope"]), seed=7)
+    art = _artifact(tmp_path, "qkv_dec", stitched["qkv_dec"])
+    data = _inputs(_shapes_of(stitched["qkv_dec"]), seed=7)
     a, b = EmuDevice(), InterpEmuDevice()
     _run(a, art, data)
     _run(b, art, data)
@@ -127,22 +126,22 @@ def _check_mutation_detected(tmp_path, name: str, text: str, mutated: str, seed:
 
 def test_rope_lut_dma_offset_mutation_is_detected(stitched, tmp_path):
     # every query row reads the LUT row of position 0 instead of its own
-    text = stitched["rms_gemms_rope_s16"]
-    mutated = _mutate(text, r"(air\.dma_memcpy_nd \(%rope_q_lut_l1\[\] \[\] \[\], %\w+\[)(%\w+)(, )(%\w+)\]",
+    text = stitched["qkv_s16"]
+    mutated = _mutate(text, r"(air\.dma_memcpy_nd \(%q_roped_lut_l1\[\] \[\] \[\], %\w+\[)(%\w+)(, )(%\w+)\]",
                       lambda m: f"{m.group(1)}{m.group(4)}{m.group(3)}{m.group(4)}]")
-    _check_mutation_detected(tmp_path, "rms_gemms_rope_s16", text, mutated, seed=11)
+    _check_mutation_detected(tmp_path, "qkv_s16", text, mutated, seed=11)
 
 
 def test_gemv_herd_size_mutation_is_detected(stitched, tmp_path):
     # the q projection's herd shrinks to one tile: only the first tile's rows are computed
-    text = stitched["rms_gemv_rope"]
+    text = stitched["qkv_dec"]
     mutated = _mutate(text, r"(air\.herd @q_gemv_herd tile \([^)]*\) in \(%\w+=)(%\w+)(, %\w+=)(%\w+)\)",
                       lambda m: f"{m.group(1)}{m.group(4)}{m.group(3)}{m.group(4)})")
-    _check_mutation_detected(tmp_path, "rms_gemv_rope", text, mutated, seed=12)
+    _check_mutation_detected(tmp_path, "qkv_dec", text, mutated, seed=12)
 
 
 def test_out_of_bounds_dma_fails_naming_the_line(stitched, tmp_path):
-    text = stitched["rms_gemv_rope"]
+    text = stitched["qkv_dec"]
     # the q gemv's weight DMA walks each row with element stride 8: the last tiles run past the buffer
     mutated = _mutate(text, r"(air\.dma_memcpy_nd \(%q_w_l1\[\] \[\] \[\], %\w+\[[^\]]*\] \[[^\]]*\] \[%\w+, )(%\w+)\]",
                       lambda m: f"{m.group(1)}%q_c8_1]")
@@ -231,12 +230,12 @@ def test_gemm_channel_broadcast_traffic_and_result():
 
 def test_gemm_put_offset_mutation_is_detected(stitched, tmp_path):
     # herd row 1 of the q projection is sent row 0's slice of the A panel
-    text = stitched["rms_gemms_rope_s16"]
+    text = stitched["qkv_s16"]
     puts = list(re.finditer(r"air\.channel\.put @q_gemm_a\[%\w+, %\w+\] \(%\w+\[(%\w+), ", text))
     assert len(puts) >= 2, "the q GEMM should broadcast to at least two herd rows"
     second = puts[1]
     mutated = text[:second.start(1)] + puts[0].group(1) + text[second.end(1):]
-    _check_mutation_detected(tmp_path, "rms_gemms_rope_s16", text, mutated, seed=13)
+    _check_mutation_detected(tmp_path, "qkv_s16", text, mutated, seed=13)
 
 
 def test_channel_get_without_put_and_unconsumed_put_fail():

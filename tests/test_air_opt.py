@@ -11,13 +11,12 @@ import subprocess
 import pytest
 
 from kernel_builder.stitching import stitch
-from multi_launch_builder.registry import all_modules
-from multi_launch_builder.shapes import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
+from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M, LlamaModel
 
 AIR_OPT = os.environ.get("AIR_OPT")
 pytestmark = pytest.mark.skipif(not AIR_OPT, reason="AIR_OPT not set (no air-opt on this machine)")
 
-CASES = [(shapes, decl) for shapes in (SMOLLM2_135M, LLAMA32_1B, LLAMA32_3B) for decl in all_modules(shapes, [64])]
+CASES = [(shapes, decl) for shapes in (SMOLLM2_135M, LLAMA32_1B, LLAMA32_3B) for decl in LlamaModel(shapes).modules([64])]
 
 
 @pytest.mark.parametrize("shapes,decl", CASES, ids=[f"{s.hidden}-{d.name}" for s, d in CASES])
@@ -29,7 +28,7 @@ def test_stitched_module_verifies_with_air_opt(shapes, decl, tmp_path):
 
 
 def test_air_opt_rejects_a_broken_module(tmp_path):
-    text = stitch(all_modules(SMOLLM2_135M, [64])[0])
+    text = stitch(LlamaModel(SMOLLM2_135M).modules([64])[0])
     path = tmp_path / "broken.mlir"
     path.write_text(text.replace("memref<64x576xbf16>", "memref<64x577xbf16>", 1))
     proc = subprocess.run([AIR_OPT, str(path), "-o", os.devnull], capture_output=True, text=True, timeout=120)

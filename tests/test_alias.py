@@ -1,6 +1,7 @@
-"""Device-side hand-off (Engine(alias=True), KernelCache refs) against the host round-trip path
-(alias=False): the emu runs the same launches on the same bytes, so logits, hidden states and KV-cache
-bytes must be bit-identical, while the host transfers far fewer bytes."""
+"""Device-side hand-off (KernelCache handoff="device": refs bind the producer's buffer) against the host
+round-trip policy (handoff="host": the same refs copied through the host): one engine code path, the emu runs
+the same launches on the same bytes, so logits, hidden states and KV-cache bytes must be bit-identical,
+while the device policy transfers far fewer bytes."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ def engines(tmp_path_factory):
     root = tmp_path_factory.mktemp("alias")
     model = write_numpy_checkpoint(root / "model", n_layers=3, seed=11)
     return [Engine.load(str(model), device="emu", buckets=(16, 64), cache_dir=root / "kernels", progress=False,
-                        alias=alias) for alias in (True, False)]
+                        handoff=policy) for policy in ("device", "host")]
 
 
 def _traffic(eng) -> tuple[int, int]:
@@ -34,7 +35,8 @@ def test_alias_is_bit_identical_to_host_round_trips(engines, n, bucket):
             r = eng.prefill(ids, return_hidden=return_hidden, bucket=bucket)
         traffic.append(_traffic(eng))
         results.append(r)
-        kv.append((eng.kv.k[:, :, :n].tobytes(), eng.kv.v[:, :, :n].tobytes()))
+        kv.append([eng.cache.read_state(name, f"L{layer}", 0, n).tobytes()
+                   for layer in range(3) for name in ("k_cache", "v_cache")])
         decode.append([eng.decode_step(7 + i) for i in range(3)])
     a, b = results
     assert a.logits.tobytes() == b.logits.tobytes()
@@ -50,15 +52,16 @@ def test_alias_is_bit_identical_to_host_round_trips(engines, n, bucket):
 
 
 def test_alias_prefill_transfers_only_what_the_host_needs(engines):
-    """Per prefill: the embedding in, K/V of every layer + the last layer's hidden + logits out."""
+    """Per prefill: the embedding rows in, the logits out; K/V stay in the device cache, the last row
+    reaches the LM head as a device ref."""
     eng = engines[0]
     s = eng.shapes
     eng.prefill([1, 5, 9], bucket=16)
     eng.cache.reset_counters()
     eng.prefill([1, 5, 9], bucket=16)
     c = eng.cache.counters
-    assert c["rms_gemms_rope_s16"].bytes_written == 16 * s.hidden * 2          # layer 0's x only
-    assert c["rms_gemms_rope_s16"].bytes_read == s.n_layers * 2 * 16 * s.kv_dim * 2   # k_roped + v
-    assert (c["flash_attn_s16"].bytes_written, c["flash_attn_s16"].bytes_read) == (0, 0)
-    assert c["o_ffn_s16"].bytes_written == 0
-    assert c["o_ffn_s16"].bytes_read == 16 * s.hidden * 2                      # the last layer's x_out
+    assert (c["qkv_s16"].bytes_written, c["qkv_s16"].bytes_read) == (16 * s.hidden * 2, 0)   # layer 0's x only
+    assert (c["attn_s16"].bytes_written, c["attn_s16"].bytes_read) == (0, 0)
+    assert (c["ffn_s16"].bytes_written, c["ffn_s16"].bytes_read) == (0, 0)
+    assert c["lm_head"].bytes_written == 0 and c["lm_head"].bytes_read == eng.model.lm_parts * eng.model.lm_rows * 2
+    assert not [k for k in c if k.startswith("state:")]                          # nothing read from the cache

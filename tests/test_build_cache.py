@@ -219,7 +219,7 @@ def test_npu_build_runs_peano_then_aircc_with_real_flags(tmp_path, fake_npu_tool
     aircc = lines[1].split()
     for flag in ("--device npu2", "--output-format elf", f"--peano {tc.peano}", "--no-xchesscc"):
         assert flag in " ".join(aircc)
-    assert "--air-runtime-loop-tiling-sizes=16" in aircc          # lm_head_gemv preset
+    assert "--air-runtime-loop-tiling-sizes=16" in aircc          # the declaration's preset
     assert rep.results[0].times["aircc"] is not None and rep.results[0].times["aiecc"] is None
     assert _status(B.build_modules([gemv_mod("lm_head_gemv_s1")], cache, "npu", progress=False,
                                    toolchain=tc)) == {"lm_head_gemv_s1": "skipped"}
@@ -247,13 +247,18 @@ def test_npu_aircc_failure_names_module_and_log(tmp_path, fake_npu_toolchain, mo
         B.load_artifacts(tmp_path / "c", "npu", names=["lm_head_gemv_s1"])
 
 
-def test_compile_main_builds_and_reports(tmp_path, capsys):
-    args = ["--device", "emu", "--cache-dir", str(tmp_path), "--no-progress"]
-    assert B.compile_main(args, decls=[add_norm(), gemv_mod()]) == 0
-    assert "2 built" in capsys.readouterr().out
-    assert B.compile_main(args + ["--only", "add_norm"], decls=[add_norm(), gemv_mod()]) == 0
-    assert "0 built, 1 up to date" in capsys.readouterr().out
-    assert B.compile_main(args + ["--only", "nope"], decls=[add_norm()]) == 2
+def test_compile_cli_builds_and_reports(tmp_path, capsys, tiny_model_dir):
+    """One compile CLI (`llama-npu compile`) with every option, including --no-check and --only."""
+    from llama_npu.cli import main
+    args = ["compile", "--model", str(tiny_model_dir), "--device", "emu", "--cache-dir", str(tmp_path),
+            "--no-progress", "--buckets", "16"]
+    assert main(args + ["--only", "qkv_dec", "--no-check"]) == 0
+    assert "1 built" in capsys.readouterr().out
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "up to date" in out and "0 failed" in out
+    assert main(args + ["--only", "nope"]) == 2
+    assert "unknown modules ['nope']" in capsys.readouterr().err
 
 
 def test_npu_build_without_aie_api_headers_fails_clearly(tmp_path, fake_npu_toolchain, monkeypatch):
@@ -296,10 +301,6 @@ def test_unusable_cache_dir_is_one_line(tmp_path, capsys):
     blocker.write_text("")
     with pytest.raises(B.BuildError, match="is not usable"):
         _build(blocker / "cache", [add_norm()])
-    assert B.compile_main(["--device", "emu", "--cache-dir", str(blocker / "cache"), "--no-progress"],
-                          decls=[add_norm()]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "not usable" in err
 
 
 def test_staging_left_by_a_killed_build_is_removed(tmp_path):
@@ -309,3 +310,20 @@ def test_staging_left_by_a_killed_build_is_removed(tmp_path):
     other.mkdir()
     _build(tmp_path, [add_norm()])
     assert not stale.exists() and other.exists()
+
+
+def test_npu_compile_needs_no_device_or_xrt(tmp_path, fake_npu_toolchain):
+    """`make compile DEVICE=npu` on a build machine: aircc, aiecc and Peano are enough (no NPU, no pyxrt);
+    without a compiler it is one line naming what is missing."""
+    import dataclasses
+    from kernel_builder.toolchain import ToolchainMissing, resolve_device_kind
+    tc, _ = fake_npu_toolchain
+    build_only = dataclasses.replace(tc, pyxrt=False, npu=None)
+    rep = B.build_modules([gemv_mod("lm_head_gemv_s1")], tmp_path / "c", "npu", progress=False, toolchain=build_only)
+    assert _status(rep) == {"lm_head_gemv_s1": "built"}
+    assert resolve_device_kind("npu", toolchain=build_only, compile_only=True) == "npu"
+    with pytest.raises(ToolchainMissing, match="pyxrt"):
+        resolve_device_kind("npu", toolchain=build_only)                 # running still needs everything
+    no_peano = dataclasses.replace(build_only, peano=None)
+    with pytest.raises(ToolchainMissing, match=r"^compiling for the NPU needs aircc, aiecc and Peano; missing: Peano"):
+        B.build_modules([gemv_mod()], tmp_path / "d", "npu", progress=False, toolchain=no_peano)

@@ -1,11 +1,11 @@
-"""The six multi-launch module declarations, stitched from the real kernel builders at real model shapes:
-structure (tests/air_checks.py), non-AIR parts verified by mlir-opt-22, and the wiring read back from the
-stitched text (kernel_builder.launch_program) equal to the declaration."""
+"""The module declarations derived from the layer graph (llama_npu.models), stitched from the real kernel
+builders at real model shapes: structure (tests/air_checks.py), non-AIR parts verified by mlir-opt-22, the
+wiring read back from the stitched text (kernel_builder.launch_program) equal to the declaration, and the
+roles the derivation assigns."""
 from __future__ import annotations
 
 import functools
 import re
-import time
 
 import pytest
 
@@ -13,19 +13,23 @@ import air_checks
 from kernel_builder.launch_program import read_launch_program
 from kernel_builder.planner import plan_lm_head
 from kernel_builder.stitching import stitch
-from multi_launch_builder import clear_kernel_cache, kernel_text
-from multi_launch_builder.decl import Role
-from multi_launch_builder.registry import all_modules, decode_modules, prefill_modules
-from multi_launch_builder.shapes import LLAMA32_1B, SMOLLM2_135M
+from kernel_builder.decl import Role
+from kernel_builder.kernels import clear_kernel_cache, kernel_text
+from llama_npu.models.llama import LLAMA32_1B, SMOLLM2_135M, LlamaModel, QKNormLlama
 from tooling import require_tool
 
 MODELS = {"llama32_1b": LLAMA32_1B, "smollm2_135m": SMOLLM2_135M}
 CASES = [(m, seq, i) for m in MODELS for seq in (64,) for i in range(6)] + [("llama32_1b", 2048, i) for i in range(3)]
 
 
+def _modules(shapes, seq):
+    m = LlamaModel(shapes)
+    return m.prefill(seq).decls + m.decode().decls + m.head().decls
+
+
 @functools.lru_cache(maxsize=None)
 def _decl(model: str, seq: int, i: int):
-    return (prefill_modules(MODELS[model], seq) + decode_modules(MODELS[model]))[i]
+    return _modules(MODELS[model], seq)[i]
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,42 +79,47 @@ def test_non_air_parts_verify_with_mlir_opt(case):
 
 def test_roles_and_names():
     for shapes in MODELS.values():
-        rgr, fa, off = prefill_modules(shapes, 64)
-        assert (rgr.name, fa.name, off.name) == ("rms_gemms_rope_s64", "flash_attn_s64", "o_ffn_s64")
-        assert rgr.names(Role.OUTPUT) == ("v", "q_roped", "k_roped")
-        assert off.names(Role.OUTPUT) == ("x_out",) and off.arg("x_out").shape == (64 * shapes.hidden,)
-        dec = decode_modules(shapes)
-        assert [d.name for d in dec] == ["rms_gemv_rope", "o_gemv_ffn", "lm_head_gemv"]
-        lm = dec[2]
+        m = LlamaModel(shapes)
+        qkv, attn, ffn = m.prefill(64).decls
+        assert (qkv.name, attn.name, ffn.name) == ("qkv_s64", "attn_s64", "ffn_s64")
+        # q leaves for the attention module; K/V go into the cache (state windows at the position)
+        assert qkv.names(Role.OUTPUT) == ("q_roped",)
+        assert qkv.names(Role.STATE) == ("v_new", "lut", "k_new") and qkv.scalars == ("pos",)
+        assert {a.state_name for a in qkv.args if a.role is Role.STATE} == {"k_cache", "v_cache", "rope"}
+        assert attn.names(Role.INPUT) == ("q_roped",) and attn.names(Role.OUTPUT) == ("attn",)
+        assert ffn.names(Role.INPUT) == ("attn", "x") and ffn.names(Role.OUTPUT) == ("x_out",)
+        assert {d.family for d in (qkv, attn, ffn)} == {"layer"}
+        # one row: GEMVs on the HF [out, in] weights; more rows: GEMMs on the transpose
+        dec = m.decode()
+        assert [d.name for d in dec.decls] == ["qkv_dec", "ffn_dec"] and dec.steps[1].host_op.kind == "attention"
+        assert dec.decls[0].arg("wq").shape == (shapes.q_dim, shapes.hidden)
+        assert qkv.arg("wq_t").shape == (shapes.hidden, shapes.q_dim)
+        (lm,) = m.head().decls
         plan = plan_lm_head(shapes.vocab, shapes.hidden)
         assert plan.n_parts * plan.part_rows >= shapes.vocab
-        assert lm.names(Role.STATIC) == tuple(f"w_{p}" for p in range(plan.n_parts))
+        assert lm.names(Role.STATIC) == ("final_norm",) + tuple(f"lm_{p}" for p in range(plan.n_parts))
         assert lm.names(Role.OUTPUT) == tuple(f"logits_{p}" for p in range(plan.n_parts))
-        assert lm.arg("w_0").shape == (plan.part_rows, shapes.hidden)
-    names = [d.name for d in all_modules(SMOLLM2_135M, (256, 64, 64))]
-    assert names == ["rms_gemms_rope_s64", "flash_attn_s64", "o_ffn_s64", "rms_gemms_rope_s256",
-                     "flash_attn_s256", "o_ffn_s256", "rms_gemv_rope", "o_gemv_ffn", "lm_head_gemv"]
+        assert lm.arg("lm_0").shape == (plan.part_rows, shapes.hidden)
+    names = [d.name for d in LlamaModel(SMOLLM2_135M).modules((256, 64, 64))]
+    assert names == ["qkv_s64", "attn_s64", "ffn_s64", "qkv_s256", "attn_s256", "ffn_s256", "qkv_dec",
+                     "ffn_dec", "lm_head"]
+
+
+def test_qk_norm_variant_adds_two_launches_and_two_weights():
+    base, qk = LlamaModel(SMOLLM2_135M).prefill(64).decls[0], QKNormLlama(SMOLLM2_135M).prefill(64).decls[0]
+    assert len(qk.launches) == len(base.launches) + 2
+    assert set(qk.names(Role.STATIC)) - set(base.names(Role.STATIC)) == {"q_norm", "k_norm"}
+    assert qk.arg("q_norm").shape == (SMOLLM2_135M.head_dim,)
 
 
 def test_identical_kernels_are_generated_once():
     clear_kernel_cache()
-    decl = prefill_modules(SMOLLM2_135M, 64)[2]  # o_ffn: gate and up GEMMs share one shape
+    decl = LlamaModel(SMOLLM2_135M).prefill(64).decls[2]  # ffn: gate/up GEMMs and the two adds share shapes
     for launch in decl.launches:
         launch.build()
-    assert kernel_text.cache_info().misses == len(decl.launches) - 1
-    lm = decode_modules(SMOLLM2_135M)[2]
+    assert kernel_text.cache_info().misses == len(decl.launches) - 2
+    (lm,) = LlamaModel(SMOLLM2_135M).head().decls
     before = kernel_text.cache_info().misses
     for launch in lm.launches:
         launch.build()
-    assert kernel_text.cache_info().misses == before + 1  # all partitions share one GEMV
-
-
-def test_generate_and_stitch_timing():
-    """Not an assertion on speed: prints the time `make bench` reports."""
-    from kernel_builder.stitching import bench_stitch
-
-    t0 = time.perf_counter()
-    secs = bench_stitch(LLAMA32_1B, buckets=(2048,))
-    print(f"\ngenerate + stitch all six modules for Llama-3.2-1B (prefill 2048): {secs:.3f} s "
-          f"(wall {time.perf_counter() - t0:.3f} s)")
-    assert secs > 0
+    assert kernel_text.cache_info().misses == before + 2  # the final norm + one GEMV shared by every partition

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kernel_builder.hw import NPU2, cost
 from kernel_builder.hw.results import Flow
-from kernel_builder.hw.calibration import RefWork, all_points, gemv, reference_points, registry_points
+from benchmarks.hw_calibration import RefWork, all_points, gemv, reference_points, registry_points
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "hardware-model.md"
 

@@ -116,6 +116,40 @@ def test_l1_overflow_once_ping_pong_copies_and_stack_count():
     assert single.ok and single.usage.l1_bytes == 16384 * 2 + 8192 + 1024
 
 
+def _gemm_k_loop(trips: int) -> str:
+    """One core, A [32, 64] and B [64, 96] tiles per K step, f32 accumulator and bf16 C tile outside the loop."""
+    k = 64 * trips
+    body = f"""
+          %cK = arith.constant {k} : index
+          %c32 = arith.constant 32 : index
+          %c96 = arith.constant 96 : index
+          %cst = arith.constant 0.0 : f32
+          %acc = memref.alloc() : memref<32x96xf32, 2 : i32>
+          linalg.fill ins(%cst : f32) outs(%acc : memref<32x96xf32, 2 : i32>)
+          scf.for %k = %c0 to %cK step %c64 {{
+            %al = memref.alloc() : memref<32x64xbf16, 2 : i32>
+            %bl = memref.alloc() : memref<64x96xbf16, 2 : i32>
+            air.dma_memcpy_nd (%al[] [] [], %a0[%c0, %k] [%c32, %c64] [%cK, %c1_]) : (memref<32x64xbf16, 2 : i32>, memref<32x{k}xbf16>)
+            air.dma_memcpy_nd (%bl[] [] [], %a1[%k, %c0] [%c64, %c96] [%c96, %c1_]) : (memref<64x96xbf16, 2 : i32>, memref<{k}x96xbf16>)
+            linalg.matmul ins(%al, %bl : memref<32x64xbf16, 2 : i32>, memref<64x96xbf16, 2 : i32>) outs(%acc : memref<32x96xf32, 2 : i32>)
+            memref.dealloc %al : memref<32x64xbf16, 2 : i32>
+            memref.dealloc %bl : memref<64x96xbf16, 2 : i32>
+          }}
+          %cl = memref.alloc() : memref<32x96xbf16, 2 : i32>
+          air.dma_memcpy_nd (%a2[] [] [], %cl[] [] []) : (memref<32x96xbf16>, memref<32x96xbf16, 2 : i32>)"""
+    return herd_module(body, f"memref<32x{k}xbf16>; memref<{k}x96xbf16>; memref<32x96xbf16>", sizes=(1, 1))
+
+
+def test_odd_trip_count_keeps_a_third_ping_pong_copy():
+    """Unrolling by 2 leaves an epilogue iteration when the trip count is odd; its allocation is a third buffer.
+    The real lowering agrees: K = 8 steps lowers, K = 9 steps fails in aie-assign-buffer-addresses."""
+    even = analyze_module(_gemm_k_loop(8))
+    assert even.ok and even.usage.l1_bytes == 12288 + 2 * (4096 + 12288) + 6144 + 1024
+    odd = analyze_module(_gemm_k_loop(9), "gemm_k9")
+    assert odd.resources() == {"core L1 bytes"}
+    assert "core L1 bytes 68608/65536" in odd.first_violation() and "%al 4096x3, %bl 12288x3" in odd.first_violation()
+
+
 def test_ping_pong_rules(monkeypatch):
     """The mlir-air the lowering toolchain builds doubles every buffer of a loop that allocates; mlir-air HEAD
     (PINGPONG_RULE = "candidates") skips a loop whose buffer is first touched by an external call."""

@@ -10,7 +10,8 @@ from kernel_builder.devices.emu import EmuDevice
 from kernel_builder.devices.null import NullDevice
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.reference import KERNELS
-from multi_launch_builder.decl import Role
+from kernel_builder.decl import Role
+from llama_npu.models.llama import LlamaModel, ModelShapes
 from tests.h4_fixtures import D, R, add_norm, gemv_mod
 
 
@@ -131,14 +132,11 @@ def test_emu_shadow_copy_gives_the_same_bytes_as_plain_bf16(built):
 
 
 def test_registry_decode_module_contract_emu_and_null(tmp_path):
-    """Integration with the real declarations: after preload, a decode call of o_gemv_ffn writes only
+    """Integration with the real declarations: after preload, a decode call of ffn_dec writes only
     its INPUT bytes and reads only its OUTPUT bytes, on emu and on null alike; layers stay apart."""
-    from multi_launch_builder import registry
-    from multi_launch_builder.decl import Role
-    from multi_launch_builder.shapes import ModelShapes
     shapes = ModelShapes(hidden=64, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, vocab=256,
                          n_layers=2, rms_eps=1e-5)
-    decl = next(d for d in registry.decode_modules(shapes) if d.name == "o_gemv_ffn")
+    decl = next(d for d in LlamaModel(shapes).decode().decls if d.name == "ffn_dec")
     rep = build_modules([decl], tmp_path, "emu", progress=False)
     rng = np.random.default_rng(7)
     statics = [{a.name: to_bf16(rng.standard_normal(a.shape) * 0.1) for a in decl.args if a.role is Role.STATIC}
@@ -150,12 +148,12 @@ def test_registry_decode_module_contract_emu_and_null(tmp_path):
     for dev in (EmuDevice(), NullDevice()):
         kc = KernelCache(dev, rep.artifacts, [decl])
         for layer, st in enumerate(statics):
-            kc.preload("o_gemv_ffn", bo_key=f"L{layer}", **st)
+            kc.preload("ffn_dec", bo_key=f"L{layer}", **st)
         kc.reset_counters()
-        y0 = kc.load_and_run("o_gemv_ffn", bo_key="L0", **inputs)
-        y1 = kc.load_and_run("o_gemv_ffn", bo_key="L1", **inputs)
-        y0b = kc.load_and_run("o_gemv_ffn", bo_key="L0", **inputs)
-        c = kc.counters["o_gemv_ffn"]
+        y0 = kc.load_and_run("ffn_dec", bo_key="L0", **inputs)
+        y1 = kc.load_and_run("ffn_dec", bo_key="L1", **inputs)
+        y0b = kc.load_and_run("ffn_dec", bo_key="L0", **inputs)
+        c = kc.counters["ffn_dec"]
         assert (c.bytes_written, c.static_bytes_written, c.bytes_read) == (3 * in_bytes, 0, 3 * out_bytes)
         counts.append((c.calls, c.bytes_written, c.bytes_read, dev.stats.bytes_written, dev.stats.runs))
         if isinstance(dev, EmuDevice):
@@ -239,27 +237,46 @@ def test_ref_errors_name_both_ends(built):
 
 
 def test_ref_alias_within_one_run_follows_launch_order(tmp_path):
-    """o_gemv_ffn reads its residual x in launch 1 (after launch 0 wrote proj) and writes x_out in its
+    """ffn_dec reads its residual x in launch 1 (after launch 0 wrote proj) and writes x_out in its
     last launch. x bound to the module's own x_out (the engine's layer-to-layer hand-off) is safe and
     bit-identical to the host round trip; x bound to proj would be overwritten before it is read:
     rejected before anything runs."""
-    from multi_launch_builder import registry
-    from multi_launch_builder.shapes import ModelShapes
     shapes = ModelShapes(hidden=64, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, vocab=256,
                          n_layers=1, rms_eps=1e-5)
-    decl = next(d for d in registry.decode_modules(shapes) if d.name == "o_gemv_ffn")
+    decl = next(d for d in LlamaModel(shapes).decode().decls if d.name == "ffn_dec")
     rep = build_modules([decl], tmp_path, "emu", progress=False)
     rng = np.random.default_rng(10)
     statics = {a.name: to_bf16(rng.standard_normal(a.shape) * 0.1) for a in decl.args if a.role is Role.STATIC}
     attn, x = (to_bf16(rng.standard_normal(decl.arg(n).shape)) for n in ("attn", "x"))
     host = KernelCache(EmuDevice(), rep.artifacts, [decl])
-    x1 = host.load_and_run("o_gemv_ffn", attn=attn, x=x, **statics)["x_out"]
-    x2 = host.load_and_run("o_gemv_ffn", attn=attn, x=x1.reshape(x.shape))["x_out"]
+    x1 = host.load_and_run("ffn_dec", attn=attn, x=x, **statics)["x_out"]
+    x2 = host.load_and_run("ffn_dec", attn=attn, x=x1.reshape(x.shape))["x_out"]
     kc = KernelCache(EmuDevice(), rep.artifacts, [decl])
-    kc.load_and_run("o_gemv_ffn", attn=attn, x=x, read=(), **statics)
+    kc.load_and_run("ffn_dec", attn=attn, x=x, read=(), **statics)
     runs = kc.device.stats.runs
     with pytest.raises(ValueError, match="arg x aliases proj, which launch order overwrites before launch 1"):
-        kc.load_and_run("o_gemv_ffn", attn=attn, x=kc.ref("o_gemv_ffn", "proj"))
+        kc.load_and_run("ffn_dec", attn=attn, x=kc.ref("ffn_dec", "proj"))
     assert kc.device.stats.runs == runs
-    out = kc.load_and_run("o_gemv_ffn", attn=attn, x=kc.ref("o_gemv_ffn", "x_out"))["x_out"]
+    out = kc.load_and_run("ffn_dec", attn=attn, x=kc.ref("ffn_dec", "x_out"))["x_out"]
     np.testing.assert_array_equal(out.view(np.uint16), x2.view(np.uint16))
+
+
+def test_loaded_modules_stay_within_the_devices_context_limit(tmp_path):
+    """At the device's limit of loaded modules (hardware contexts), the least recently used module is
+    unloaded and reloads on its next call; results and buffers are unaffected."""
+    decls = [add_norm("m0"), add_norm("m1"), add_norm("m2")]
+    arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
+    dev = EmuDevice()
+    dev.max_loaded = 2
+    kc = KernelCache(dev, arts, decls)
+    rng = np.random.default_rng(11)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    want = _expected_add_norm(x, r, w)
+    peak = 0
+    for name in ("m0", "m1", "m2", "m0", "m1", "m0"):
+        out = kc.load_and_run(name, x, r, w if name not in kc.bo_keys(name) else None)["y"]
+        np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+        peak = max(peak, dev.stats.live_loaded)
+    assert peak == 2
+    # m0 m1 | m2 evicts m0 | m0 evicts m1 | m1 evicts m2 | m0 still loaded
+    assert (dev.stats.loads, dev.stats.unloads) == (5, 3)

@@ -35,15 +35,17 @@ def test_model_id_from_hf_cache_prefers_refs_main(tmp_path, monkeypatch):
     old = _hf_dir(repo / "snapshots" / "aaa")
     new = _hf_dir(repo / "snapshots" / "bbb")
     (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("aaa\n")
+    (repo / "refs" / "main").write_text("aaa")  # as huggingface_hub writes it
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert resolve_model("meta-llama/Llama-3.2-1B") == old
-    (repo / "refs" / "main").unlink()
-    assert find_in_hf_cache("meta-llama/Llama-3.2-1B") in (old, new)
+    (repo / "refs" / "main").write_text("bbb")
+    assert find_in_hf_cache("meta-llama/Llama-3.2-1B") == new
 
 
 def test_model_id_via_hf_home(tmp_path, monkeypatch):
     snap = _hf_dir(tmp_path / "home" / "hub" / "models--org--tiny" / "snapshots" / "r1")
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text("r1")
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
     assert resolve_model("org/tiny") == snap

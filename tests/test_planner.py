@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_builder import planner as P
-from multi_launch_builder.shapes import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
+from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 
 MODELS = [LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M]
 SEQS = [16, 32, 64, 128, 256, 512, 1024, 2048]

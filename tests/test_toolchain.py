@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from kernel_builder import toolchain as T
-from kernel_builder.build import compile_main
 from kernel_builder.devices import make_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,11 +49,12 @@ def test_npu_without_toolchain_is_one_line_naming_every_piece(bare_env):
     assert len(cited) == 5 and set(cited) <= anchors, (cited, anchors)
 
 
-def test_device_env_npu_and_cli_exit_code(bare_env, monkeypatch, capsys):
+def test_device_env_npu_and_cli_exit_code(bare_env, monkeypatch, capsys, tiny_model_dir):
+    from llama_npu.cli import main
     monkeypatch.setenv("DEVICE", "npu")
     with pytest.raises(T.ToolchainMissing):
         make_device()
-    assert compile_main(["--cache-dir", str(bare_env / "c")], decls=[]) == 2
+    assert main(["compile", "--model", str(tiny_model_dir), "--cache-dir", str(bare_env / "c"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "docs/npu-setup.md#" in err
 

@@ -192,21 +192,23 @@ def test_perturbed_kernel_reference_fails_the_gate(runtime, reference, monkeypat
 
 
 def test_swapped_wiring_fails_the_gate(model_dir, reference, monkeypatch, tmp_path):
-    """Swap wk/wv in the prefill rms_gemms_rope declaration (same shapes, so it builds and runs): the
-    stitched text carries the wrong wiring, emu executes it, and the gate must FAIL."""
-    from multi_launch_builder import registry
+    """Swap wk/wv in the prefill qkv declaration derived from the layer graph (same shapes, so it builds
+    and runs): the stitched text carries the wrong wiring, emu executes it, and the gate must FAIL."""
+    from llama_npu.models.llama import LlamaModel
     from verify.npu_runner import OurRuntime
 
-    original = registry.rms_gemms_rope
+    original = LlamaModel.prefill
 
-    def swapped(shapes, seq):
-        decl = original(shapes, seq)
-        rewired = {"k": ("normed", "wv", "k"), "v": ("normed", "wk", "v")}
-        launches = tuple(dataclasses.replace(l, wiring=rewired.get(l.prefix, l.wiring)) for l in decl.launches)
-        assert launches != decl.launches
-        return dataclasses.replace(decl, launches=launches)
+    def swapped(self, rows):
+        plan = original(self, rows)
+        qkv = plan.steps[0].decl
+        rewired = {"k": ("h", "wv_t", "k"), "v_new": ("h", "wk_t", "v_new")}
+        launches = tuple(dataclasses.replace(l, wiring=rewired.get(l.prefix, l.wiring)) for l in qkv.launches)
+        assert launches != qkv.launches
+        steps = (dataclasses.replace(plan.steps[0], decl=dataclasses.replace(qkv, launches=launches)),)
+        return dataclasses.replace(plan, steps=steps + plan.steps[1:])
 
-    monkeypatch.setattr(registry, "rms_gemms_rope", swapped)
+    monkeypatch.setattr(LlamaModel, "prefill", swapped)
     broken = OurRuntime.load(None, device="emu", buckets=BUCKETS, cache_dir=tmp_path / "kernels", progress=False)
     prompt = load_prompts(PROMPTS_DIR, full=False)[0]
     ids = prompt.token_ids(broken.tokenizer)

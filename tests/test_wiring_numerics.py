@@ -1,130 +1,138 @@
-"""End-to-end wiring check: each stitched module, executed launch by launch from its TEXT
-(read_launch_program + run_program + ReferenceExecutor, exactly what the emu device does), equals the layer
-math composed by hand from the numpy references - bit for bit. A deliberately mis-wired declaration must
-give a different result, so a wiring bug cannot hide."""
+"""End-to-end wiring check of the derived modules: one layer of every phase, run module by module on the
+emu device (stitched text -> launch program -> numpy references) through the runtime's own walk
+(llama_npu.engine.run_layers), equals the Llama layer composed by hand from the references - bit for bit,
+including the K/V rows the modules append to the device cache. A deliberately mis-wired declaration must
+change the result, so a wiring bug cannot hide."""
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
-from kernel_builder.launch_program import ReferenceExecutor, read_launch_program, run_program
+from kernel_builder.build import build_modules
+from kernel_builder.cache import KernelCache
+from kernel_builder.decl import ModuleDecl, Role
+from kernel_builder.devices.emu import EmuDevice
 from kernel_builder.numerics import to_bf16
 from kernel_builder.reference import KERNELS as K
-from kernel_builder.stitching import stitch
-from multi_launch_builder.decl import ModuleDecl, Role
-from multi_launch_builder.registry import decode_modules, prefill_modules
-from multi_launch_builder.shapes import SMOLLM2_135M
+from llama_npu.engine import run_layers
+from llama_npu.kv_cache import HostAttention
+from llama_npu.models.graph import PhasePlan
+from llama_npu.models.llama import SMOLLM2_135M, LlamaModel, QKNormLlama
+from llama_npu.rope import rope_lut
 
-SEQ = 16
-# SmolLM2-135M dimensions; a smaller vocabulary keeps the LM-head weights small (still several partitions).
-SHAPES = dataclasses.replace(SMOLLM2_135M, vocab=4000)
+SEQ, CAP = 16, 32
+SHAPES = dataclasses.replace(SMOLLM2_135M, vocab=4000, n_layers=1)
 S = SHAPES
 H, Q, KV, F, HD, EPS = S.hidden, S.q_dim, S.kv_dim, S.ffn, S.head_dim, S.rms_eps
 
 
-def _feeds(decl: ModuleDecl, seed: int) -> dict[str, np.ndarray]:
-    """Random bf16 data for every input/static argument (weights scaled like real ones)."""
+def _weights(model, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
-    for a in decl.args:
-        if a.role in (Role.INPUT, Role.STATIC):
-            scale = 1.0 if len(a.shape) == 1 or a.shape[0] <= SEQ else 0.05
-            out[a.name] = to_bf16(rng.standard_normal(a.shape, dtype=np.float32) * scale)
+    for name, (_, shape) in model.layer_tensors().items():
+        scale = 1.0 if len(shape) == 1 else 0.05
+        out[name] = to_bf16(rng.standard_normal(shape, dtype=np.float32) * scale)
     return out
 
 
-def _run(decl: ModuleDecl, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    prog = read_launch_program(stitch(decl))
-    bufs = [feeds[a.name] if a.name in feeds else np.zeros(a.shape, dtype=to_bf16(0).dtype) for a in decl.args]
-    run_program(prog, bufs, ReferenceExecutor())
-    return {a.name: b for a, b in zip(decl.args, bufs)}
+def _layer(w: dict, x: np.ndarray, pos: int, k_hist: np.ndarray, v_hist: np.ndarray, qk_norm: bool):
+    """The Llama layer on rows x at positions pos.., composed by hand: every named tensor + the new K/V rows.
+    BLAS runs single-threaded, as on the emu device (the thread split changes f32 summation order)."""
+    with threadpool_limits(1, user_api="blas"):
+        return _layer_math(w, x, pos, k_hist, v_hist, qk_norm)
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
+def _layer_math(w, x, pos, k_hist, v_hist, qk_norm):
+    r = x.shape[0]
+    lut = rope_lut(np.arange(pos, pos + r), HD, 10000.0)
+    t = {"h": K["rmsnorm"](x, w["attn_norm"], rows=r, dim=H, eps=EPS)}
+    lin = (lambda a, wt, n, k: K["gemv"](wt, a, m=n, k=k)) if r == 1 else \
+        (lambda a, wt, n, k: K["gemm"](a, np.ascontiguousarray(wt.T), m=r, k=k, n=n))
+    q, k, v = lin(t["h"], w["wq"], Q, H), lin(t["h"], w["wk"], KV, H), lin(t["h"], w["wv"], KV, H)
+    if qk_norm:
+        q = K["rmsnorm"](q, w["q_norm"], rows=r, dim=Q, eps=EPS, group=HD)
+        k = K["rmsnorm"](k, w["k_norm"], rows=r, dim=KV, eps=EPS, group=HD)
+    t["q_roped"] = K["rope"](q, lut, rows=r, heads=S.n_heads, head_dim=HD)
+    k_new = K["rope"](k, lut, rows=r, heads=S.n_kv_heads, head_dim=HD)
+    keys, vals = np.concatenate([k_hist, k_new]), np.concatenate([v_hist, v])
+    if r == 1:
+        t["attn"] = K["decode_attn"](t["q_roped"], keys, vals, pos, kv_rows=pos + 1, heads=S.n_heads,
+                                     kv_heads=S.n_kv_heads, head_dim=HD)
+    else:
+        t["attn"] = K["flash_attn"](t["q_roped"], keys, vals, seq=r, heads=S.n_heads, kv_heads=S.n_kv_heads,
+                                    head_dim=HD, causal=1)
+    proj = lin(t["attn"], w["wo"], H, Q)
+    res1 = K["add"](x, proj, rows=r, dim=H)
+    h2 = K["rmsnorm"](res1, w["ffn_norm"], rows=r, dim=H, eps=EPS)
+    act = K["swiglu"](lin(h2, w["w_gate"], F, H), lin(h2, w["w_up"], F, H), rows=r, dim=F)
+    t["x_out"] = K["add"](res1, lin(act, w["w_down"], H, F), rows=r, dim=H)
+    return t, k_new, v
+
+
+def _same(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     return a.size == b.size and np.array_equal(a.reshape(-1).view(np.uint16), b.reshape(-1).view(np.uint16))
 
 
-# ---- the layer math, composed by hand -----------------------------------------------------------------
+def _run(tmp_path, model, plan: PhasePlan, w: dict, x: np.ndarray, pos: int, history=None):
+    """One layer of `plan` through KernelCache + emu, as the engine runs it. Returns (layer output, reads,
+    K rows, V rows of the cache)."""
+    decls = plan.decls
+    arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
+    kc = KernelCache(EmuDevice(), arts, decls)
+    for name in ("k_cache", "v_cache"):
+        kc.define_state(name, CAP)
+    kc.define_state("rope", CAP, per_key=False)
+    kc.write_state("rope", rope_lut(np.arange(CAP), HD, 10000.0))
+    if history is not None:
+        kc.write_state("k_cache", history[0], bo_key="L0")
+        kc.write_state("v_cache", history[1], bo_key="L0")
+    for d in decls:
+        statics = {a: (np.ascontiguousarray(w[a[:-2]].T) if a.endswith("_t") else w[a])
+                   for a in d.names(Role.STATIC)}
+        kc.write_static(d.name, bo_key="L0", **statics)
+    host = HostAttention(1, S.n_heads, S.n_kv_heads, HD)
+    reads = {}
 
-def _rms_gemms_rope(f, seq):
-    normed = K["rmsnorm"](f["x"], f["norm_w"], rows=seq, dim=H, eps=EPS)
-    q = K["gemm"](normed, f["wq"], m=seq, k=H, n=Q)
-    k = K["gemm"](normed, f["wk"], m=seq, k=H, n=KV)
-    v = K["gemm"](normed, f["wv"], m=seq, k=H, n=KV)
-    return {"normed": normed, "q": q, "k": k, "v": v,
-            "q_roped": K["rope"](q, f["lut"], rows=seq, heads=S.n_heads, head_dim=HD),
-            "k_roped": K["rope"](k, f["lut"], rows=seq, heads=S.n_kv_heads, head_dim=HD)}
+    def host_op(step, layer, p, results):
+        (src,) = step.inputs.values()
+        reads["q_roped"] = results[src.step][src.arg]
+        return host.attend(kc, layer, p, results[src.step][src.arg])
 
-
-def _flash_attn(f, seq):
-    return {"attn": K["flash_attn"](f["q"], f["k"], f["v"], seq=seq, heads=S.n_heads, kv_heads=S.n_kv_heads,
-                                    head_dim=HD, causal=1)}
-
-
-def _o_ffn(f, seq):
-    proj = K["gemm"](f["attn"], f["wo"], m=seq, k=Q, n=H)
-    res1 = K["add"](f["x"], proj, rows=seq, dim=H)
-    normed2 = K["rmsnorm"](res1, f["ffn_norm_w"], rows=seq, dim=H, eps=EPS)
-    gate = K["gemm"](normed2, f["w_gate"], m=seq, k=H, n=F)
-    up = K["gemm"](normed2, f["w_up"], m=seq, k=H, n=F)
-    act = K["swiglu"](gate, up, rows=seq, dim=F)
-    down = K["gemm"](act, f["w_down"], m=seq, k=F, n=H)
-    return {"proj": proj, "res1": res1, "normed2": normed2, "gate": gate, "up": up, "hidden_act": act,
-            "down": down, "x_out": K["add"](res1, down, rows=seq, dim=H, flat_out=1)}
-
-
-def _rms_gemv_rope(f, _):
-    normed = K["rmsnorm"](f["x"], f["norm_w"], rows=1, dim=H, eps=EPS)
-    q = K["gemv"](f["wq"], normed, m=Q, k=H)
-    k = K["gemv"](f["wk"], normed, m=KV, k=H)
-    return {"normed": normed, "q": q, "k": k, "v": K["gemv"](f["wv"], normed, m=KV, k=H),
-            "q_roped": K["rope"](q, f["lut"], rows=1, heads=S.n_heads, head_dim=HD),
-            "k_roped": K["rope"](k, f["lut"], rows=1, heads=S.n_kv_heads, head_dim=HD)}
+    (out,) = run_layers(kc, plan, x, pos, 1, host_op, read_last=True)
+    n = pos + x.shape[0]
+    return out, reads, kc.read_state("k_cache", "L0", 0, n), kc.read_state("v_cache", "L0", 0, n)
 
 
-def _o_gemv_ffn(f, _):
-    proj = K["gemv"](f["wo"], f["attn"], m=H, k=Q)
-    res1 = K["add"](f["x"], proj, rows=1, dim=H)
-    normed2 = K["rmsnorm"](res1, f["ffn_norm_w"], rows=1, dim=H, eps=EPS)
-    gate = K["gemv"](f["w_gate"], normed2, m=F, k=H)
-    up = K["gemv"](f["w_up"], normed2, m=F, k=H)
-    act = K["swiglu"](gate, up, rows=1, dim=F)
-    down = K["gemv"](f["w_down"], act, m=H, k=F)
-    return {"proj": proj, "res1": res1, "normed2": normed2, "gate": gate, "up": up, "hidden_act": act,
-            "down": down, "x_out": K["add"](res1, down, rows=1, dim=H)}
+@pytest.mark.parametrize("variant", [LlamaModel, QKNormLlama], ids=["llama", "qk_norm"])
+def test_prefill_layer_equals_hand_composed_layer(tmp_path, variant):
+    model = variant(SHAPES)
+    w = _weights(model, seed=1)
+    x = to_bf16(np.random.default_rng(2).standard_normal((SEQ, H), dtype=np.float32))
+    want, k_new, v_new = _layer(w, x, 0, np.zeros((0, KV), x.dtype), np.zeros((0, KV), x.dtype),
+                                variant.qk_norm)
+    out, _, k_rows, v_rows = _run(tmp_path, model, model.prefill(SEQ), w, x, 0)
+    assert _same(out, want["x_out"])
+    assert _same(k_rows, k_new) and _same(v_rows, v_new)       # the K/V append landed in the device cache
+    assert np.any(want["x_out"].astype(np.float32) != 0)
 
 
-def _lm_head(f, _):
-    out = {}
-    for name, w in f.items():
-        if name.startswith("w_"):
-            out["logits_" + name[2:]] = K["gemv"](w, f["x"], m=w.shape[0], k=H)
-    return out
-
-
-HAND = {"rms_gemms_rope": _rms_gemms_rope, "flash_attn": _flash_attn, "o_ffn": _o_ffn,
-        "rms_gemv_rope": _rms_gemv_rope, "o_gemv_ffn": _o_gemv_ffn, "lm_head_gemv": _lm_head}
-DECLS = prefill_modules(SHAPES, SEQ) + decode_modules(SHAPES)
-
-
-def _hand_name(decl: ModuleDecl) -> str:
-    return decl.name.removesuffix(f"_s{SEQ}")
-
-
-@pytest.mark.parametrize("decl", DECLS, ids=[d.name for d in DECLS])
-def test_stitched_module_equals_hand_composed_references(decl):
-    feeds = _feeds(decl, seed=len(decl.name))
-    got = _run(decl, feeds)
-    want = HAND[_hand_name(decl)](feeds, SEQ)
-    produced = set(decl.names(Role.OUTPUT, Role.INTERMEDIATE))
-    assert set(want) == produced
-    for name, expected in want.items():
-        assert got[name].shape == decl.arg(name).shape, name
-        assert _same(got[name], expected), f"{decl.name}: {name} differs from the hand-composed reference"
-        assert np.any(np.asarray(expected, dtype=np.float32) != 0), name  # a trivially zero check proves nothing
+@pytest.mark.parametrize("variant", [LlamaModel, QKNormLlama], ids=["llama", "qk_norm"])
+def test_decode_layer_equals_hand_composed_layer(tmp_path, variant):
+    model = variant(SHAPES)
+    w = _weights(model, seed=3)
+    rng = np.random.default_rng(4)
+    pos = 5
+    hist = [to_bf16(rng.standard_normal((CAP, KV), dtype=np.float32)) for _ in range(2)]
+    x = to_bf16(rng.standard_normal((1, H), dtype=np.float32))
+    want, k_new, v_new = _layer(w, x, pos, hist[0][:pos], hist[1][:pos], variant.qk_norm)
+    out, reads, k_rows, v_rows = _run(tmp_path, model, model.decode(), w, x, pos, history=hist)
+    assert _same(out, want["x_out"]) and _same(reads["q_roped"], want["q_roped"])
+    assert _same(k_rows[pos], k_new) and _same(v_rows[pos], v_new)
+    assert _same(k_rows[:pos], hist[0][:pos])                  # the history is untouched
 
 
 def _swap(decl: ModuleDecl, prefix_a: str, prefix_b: str, pos: int) -> ModuleDecl:
@@ -137,16 +145,26 @@ def _swap(decl: ModuleDecl, prefix_a: str, prefix_b: str, pos: int) -> ModuleDec
     return dataclasses.replace(decl, launches=tuple(swapped.get(l.prefix, l) for l in decl.launches))
 
 
-@pytest.mark.parametrize("index, a, b, pos, changed", [
-    (0, "k", "v", 1, ("k_roped", "v")),          # rms_gemms_rope: wk <-> wv
-    (2, "gate", "up", 1, ("x_out",)),            # o_ffn: w_gate <-> w_up
-    (4, "gate", "up", 0, ("x_out",)),            # o_gemv_ffn: w_gate <-> w_up
-], ids=["rms_gemms_rope-wk-wv", "o_ffn-gate-up", "o_gemv_ffn-gate-up"])
-def test_miswired_declaration_changes_the_result(index, a, b, pos, changed):
-    decl = DECLS[index]
-    bad = _swap(decl, a, b, pos)
-    assert bad.launches != decl.launches
-    feeds = _feeds(decl, seed=7)
-    good, wrong = _run(decl, feeds), _run(bad, feeds)
-    for name in changed:
-        assert not _same(good[name], wrong[name]), f"swapping {a}/{b} did not change {name}"
+def _replace_step(plan: PhasePlan, index: int, decl: ModuleDecl) -> PhasePlan:
+    steps = list(plan.steps)
+    steps[index] = dataclasses.replace(steps[index], decl=decl)
+    return dataclasses.replace(plan, steps=tuple(steps))
+
+
+@pytest.mark.parametrize("phase, step, a, b, pos", [
+    ("prefill", 0, "k", "v_new", 1),         # qkv: wk <-> wv
+    ("prefill", 2, "gate", "up", 1),         # ffn: w_gate <-> w_up (GEMM: weight is argument 1)
+    ("decode", 2, "gate", "up", 0),          # ffn: w_gate <-> w_up (GEMV: weight is argument 0)
+], ids=["qkv-wk-wv", "ffn-gate-up", "ffn_dec-gate-up"])
+def test_miswired_declaration_changes_the_result(tmp_path, phase, step, a, b, pos):
+    model = LlamaModel(SHAPES)
+    plan = model.prefill(SEQ) if phase == "prefill" else model.decode()
+    bad = _replace_step(plan, step, _swap(plan.steps[step].decl, a, b, pos))
+    w = _weights(model, seed=5)
+    rows = SEQ if phase == "prefill" else 1
+    x = to_bf16(np.random.default_rng(6).standard_normal((rows, H), dtype=np.float32))
+    good = _run(tmp_path / "good", model, plan, w, x, 0)
+    wrong = _run(tmp_path / "bad", model, bad, w, x, 0)
+    assert not _same(good[0], wrong[0])
+    if step == 0:
+        assert not _same(good[2], wrong[2]) or not _same(good[3], wrong[3])

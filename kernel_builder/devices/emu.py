@@ -15,57 +15,88 @@ from pathlib import Path
 
 import numpy as np
 
+from ..dtypes import dtype as _dtype
 from ..numerics import BF16
-from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes, check_read
+from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes, check_read, check_view
 
 
 class EmuBuffer(Buffer):
-    __slots__ = ("nbytes", "raw", "_f32", "_views")
+    """Host bytes standing in for a device buffer. A view (`EmuDevice.view`, a sub-buffer) shares its
+    root's bytes. The root keeps one lazily built f32 shadow of its bf16 contents; kernel outputs and host
+    writes update the shadow's slice in place (so appending one KV row does not rebuild a whole cache),
+    and `invalidate()` (after the interpreter wrote the bytes directly) drops it."""
 
-    def __init__(self, nbytes: int):
+    __slots__ = ("nbytes", "raw", "root", "offset", "_f32")
+
+    def __init__(self, nbytes: int, root: "EmuBuffer | None" = None, offset: int = 0):
         self.nbytes = nbytes
-        self.raw = np.zeros(nbytes, dtype=np.uint8)
+        if root is None:
+            self.raw = np.zeros(nbytes, dtype=np.uint8)
+            self.root, self.offset = self, 0
+        else:
+            self.raw = root.raw[offset:offset + nbytes]
+            self.root, self.offset = root, offset
         self._f32: np.ndarray | None = None
-        self._views: dict[tuple, np.ndarray] = {}
 
     def invalidate(self) -> None:
-        self._f32 = None
-        self._views.clear()
+        self.root._f32 = None
+
+    def _shadow_slice(self) -> slice:
+        return slice(self.offset // 2, (self.offset + self.nbytes) // 2)
 
     def f32(self, shape: tuple[int, ...]) -> np.ndarray:
         """Read-only f32 view of the bf16 contents (exact: every bf16 is an f32)."""
-        v = self._views.get(shape)
-        if v is None:
-            if self._f32 is None:
-                self._f32 = self.raw.view(BF16).astype(np.float32)
-                self._f32.flags.writeable = False
-            v = self._f32.reshape(shape)
-            self._views[shape] = v
+        root = self.root
+        if root._f32 is None:
+            root._f32 = root.raw[: root.nbytes - root.nbytes % 2].view(BF16).astype(np.float32)
+        v = root._f32[self._shadow_slice()].reshape(shape)
+        v.flags.writeable = False
         return v
 
     def bf16(self, shape: tuple[int, ...]) -> np.ndarray:
         return self.raw.view(BF16).reshape(shape)
 
-    def store(self, arr: np.ndarray) -> None:
-        """A kernel output: keep the bf16 bytes; the shadow is rebuilt on the next read."""
+    def array(self, shape: tuple[int, ...], dtype: str, shadow: bool = True) -> np.ndarray:
+        """The contents as a kernel reads them: bf16 through the f32 shadow (or raw bf16), other element
+        types as their own dtype (no copy)."""
+        if dtype == "bf16":
+            return self.f32(shape) if shadow else self.bf16(shape)
+        return self.raw.view(_dtype(dtype).host).reshape(shape)
+
+    def refresh_shadow(self) -> None:
+        """Host bytes changed: update the root's shadow over this buffer's range (if one exists)."""
+        root = self.root
+        if root._f32 is not None:
+            root._f32[self._shadow_slice()] = self.raw[: self.nbytes - self.nbytes % 2].view(BF16)
+
+    def store(self, arr: np.ndarray, dtype: str = "bf16") -> None:
+        """A kernel output: keep its bytes in this buffer's element type (bf16 rounded RNE, as the NPU
+        stores results) and keep the shadow current."""
         a = np.asarray(arr)
+        if dtype != "bf16":
+            dt = _dtype(dtype).host
+            if a.size * dt.itemsize != self.nbytes:
+                raise ValueError(f"kernel output of {a.size * dt.itemsize} bytes for a buffer of {self.nbytes} bytes")
+            np.copyto(self.raw.view(dt), a.reshape(-1).astype(dt, copy=False))
+            return
         if a.dtype != BF16:
-            a = a.astype(np.float32).astype(BF16)  # RNE, as the NPU stores results
+            a = a.astype(np.float32).astype(BF16)  # RNE
         if a.size * 2 != self.nbytes:
             raise ValueError(f"kernel output of {a.size * 2} bytes for a buffer of {self.nbytes} bytes")
         np.copyto(self.raw.view(BF16), a.reshape(-1))  # reshape copies only if `a` is not contiguous
-        self._f32 = None
-        if self._views:
-            self._views.clear()
+        root = self.root
+        if root._f32 is not None:
+            root._f32[self._shadow_slice()] = a.reshape(-1)
 
 
 class _Loaded:
-    __slots__ = ("name", "program", "shapes")
+    __slots__ = ("name", "program", "shapes", "dtypes")
 
     def __init__(self, name, program):
         self.name = name
         self.program = program
         self.shapes = tuple(tuple(s) for s in program.arg_shapes)
+        self.dtypes = tuple(program.arg_dtypes) or ("bf16",) * len(self.shapes)
 
 
 _CONTROLLER = False  # threadpoolctl.ThreadpoolController, created on first use (None if unavailable)
@@ -141,10 +172,23 @@ class EmuDevice(Device):
     def free(self, buf: Buffer) -> None:
         self.stats.on_free(buf.nbytes)
 
+    def view(self, buf: EmuBuffer, offset: int, nbytes: int) -> EmuBuffer:
+        check_view(buf, offset, nbytes)
+        return EmuBuffer(nbytes, buf.root, buf.offset + offset)
+
+    def copy(self, dst: EmuBuffer, src: EmuBuffer, nbytes: int) -> None:
+        np.copyto(dst.raw[:nbytes], src.raw[:nbytes])
+        dst.refresh_shadow()
+
     def write(self, buf: EmuBuffer, data: np.ndarray) -> None:
         raw = check_nbytes(buf, data)
         np.copyto(buf.raw, raw)
-        buf.invalidate()
+        buf.refresh_shadow()
+        self.stats.bytes_written += buf.nbytes
+
+    def fill(self, buf: EmuBuffer, writer) -> None:
+        writer(buf.raw)
+        buf.refresh_shadow()
         self.stats.bytes_written += buf.nbytes
 
     def read(self, buf: EmuBuffer, shape, dtype) -> np.ndarray:
@@ -154,19 +198,16 @@ class EmuDevice(Device):
 
     def run(self, handle: _Loaded, buffers: list[Buffer]) -> None:
         from ..launch_program import run_program_io
-        shapes = handle.shapes
+        shapes, dtypes, shadow = handle.shapes, handle.dtypes, self.shadow_f32
         if len(buffers) != len(shapes):
             raise DeviceRunError(f"module {handle.name}: {len(buffers)} buffers for "
                                  f"{len(shapes)} arguments")
-        if self.shadow_f32:
-            def get(i):
-                return buffers[i].f32(shapes[i])
-        else:
-            def get(i):
-                return buffers[i].bf16(shapes[i])
+
+        def get(i):
+            return buffers[i].array(shapes[i], dtypes[i], shadow)
 
         def put(i, value):
-            buffers[i].store(value)
+            buffers[i].store(value, dtypes[i])
 
         limit = self._blas if self._blas is not None else contextlib.nullcontext()
         try:

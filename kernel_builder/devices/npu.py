@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes
+from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes, check_view
+
+
+MAX_CACHED_RUNS = 64   # xrt.run objects kept per loaded module (one per distinct buffer list, oldest dropped)
+# Hardware contexts held at once. amdxdna allows 16 per device on npu2, shared with every other process, and
+# mlir-air saw timeouts and CREATE_HWCTX failures from ~10 ELFs per process (docs/hardware-model.md); the
+# KernelCache unloads the least recently used module beyond this. LLAMA_NPU_MAX_CONTEXTS overrides it.
+DEFAULT_MAX_CONTEXTS = 8
 
 
 def _xrt():
@@ -65,10 +72,14 @@ def _from_device(xrt):
 class NpuDevice(Device):
     name = "npu"
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, max_loaded: int | None = None):
+        import os
+
         self.index = index
         self._device = None
         self.stats = DeviceStats()
+        env = os.environ.get("LLAMA_NPU_MAX_CONTEXTS")
+        self.max_loaded = max_loaded or (int(env) if env and env.isdigit() and int(env) > 0 else DEFAULT_MAX_CONTEXTS)
 
     @property
     def xrt_device(self):
@@ -118,6 +129,13 @@ class NpuDevice(Device):
         self.stats.loads += 1
         return h
 
+    def unload(self, handle: _Loaded) -> None:
+        """Drop the module's runs, kernel and hardware context (XRT releases the context with its last
+        reference); its buffers are not tied to the context in the ELF flow and stay valid."""
+        handle.runs.clear()
+        handle.kernel = handle.context = handle.elf = handle.xclbin = handle.instr_bo = None
+        self.stats.unloads += 1
+
     # ---------------------------------------------------------------- buffers
     def alloc(self, nbytes: int) -> NpuBuffer:
         """ELF-flow buffer (xrt.ext.bo), zero-filled and synced so 'zero-initialised' holds."""
@@ -129,6 +147,20 @@ class NpuDevice(Device):
         self.stats.on_alloc(nbytes)
         return buf
 
+    def view(self, buf: NpuBuffer, offset: int, nbytes: int) -> NpuBuffer:
+        """An XRT sub-buffer (`xrt::bo(parent, size, offset)`): the kernel argument address is patched to
+        parent + offset at run time, which is how a per-call offset (a KV-cache row) reaches a DMA whose
+        instruction stream is fixed at compile time. Shares the parent's host mapping."""
+        check_view(buf, offset, nbytes)
+        if buf.bo is None:
+            raise ValueError("view of a freed or unbound buffer")
+        sub = NpuBuffer(nbytes, _xrt().bo(buf.bo, nbytes, offset))
+        sub.host = buf.host[offset:offset + nbytes]
+        return sub
+
+    def copy(self, dst: NpuBuffer, src: NpuBuffer, nbytes: int) -> None:
+        dst.bo.copy(src.bo, nbytes)  # xrt::bo::copy: device-side, no host round trip
+
     def free(self, buf: Buffer) -> None:
         self.stats.on_free(buf.nbytes)
         buf.host = None
@@ -137,6 +169,15 @@ class NpuDevice(Device):
     def write(self, buf: NpuBuffer, data: np.ndarray) -> None:
         raw = check_nbytes(buf, data)
         buf.host[:] = raw
+        if buf.bo is not None:
+            buf.bo.sync(_to_device(_xrt()))
+        else:
+            buf.dirty = True
+        self.stats.bytes_written += buf.nbytes
+
+    def fill(self, buf: NpuBuffer, writer) -> None:
+        """The bo's own mapping is the destination (the reference design's 'the BO IS the weight storage')."""
+        writer(buf.host)
         if buf.bo is not None:
             buf.bo.sync(_to_device(_xrt()))
         else:
@@ -176,6 +217,8 @@ class NpuDevice(Device):
                 for i, b in enumerate(buffers):
                     run.set_arg(i, b.bo)
                 handle.runs[key] = (run, tuple(b.bo for b in buffers), tuple(buffers))
+                while len(handle.runs) > MAX_CACHED_RUNS:  # per-position views make new buffer lists
+                    handle.runs.pop(next(iter(handle.runs)))
             run.start()
             state = run.wait2() if hasattr(run, "wait2") else run.wait()
         else:

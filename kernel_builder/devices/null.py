@@ -1,13 +1,13 @@
 """Counting device: same buffer/counter semantics as emu, computes nothing.
 
-Used by benchmarks at full model shapes (e.g. Llama-3.2-1B) to count dispatches and transferred
+Used by benchmarks at full model shapes to count dispatches and transferred
 bytes; buffers hold no memory (writes are counted, not stored), reads return zeros.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes, check_read
+from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_nbytes, check_read, check_view
 
 
 class NullBuffer(Buffer):
@@ -37,6 +37,13 @@ class NullDevice(Device):
     def alloc(self, nbytes: int) -> NullBuffer:
         self.stats.on_alloc(nbytes)
         return NullBuffer(nbytes)
+
+    def view(self, buf: NullBuffer, offset: int, nbytes: int) -> NullBuffer:
+        check_view(buf, offset, nbytes)
+        return NullBuffer(nbytes)
+
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> None:
+        pass
 
     def free(self, buf: Buffer) -> None:
         self.stats.on_free(buf.nbytes)

@@ -551,6 +551,6 @@ def analyze_launches(text: str, name: str | None = None, preset=None, facts: NPU
                      ) -> tuple[str, list[LaunchReport]]:
     module = ir.parse(text)
     name = name or module.name
-    preset = preset or presets_mod.preset_for(name)
+    preset = preset or presets_mod.preset_of_text(text)
     reports = [_LaunchAnalyzer(module, name, i, la, preset, facts).run() for i, la in enumerate(module.launches)]
     return name, reports

@@ -58,9 +58,9 @@ class ModuleReport:
 
 def analyze_module(text: str, name: str | None = None, preset=None, facts: NPU2Facts = NPU2,
                    params: cost_mod.CostParams | None = None) -> ModuleReport:
-    """Check a module text against the NPU2 facts and estimate its time. `name` selects the aircc preset
-    (kernel_builder.presets: ping-pong omission, stack size, runtime loop tiling) and names the module in
-    messages; default: the public func's name. Raises HwParseError (one line) for unreadable text."""
+    """Check a module text against the NPU2 facts and estimate its time. `name` names the module in messages
+    (default: the public func's name); `preset` (ping-pong omission, stack size, runtime loop tiling) defaults
+    to the one a stitched text records in its header. Raises HwParseError (one line) for unreadable text."""
     name, launches = analyze_launches(text, name, preset, facts)
     params = params or cost_mod.PARAMS
     for la in launches:
@@ -111,13 +111,13 @@ class HwCheckError(RuntimeError):
     """A module over an NPU2 limit, compiled for the NPU: the message is the first violation (one line)."""
 
 
-def gate(name: str, text: str, target: str, enforce: bool = True) -> tuple[ModuleReport | None, str]:
+def gate(name: str, text: str, target: str, enforce: bool = True, preset=None) -> tuple[ModuleReport | None, str]:
     """The build driver's check: (report, note). On the NPU target a module over a limit raises HwCheckError
     with one line (unless enforce=False); on emu/null it returns a note (the row is marked, a warning is
     printed by the caller) so emulated runs keep working. Text the model cannot read gives a note, never a
     failure (the hardware model must not block a build it cannot judge)."""
     try:
-        rep = analyze_module(text, name)
+        rep = analyze_module(text, name, preset)
     except HwParseError as e:
         return None, f"hw model: cannot analyze {name}: {e}"
     except Exception as e:  # a model bug must not block a build: say so in one line
@@ -162,7 +162,8 @@ def hw_check_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llama-npu hw-check",
                                 description="check AIR module files against the NPU2 hardware model")
     p.add_argument("files", nargs="+", type=Path)
-    p.add_argument("--name", default=None, help="module name for the aircc preset (default: the file's stem)")
+    p.add_argument("--name", default=None, help="module name shown in the report (default: the file's stem); "
+                   "the aircc preset is the one the stitched text records in its header")
     args = p.parse_args(argv)
     rows, lines, status = [], [], 0
     for path in args.files:

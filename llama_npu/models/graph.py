@@ -1,0 +1,194 @@
+"""A layer graph, written once per model family, and its lowering to multi-launch module declarations.
+
+A model description (llama_npu.models.llama) lists the ops of ONE decoder layer on named tensors: the layer
+input, activations, weights (`w:<name>`) and persistent states (`s:<name>`: the KV cache, the RoPE table).
+A *phase* (prefill of `rows` tokens, or decode of one token against a KV window of `kv_rows` positions)
+cuts that list into segments; `lower()` turns each segment into a `ModuleDecl` and records where each of
+its inputs comes from, so the engine walks every phase with one loop:
+
+  - roles follow from the cut: a tensor produced and consumed inside a segment is INTERMEDIATE, one that
+    another step (or the next layer) needs is OUTPUT, one produced elsewhere is INPUT (bound on the device
+    with KernelCache.ref), weights are STATIC, state windows are STATE, the position is a scalar;
+  - each op picks its kernel for the phase through a lowering rule (a linear layer is a GEMV for one row,
+    a GEMM otherwise);
+  - a segment made of a host op (decode attention on the CPU, the fallback) becomes a host step.
+
+Nothing here is specific to Llama: which ops, weights and tensor names a family has lives in its
+description.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
+from kernel_builder.presets import AirccPreset
+
+POS = "pos"   # the scalar holding the first row (position) a call works on
+
+
+@dataclass(frozen=True)
+class Op:
+    """`out = kind(*ins)`. `ins` name activations, `w:<weight>` or `s:<state>`. With `into`, the output is
+    written into that state's window at the call's position instead of an activation (a KV-cache append)."""
+
+    kind: str
+    ins: tuple[str, ...]
+    out: str
+    width: int                     # columns of the output ([rows, width])
+    params: dict = field(default_factory=dict, compare=False)
+    into: str = ""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """`rows` tokens per call; an attention op reads a KV window of `kv_rows` positions; `tag` names the
+    phase in module names (`qkv_s64`, `layer_kv512`)."""
+
+    name: str                      # "prefill" | "decode"
+    rows: int
+    kv_rows: int
+    tag: str
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a step's INPUT comes from: the layer input (step -1), or argument `arg` of step `step` (a module's
+    output, or the buffer an earlier module took the same tensor in), or a host step's result."""
+
+    tensor: str
+    step: int = -1
+    arg: str = ""
+    host: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """One dispatch of a layer (`decl`), or one host op (`host_op`, decl None)."""
+
+    decl: ModuleDecl | None
+    inputs: dict                   # INPUT arg name (= tensor) -> Source
+    host_op: Op | None = None
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    phase: Phase
+    steps: tuple[Step, ...]
+    output: tuple[int, str]        # (step, arg) holding the layer output (the next layer's input)
+
+    @property
+    def decls(self) -> list[ModuleDecl]:
+        return [s.decl for s in self.steps if s.decl is not None]
+
+
+@dataclass
+class LayerGraph:
+    """The ops of one layer. `outputs[0]` is the layer output (the next layer's input); every name in
+    `outputs` is read by the host or the next layer. `states`: state name -> row width."""
+
+    input: str
+    input_width: int
+    outputs: tuple[str, ...]
+    ops: list[Op]
+    states: dict[str, int]
+    dtype: str = "bf16"
+
+    def width(self, tensor: str) -> int:
+        if tensor == self.input:
+            return self.input_width
+        for op in self.ops:
+            if op.out == tensor:
+                return op.width
+        raise ValueError(f"tensor {tensor!r} is produced by no op and is not the layer input")
+
+
+# A lowering rule: (op, phase, graph) -> (kernel text factory, wiring in the kernel's canonical order, the
+# Args the op adds beyond its activations: weights, state windows, scalars).
+Rule = Callable[[Op, Phase, LayerGraph], tuple[Callable[[], str], tuple[str, ...], list[Arg]]]
+
+
+def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: list[tuple[str, list[str]]],
+          family: str, host_ops: frozenset[str] = frozenset(),
+          presets: dict[str, AirccPreset] | None = None) -> PhasePlan:
+    """Cut `graph` into `segments` (segment name, op outputs in op order) for `phase`. A segment holding
+    only ops in `host_ops` is a host step. Modules are named `<segment>_<phase.tag>` and share `family`
+    (their statics are one copy per bo_key: a layer's weights are resident once for every module)."""
+    by_out = {op.out: op for op in graph.ops}
+    covered = [o for _, outs in segments for o in outs]
+    if sorted(covered) != sorted(by_out):
+        raise ValueError(f"phase {phase.tag}: segments cover {covered}, the graph has {list(by_out)}")
+    planned = [(name, [by_out[o] for o in outs]) for name, outs in segments]
+    producer = {op.out: i for i, (_, ops) in enumerate(planned) for op in ops if not op.into}
+    consumers: dict[str, set[int]] = {}
+    for i, (_, ops) in enumerate(planned):
+        for op in ops:
+            for t in op.ins:
+                consumers.setdefault(t, set()).add(i)
+    taken: dict[str, tuple[int, str]] = {}       # tensor -> (step, arg) that first took it as an input
+    steps: list[Step] = []
+    for i, (seg, ops) in enumerate(planned):
+        kinds = {op.out in host_ops for op in ops}
+        if kinds == {True}:
+            if len(ops) != 1:
+                raise ValueError(f"phase {phase.tag}: host segment {seg} must hold one op")
+            op = ops[0]
+            srcs = {t: _source(t, graph, producer, taken, steps, i) for t in op.ins if t[:2] not in ("w:", "s:")}
+            steps.append(Step(None, srcs, host_op=op))
+            continue
+        if kinds != {False}:
+            raise ValueError(f"phase {phase.tag}: segment {seg} mixes host and device ops")
+        steps.append(_module(i, ops, f"{seg}_{phase.tag}" if phase.tag else seg, phase, graph, rules, producer, consumers, taken,
+                             steps, family, (presets or {}).get(seg, AirccPreset())))
+    out = graph.outputs[0]
+    return PhasePlan(phase, tuple(steps), (producer[out], out))
+
+
+def _source(t: str, graph: LayerGraph, producer: dict, taken: dict, steps: list[Step], here: int) -> Source:
+    if t in producer and producer[t] < here:
+        s = producer[t]
+        return Source(t, s, t, host=steps[s].decl is None)
+    if t in producer:
+        raise ValueError(f"tensor {t!r} is read by step {here} before step {producer[t]} produces it")
+    if t != graph.input:
+        raise ValueError(f"tensor {t!r} is produced by no op and is not the layer input")
+    if t in taken:
+        s, a = taken[t]
+        return Source(t, s, a)
+    taken[t] = (here, t)
+    return Source(t)
+
+
+def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules: dict, producer: dict,
+            consumers: dict, taken: dict, steps: list, family: str, preset: AirccPreset) -> Step:
+    rows = phase.rows
+    args: dict[str, Arg] = {}
+    inputs: dict[str, Source] = {}
+    launches = []
+    local = {op.out for op in ops if not op.into}
+
+    def add(a: Arg) -> None:
+        prev = args.setdefault(a.name, a)
+        if prev != a:
+            raise ValueError(f"module {name}: argument {a.name} declared twice differently ({prev} vs {a})")
+
+    for op in ops:
+        for t in op.ins:
+            if t[:2] in ("w:", "s:") or t in local or t in args:
+                continue
+            add(Arg(t, (rows, graph.width(t)), Role.INPUT, graph.dtype))
+            inputs[t] = _source(t, graph, producer, taken, steps, i)
+        build, wiring, extra = rules[op.kind](op, phase, graph)
+        for a in extra:
+            add(a)
+        if op.into:
+            add(Arg(op.out, (rows, op.width), Role.STATE, graph.dtype, state=op.into, at=POS))
+        else:
+            later = any(j != i for j in consumers.get(op.out, ())) or op.out in graph.outputs
+            add(Arg(op.out, (rows, op.width), Role.OUTPUT if later else Role.INTERMEDIATE, graph.dtype))
+        launches.append(Launch(op.out, build, wiring))
+    scalars = sorted({a.name for a in args.values() if a.role is Role.SCALAR}
+                     | {a.at for a in args.values() if a.role is Role.STATE and a.at})
+    decl = ModuleDecl(name=name, args=tuple(args.values()), launches=tuple(launches), family=family,
+                      scalars=tuple(scalars), preset=preset)
+    return Step(decl, inputs)

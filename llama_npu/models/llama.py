@@ -1,0 +1,219 @@
+"""The Llama family, described once: config -> shapes, the tensor map from Hugging Face names, and the layer
+graph, from which every phase's module declarations are derived (llama_npu.models.graph.lower).
+
+A variant is a flag or a small subclass here: `QKNormLlama` (Qwen3-style per-head RMSNorm on q and k before
+RoPE) adds two ops and two weights; nothing else in the code base changes for it.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from kernel_builder.decl import ModuleDecl
+from kernel_builder.planner import plan_lm_head
+from kernel_builder.presets import AirccPreset
+
+from .graph import LayerGraph, Op, Phase, PhasePlan, lower
+from .lowering import RULES, TRANSPOSED
+
+
+@dataclass(frozen=True)
+class ModelShapes:
+    """Every dimension a Llama-family model contributes to kernel shapes (from config.json)."""
+
+    hidden: int          # d_model
+    n_heads: int         # query heads
+    n_kv_heads: int      # key/value heads (GQA)
+    head_dim: int
+    ffn: int             # intermediate_size
+    vocab: int
+    n_layers: int
+    rms_eps: float
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+
+# Reference shapes used by tests and benchmarks (weights are never needed for these).
+LLAMA32_1B = ModelShapes(hidden=2048, n_heads=32, n_kv_heads=8, head_dim=64, ffn=8192,
+                         vocab=128256, n_layers=16, rms_eps=1e-5)
+LLAMA32_3B = ModelShapes(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192,
+                         vocab=128256, n_layers=28, rms_eps=1e-5)
+SMOLLM2_135M = ModelShapes(hidden=576, n_heads=9, n_kv_heads=3, head_dim=64, ffn=1536,
+                           vocab=49152, n_layers=30, rms_eps=1e-5)
+REFERENCE_SHAPES = {"smollm2-135m": SMOLLM2_135M, "llama32-1b": LLAMA32_1B, "llama32-3b": LLAMA32_3B}
+
+# The tensor map: weight name in the graph -> Hugging Face name (per layer under `model.layers.{i}.`).
+LAYER_TENSORS = {
+    "attn_norm": "input_layernorm.weight",
+    "wq": "self_attn.q_proj.weight",
+    "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight",
+    "wo": "self_attn.o_proj.weight",
+    "ffn_norm": "post_attention_layernorm.weight",
+    "w_gate": "mlp.gate_proj.weight",
+    "w_up": "mlp.up_proj.weight",
+    "w_down": "mlp.down_proj.weight",
+}
+QK_NORM_TENSORS = {"q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight"}
+GLOBAL_TENSORS = {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
+                  "lm_head": "lm_head.weight"}
+
+K_CACHE, V_CACHE, ROPE_TABLE = "k_cache", "v_cache", "rope"
+LAYER_FAMILY = "layer"     # every per-layer module shares its bo_key's weights through this family
+HEAD_FAMILY = "lm_head"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Where a static argument's bytes come from: an HF tensor (shape as stored), optionally transposed,
+    or a block of its rows `[row0, row0 + rows)` zero-padded past the tensor's end (LM-head partitions)."""
+
+    name: str
+    shape: tuple[int, ...]
+    transpose: bool = False
+    row0: int = 0
+    rows: int = 0
+
+
+class LlamaModel:
+    """Llama (RMSNorm, GQA, RoPE, SwiGLU, no biases), tied or untied embeddings."""
+
+    qk_norm = False
+
+    def __init__(self, shapes: ModelShapes):
+        self.shapes = shapes
+        lm = plan_lm_head(shapes.vocab, shapes.hidden)
+        self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
+
+    # ------------------------------------------------------------------------------ tensor map
+    def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Graph weight name -> (HF name under model.layers.{i}., shape as stored)."""
+        s = self.shapes
+        shapes = {"attn_norm": (s.hidden,), "wq": (s.q_dim, s.hidden), "wk": (s.kv_dim, s.hidden),
+                  "wv": (s.kv_dim, s.hidden), "wo": (s.hidden, s.q_dim), "ffn_norm": (s.hidden,),
+                  "w_gate": (s.ffn, s.hidden), "w_up": (s.ffn, s.hidden), "w_down": (s.hidden, s.ffn),
+                  "q_norm": (s.head_dim,), "k_norm": (s.head_dim,)}
+        names = dict(LAYER_TENSORS, **(QK_NORM_TENSORS if self.qk_norm else {}))
+        return {w: (hf, shapes[w]) for w, hf in names.items()}
+
+    def static_tensor(self, arg: str, layer: int | None, lm_source: str = "lm_head") -> TensorSpec:
+        """The tensor behind a static argument of a layer module (layer >= 0) or of the LM head."""
+        if layer is None:
+            if arg == "final_norm":
+                return TensorSpec(GLOBAL_TENSORS["final_norm"], (self.shapes.hidden,))
+            if arg.startswith("lm_"):
+                p = int(arg[3:])
+                name = GLOBAL_TENSORS["embed" if lm_source == "embed" else "lm_head"]
+                return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
+                                  rows=self.lm_rows)
+            raise KeyError(f"no tensor for LM-head argument {arg!r}")
+        transpose = arg.endswith(TRANSPOSED)
+        base = arg[: -len(TRANSPOSED)] if transpose else arg
+        hf, shape = self.layer_tensors()[base]
+        return TensorSpec(f"model.layers.{layer}.{hf}", shape, transpose)
+
+    # ------------------------------------------------------------------------------ the layer graph
+    @functools.cached_property
+    def graph(self) -> LayerGraph:
+        s = self.shapes
+        eps, hd = s.rms_eps, s.head_dim
+        attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd}
+        q, k = "q", "k"
+        ops = [
+            Op("rmsnorm", ("x", "w:attn_norm"), "h", s.hidden, {"eps": eps}),
+            Op("linear", ("h", "w:wq"), "q", s.q_dim),
+            Op("linear", ("h", "w:wk"), "k", s.kv_dim),
+            Op("linear", ("h", "w:wv"), "v_new", s.kv_dim, into=V_CACHE),
+        ]
+        if self.qk_norm:
+            ops += [Op("rmsnorm", ("q", "w:q_norm"), "q_n", s.q_dim, {"eps": eps, "group": hd}),
+                    Op("rmsnorm", ("k", "w:k_norm"), "k_n", s.kv_dim, {"eps": eps, "group": hd})]
+            q, k = "q_n", "k_n"
+        ops += [
+            Op("rope", (q, f"s:{ROPE_TABLE}"), "q_roped", s.q_dim),
+            Op("rope", (k, f"s:{ROPE_TABLE}"), "k_new", s.kv_dim, into=K_CACHE),
+            Op("attention", ("q_roped", f"s:{K_CACHE}", f"s:{V_CACHE}"), "attn", s.q_dim, attn),
+            Op("linear", ("attn", "w:wo"), "proj", s.hidden),
+            Op("add", ("x", "proj"), "res1", s.hidden),
+            Op("rmsnorm", ("res1", "w:ffn_norm"), "h2", s.hidden, {"eps": eps}),
+            Op("linear", ("h2", "w:w_gate"), "gate", s.ffn),
+            Op("linear", ("h2", "w:w_up"), "up", s.ffn),
+            Op("swiglu", ("gate", "up"), "act", s.ffn),
+            Op("linear", ("act", "w:w_down"), "down", s.hidden),
+            Op("add", ("res1", "down"), "x_out", s.hidden),
+        ]
+        return LayerGraph("x", s.hidden, ("x_out",), ops,
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd})
+
+    @functools.cached_property
+    def head_graph(self) -> LayerGraph:
+        """Final RMSNorm + the LM head as one GEMV per vocabulary partition (planner.plan_lm_head)."""
+        s = self.shapes
+        ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps})]
+        ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
+        return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {})
+
+    def _segments(self, *groups: tuple[str, str | None]) -> list[tuple[str, list[str]]]:
+        """Cut the op list at the named op outputs: groups of (segment name, last op of the segment)."""
+        outs = [op.out for op in self.graph.ops]
+        segs, start = [], 0
+        for name, last in groups:
+            end = len(outs) if last is None else outs.index(last) + 1
+            segs.append((name, outs[start:end]))
+            start = end
+        return segs
+
+    # ------------------------------------------------------------------------------ phases
+    def prefill(self, rows: int) -> PhasePlan:
+        """Three dispatches per layer: attention inputs (+ K/V appended to the cache), attention, the rest."""
+        segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
+        phase = Phase("prefill", rows, rows, f"s{rows}")
+        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, presets=self.presets(phase))
+
+    def decode(self) -> PhasePlan:
+        """One token: attention inputs (+ K/V appended at the position), attention on the host, the rest."""
+        segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
+        phase = Phase("decode", 1, 0, "dec")
+        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}),
+                     presets=self.presets(phase))
+
+    def head(self) -> PhasePlan:
+        outs = [op.out for op in self.head_graph.ops]
+        phase = Phase("decode", 1, 0, "")
+        return lower(self.head_graph, phase, RULES, [("lm_head", outs)], HEAD_FAMILY, presets=self.presets(phase))
+
+    def presets(self, phase: Phase) -> dict[str, AirccPreset]:
+        """aircc options per segment (docs/npu-setup.md): decode GEMV modules tile the shim BD loop; the FFN
+        tail's K=ffn GEMV leaves no L1 room for ping-pong."""
+        if phase.name != "decode":
+            return {}
+        gemv = AirccPreset(runtime_loop_tiling_sizes=(16, 16))
+        return {"qkv": gemv, "lm_head": gemv,
+                "ffn": AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all")}
+
+    def plans(self, buckets) -> dict:
+        """Every phase plan a run needs: {("prefill", rows): plan, ("decode",): plan, ("head",): plan}."""
+        out = {("prefill", int(b)): self.prefill(int(b)) for b in sorted(set(buckets))}
+        out[("decode",)] = self.decode()
+        out[("head",)] = self.head()
+        return out
+
+    def modules(self, buckets) -> list[ModuleDecl]:
+        """Every module declaration of the given prefill buckets, decode and the LM head (de-duplicated)."""
+        seen: dict[str, ModuleDecl] = {}
+        for plan in self.plans(buckets).values():
+            for d in plan.decls:
+                seen.setdefault(d.name, d)
+        return list(seen.values())
+
+
+class QKNormLlama(LlamaModel):
+    """Qwen3-style attention: RMSNorm over each head of q and k (weights [head_dim]) before RoPE."""
+
+    qk_norm = True

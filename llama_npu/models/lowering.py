@@ -1,0 +1,73 @@
+"""Lowering rules: which kernel computes a graph op in a phase, how it is wired, which arguments it adds.
+
+One rule per op kind (`RULES[kind](op, phase, graph) -> (kernel factory, wiring, extra Args)`); wiring names
+follow the kernel's canonical argument order (kernel_builder.kernels.SIGNATURES). Weight arguments carry
+their layout in their name: `<w>` is the Hugging Face `[out, in]` tensor, `<w>_t` its transpose `[in, out]`
+(what today's GEMM reads); the weight loader (llama_npu.weights) fills either from the same tensor.
+"""
+from __future__ import annotations
+
+from kernel_builder.decl import Arg, Role
+from kernel_builder.kernels import kernel
+
+from .graph import POS, LayerGraph, Op, Phase
+
+TRANSPOSED = "_t"   # suffix of a weight argument holding the transposed [in, out] layout
+
+
+def _static(name: str, shape, graph: LayerGraph) -> Arg:
+    return Arg(name, tuple(shape), Role.STATIC, graph.dtype)
+
+
+def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
+    x, w = op.ins
+    group = op.params.get("group", 0)
+    build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **({"group": group} if group else {}))
+    return build, (x, w[2:], op.out), [_static(w[2:], (group or op.width,), graph)]
+
+
+def linear(op: Op, phase: Phase, graph: LayerGraph):
+    """One row: GEMV on the [out, in] weight; more rows: GEMM on the [in, out] transpose."""
+    x, w = op.ins
+    n, k = op.width, graph.width(x)
+    if phase.rows == 1:
+        return kernel("gemv", n, k), (w[2:], x, op.out), [_static(w[2:], (n, k), graph)]
+    wt = w[2:] + TRANSPOSED
+    return kernel("gemm", phase.rows, k, n), (x, wt, op.out), [_static(wt, (k, n), graph)]
+
+
+def rope(op: Op, phase: Phase, graph: LayerGraph):
+    """The RoPE table is a state (one row per position, written once); the call reads its rows [pos, pos+rows)."""
+    x, table = op.ins
+    hd = graph.states[table[2:]]
+    heads = op.width // hd
+    lut = Arg("lut", (phase.rows, hd), Role.STATE, graph.dtype, state=table[2:], at=POS)
+    return kernel("rope", phase.rows, heads, hd), (x, "lut", op.out), [lut]
+
+
+def attention(op: Op, phase: Phase, graph: LayerGraph):
+    """Prefill of one chunk starting at position 0: causal flash attention over the chunk's own K/V rows,
+    i.e. the cache window the same rows were appended to."""
+    q, kc, vc = op.ins
+    hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
+    if phase.name != "prefill":
+        raise ValueError(f"attention in phase {phase.tag}: the device path covers prefill; decode runs it on "
+                         f"the host (--decode-attention host)")
+    rows = phase.rows
+    k = Arg("k_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:], at=POS)
+    v = Arg("v_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:], at=POS)
+    return kernel("flash_attn", rows, heads, kv_heads, hd, causal=True), (q, "k_ctx", "v_ctx", op.out), [k, v]
+
+
+def add(op: Op, phase: Phase, graph: LayerGraph):
+    a, b = op.ins
+    return kernel("add", phase.rows, op.width), (a, b, op.out), []
+
+
+def swiglu(op: Op, phase: Phase, graph: LayerGraph):
+    g, u = op.ins
+    return kernel("swiglu", phase.rows, op.width), (g, u, op.out), []
+
+
+RULES = {"rmsnorm": rmsnorm, "linear": linear, "rope": rope, "attention": attention, "add": add,
+         "swiglu": swiglu}
