@@ -152,32 +152,27 @@ def mul(a: Expr, b: Expr) -> Expr:
     return _node("mul", a, b)
 
 
-def _divisible(a: Expr, b: Expr) -> int | None:
-    """c when `a` is affine, `b` the constant c > 0 and every coefficient of `a` a multiple of c: then
-    (m*c + K) / c = m + K // c and (m*c + K) % c = K % c for the non-negative index values of our loops (the
-    canonicalization that turns (g*576)/576 into g before the shim BD folding sees it)."""
-    c = b.value
-    if c is None or c <= 0 or not a.is_affine or any(k % c for _, k in a.terms):
-        return None
-    return c
+def _consts(a: Expr, b: Expr) -> tuple[int, int] | None:
+    x, y = a.value, b.value
+    return (x, y) if x is not None and y not in (None, 0) else None
 
 
+# arith.divui / remui of a non-constant stay non-affine even when they could cancel ((g*576)/576): the
+# lowering does not simplify them either (air-opt-shim-dma-bds reports 'unknown ssa offset producer, NYI' on
+# exactly that offset, and a 64-row add / SwiGLU whose row loop computes (row, col) that way gets a shim task
+# that repeats its first row: docs/hardware-model.md, "Rules").
 def div(a: Expr, b: Expr) -> Expr:
-    c = _divisible(a, b)
-    if c is not None:
-        return Expr(const=a.const // c, terms=tuple((v, k // c) for v, k in a.terms))
-    return _node("div", a, b)
+    c = _consts(a, b)
+    return const(c[0] // c[1]) if c else _node("div", a, b)
 
 
 def floordiv(a: Expr, b: Expr) -> Expr:
-    return div(a, b) if _divisible(a, b) is not None else _node("floordiv", a, b)
+    return div(a, b) if _consts(a, b) else _node("floordiv", a, b)
 
 
 def rem(a: Expr, b: Expr) -> Expr:
-    c = _divisible(a, b)
-    if c is not None:
-        return const(a.const % c)
-    return _node("rem", a, b)
+    c = _consts(a, b)
+    return const(c[0] % c[1]) if c else _node("rem", a, b)
 
 
 def minimum(a: Expr, b: Expr) -> Expr:
