@@ -410,7 +410,7 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     target = target_of(device_kind)
     tc = None
     if target == "npu":
-        tc = (toolchain or detect()).require()
+        tc = (toolchain or detect()).require(compile_only=True)   # building needs no device
     versions = toolchain_versions(target, tc)
     names = [d.name for d in decls]
     dup = {n for n in names if names.count(n) > 1}
@@ -452,6 +452,20 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     return report
 
 
+def module_keys(decls: list[ModuleDecl], target: str, versions: dict) -> dict[str, str]:
+    """Each module's cache key as a build would compute it now (generate + stitch, nothing compiled)."""
+    keys = {}
+    for d in decls:
+        text = stitch_text(generate(d))
+        keys[d.name] = module_key(text, externals_for_text(text), target, versions, d.preset.flags())
+    return keys
+
+
+def entry_valid(cache_dir: Path, entry, key: str | None) -> bool:
+    """Public form of the reuse test: same key (when given), every recorded file present and intact."""
+    return _entry_valid(Path(cache_dir), entry, key)
+
+
 def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | None = None,
                    names: list[str] | None = None) -> dict[str, Artifact]:
     """Artifacts recorded in the manifest. With decls, each module's key is recomputed from the
@@ -464,10 +478,7 @@ def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | 
     keys: dict[str, str] = {}
     if decls is not None:
         versions = toolchain_versions(target, detect() if target == "npu" else None)
-        for d in decls:
-            if d.name in wanted:
-                text = stitch_text(generate(d))
-                keys[d.name] = module_key(text, externals_for_text(text), target, versions, d.preset.flags())
+        keys = module_keys([d for d in decls if d.name in wanted], target, versions)
     out = {}
     for name in wanted:
         entry = entries.get(name)

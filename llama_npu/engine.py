@@ -54,6 +54,7 @@ class GenerationResult:
     ms_per_token: float
     stop_reason: str                     # "eos" | "length" | "interrupted"
     prompt_len: int = 0
+    prompt_computed: int = 0             # prompt tokens computed by this call (the rest came from the KV cache)
 
 
 def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
@@ -385,7 +386,7 @@ class Engine:
             prefill_tok_s=n_fed / ttft if ttft > 0 else float("inf"),
             decode_tok_s=n_dec / dec_s if n_dec and dec_s > 0 else 0.0,
             ms_per_token=1e3 * dec_s / n_dec if n_dec else 0.0,
-            stop_reason=stop_reason, prompt_len=len(ids))
+            stop_reason=stop_reason, prompt_len=len(ids), prompt_computed=n_fed)
 
 
 class _TextStream:

@@ -13,7 +13,8 @@ import pytest
 from kernel_builder import air_interp, planner
 from kernel_builder.kernels import add, gemv, rmsnorm, rope, swiglu
 from kernel_builder.numerics import BF16
-from kernel_builder.reference import KERNELS, rope_lut
+from kernel_builder.reference import KERNELS
+from llama_npu.rope import rope_lut
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M, LlamaModel
 
 ULPS = 2
