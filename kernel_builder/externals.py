@@ -47,9 +47,9 @@ HOST_FLAGS: tuple[str, ...] = ("-O2", "-std=c++20", "-fPIC", "-DLLAMA_NPU_HOST")
 # shapes must be multiples of these. Checked here so a bad shape fails at build time with a clear message.
 GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
-SWIGLU_N_MULTIPLE = 16
+SWIGLU_N_MULTIPLE = 32
 RMSNORM_GROUP_MULTIPLE = 32
-ADD_N_MULTIPLE = 16
+ADD_N_MULTIPLE = 32
 ATTN_HEAD_DIM_MULTIPLE = 32
 ATTN_LK_MULTIPLE = 16
 

@@ -26,6 +26,9 @@ BF16 = 2                      # bytes per element
 F32 = 4
 MAX_GEMV_TILE_M = 16          # rows per GEMV step (bigger steps amortise the per-step DMA/lock overhead)
 LM_HEAD_ROW_QUANTUM = 64      # LM-head partitions are multiples of a full herd of 8-row tiles
+SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mlir-aie AIEXDialect.cpp
+                              # verifyStridesWraps: 10 wrap bits; counted in elements as the hardware model
+                              # does, conservative for bf16); a contiguous (linear) transfer is exempt
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
@@ -34,8 +37,8 @@ MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread
 # External C++ vector-path granularity (must agree with kernel_builder.externals).
 GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
-SWIGLU_N_MULTIPLE = 16
-ADD_N_MULTIPLE = 16
+SWIGLU_N_MULTIPLE = 32
+ADD_N_MULTIPLE = 32
 RMSNORM_GROUP_MULTIPLE = 32
 ATTN_HEAD_DIM_MULTIPLE = 32
 
@@ -257,6 +260,8 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
     best, best_key = None, None
     for tile_m in _divisors_desc(rows, MAX_GEMV_TILE_M):
         for kc in chunks:
+            if kc < k and kc > SHIM_BD_MAX_WRAP and tile_m > 1:
+                continue  # a [tile_m, kc] block of longer rows is strided: its inner run must fit one BD wrap
             plan = GemvPlan(m, k, herd, tile_m, kc)
             if plan.l1_bytes() > L1_BUDGET:
                 continue

@@ -331,7 +331,7 @@ def test_registry_names_and_validation():
                      (lambda: ext.attention_kernels(64, 32, 40), "flash_attn: lk=40 must be a multiple of 16"),
                      (lambda: ext.rope_kernel(48, 2), "rope: head_dim=48"),
                      (lambda: ext.rmsnorm_kernel(48, 1), "rmsnorm: group=48 must be a multiple of 32"),
-                     (lambda: ext.add_kernel(100), "add: n=100 must be a multiple of 16")):
+                     (lambda: ext.add_kernel(100), "add: n=100 must be a multiple of 32")):
         with pytest.raises(ValueError, match=msg):
             bad()
 

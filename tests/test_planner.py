@@ -103,7 +103,7 @@ def test_row_plans(s, rows):
     for kind, dim in (("add", s.hidden), ("swiglu", s.ffn)):
         e = getattr(P, f"plan_{kind}")(rows, dim)
         assert e.herd * e.units_per_tile == rows * dim and e.units_per_tile % e.chunk == 0
-        assert e.chunk % 16 == 0 and e.l1_bytes() <= P.L1_BUDGET and e.herd <= P.NPU2_COLS
+        assert e.chunk % 32 == 0 and e.l1_bytes() <= P.L1_BUDGET and e.herd <= P.NPU2_COLS
         assert e.steps == 1 or e.steps % 2 == 0
     for heads in (s.n_heads, s.n_kv_heads):
         ro = P.plan_rope(rows, heads, s.head_dim)
@@ -146,7 +146,7 @@ def test_lm_head_reference_partitioning():
     (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
     (lambda: P.plan_rmsnorm(4, 2064, 48), ["rmsnorm", "group=48", "multiple of 32"]),
     (lambda: P.plan_rmsnorm(4, 2048, 96), ["rmsnorm", "group=96", "does not divide"]),
-    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 16"]),
+    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 32"]),
     (lambda: P.plan_rope(4, 8, 63), ["rope", "head_dim=63", "even"]),
     (lambda: P.plan_rope(4, 8, 48), ["rope", "head_dim=48", "multiple of 32"]),
     (lambda: P.plan_flash_attn(64, 30, 8, 64), ["flash_attn", "heads=30", "kv_heads=8"]),

@@ -9,9 +9,9 @@ LLAMA_NPU_REQUIRE(ADD_N);
 
 #if defined(__AIENGINE__)
 
-// The sum is formed in an f32 accumulator (a widened, b added) and rounded once to bf16.
-static constexpr int kLanes = 16;
-static_assert(ADD_N % kLanes == 0, "ADD_N must be a multiple of 16 on AIE2P");
+// The sum is formed in an f32 accumulator (a widened, b added) and rounded once to bf16; 32 lanes per step.
+static constexpr int kLanes = 32;
+static_assert(ADD_N % kLanes == 0, "ADD_N must be a multiple of 32 on AIE2P");
 
 extern "C" void ADD_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT b,
                            bfloat16 *LLAMA_NPU_RESTRICT y) {

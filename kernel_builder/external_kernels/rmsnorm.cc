@@ -18,8 +18,9 @@ static constexpr float kInvGroup = 1.0f / static_cast<float>(RMSNORM_GROUP);
 
 #if defined(__AIENGINE__)
 
-static constexpr int kLanes = 16;
-static_assert(RMSNORM_GROUP % (2 * kLanes) == 0, "RMSNORM_GROUP must be a multiple of 32 on AIE2P");
+// 32 bf16 lanes: one native bf16 x bf16 -> accfloat multiply per 32 elements
+static constexpr int kLanes = 32;
+static_assert(RMSNORM_GROUP % kLanes == 0, "RMSNORM_GROUP must be a multiple of 32 on AIE2P");
 
 extern "C" void RMSNORM_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLAMA_NPU_RESTRICT w,
                                bfloat16 *LLAMA_NPU_RESTRICT y, float eps) {
@@ -28,9 +29,9 @@ extern "C" void RMSNORM_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLAMA_N
     const bfloat16 *LLAMA_NPU_RESTRICT xu = x + u * RMSNORM_GROUP;
     bfloat16 *LLAMA_NPU_RESTRICT yu = y + u * RMSNORM_GROUP;
     // sum of squares: bf16 x bf16 products are exact in the f32 accumulator
-    ::aie::accum<accfloat, 2 * kLanes> sq = ::aie::zeros<accfloat, 2 * kLanes>();
-    for (int i = 0; i < RMSNORM_GROUP; i += 2 * kLanes) {
-      ::aie::vector<bfloat16, 2 * kLanes> v = ::aie::load_v<2 * kLanes>(xu + i);
+    ::aie::accum<accfloat, kLanes> sq = ::aie::zeros<accfloat, kLanes>();
+    for (int i = 0; i < RMSNORM_GROUP; i += kLanes) {
+      ::aie::vector<bfloat16, kLanes> v = ::aie::load_v<kLanes>(xu + i);
       sq = ::aie::mac(sq, v, v);
     }
     const float ms = ::aie::reduce_add(sq.template to_vector<float>()) * kInvGroup + eps;

@@ -22,7 +22,8 @@ static constexpr int kWidth = ROPE_HEADS * ROPE_HEAD_DIM;
 
 #if defined(__AIENGINE__)
 
-static constexpr int kLanes = 16;
+// 32 lanes per half when the half allows it (head_dim 64, 128), else 16
+static constexpr int kLanes = kHalf % 32 == 0 ? 32 : 16;
 static_assert(kHalf % kLanes == 0, "ROPE_HEAD_DIM/2 must be a multiple of 16 on AIE2P");
 
 extern "C" void ROPE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLAMA_NPU_RESTRICT lut,
