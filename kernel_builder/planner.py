@@ -29,6 +29,11 @@ LM_HEAD_ROW_QUANTUM = 64      # LM-head partitions are multiples of a full herd 
 SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mlir-aie AIEXDialect.cpp
                               # verifyStridesWraps: 10 wrap bits; counted in elements as the hardware model
                               # does, conservative for bf16); a contiguous (linear) transfer is exempt
+SHIM_BD_MAX_ITERATIONS = 64   # 4th (iteration) dimension of a shim BD with a non-zero stride (verifyStridesWraps:
+                              # iter_bits = 6, "Size 3 exceeds the [1:64] range")
+SHIM_TASK_MAX_REPEAT = 256    # executions of one shim DMA task: repeat_count <= 255 (mlir-air AIRRtToNpuPass.cpp
+                              # folds stride-0 dims into repeat_count; kernel registry GEMV page: "the 255
+                              # buffer-descriptor repeat-count limit")
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
@@ -117,20 +122,24 @@ def _even_or_one(steps: int) -> bool:
 
 @dataclass(frozen=True)
 class GemvPlan:
-    """Herd [herd_m, 1]; tile t owns output rows [t*rows_per_tile, (t+1)*rows_per_tile) and accumulates them in
-    an L1 buffer stored to L3 once. Per step it DMAs a [tile_m, k_chunk] block of w and the matching x chunk
-    straight from L3 (x is re-sent every step: the same data for every tile, one broadcast stream) and calls the
-    external kernel, which carries f32 partial sums across the k/k_chunk chunks of a row block."""
+    """Launch [launch_m, 1] x herd [herd_m, 1]; in launch iteration l, tile t owns output rows
+    [(l*herd_m + t)*rows_per_tile, ...+rows_per_tile) and accumulates them in an L1 buffer stored to L3 once.
+    Per step it DMAs a [tile_m, k_chunk] block of w and the matching x chunk straight from L3 (x is re-sent every
+    step: the same data for every tile, one broadcast stream) and calls the external kernel, which carries f32
+    partial sums across the k/k_chunk chunks of a row block. More than one launch iteration only when one tile's
+    rows would need more row steps than a shim DMA task repeats (`SHIM_TASK_MAX_REPEAT`, the x stream) or than a
+    shim BD iterates (`SHIM_BD_MAX_ITERATIONS`, a chunked w stream)."""
 
     m: int
     k: int
-    herd_m: int      # tiles splitting the output rows
+    herd_m: int      # tiles splitting the output rows of one launch iteration
     tile_m: int      # w rows per step
     k_chunk: int     # w columns / x elements per step
+    launch_m: int = 1  # launch iterations over row blocks of herd_m * rows_per_tile rows
 
     @property
     def rows_per_tile(self) -> int:
-        return self.m // self.herd_m
+        return self.m // (self.launch_m * self.herd_m)
 
     @property
     def row_steps(self) -> int:
@@ -245,6 +254,14 @@ class LmHeadPlan:
 
 
 # --- planners ------------------------------------------------------------------------------------------
+def _gemv_streams_fit(plan: GemvPlan) -> bool:
+    """The shim patterns of one launch iteration fit one DMA task each: x is re-sent row_steps times (a repeat),
+    a chunked w block walks row_steps row blocks in the BD's iteration dimension."""
+    if plan.row_steps > SHIM_TASK_MAX_REPEAT:
+        return False
+    return plan.k_steps == 1 or plan.row_steps <= SHIM_BD_MAX_ITERATIONS
+
+
 def plan_gemv(m: int, k: int) -> GemvPlan:
     check_positive("gemv", m=m, k=k)
     if k % GEMV_K_MULTIPLE:
@@ -255,27 +272,30 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
     if not herds:
         raise ValueError(f"gemv: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
     herd = herds[0]
-    rows = m // herd
     chunks = [c for c in _divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
     best, best_key = None, None
-    for tile_m in _divisors_desc(rows, MAX_GEMV_TILE_M):
-        for kc in chunks:
-            if kc < k and kc > SHIM_BD_MAX_WRAP and tile_m > 1:
-                continue  # a [tile_m, kc] block of longer rows is strided: its inner run must fit one BD wrap
-            plan = GemvPlan(m, k, herd, tile_m, kc)
-            if plan.l1_bytes() > L1_BUDGET:
-                continue
-            # prefer: a safe ping-pong trip count, then the most weight bytes per step (fewer steps), then longer
-            # K chunks (whole rows: contiguous weight DMAs, no partial-sum round trip), then more rows per step
-            key = (_even_or_one(plan.steps), tile_m * kc, kc, tile_m)
-            if best_key is None or key > best_key:
-                best, best_key = plan, key
-    if best is None:
-        need = GemvPlan(m, k, herd, 1, GEMV_K_MULTIPLE).l1_bytes()
-        raise ValueError(f"gemv: m={m} needs {_kib(need)} of L1 per tile ({rows} output rows per tile stay in L1); "
-                         f"the NPU2 limit is {_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus "
-                         f"{L1_STACK_RESERVE // KiB} KiB stack reserve): split m into partitions")
-    return best
+    for launch in [d for d in range(1, m // herd + 1) if (m // herd) % d == 0 and (m // herd // d) % 2 == 0]:
+        rows = m // herd // launch
+        for tile_m in _divisors_desc(rows, MAX_GEMV_TILE_M):
+            for kc in chunks:
+                if kc < k and kc > SHIM_BD_MAX_WRAP and tile_m > 1:
+                    continue  # a [tile_m, kc] block of longer rows is strided: its inner run must fit one BD wrap
+                plan = GemvPlan(m, k, herd, tile_m, kc, launch)
+                if plan.l1_bytes() > L1_BUDGET or not _gemv_streams_fit(plan):
+                    continue
+                # prefer: a safe ping-pong trip count, then the most weight bytes per step (fewer steps), then
+                # longer K chunks (whole rows: contiguous weight DMAs, no partial-sum round trip), then more rows
+                # per step
+                key = (_even_or_one(plan.steps), tile_m * kc, kc, tile_m)
+                if best_key is None or key > best_key:
+                    best, best_key = plan, key
+        if best is not None:
+            return best  # the fewest launch iterations that fit
+    rows = m // herd
+    need = GemvPlan(m, k, herd, 1, GEMV_K_MULTIPLE).l1_bytes()
+    raise ValueError(f"gemv: m={m} needs {_kib(need)} of L1 per tile ({rows} output rows per tile stay in L1); "
+                     f"the NPU2 limit is {_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus "
+                     f"{L1_STACK_RESERVE // KiB} KiB stack reserve): split m into partitions")
 
 
 def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
@@ -315,9 +335,10 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
 
 
 def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,
-               max_chunk: int, unit: str) -> RowPlan | None:
+               max_chunk: int, unit: str, max_steps: int = 0) -> RowPlan | None:
     """The best RowPlan over n_units units of `group` elements; `inputs` = (name, elements per unit) of the
-    DMA-filled input buffers. Chunks hold a multiple of `multiple` elements (vector width)."""
+    DMA-filled input buffers. Chunks hold a multiple of `multiple` elements (vector width); `max_steps` (0: no
+    limit) bounds the steps per tile (a stream re-sent every step repeats one shim DMA task)."""
     best, best_key = None, None
     for herd in _divisors_desc(n_units, NPU2_COLS):
         per = n_units // herd
@@ -326,7 +347,7 @@ def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, i
             if elems % multiple:
                 continue
             plan = RowPlan(herd, per, chunk, unit, group, tuple((nm, chunk * e) for nm, e in inputs))
-            if plan.l1_bytes() > L1_BUDGET:
+            if plan.l1_bytes() > L1_BUDGET or (max_steps and plan.steps > max_steps):
                 continue
             # prefer: a safe ping-pong trip count, chunks that amortise a DMA, then the widest herd, then the
             # biggest chunk
@@ -344,9 +365,18 @@ def plan_rmsnorm(rows: int, dim: int, group: int = 0) -> RowPlan:
     if g % RMSNORM_GROUP_MULTIPLE:
         raise ValueError(f"rmsnorm: group={g} must be a multiple of {RMSNORM_GROUP_MULTIPLE} "
                          f"(32-lane bf16 vector path of the external kernel)")
-    plan = _flat_plan("rmsnorm", rows * (dim // g), g, (("x", g), ("w", 0)), RMSNORM_GROUP_MULTIPLE,
-                      max(g, MAX_ELEMWISE_CHUNK), "groups")
+    # the weight is re-sent every step (one broadcast stream): at most SHIM_TASK_MAX_REPEAT steps per tile, with
+    # chunks beyond MAX_ELEMWISE_CHUNK only when that bound needs them (long prefill buckets)
+    units = rows * (dim // g)
+    plan = None
+    for cap in (max(g, MAX_ELEMWISE_CHUNK), L1_BUDGET // BF16):
+        plan = plan or _flat_plan("rmsnorm", units, g, (("x", g), ("w", 0)), RMSNORM_GROUP_MULTIPLE, cap, "groups",
+                                  SHIM_TASK_MAX_REPEAT)
     if plan is None:
+        if RowPlan(1, 2, 1, "groups", g, (("x", g), ("w", g))).l1_bytes() <= L1_BUDGET:
+            raise ValueError(f"rmsnorm: rows={rows} x dim={dim} needs more than {SHIM_TASK_MAX_REPEAT} steps per "
+                             f"tile on {NPU2_COLS} tiles (the weight stream repeats one shim DMA task at most "
+                             f"{SHIM_TASK_MAX_REPEAT} times) with the chunks that fit {_kib(L1_BUDGET)} of L1")
         raise ValueError(f"rmsnorm: dim={dim} needs {_kib(5 * BF16 * g)} of L1 per tile for one group of {g} "
                          f"elements (x and w double-buffered, y); the NPU2 limit is {_kib(L1_BUDGET)}")
     # the weight is one [group] buffer per step, not chunk-sized

@@ -66,6 +66,7 @@ CASES = [
     ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96)),
     ("gemv", dict(m=512, k=640), lambda: gemv.build(512, 640)),
     ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384)),
+    ("gemv", dict(m=65536, k=32), lambda: gemv.build(65536, 32)),   # two launch iterations (x repeat <= 256)
     # RMSNorm: rows over 8 tiles with several steps, decode (one tile, one row), per-head groups
     ("rmsnorm", dict(rows=64, dim=576, eps=1e-5), lambda: rmsnorm.build(64, 576, 1e-5)),
     ("rmsnorm", dict(rows=1, dim=576, eps=1e-5), lambda: rmsnorm.build(1, 576, 1e-5)),
@@ -95,8 +96,9 @@ def test_interpreter_matches_reference(kind, params, build):
 
 
 def test_gemv_chunked_plan_really_chunks_and_steps():
+    assert planner.plan_gemv(65536, 32).launch_m == 2   # 8192 rows per tile would repeat x 512 times
     p = planner.plan_gemv(32, 16384)
-    assert p.k_steps > 1 and p.row_steps > 1 and p.pingpong
+    assert p.k_steps > 1 and p.row_steps > 1 and p.pingpong and p.launch_m == 1
     text = gemv.build(32, 16384)
     _, stats = _interp(text, _inputs("gemv", dict(m=32, k=16384), 1))
     # per tile: one x and one w DMA per (row block, K chunk) step, one y store
@@ -141,6 +143,9 @@ MUTATIONS = [
      lambda t: _mutate(t, _offsets("w_l1"), _first_offset_to("%t"))),
     ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96),
      lambda t: _mutate(t, _offsets("", "y_l1"), _last_offset_to(_const(t, 0)))),
+    # GEMV over two launch iterations: the second launch iteration computes the rows of the first
+    ("gemv", dict(m=65536, k=32), lambda: gemv.build(65536, 32),
+     lambda t: _mutate(t, r"(%t_1 = arith\.addi )%t(, %tx : index)", lambda m: m.group(1) + _const(t, 0) + m.group(2))),
     # RMSNorm: x of the tile's first chunk for every step
     ("rmsnorm", dict(rows=64, dim=576, eps=1e-5), lambda: rmsnorm.build(64, 576, 1e-5),
      lambda t: _mutate(t, _offsets("x_l1"), _first_offset_to("%t"))),
@@ -245,8 +250,8 @@ def test_plans_at_llama_1b_shapes():
     b = p.l1_buffers()
     assert b["w"] == 2 * 2 * p.tile_m * p.k_chunk and b["x"] == 2 * 2 * p.k_chunk   # ping-pong copies
     assert b["y"] == 2 * p.rows_per_tile and b["acc_f32"] == 4 * p.tile_m           # one copy each
-    lm = planner.plan_gemv(LlamaModel(s).lm_rows, s.hidden)
-    assert lm.herd_m == 8 and lm.l1_bytes() <= planner.L1_BUDGET
+    lm = planner.plan_gemv(LlamaModel(s).lm_rows, s.hidden)   # 16384 x 2048: two launch iterations of 8192 rows
+    assert (lm.launch_m, lm.herd_m, lm.row_steps) == (2, 8, 256) and lm.l1_bytes() <= planner.L1_BUDGET
     r = planner.plan_rmsnorm(2048, s.hidden)
     assert r.herd == 8 and r.steps % 2 == 0 and r.l1_buffers()["w"] == 2 * 2 * s.hidden
     assert planner.plan_rmsnorm(1, s.hidden).l1_buffers() == {"x": 4096, "w": 4096, "y": 4096}  # no loop

@@ -69,7 +69,8 @@ def test_gemm_uses_full_array_for_llama_prefill():
 def test_gemv_plans(s):
     for k, m in _projections(s):
         p = P.plan_gemv(m, k)
-        assert m == p.herd_m * p.rows_per_tile and p.rows_per_tile % p.tile_m == 0 and k % p.k_chunk == 0
+        assert m == p.launch_m * p.herd_m * p.rows_per_tile and p.rows_per_tile % p.tile_m == 0 and k % p.k_chunk == 0
+        assert p.row_steps <= P.SHIM_TASK_MAX_REPEAT and (p.k_steps == 1 or p.row_steps <= P.SHIM_BD_MAX_ITERATIONS)
         assert p.herd_m <= P.NPU2_COLS and p.tile_m <= P.MAX_GEMV_TILE_M and p.k_chunk % P.GEMV_K_MULTIPLE == 0
         assert p.rows_per_tile * P.BF16 % 4 == 0          # one store of whole 32-bit words per tile
         assert p.l1_bytes() <= P.L1_BUDGET
@@ -138,12 +139,12 @@ def test_lm_head_reference_partitioning():
 
 
 @pytest.mark.parametrize("call,words", [
-    (lambda: P.plan_gemv(262144, 2048), ["gemv", "m=262144", "KiB", "limit", "partitions"]),
     (lambda: P.plan_gemv(7, 2048), ["gemv", "m=7", "even"]),
     (lambda: P.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
     (lambda: P.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "8x8x8"]),
     (lambda: P.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
     (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
+    (lambda: P.plan_rmsnorm(8192, 3072), ["rmsnorm", "rows=8192", "256", "repeats"]),
     (lambda: P.plan_rmsnorm(4, 2064, 48), ["rmsnorm", "group=48", "multiple of 32"]),
     (lambda: P.plan_rmsnorm(4, 2048, 96), ["rmsnorm", "group=96", "does not divide"]),
     (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 32"]),

@@ -1,8 +1,9 @@
 """GEMV: y[0, i] = sum_k w[i, k] * x[0, k]   (w row-major in HF (out, in) layout; f32 accumulate).
 
-MLIR + external C++ (kernel_builder.externals.gemv_kernel). launch -> segment -> herd [herd_m, 1]; tile t owns
-output rows [t*R, (t+1)*R) (R = rows per tile) and keeps them in an L1 buffer `y_l1` allocated once at the top
-of the herd, stored to L3 with ONE DMA after its loops (R*2 bytes: whole 32-bit words at every shape).
+MLIR + external C++ (kernel_builder.externals.gemv_kernel). launch [launch_m, 1] -> segment -> herd [herd_m, 1];
+in launch iteration l tile t owns output rows [r0, r0 + R) with r0 = (l*herd_m + t)*R (R = rows per tile) and keeps
+them in an L1 buffer `y_l1` allocated once at the top of the herd, stored to L3 with ONE DMA after its loops
+(R*2 bytes: whole 32-bit words at every shape). launch_m > 1 only for very tall matrices (see planner.GemvPlan).
 Per step (row block i of tile_m rows, K chunk k0 of k_chunk elements) the tile allocates, DMAs and consumes:
 
     w_l1 [tile_m, k_chunk] <- w[t*R + i, k0]   (its own rows: one shim stream per tile)
@@ -37,15 +38,22 @@ def build(m: int, k: int) -> str:
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, acc_ty, yl_ty, "i32", "i32"])
     types = [w_ty, x_ty, y_ty]
 
-    la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(KIND, {"m": m, "k": k})])
-    seg = segment(la.body, "gemv_seg", list(zip(la.args, types)))
-    h = herd(seg.body, "gemv_herd", (plan.herd_m, 1), list(zip(seg.args, types)), [f'link_with = "{ext.obj}"'])
+    la = launch(mod.body, [plan.launch_m, 1], list(zip(mod.args, types)), [attr_dict(KIND, {"m": m, "k": k})])
+    if plan.launch_m > 1:  # the launch iteration's first row reaches the herd as an index operand
+        seg = segment(la.body, "gemv_seg", list(zip(la.args + [la.ids[0]], types + ["index"])))
+        h = herd(seg.body, "gemv_herd", (plan.herd_m, 1), list(zip(seg.args, types + ["index"])),
+                 [f'link_with = "{ext.obj}"'])
+        w, x, y, lx = h.args
+    else:
+        seg = segment(la.body, "gemv_seg", list(zip(la.args, types)))
+        h = herd(seg.body, "gemv_herd", (plan.herd_m, 1), list(zip(seg.args, types)), [f'link_with = "{ext.obj}"'])
+        w, x, y = h.args
     b = h.body
-    w, x, y = h.args
 
     acc = b.alloc("acc_l1", acc_ty)
     yl = b.alloc("y_l1", yl_ty)
-    row0 = b.muli(h.ids[0], rows)
+    tile = b.addi(b.muli(lx, plan.herd_m), h.ids[0]) if plan.launch_m > 1 else h.ids[0]
+    row0 = b.muli(tile, rows)
     body, i = (b.for_(0, rows, tm, "i") if plan.row_steps > 1 else (b, 0))
     r = body.addi(row0, i) if plan.row_steps > 1 else row0
     step, k0 = (body.for_(0, k, kc, "k0") if plan.k_steps > 1 else (body, 0))
