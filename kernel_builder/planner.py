@@ -124,11 +124,11 @@ def _even_or_one(steps: int) -> bool:
 class GemvPlan:
     """Launch [launch_m, 1] x herd [herd_m, 1]; in launch iteration l, tile t owns output rows
     [(l*herd_m + t)*rows_per_tile, ...+rows_per_tile) and accumulates them in an L1 buffer stored to L3 once.
-    Per step it DMAs a [tile_m, k_chunk] block of w and the matching x chunk straight from L3 (x is re-sent every
-    step: the same data for every tile, one broadcast stream) and calls the external kernel, which carries f32
-    partial sums across the k/k_chunk chunks of a row block. More than one launch iteration only when one tile's
-    rows would need more row steps than a shim DMA task repeats (`SHIM_TASK_MAX_REPEAT`, the x stream) or than a
-    shim BD iterates (`SHIM_BD_MAX_ITERATIONS`, a chunked w stream)."""
+    Per step it DMAs a [tile_m, k_chunk] block of w straight from L3 and the matching x chunk from the segment's
+    memory-tile copy of x (re-sent every step: the same data for every tile, one broadcast) and calls the external
+    kernel, which carries f32 partial sums across the k/k_chunk chunks of a row block. More than one launch
+    iteration only when a chunked w stream would walk more row blocks than a shim BD iterates
+    (`SHIM_BD_MAX_ITERATIONS`)."""
 
     m: int
     k: int
@@ -255,10 +255,9 @@ class LmHeadPlan:
 
 # --- planners ------------------------------------------------------------------------------------------
 def _gemv_streams_fit(plan: GemvPlan) -> bool:
-    """The shim patterns of one launch iteration fit one DMA task each: x is re-sent row_steps times (a repeat),
-    a chunked w block walks row_steps row blocks in the BD's iteration dimension."""
-    if plan.row_steps > SHIM_TASK_MAX_REPEAT:
-        return False
+    """The weight stream of one launch iteration fits one shim DMA task: a chunked [tile_m, k_chunk] block walks
+    the tile's row blocks in the BD's iteration dimension. (Whole rows are one contiguous transfer; x is re-sent
+    from its memory-tile copy, whose BD chain repeats without limit.)"""
     return plan.k_steps == 1 or plan.row_steps <= SHIM_BD_MAX_ITERATIONS
 
 

@@ -66,7 +66,6 @@ CASES = [
     ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96)),
     ("gemv", dict(m=512, k=640), lambda: gemv.build(512, 640)),
     ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384)),
-    ("gemv", dict(m=65536, k=32), lambda: gemv.build(65536, 32)),   # two launch iterations (x repeat <= 256)
     # RMSNorm: rows over 8 tiles with several steps, decode (one tile, one row), per-head groups
     ("rmsnorm", dict(rows=64, dim=576, eps=1e-5), lambda: rmsnorm.build(64, 576, 1e-5)),
     ("rmsnorm", dict(rows=1, dim=576, eps=1e-5), lambda: rmsnorm.build(1, 576, 1e-5)),
@@ -95,14 +94,32 @@ def test_interpreter_matches_reference(kind, params, build):
     assert stats.calls > 0 and stats.tiles >= 1
 
 
+def test_gemv_launch_grid_over_row_blocks(monkeypatch):
+    """A chunked weight stream walks at most SHIM_BD_MAX_ITERATIONS row blocks per launch iteration; beyond, the
+    launch grid splits the rows (forced here with a limit of 1 at a small shape). The launch id reaches the herd:
+    a herd that ignores it computes the first launch iteration's rows twice."""
+    monkeypatch.setattr(planner, "SHIM_BD_MAX_ITERATIONS", 1)
+    p = planner.plan_gemv(256, 8192)
+    assert p.launch_m == 2 and p.k_steps > 1 and p.row_steps == 1
+    params = dict(m=256, k=8192)
+    text = gemv.build(256, 8192)
+    data = _inputs("gemv", params, seed=3)
+    want = _reference("gemv", params, data)
+    got, stats = _interp(text, data)
+    _assert_close(got, want, "gemv launch grid")
+    assert stats.tiles == 2 * p.herd_m
+    bad = _mutate(text, r"(%t_1 = arith\.addi )%t(, %tx : index)", lambda m: m.group(1) + _const(text, 0) + m.group(2))
+    got_bad, _ = _interp(bad, data)
+    assert np.abs(got_bad - want).max() > 0.5
+
+
 def test_gemv_chunked_plan_really_chunks_and_steps():
-    assert planner.plan_gemv(65536, 32).launch_m == 2   # 8192 rows per tile would repeat x 512 times
     p = planner.plan_gemv(32, 16384)
     assert p.k_steps > 1 and p.row_steps > 1 and p.pingpong and p.launch_m == 1
     text = gemv.build(32, 16384)
     _, stats = _interp(text, _inputs("gemv", dict(m=32, k=16384), 1))
-    # per tile: one x and one w DMA per (row block, K chunk) step, one y store
-    assert stats.dmas == p.herd_m * (2 * p.row_steps * p.k_steps + 1)
+    # x staged once in L2; per tile: one x (from L2) and one w DMA per (row block, K chunk) step, one y store
+    assert stats.dmas == 1 + p.herd_m * (2 * p.row_steps * p.k_steps + 1)
     assert stats.calls == p.herd_m * p.row_steps * p.k_steps
 
 
@@ -143,9 +160,6 @@ MUTATIONS = [
      lambda t: _mutate(t, _offsets("w_l1"), _first_offset_to("%t"))),
     ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96),
      lambda t: _mutate(t, _offsets("", "y_l1"), _last_offset_to(_const(t, 0)))),
-    # GEMV over two launch iterations: the second launch iteration computes the rows of the first
-    ("gemv", dict(m=65536, k=32), lambda: gemv.build(65536, 32),
-     lambda t: _mutate(t, r"(%t_1 = arith\.addi )%t(, %tx : index)", lambda m: m.group(1) + _const(t, 0) + m.group(2))),
     # RMSNorm: x of the tile's first chunk for every step
     ("rmsnorm", dict(rows=64, dim=576, eps=1e-5), lambda: rmsnorm.build(64, 576, 1e-5),
      lambda t: _mutate(t, _offsets("x_l1"), _first_offset_to("%t"))),
@@ -250,8 +264,8 @@ def test_plans_at_llama_1b_shapes():
     b = p.l1_buffers()
     assert b["w"] == 2 * 2 * p.tile_m * p.k_chunk and b["x"] == 2 * 2 * p.k_chunk   # ping-pong copies
     assert b["y"] == 2 * p.rows_per_tile and b["acc_f32"] == 4 * p.tile_m           # one copy each
-    lm = planner.plan_gemv(LlamaModel(s).lm_rows, s.hidden)   # 16384 x 2048: two launch iterations of 8192 rows
-    assert (lm.launch_m, lm.herd_m, lm.row_steps) == (2, 8, 256) and lm.l1_bytes() <= planner.L1_BUDGET
+    lm = planner.plan_gemv(LlamaModel(s).lm_rows, s.hidden)   # 16384 x 2048: whole rows, one contiguous stream
+    assert (lm.launch_m, lm.herd_m, lm.k_steps) == (1, 8, 1) and lm.l1_bytes() <= planner.L1_BUDGET
     r = planner.plan_rmsnorm(2048, s.hidden)
     assert r.herd == 8 and r.steps % 2 == 0 and r.l1_buffers()["w"] == 2 * 2 * s.hidden
     assert planner.plan_rmsnorm(1, s.hidden).l1_buffers() == {"x": 4096, "w": 4096, "y": 4096}  # no loop
