@@ -31,9 +31,6 @@ SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mli
                               # does, conservative for bf16); a contiguous (linear) transfer is exempt
 SHIM_BD_MAX_ITERATIONS = 64   # 4th (iteration) dimension of a shim BD with a non-zero stride (verifyStridesWraps:
                               # iter_bits = 6, "Size 3 exceeds the [1:64] range")
-SHIM_TASK_MAX_REPEAT = 256    # executions of one shim DMA task: repeat_count <= 255 (mlir-air AIRRtToNpuPass.cpp
-                              # folds stride-0 dims into repeat_count; kernel registry GEMV page: "the 255
-                              # buffer-descriptor repeat-count limit")
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
@@ -334,10 +331,9 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
 
 
 def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,
-               max_chunk: int, unit: str, max_steps: int = 0) -> RowPlan | None:
+               max_chunk: int, unit: str) -> RowPlan | None:
     """The best RowPlan over n_units units of `group` elements; `inputs` = (name, elements per unit) of the
-    DMA-filled input buffers. Chunks hold a multiple of `multiple` elements (vector width); `max_steps` (0: no
-    limit) bounds the steps per tile (a stream re-sent every step repeats one shim DMA task)."""
+    DMA-filled input buffers. Chunks hold a multiple of `multiple` elements (vector width)."""
     best, best_key = None, None
     for herd in _divisors_desc(n_units, NPU2_COLS):
         per = n_units // herd
@@ -346,7 +342,7 @@ def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, i
             if elems % multiple:
                 continue
             plan = RowPlan(herd, per, chunk, unit, group, tuple((nm, chunk * e) for nm, e in inputs))
-            if plan.l1_bytes() > L1_BUDGET or (max_steps and plan.steps > max_steps):
+            if plan.l1_bytes() > L1_BUDGET:
                 continue
             # prefer: a safe ping-pong trip count, chunks that amortise a DMA, then the widest herd, then the
             # biggest chunk
@@ -364,18 +360,9 @@ def plan_rmsnorm(rows: int, dim: int, group: int = 0) -> RowPlan:
     if g % RMSNORM_GROUP_MULTIPLE:
         raise ValueError(f"rmsnorm: group={g} must be a multiple of {RMSNORM_GROUP_MULTIPLE} "
                          f"(32-lane bf16 vector path of the external kernel)")
-    # the weight is re-sent every step (one broadcast stream): at most SHIM_TASK_MAX_REPEAT steps per tile, with
-    # chunks beyond MAX_ELEMWISE_CHUNK only when that bound needs them (long prefill buckets)
-    units = rows * (dim // g)
-    plan = None
-    for cap in (max(g, MAX_ELEMWISE_CHUNK), L1_BUDGET // BF16):
-        plan = plan or _flat_plan("rmsnorm", units, g, (("x", g), ("w", 0)), RMSNORM_GROUP_MULTIPLE, cap, "groups",
-                                  SHIM_TASK_MAX_REPEAT)
+    plan = _flat_plan("rmsnorm", rows * (dim // g), g, (("x", g), ("w", 0)), RMSNORM_GROUP_MULTIPLE,
+                      max(g, MAX_ELEMWISE_CHUNK), "groups")
     if plan is None:
-        if RowPlan(1, 2, 1, "groups", g, (("x", g), ("w", g))).l1_bytes() <= L1_BUDGET:
-            raise ValueError(f"rmsnorm: rows={rows} x dim={dim} needs more than {SHIM_TASK_MAX_REPEAT} steps per "
-                             f"tile on {NPU2_COLS} tiles (the weight stream repeats one shim DMA task at most "
-                             f"{SHIM_TASK_MAX_REPEAT} times) with the chunks that fit {_kib(L1_BUDGET)} of L1")
         raise ValueError(f"rmsnorm: dim={dim} needs {_kib(5 * BF16 * g)} of L1 per tile for one group of {g} "
                          f"elements (x and w double-buffered, y); the NPU2 limit is {_kib(L1_BUDGET)}")
     # the weight is one [group] buffer per step, not chunk-sized
