@@ -6,6 +6,8 @@
    pass and per decode token, host time per decode token (everything except device compute).
 4. `llama-npu serve` with the embedded model on emu: requests/min and TTFT under 4 concurrent clients
    (benchmarks/serve.py, also `make bench-serve`).
+5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
+   (benchmarks/hw_model.py).
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--model", default=None)
     ap.add_argument("--n-tokens", type=int, default=32)
-    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b", "serve"])
+    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b", "serve", "hw"])
     args = ap.parse_args(argv)
     if "stitch" not in args.skip:
         bench_stitch()
@@ -75,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.serve import bench_serve
 
         bench_serve(model=args.model)
+    if "hw" not in args.skip:
+        from benchmarks.hw_model import bench_hw_model
+
+        bench_hw_model()
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | serve | compile | profile | doctor` (also `python -m llama_npu`).
+"""`llama-npu run | chat | serve | compile | profile | doctor | hw-check` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -104,6 +104,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--buckets", type=bucket_list, default=DEFAULT_BUCKETS,
                    help="prefill lengths to compile, e.g. 64,256,1024,2048 (filtered to the model's context)")
     p.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
+    p.add_argument("--context", type=positive_int, default=None,
+                   help="positions the KV cache may hold (default: the model's context, at most 32768, less "
+                        "when memory is short)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -137,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "(emu/null)")
     comp.add_argument("--only", action="append", default=[], metavar="MODULE",
                       help="build only this module (repeatable)")
+    comp.add_argument("--no-hw-check", action="store_true",
+                      help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
+    hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")
+    hw.add_argument("files", nargs="+", help="module .mlir files (exit 1 when one exceeds a limit)")
     prep = sub.add_parser("prepare-model", help="resolve the model (convert the embedded one once) and check it")
     prep.add_argument("--model", default=None)
     prep.add_argument("--no-progress", action="store_true")
@@ -193,7 +200,11 @@ def _prepare(args, prompt: str | None):
             ids = tok.encode(prompt, add_special_tokens=True)
         else:
             ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
-        check_budget(len(ids), args.n_tokens, cfg.max_position)
+        if args.context is not None and args.context > cfg.max_position:
+            raise UsageError(f"--context {args.context} exceeds the model's context of {cfg.max_position} positions")
+        ctx = args.context or cfg.max_position
+        check_budget(len(ids), args.n_tokens, ctx,
+                     "the model's context" if ctx == cfg.max_position else "this run's --context")
     return model_dir, ids
 
 
@@ -201,7 +212,7 @@ def _engine(args, model_dir):
     from .engine import Engine
 
     return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
-                       cache_dir=args.cache_dir, progress=not args.no_progress)
+                       cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context)
 
 
 def _sampler(args):
@@ -329,9 +340,8 @@ def cmd_compile(args) -> int:
     from kernel_builder.build import build_modules
     from kernel_builder.toolchain import resolve_device_kind
 
-    from .config import load_config
+    from .config import load_config, select_buckets
     from .embedded import cache_root
-    from .engine import select_buckets
     from .model_source import resolve_model
     from .models import model_for
 
@@ -349,9 +359,15 @@ def cmd_compile(args) -> int:
     print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
     report = build_modules(decls, Path(args.cache_dir) if args.cache_dir else cache_root() / "kernels", kind,
                            progress=not args.no_progress, force=args.force, check=not args.no_check,
-                           raise_on_error=False)
+                           raise_on_error=False, hw_check=not args.no_hw_check)
     print(report.table())
     return 0 if report.ok else 1
+
+
+def cmd_hw_check(args) -> int:
+    from kernel_builder.hw import hw_check_main
+
+    return hw_check_main(list(args.files))
 
 
 def cmd_profile(args) -> int:
@@ -412,7 +428,7 @@ def cmd_doctor(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "serve": cmd_serve,
-            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor}
+            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor, "hw-check": cmd_hw_check}
 
 
 def _one_line(e: BaseException) -> str:

@@ -15,7 +15,7 @@ from .errors import LlamaNpuError
 def model_need(model: str | None, buckets: Sequence[int], context: int | None, progress: bool = False):
     """(model Check, MemoryNeed | None, module declarations | None, header text, memory dict)."""
     from .config import load_config
-    from .engine import select_buckets
+    from .config import select_buckets
     from .memory import plan_memory
     from .model_source import resolve_model
     from .models import model_for

@@ -35,7 +35,8 @@ def _imports(path: Path) -> set[str]:
                 prefix = ".".join(base + ([node.module] if node.module else []))
             else:
                 prefix = node.module or ""
-            names = [prefix] + [f"{prefix}.{a.name}" for a in node.names]
+            # `from pkg import sub` depends on the submodule; `from mod import name` on the module
+            names = [f"{prefix}.{a.name}" for a in node.names]
         else:
             continue
         out.update(n for n in names if n.split(".")[0] in PACKAGES)
