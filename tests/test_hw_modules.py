@@ -3,7 +3,8 @@ Llama-3.2-3B at the default buckets (docs/hardware-model.md).
 
 EXPECTED pins which modules violate what. The kernel issue that reworks the builders (staged GEMM output,
 flash attention through memory tiles, tile_m >= 2 GEMVs, affine elementwise offsets, loads inside loops,
-a larger stack where soft-float division remains) flips it: set every family to `{}`.
+a larger stack where soft-float division remains) flips it: set every family to `{}` (done for the decode
+modules: GEMV, RMSNorm, add, SwiGLU, RoPE).
 """
 from __future__ import annotations
 
@@ -33,37 +34,21 @@ def _attn_tiles(sh, seq) -> int:
 EXPECTED = {
     "qkv": {
         "shim S2MM channels": ALWAYS,       # Q/K/V GEMM: every one of 32 cores stores its C tile to L3
-        "core DMA placement": ALWAYS,       # RMSNorm weight loaded once outside the row loop
-        "core stack bytes": ALWAYS,         # RMSNorm's scalar divf / rsqrt (soft-float) > 1 KiB stack
     },
     "attn": {
         "shim MM2S channels": ALWAYS,       # Q, K, V straight from L3 to every core
         "shim S2MM channels": lambda sh, seq: _attn_tiles(sh, seq) > 16,   # O from every core
         "core S2MM channels": ALWAYS,       # three inbound streams per core
         "core DMA placement": ALWAYS,       # Q loaded outside the K loop
-        "core stack bytes": ALWAYS,         # finish divides by l in scalar code
     },
     "ffn": {
         "shim S2MM channels": ALWAYS,
-        "core DMA placement": ALWAYS,
-        "core stack bytes": ALWAYS,
-        "shim DMA offset": ALWAYS,          # add / SwiGLU offsets computed with div/rem
     },
-    "qkv_dec": {
-        "core DMA placement": ALWAYS,       # GEMV x loaded once outside the row loop
-        "core stack bytes": ALWAYS,
-    },
-    "ffn_dec": {
-        "core DMA placement": ALWAYS,
-        "core stack bytes": ALWAYS,
-        # the down GEMV (K = ffn) plans tile_m = 1: each output store is one bf16
-        "core DMA transfer bytes": lambda sh, seq: planner.plan_gemv(sh.hidden, sh.ffn).tile_m == 1,
-        "shim DMA transfer bytes": lambda sh, seq: planner.plan_gemv(sh.hidden, sh.ffn).tile_m == 1,
-    },
-    "lm_head": {
-        "core DMA placement": ALWAYS,
-        "core stack bytes": ALWAYS,         # the final RMSNorm's soft-float division
-    },
+    # GEMV, RMSNorm, add, SwiGLU, RoPE fit (x / the RMSNorm weight re-sent from L2 inside the loop, outputs
+    # stored once, affine 1-D offsets); the presets carry the stack RMSNorm and attention need
+    "qkv_dec": {},
+    "ffn_dec": {},
+    "lm_head": {},
 }
 
 
@@ -101,21 +86,20 @@ def test_every_module_of_every_model_matches_the_pinned_verdicts(model):
         assert rep.usage.herd_tiles <= 32
 
 
-def test_prefill_gemm_flash_attention_and_k8192_gemv_are_rejected_with_the_reason():
+def test_prefill_gemm_and_flash_attention_are_rejected_with_the_reason_and_k8192_gemv_fits():
     gemm = analyze_module(kernel_text("gemm", 2048, 2048, 8192))
     assert "shim S2MM channels 32/16" in gemm.first_violation() and "store" in gemm.first_violation()
     fa = analyze_module(kernel_text("flash_attn", 2048, 32, 8, 64))
     assert {"shim MM2S channels", "shim S2MM channels", "core S2MM channels"} <= fa.resources()
-    gemv = analyze_module(kernel_text("gemv", 2048, 8192))
-    assert {"core DMA transfer bytes", "shim DMA transfer bytes"} <= gemv.resources()
-    two_bytes = next(v for v in gemv.violations if v.resource == "DMA transfer bytes")
-    assert two_bytes.used == 2
+    gemv = analyze_module(kernel_text("gemv", 2048, 8192))   # K chunks: 16-row tiles, one 512-byte store per tile
+    assert gemv.ok, gemv.first_violation()
 
 
 def test_known_lowering_outcomes_at_smollm2_shapes():
-    """What the real lowering (air-to-aie + aiecc passes) did with the single-kernel modules at 64 rows:
-    add, rope and swiglu lower; gemm fails on its per-core C stores (shim channels); gemv, rmsnorm and
-    flash_attn fail in air-dma-to-channel on a buffer loaded outside a loop."""
+    """What the real lowering (air-to-aie + aiecc passes, /work/tools/air-lower.sh) did with the single-kernel
+    modules at 64 rows: add, rope, swiglu, rmsnorm and gemv lower (rmsnorm and gemv since the rework: the
+    weight / x re-sent from L2 inside the loop; before, both failed in air-dma-to-channel "operand does not
+    dominate this use", as flash_attn still does); gemm fails on its per-core C stores (shim channels)."""
     sh, rows = shapes.SMOLLM2_135M, 64
     texts = {"add": kernel_text("add", rows, sh.hidden), "rope": kernel_text("rope", rows, sh.n_heads, sh.head_dim),
              "swiglu": kernel_text("swiglu", rows, sh.ffn), "gemm": kernel_text("gemm", rows, sh.hidden, sh.hidden),
@@ -123,12 +107,13 @@ def test_known_lowering_outcomes_at_smollm2_shapes():
              "flash_attn": kernel_text("flash_attn", rows, sh.n_heads, sh.n_kv_heads, sh.head_dim)}
     reps = {k: analyze_module(t, k) for k, t in texts.items()}
     resource = {k: {f"{v.tile} {v.resource}" for v in r.violations if v.kind == "resource"} for k, r in reps.items()}
-    for k in ("add", "rope", "swiglu"):
+    for k in ("add", "rope", "swiglu", "gemv", "rmsnorm"):
         assert resource[k] == set(), k
     assert resource["gemm"] == {"shim S2MM channels"}
-    for k in ("gemv", "rmsnorm", "flash_attn"):
-        assert reps[k].violations[0].resource == "DMA placement", k
-        assert reps[k].violations[0].stage == "air-dma-to-channel"
+    assert reps["flash_attn"].violations[0].resource == "DMA placement"
+    assert reps["flash_attn"].violations[0].stage == "air-dma-to-channel"
+    # the one rule left for rmsnorm alone: its stack (the module presets raise it, LlamaModel.presets)
+    assert {v.resource for v in reps["rmsnorm"].violations} == {"stack bytes"}
 
 
 def test_modeled_time_reflects_scalar_matmul():
