@@ -228,12 +228,16 @@ def test_builders_keep_the_data_movement_rules(model):
             f"{name}: DMA offsets must be affine (no div/rem)"
         body, tiles = _herd_body(text)
         lines = body.splitlines()
-        depth, alloc_depth, loads = 0, {}, []
+        depth, alloc_depth, loads, pinned = 0, {}, [], set()
+        has_loop = "scf.for" in body
         for line in lines:
             s = line.strip()
             a = re.match(r"(%\w+) = memref\.alloc\(\) : (memref<[^>]*>)", s)
             if a:
                 alloc_depth[a.group(1)] = depth
+            p = re.match(r"memref\.store %\w+, (%\w+)\[", s)
+            if p and depth == 1:
+                pinned.add(p.group(1))
             d = re.match(r"air\.dma_memcpy_nd \((%\w+)\[\] \[\] \[\], %ha", s)
             if d:
                 loads.append((d.group(1), depth))
@@ -241,8 +245,13 @@ def test_builders_keep_the_data_movement_rules(model):
             if c:
                 for operand in c.group(1).split(", "):
                     if operand in alloc_depth and not any(operand == ld for ld, _ in loads):
-                        # written by the call: allocated once, outside the loops (ping-pong eligibility)
+                        # written by the call: allocated once, outside the loops (ping-pong eligibility), and
+                        # kept there (air-fuse-alloc-dealloc moves an alloc used only inside a loop into it)
                         assert alloc_depth[operand] == 1, f"{name}: {operand} (call output) allocated in a loop"
+                        out_of_loop_use = operand in pinned or re.search(
+                            rf"^\s{{10}}air\.dma_memcpy_nd \(%\w+\[[^\]]*\] \[[^\]]*\] \[[^\]]*\], {operand}\[",
+                            body, re.M)
+                        assert not has_loop or out_of_loop_use, f"{name}: {operand} has no use outside the loop"
             depth += s.count("{") - s.count("}")
         for buf, d in loads:
             # an L3 load is at the depth of its buffer's allocation: never loaded once outside a loop that uses it

@@ -34,6 +34,8 @@ def build(rows: int, dim: int, flat_out: bool = False) -> str:
     a, bb, y = h.args
 
     yl = b.alloc("y_l1", l1_ty)
+    if plan.steps > 1:
+        b.pin_to_scope(yl, l1_ty)  # written by the call: one copy, outside the ping-ponged loop
     first = b.muli(h.ids[0], plan.units_per_tile)
     loop, i = b.for_(0, plan.units_per_tile, n, "e") if plan.steps > 1 else (b, 0)
     off = loop.addi(first, i) if plan.steps > 1 else first

@@ -18,7 +18,9 @@ from L3: a shim DMA task repeats at most 256 times (repeat_count <= 255, and the
 every launch iteration into one task), a memory-tile BD chain repeats without limit. Both streamed buffers are
 allocated inside the innermost loop and first written by a DMA, so aircc's ping-pong transform doubles them
 (planner.GemvPlan counts the copies); acc_l1 and y_l1, which the call writes, are allocated once outside the
-loops. Loops of one trip are not emitted. All offsets are affine in the tile id and the loop ivs.
+loops (acc_l1 pinned there by a store before the loops, `Block.pin_to_scope`: mlir-air's air-fuse-alloc-dealloc
+would move it into the K loop, where the pinned mlir-air's ping-pong transform alternated two copies and broke
+the partial sums carried from chunk to chunk - seen in the real lowering's core code). Loops of one trip are not emitted. All offsets are affine in the tile id and the loop ivs.
 """
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ def build(m: int, k: int) -> str:
 
     acc = b.alloc("acc_l1", acc_ty)
     yl = b.alloc("y_l1", yl_ty)
+    if plan.row_steps > 1 or plan.k_steps > 1:
+        b.pin_to_scope(acc, acc_ty)  # f32 partial sums carried across steps: one copy, not ping-ponged
     tile = b.addi(b.muli(lx, plan.herd_m), h.ids[0]) if plan.launch_m > 1 else h.ids[0]
     row0 = b.muli(tile, rows)
     body, i = (b.for_(0, rows, tm, "i") if plan.row_steps > 1 else (b, 0))

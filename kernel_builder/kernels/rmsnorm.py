@@ -52,6 +52,8 @@ def build(rows: int, dim: int, eps: float, group: int = 0) -> str:
     per_tile = plan.units_per_tile * g
 
     yl = b.alloc("y_l1", xl_ty)
+    if plan.steps > 1:
+        b.pin_to_scope(yl, xl_ty)  # written by the call: one copy, outside the ping-ponged loop
     first = b.muli(h.ids[0], per_tile)
     loop, i = b.for_(0, per_tile, n, "e") if plan.steps > 1 else (b, 0)
     off = loop.addi(first, i) if plan.steps > 1 else first

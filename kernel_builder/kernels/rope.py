@@ -39,6 +39,8 @@ def build(rows: int, heads: int, head_dim: int) -> str:
     x, lut, y = h.args
 
     yl = b.alloc("y_l1", xl_ty)
+    if plan.steps > 1:
+        b.pin_to_scope(yl, xl_ty)  # written by the call: one copy, outside the ping-ponged loop
     tx = h.ids[0]
     row0 = b.muli(tx, plan.rows_per_tile) if plan.split == "rows" else 0
     col0 = b.muli(tx, plan.heads_per_tile * hd) if plan.split == "heads" else 0

@@ -33,6 +33,8 @@ def build(rows: int, dim: int) -> str:
     gate, up, y = h.args
 
     yl = b.alloc("y_l1", l1_ty)
+    if plan.steps > 1:
+        b.pin_to_scope(yl, l1_ty)  # written by the call: one copy, outside the ping-ponged loop
     first = b.muli(h.ids[0], plan.units_per_tile)
     loop, i = b.for_(0, plan.units_per_tile, n, "e") if plan.steps > 1 else (b, 0)
     off = loop.addi(first, i) if plan.steps > 1 else first
