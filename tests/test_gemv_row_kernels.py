@@ -1,7 +1,8 @@
 """GEMV, RMSNorm, add, SwiGLU and RoPE: emu-interp at reduced shapes against the numpy references, mutations a
-test must catch (a wrong DMA offset changes the interpreter's result or fails it out of bounds), and the data-movement rules the builders keep at every reference shape
-(offsets affine - no div/rem -, every L3 load of a multi-tile herd inside the loop that reads it, buffers an
-external call writes allocated outside the loops, 4-byte transfers)."""
+test must catch (a wrong DMA offset changes the interpreter's result or fails it out of bounds), and the
+data-movement rules the builders keep at every reference shape (offsets affine - no div/rem -, every L3 load of a
+multi-tile herd inside the loop that reads it, buffers an external call writes allocated outside the loops and
+kept there, 4-byte transfers, even trip counts)."""
 from __future__ import annotations
 
 import math

@@ -20,7 +20,8 @@ allocated inside the innermost loop and first written by a DMA, so aircc's ping-
 (planner.GemvPlan counts the copies); acc_l1 and y_l1, which the call writes, are allocated once outside the
 loops (acc_l1 pinned there by a store before the loops, `Block.pin_to_scope`: mlir-air's air-fuse-alloc-dealloc
 would move it into the K loop, where the pinned mlir-air's ping-pong transform alternated two copies and broke
-the partial sums carried from chunk to chunk - seen in the real lowering's core code). Loops of one trip are not emitted. All offsets are affine in the tile id and the loop ivs.
+the partial sums carried from chunk to chunk - seen in the real lowering's core code). Loops of one trip are not
+emitted. All offsets are affine in the tile id and the loop ivs.
 """
 from __future__ import annotations
 
