@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from kernel_builder.decl import ModuleDecl
 from kernel_builder.hw.tune import preset_for_kernels
 from kernel_builder.planner import plan_lm_head
-from kernel_builder.presets import AirccPreset
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower
 from .lowering import RULES, TRANSPOSED
