@@ -26,6 +26,9 @@ BF16 = 2                      # bytes per element
 F32 = 4
 MAX_GEMV_TILE_M = 8           # rows per GEMV call: more rows only lengthen the pipeline fill
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
+MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
+MEMTILE_DMA_CHANNELS = 6      # S2MM (and MM2S) DMA channels of one memory tile (mlir-aie AIETargetModel.cpp)
+SHIM_DMA_PER_COL = 2          # MM2S (and S2MM) DMA channels of one shim tile (aircc.cpp: "2 MM2S + 2 S2MM")
 MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
 MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
@@ -35,6 +38,8 @@ GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
 SWIGLU_N_MULTIPLE = 16
 ATTN_HEAD_DIM_MULTIPLE = 32
+GEMM_M_MULTIPLE = 8           # GEMM micro-kernel: 8x8 blocks, two column blocks per mmul step
+GEMM_N_MULTIPLE = 16
 
 
 def _kib(nbytes: int) -> str:
@@ -59,40 +64,76 @@ def _herd(n_units: int, cap: int = NPU2_COLS) -> int:
 # --- plans ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GemmPlan:
-    """One herd tile owns a [tile_m, tile_n] output tile for the whole K reduction (f32 accumulator in L1).
-    Per K step the segment stages an A row panel [herd_m*tile_m, tile_k] and a B column panel
-    [tile_k, herd_n*tile_n] in L2 (L3 -> memory tile) and broadcasts their [tile_m, tile_k] / [tile_k, tile_n]
-    slices to the herd's rows / columns over air.channel."""
+    """c = a @ w^T with w in the HF [n, k] layout. A launch point owns a [BM, BN] output block
+    (BM = herd_m*tile_m, BN = herd_n*tile_n); every herd tile owns one [tile_m, tile_n] tile for the whole K
+    reduction (f32 accumulator in L1). Per L2 K step (tile_k_l2) the segment stages, split per memory tile,
+    one A row panel [tile_m, tile_k_l2] per herd row and one W panel [tile_n, tile_k_l2] per herd column,
+    and broadcasts their [*, tile_k] slices, re-blocked to 8x8, to the herd's rows / columns; each tile
+    drains its bf16 tile into its herd row's L2 C panel [tile_m, BN], which leaves with one DMA."""
 
     tile_m: int      # output rows per compute tile (L1)
-    tile_k: int      # K depth of one L1 A/B tile (one linalg.matmul per K step)
+    tile_k: int      # K depth of one micro-kernel call (L1 A/W tiles)
     tile_n: int      # output cols per compute tile (L1)
     herd_m: int      # herd extent over M (columns of the array)
     herd_n: int      # herd extent over N (rows of the array)
+    tile_k_l2: int = 0   # K depth of one L2 panel (a multiple of tile_k); 0 = tile_k
+
+    def __post_init__(self) -> None:
+        if not self.tile_k_l2:
+            object.__setattr__(self, "tile_k_l2", self.tile_k)
+        if self.tile_k_l2 % self.tile_k:
+            raise ValueError(f"gemm plan: tile_k_l2={self.tile_k_l2} is not a multiple of tile_k={self.tile_k}")
+
+    @property
+    def bm(self) -> int:
+        return self.herd_m * self.tile_m
+
+    @property
+    def bn(self) -> int:
+        return self.herd_n * self.tile_n
 
     def l1_buffers(self) -> dict[str, int]:
         return {"acc_f32": F32 * self.tile_m * self.tile_n,
                 "a_tiles": 2 * BF16 * self.tile_m * self.tile_k,    # double-buffered
-                "b_tiles": 2 * BF16 * self.tile_k * self.tile_n,    # double-buffered
+                "w_tiles": 2 * BF16 * self.tile_k * self.tile_n,    # double-buffered
                 "out_bf16": BF16 * self.tile_m * self.tile_n}
 
     def l1_bytes(self) -> int:
         return sum(self.l1_buffers().values())
 
     def l2_buffers(self) -> dict[str, int]:
-        """Memory-tile buffers, double-buffered (the DMA of step k+1 overlaps the broadcast of step k).
-        The accumulator never leaves L1."""
-        return {"a_panels": 2 * BF16 * self.herd_m * self.tile_m * self.tile_k,
-                "b_panels": 2 * BF16 * self.tile_k * self.herd_n * self.tile_n}
+        """Bytes of ONE L2 buffer of each kind (the panels double-buffered): herd_m A panels, herd_n W panels
+        and herd_m C row panels, each its own allocation (so each fits one memory tile)."""
+        return {"a_panel": 2 * BF16 * self.tile_m * self.tile_k_l2,
+                "w_panel": 2 * BF16 * self.tile_n * self.tile_k_l2,
+                "c_panel": BF16 * self.tile_m * self.bn}
+
+    def l2_counts(self) -> dict[str, int]:
+        return {"a_panel": self.herd_m, "w_panel": self.herd_n, "c_panel": self.herd_m}
 
     def l2_bytes(self) -> int:
-        return sum(self.l2_buffers().values())
+        """All L2 bytes of one launch point (spread over the memory tiles)."""
+        sizes, counts = self.l2_buffers(), self.l2_counts()
+        return sum(sizes[b] * counts[b] for b in sizes)
+
+    def memtile_bytes(self) -> int:
+        """Worst-case bytes on one memory tile: AIR places L2 buffers round-robin over the memory tiles
+        (mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap), so one holds at most ceil(buffers / N_MEMTILES) of
+        them; bounded by that many of the largest."""
+        n = sum(self.l2_counts().values())
+        return -(-n // N_MEMTILES) * max(self.l2_buffers().values())
+
+    def channels(self) -> dict[str, int]:
+        """DMA channels of one launch point. Shim: one MM2S per A / W panel buffer, one S2MM per C row panel.
+        Memory tile (worst): the A panel in (1) + a W panel in (1) + the herd_n drains of its C row panel
+        (S2MM); A broadcast, W broadcast and the C write to L3 out (MM2S). Core: A and W in, C out."""
+        return {"shim_mm2s": self.herd_m + self.herd_n, "shim_s2mm": self.herd_m,
+                "memtile_s2mm": 2 + self.herd_n, "memtile_mm2s": 3, "core_s2mm": 2, "core_mm2s": 1}
 
     def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
-        """DDR bytes read by one GEMM: each launch block [BM, BN] reads its A row block and B column block
-        once (the panels are broadcast on chip), so A is read n/BN times and B m/BM times."""
-        bm, bn = self.herd_m * self.tile_m, self.herd_n * self.tile_n
-        return BF16 * (m * k * (n // bn) + k * n * (m // bm))
+        """DDR bytes read by one GEMM: each launch block [BM, BN] reads its A row block and W row block once
+        (the panels are broadcast on chip), so A is read n/BN times and W m/BM times."""
+        return BF16 * (m * k * (n // self.bn) + k * n * (m // self.bm))
 
 
 @dataclass(frozen=True)
@@ -157,40 +198,56 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
                      f"{_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus {L1_STACK_RESERVE // KiB} KiB stack reserve)")
 
 
+def _gemm_fits(p: GemmPlan) -> bool:
+    ch = p.channels()
+    return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
+            and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
+            and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
+
+
 def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
     check_positive("gemm", m=m, k=k, n=n)
-    for name, v, q in (("m", m, MMUL_M), ("k", k, MMUL_K), ("n", n, MMUL_N)):
+    for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
-            raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul intrinsic "
-                             f"{MMUL_M}x{MMUL_K}x{MMUL_N}); use gemv for single-row products")
-    edge = [t for t in range(MAX_GEMM_TILE, 0, -MMUL_M)]
+            raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul micro-kernel on "
+                             f"{MMUL_M}x{MMUL_K}x{MMUL_N} blocks, two column blocks per step); use gemv for "
+                             f"single-row products")
+    m_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_M_MULTIPLE) if m % t == 0]
+    n_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_N_MULTIPLE) if n % t == 0]
     best, best_key = None, None
     for tile_k in (64, 32, 16, 8):
         if k % tile_k:
             continue
-        for tile_m in edge:
-            if m % tile_m:
-                continue
+        for tile_m in m_tiles:
             herd_m = _herd(m // tile_m, NPU2_COLS)
-            for tile_n in edge:
-                if n % tile_n:
-                    continue
+            for tile_n in n_tiles:
                 plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, _herd(n // tile_n, NPU2_ROWS))
-                # all L2 panels (double-buffered) must fit one memory tile: the segment's panels are
-                # allocated together and AIR places a segment's L2 buffers per memory tile
-                if plan.l1_bytes() > L1_BUDGET or plan.l2_bytes() > MEMTILE_BYTES:
+                if not _gemm_fits(plan):
                     continue
-                # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/B tiles
+                # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/W tiles
                 # arrive every K step: (tile_m + tile_n) / (tile_m * tile_n); with a full herd this also
                 # minimises DDR reads, 1/BM + 1/BN per MAC), then more MACs per tile
                 key = (plan.herd_m * plan.herd_n, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
                 if best_key is None or key > best_key:
                     best, best_key = plan, key
         if best is not None:
-            return best
+            return _deepest_l2_panel(best, k)
     raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
-                     f"2x B bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile and whose "
-                     f"double-buffered L2 A/B panels fit one {_kib(MEMTILE_BYTES)} memory tile")
+                     f"2x W bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile and whose L2 panels "
+                     f"fit one {_kib(MEMTILE_BYTES)} memory tile")
+
+
+def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
+    """The deepest L2 K step (a multiple of tile_k dividing k, at most MAX_GEMM_L2_K) that still fits: longer
+    contiguous DDR runs per panel row (tile_k_l2 * 2 bytes) and fewer L3 DMA steps per launch point."""
+    steps = k // p.tile_k
+    for d in sorted((d for d in range(1, steps + 1) if steps % d == 0), reverse=True):
+        if p.tile_k * d > MAX_GEMM_L2_K:
+            continue
+        q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d)
+        if _gemm_fits(q):
+            return q
+    return p
 
 
 def plan_rmsnorm(rows: int, dim: int) -> RowPlan:
