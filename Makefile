@@ -13,6 +13,8 @@ MODEL    ?=
 DEVICE   ?= auto
 BUCKETS  ?=
 PYTEST_ARGS ?=
+HOST     ?= 127.0.0.1
+PORT     ?= 8000
 
 # The compiled-kernel cache (the models/ next to it, holding the converted embedded model, is kept by clean).
 KERNEL_CACHE := $(if $(LLAMA_NPU_CACHE),$(LLAMA_NPU_CACHE),$(HOME)/.cache/llama-npu)/kernels
@@ -21,7 +23,7 @@ MODEL_ARG   := $(if $(MODEL),--model "$(MODEL)",)
 BUCKETS_ARG := $(if $(BUCKETS),--buckets "$(BUCKETS)",)
 COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG)
 
-.PHONY: help setup compile run chat profile verify verify-full diagnosis bench test clean
+.PHONY: help setup compile run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
 
 help: ## list the targets
 	@echo "llama-npu — Llama-family LLMs as MLIR-AIR kernels for the AMD NPU2 (emu when no NPU)"
@@ -29,6 +31,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
+	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
@@ -49,6 +52,9 @@ run: setup ## generate text: make run PROMPT="..." N_TOKENS=64 MODEL=...
 chat: setup ## multi-turn chat (/clear, /quit, Ctrl-C stops a reply, Ctrl-D exits)
 	$(PY) -m llama_npu chat $(COMMON) -n "$(N_TOKENS)"
 
+serve: setup ## OpenAI-compatible HTTP server on http://HOST:PORT/v1 (HOST=127.0.0.1 PORT=8000; Ctrl-C stops)
+	$(PY) -m llama_npu serve $(COMMON) --host "$(HOST)" --port "$(PORT)"
+
 profile: setup ## run PROMPT and print per-module calls, time and bytes plus host time per token
 	$(PY) -m llama_npu profile $(COMMON) --prompt "$(PROMPT)" -n "$(N_TOKENS)"
 
@@ -63,6 +69,12 @@ diagnosis: setup ## per-layer hidden-state drift vs HF (informational)
 
 bench: setup ## benchmarks: stitch time, TTFT, decode tok/s, dispatches and bytes at Llama-3.2-1B shapes
 	$(PY) -m benchmarks $(MODEL_ARG)
+
+doctor: setup ## check every piece of an NPU setup (driver, firmware, XRT, toolchain, memory); a fix for each problem
+	$(PY) -m llama_npu doctor $(MODEL_ARG) $(BUCKETS_ARG)
+
+bench-serve: setup ## `serve` on emu under 4 concurrent clients: requests/min and TTFT (part of `make bench`)
+	$(PY) -m benchmarks.serve $(MODEL_ARG)
 
 test: setup ## run the test suite (includes one `make verify` on the embedded model)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -4,6 +4,10 @@
 2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token.
 3. Llama-3.2-1B shapes on the null-compute device: dispatches per decode token, host<->device bytes per prefill
    pass and per decode token, host time per decode token (everything except device compute).
+4. `llama-npu serve` with the embedded model on emu: requests/min and TTFT under 4 concurrent clients
+   (benchmarks/serve.py, also `make bench-serve`).
+5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
+   (benchmarks/hw_model.py).
 """
 from __future__ import annotations
 
@@ -13,12 +17,13 @@ import time
 
 
 def bench_stitch() -> None:
-    from multi_launch_builder.registry import all_modules
-    from multi_launch_builder.shapes import LLAMA32_1B
+    from kernel_builder.kernels import clear_kernel_cache
     from kernel_builder.stitching import stitch
+    from llama_npu.models.llama import LLAMA32_1B, LlamaModel
 
+    clear_kernel_cache()
     t0 = time.perf_counter()
-    decls = all_modules(LLAMA32_1B, (2048,))
+    decls = LlamaModel(LLAMA32_1B).modules((2048,))
     texts = [stitch(d) for d in decls]
     dt = time.perf_counter() - t0
     launches = sum(len(d.launches) for d in decls)
@@ -56,17 +61,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--model", default=None)
     ap.add_argument("--n-tokens", type=int, default=32)
-    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b"])
+    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b", "serve", "hw"])
     args = ap.parse_args(argv)
     if "stitch" not in args.skip:
         bench_stitch()
     if "embedded" not in args.skip:
         bench_embedded(args.model, args.n_tokens)
     if "null1b" not in args.skip:
-        from benchmarks.null_device import bench_null_llama32_1b
+        from benchmarks.null_device import bench_load_rss, bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=8)
         bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+        bench_load_rss()
+    if "serve" not in args.skip:
+        from benchmarks.serve import bench_serve
+
+        bench_serve(model=args.model)
+    if "hw" not in args.skip:
+        from benchmarks.hw_model import bench_hw_model
+
+        bench_hw_model()
     return 0
 
 

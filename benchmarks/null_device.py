@@ -8,35 +8,26 @@ but computes nothing, so logits are zeros; decode is therefore driven step by st
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import struct
 import tempfile
 import time
 from pathlib import Path
 
-from multi_launch_builder.shapes import LLAMA32_1B, ModelShapes
+from llama_npu.models.llama import GLOBAL_TENSORS, LLAMA32_1B, LlamaModel, ModelShapes
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
 
 def llama_tensor_shapes(s: ModelShapes, tied: bool) -> dict[str, tuple[int, ...]]:
-    """HF LlamaForCausalLM state-dict names -> shapes (out_features, in_features)."""
-    shapes = {"model.embed_tokens.weight": (s.vocab, s.hidden), "model.norm.weight": (s.hidden,)}
+    """HF state-dict names -> shapes (as stored), from the model description's tensor map."""
+    shapes = {GLOBAL_TENSORS["embed"]: (s.vocab, s.hidden), GLOBAL_TENSORS["final_norm"]: (s.hidden,)}
     if not tied:
-        shapes["lm_head.weight"] = (s.vocab, s.hidden)
+        shapes[GLOBAL_TENSORS["lm_head"]] = (s.vocab, s.hidden)
     for i in range(s.n_layers):
-        p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (s.hidden,),
-            p + "post_attention_layernorm.weight": (s.hidden,),
-            p + "self_attn.q_proj.weight": (s.q_dim, s.hidden),
-            p + "self_attn.k_proj.weight": (s.kv_dim, s.hidden),
-            p + "self_attn.v_proj.weight": (s.kv_dim, s.hidden),
-            p + "self_attn.o_proj.weight": (s.hidden, s.q_dim),
-            p + "mlp.gate_proj.weight": (s.ffn, s.hidden),
-            p + "mlp.up_proj.weight": (s.ffn, s.hidden),
-            p + "mlp.down_proj.weight": (s.hidden, s.ffn),
-        })
+        for hf, shape in LlamaModel(s).layer_tensors().values():
+            shapes[f"model.layers.{i}.{hf}"] = shape
     return shapes
 
 
@@ -69,7 +60,7 @@ def write_sparse_checkpoint(out: Path, s: ModelShapes, tokenizer_dir: Path, tied
     return out
 
 
-def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int = 64, alias: bool = True) -> dict:
+def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int = 64, handoff: str = "device") -> dict:
     from llama_npu.engine import Engine
     from llama_npu.model_source import resolve_model
 
@@ -78,7 +69,7 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         model_dir = write_sparse_checkpoint(Path(tmp) / "model", LLAMA32_1B, tok_dir, tied=True)
         t0 = time.perf_counter()
         eng = Engine.load(str(model_dir), device="null", buckets=(bucket,), cache_dir=Path(tmp) / "kernels",
-                          progress=False, warmup=False, alias=alias)
+                          progress=False, warmup=False, handoff=handoff)
         load_s = time.perf_counter() - t0
         cache = eng.cache
         ids = list(range(3, 3 + prompt_len))
@@ -105,16 +96,49 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         "host_ms_per_decode_token": host_s * 1e3,
     }
     print(f"[bench] Llama-3.2-1B shapes on null device (prompt {prompt_len} in bucket {bucket}, "
-          f"{'device-side hand-off' if alias else 'host round trips'}, "
+          f"{'device-side hand-off' if handoff == 'device' else 'host round trips'}, "
           f"setup {load_s:.1f} s):")
     print(f"[bench]   prefill pass: {res['prefill_dispatches']} dispatches, "
           f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device")
     print(f"[bench]   decode: {res['decode_dispatches_per_token']:.0f} dispatches/token, "
           f"{_kb(res['decode_bytes_written_per_token'])} written + {_kb(res['decode_bytes_read_per_token'])} "
           f"read per token, host time {res['host_ms_per_decode_token']:.2f} ms/token (no device compute)")
-    print(f"[bench]   device buffers (weights resident per layer + one activation set per module): "
-          f"{_mb(res['device_bytes'])}")
+    print(f"[bench]   device buffers (weights resident per layer + one activation set per module + "
+          f"KV cache and RoPE table): {_mb(res['device_bytes'])}")
     return res
+
+
+def bench_load_rss(shapes: ModelShapes = LLAMA32_1B) -> int:
+    """Peak host RSS of a process that loads a model of these shapes on the null device (weights are read
+    from the checkpoint straight into device buffers: the host holds at most one tensor in flight besides
+    them). Runs in a fresh interpreter so nothing else of the bench inflates the figure."""
+    import subprocess
+    import sys
+
+    from llama_npu.model_source import resolve_model
+
+    tok_dir = resolve_model(None, progress=False)
+    with tempfile.TemporaryDirectory(prefix="llama-rss-") as tmp:
+        model_dir = write_sparse_checkpoint(Path(tmp) / "model", shapes, tok_dir, tied=False)
+        # VmHWM (this process's peak RSS; ru_maxrss would carry over the parent's peak across fork + exec)
+        code = ("import re\n"
+                "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+                "from llama_npu.engine import Engine\n"
+                "base = hwm()\n"
+                f"Engine.load({str(model_dir)!r}, device='null', buckets=(64,), cache_dir={tmp!r} + '/k', "
+                "progress=False, warmup=False)\n"
+                "print(base, hwm())\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    base_kib, peak_kib = (int(v) for v in out.split())
+    largest = max(2 * math.prod(sh) for sh in llama_tensor_shapes(shapes, tied=False).values())
+    print(f"[bench] peak host RSS loading Llama-3.2-1B shapes (null device, untied, {_mb(_ckpt_bytes(shapes))} "
+          f"of weights): {peak_kib / 1024:.0f} MiB (interpreter + imports {base_kib / 1024:.0f} MiB; the largest "
+          f"tensor is {_mb(largest)})")
+    return peak_kib * 1024
+
+
+def _ckpt_bytes(shapes: ModelShapes) -> int:
+    return sum(2 * math.prod(sh) for sh in llama_tensor_shapes(shapes, tied=False).values())
 
 
 def _totals(cache) -> dict:

@@ -35,7 +35,6 @@ caller's arrays in place. Anything outside this subset raises `InterpError` nami
 """
 from __future__ import annotations
 
-import math
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -43,8 +42,10 @@ from typing import Callable
 
 import numpy as np
 
+from kernel_builder import air_ops
 from kernel_builder import mlir_text as mt
 from kernel_builder.dtypes import DTYPES as _DTYPE_TABLE
+from kernel_builder.air_ops import MemRefType, OpText
 from kernel_builder.numerics import BF16
 from kernel_builder.external_models import ModelError
 from kernel_builder.externals import external_model
@@ -80,90 +81,28 @@ class MemRef:
         return self.data.nbytes
 
 
-@dataclass(frozen=True)
-class MemRefType:
-    shape: tuple[int, ...]
-    dtype: str
-    space: int
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-
 def parse_memref_type(text: str) -> MemRefType:
-    shape, dtype = mt.memref_shape(text)
-    if dtype not in DTYPES:
-        raise ValueError(f"unsupported element type {dtype!r} in {text!r}")
-    m = re.search(r",\s*(\d+)\s*(?::\s*i32)?\s*>\s*$", text)
-    return MemRefType(shape, dtype, int(m.group(1)) if m else 0)
+    t = air_ops.parse_memref_type(text)
+    if t.dtype not in DTYPES:
+        raise ValueError(f"unsupported element type {t.dtype!r} in {text!r}")
+    return t
 
 
 # ------------------------------------------------------------------------------------------------ parsing
+# Op splitting is shared with the hardware model (kernel_builder.air_ops).
 
-_SSA = r"%[\w$.\-]+(?:#\d+)?"
-_RESULTS_RE = re.compile(rf"^\s*((?:{_SSA})(?:\s*,\s*{_SSA})*)\s*=\s*")
-
-
-@dataclass
-class OpText:
-    name: str
-    results: list[str]
-    text: str          # the op without its results prefix
-    full: str
-    line: int
-    start: int         # absolute offset of `full` in the module text
-
-    def where(self) -> str:
-        return f"line {self.line}: `{self.full.splitlines()[0].strip()[:120]}`"
-
-
-def _top_groups(text: str) -> list[tuple[str, int, int]]:
-    """Depth-0 bracket groups of an op text: (opener, start, end past the closer)."""
-    out, pos = [], 0
-    toks = mt.tokenize(text)
-    i = 0
-    while i < len(toks):
-        t = toks[i]
-        if t.start < pos:
-            i += 1
-            continue
-        if t.text in ("(", "[", "{") or (t.text == "<"):
-            end = mt.match_bracket(text, t.start)
-            out.append((t.text, t.start, end))
-            pos = end
-        i += 1
-    return out
+_SSA = air_ops.SSA
+_top_groups = air_ops.top_groups
+_Ctx = air_ops.ModuleCtx
+_split_block = air_ops.split_block
 
 
 def _region_span(op: OpText) -> tuple[int, int]:
     """Span (inside the braces, relative to op.full) of the op's trailing region."""
-    groups = [g for g in _top_groups(op.full) if g[0] == "{"]
-    if not groups or op.full.rstrip()[-1] != "}":
+    span = air_ops.region_span(op)
+    if span is None:
         raise InterpError(f"{op.where()}: expected a region")
-    _, s, e = groups[-1]
-    return s + 1, e - 1
-
-
-class _Ctx:
-    """Parse context: the module text (ops are spans into it, so errors can name their line)."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def line_of(self, pos: int) -> int:
-        return self.text.count("\n", 0, pos) + 1
-
-
-def _split_block(ctx: _Ctx, start: int, end: int) -> list[OpText]:
-    ops = []
-    for s, e in mt.split_ops(ctx.text, start, end):
-        full = ctx.text[s:e]
-        m = _RESULTS_RE.match(full)
-        results, rest = ([], full) if m is None else ([r.strip() for r in m.group(1).split(",")], full[m.end():])
-        name = mt.op_name(full)
-        ops.append(OpText(name, results, rest, full, ctx.line_of(s), s))
-    return ops
+    return span
 
 
 # ------------------------------------------------------------------------------------------------ execution
@@ -917,22 +856,10 @@ class Program:
 
 
 def _channel_decls(others) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
-    """`air.channel @sym [sizes] {broadcast_shape = [...]}` -> {sym: (size, broadcast shape)}."""
-    out = {}
-    for op in others:
-        text = op if isinstance(op, str) else getattr(op, "text", str(op))
-        m = re.match(r"\s*air\.channel\s+@([\w$.\-]+)\s*\[([\d,\s]*)\](.*)", text, re.DOTALL)
-        if m is None:
-            continue
-        size = tuple(int(v) for v in m.group(2).split(",") if v.strip())
-        b = re.search(r"broadcast_shape\s*=\s*\[([\d,\s]*)\]", m.group(3))
-        bcast = tuple(int(v) for v in b.group(1).split(",") if v.strip()) if b else size
-        if len(bcast) != len(size) or any(d != 1 and d != e for d, e in zip(size, bcast)):
-            raise InterpError(f"air.channel @{m.group(1)}: size {list(size)} does not broadcast to {list(bcast)}")
-        if m.group(1) in out:
-            raise InterpError(f"air.channel @{m.group(1)} declared twice")
-        out[m.group(1)] = (size, bcast)
-    return out
+    try:
+        return air_ops.channel_decls(others)
+    except ValueError as e:
+        raise InterpError(str(e)) from None
 
 
 def compile_module(text: str) -> Program:

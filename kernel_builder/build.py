@@ -270,6 +270,7 @@ class ModuleResult:
     artifact: Artifact | None = None
     error: str = ""
     notes: list[str] = field(default_factory=list)
+    hw: object = None               # kernel_builder.hw.ModuleReport (None when the model could not read it)
 
 
 @dataclass
@@ -307,6 +308,8 @@ class BuildReport:
             if r.error:
                 lines.append(f"FAILED {r.name}: {r.error}")
         lines += [f"note: {n}" for n in self.notes]
+        from .hw.report import build_summary
+        lines += build_summary(self.results, self.device_kind)
         return "\n".join(lines)
 
     __str__ = table
@@ -315,7 +318,7 @@ class BuildReport:
 # ---------------------------------------------------------------- driver
 
 def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, tc: Toolchain | None,
-               force: bool, check: bool) -> ModuleResult:
+               force: bool, check: bool, hw_check: bool = True) -> ModuleResult:
     name = decl.name
     times: dict = {}
     t0 = time.perf_counter()
@@ -324,6 +327,7 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
     t0 = time.perf_counter()
     text = stitch_text(gen)
     times["stitch"] = time.perf_counter() - t0
+    hw, hw_notes = _hw_gate(name, text, target, hw_check, decl.preset)  # NPU2 hardware model (kernel_builder/hw)
     refs = externals_for_text(text)
     key = module_key(text, refs, target, versions, decl.preset.flags())
 
@@ -331,7 +335,8 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
         with _flock(cache_dir / ".lock"):
             entry = read_manifest(cache_dir)["targets"].get(target, {}).get(name)
         if not force and entry is not None and _entry_valid(cache_dir, entry, key):
-            return ModuleResult(name, "skipped", key, times, _artifact_from_entry(cache_dir, name, entry))
+            return ModuleResult(name, "skipped", key, times, _artifact_from_entry(cache_dir, name, entry),
+                                notes=hw_notes, hw=hw)
 
         tmp_root = cache_dir / ".tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
@@ -387,14 +392,24 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
                     if old != final and old.is_dir():
                         shutil.rmtree(old, ignore_errors=True)
             return ModuleResult(name, "built", key, times, _artifact_from_entry(cache_dir, name, new_entry),
-                                notes=notes)
+                                notes=notes + hw_notes, hw=hw)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _hw_gate(name: str, text: str, target: str, enforce: bool, preset):
+    """(ModuleReport | None, notes): on the NPU a module over an NPU2 limit fails its build with one line."""
+    from .hw.report import HwCheckError, gate
+    try:
+        rep, note = gate(name, text, target, enforce, preset)
+    except HwCheckError as e:
+        raise BuildError(str(e)) from None
+    return rep, [note] if note else []
+
+
 def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "emu", progress: bool = True,
                   force: bool = False, check: bool = True, raise_on_error: bool = True,
-                  toolchain: Toolchain | None = None) -> BuildReport:
+                  toolchain: Toolchain | None = None, hw_check: bool = True) -> BuildReport:
     """Build (or reuse) every module for `device_kind` ("npu" | "emu" | "null") into cache_dir.
 
     Failures of single modules are collected; with raise_on_error a BuildError naming every failed
@@ -410,7 +425,7 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     target = target_of(device_kind)
     tc = None
     if target == "npu":
-        tc = (toolchain or detect()).require()
+        tc = (toolchain or detect()).require(compile_only=True)   # building needs no device
     versions = toolchain_versions(target, tc)
     names = [d.name for d in decls]
     dup = {n for n in names if names.count(n) > 1}
@@ -434,7 +449,7 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
             if bar is not None:
                 bar.set_postfix_str(decl.name)
             try:
-                res = _build_one(decl, cache_dir, target, versions, tc, force, check)
+                res = _build_one(decl, cache_dir, target, versions, tc, force, check, hw_check)
             except BuildError as e:
                 res = ModuleResult(decl.name, "failed", error=str(e))
             except Exception as e:
@@ -452,6 +467,20 @@ def build_modules(decls: list[ModuleDecl], cache_dir: Path, device_kind: str = "
     return report
 
 
+def module_keys(decls: list[ModuleDecl], target: str, versions: dict) -> dict[str, str]:
+    """Each module's cache key as a build would compute it now (generate + stitch, nothing compiled)."""
+    keys = {}
+    for d in decls:
+        text = stitch_text(generate(d))
+        keys[d.name] = module_key(text, externals_for_text(text), target, versions, d.preset.flags())
+    return keys
+
+
+def entry_valid(cache_dir: Path, entry, key: str | None) -> bool:
+    """Public form of the reuse test: same key (when given), every recorded file present and intact."""
+    return _entry_valid(Path(cache_dir), entry, key)
+
+
 def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | None = None,
                    names: list[str] | None = None) -> dict[str, Artifact]:
     """Artifacts recorded in the manifest. With decls, each module's key is recomputed from the
@@ -464,10 +493,7 @@ def load_artifacts(cache_dir: Path, device_kind: str, decls: list[ModuleDecl] | 
     keys: dict[str, str] = {}
     if decls is not None:
         versions = toolchain_versions(target, detect() if target == "npu" else None)
-        for d in decls:
-            if d.name in wanted:
-                text = stitch_text(generate(d))
-                keys[d.name] = module_key(text, externals_for_text(text), target, versions, d.preset.flags())
+        keys = module_keys([d for d in decls if d.name in wanted], target, versions)
     out = {}
     for name in wanted:
         entry = entries.get(name)

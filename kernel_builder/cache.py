@@ -111,7 +111,7 @@ class KernelCache:
             from .build import load_artifacts
             artifacts = load_artifacts(Path(artifacts), getattr(device, "name", "emu"), list(self.decls.values()))
         self.artifacts: dict[str, Artifact] = dict(artifacts)
-        self._handles: dict[str, object] = {}
+        self._handles: OrderedDict[str, object] = OrderedDict()   # loaded modules, least recently used first
         self._sets: dict[tuple[str, str], _BufferSet] = {}
         self._static_pool: dict[tuple, _Static] = {}
         self._act_pool: dict[tuple[str, str], list] = {}        # (module, arg) -> [buffer, users]
@@ -155,12 +155,19 @@ class KernelCache:
         return p
 
     def _handle(self, name: str):
+        """The loaded module; at the device's limit of loaded modules (hardware contexts), the least recently
+        used one is unloaded first (it reloads on its next call; buffers are unaffected)."""
         h = self._handles.get(name)
-        if h is None:
-            if name not in self.artifacts:
-                raise ValueError(f"module {name}: no compiled artifact (run `llama-npu compile`)")
-            h = self.device.load(self.artifacts[name])
-            self._handles[name] = h
+        if h is not None:
+            self._handles.move_to_end(name)
+            return h
+        if name not in self.artifacts:
+            raise ValueError(f"module {name}: no compiled artifact (run `llama-npu compile`)")
+        limit = getattr(self.device, "max_loaded", None)
+        while limit and len(self._handles) >= limit:
+            _, old = self._handles.popitem(last=False)
+            self.device.unload(old)
+        h = self._handles[name] = self.device.load(self.artifacts[name])
         return h
 
     def _buffer_set(self, decl: ModuleDecl, bo_key: str) -> _BufferSet:

@@ -33,3 +33,35 @@ class AirccPreset:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_flags(cls, flags: list[str]) -> "AirccPreset":
+        """Inverse of flags() (a stitched module records its preset's flags in a header comment)."""
+        kw: dict = {"runtime_loop_tiling_sizes": []}
+        it = iter(flags)
+        for f in it:
+            if f == "--omit-while-true-loop":
+                kw["omit_while_true_loop"] = True
+            elif f.startswith("--omit-ping-pong-transform="):
+                kw["omit_pingpong"] = f.split("=", 1)[1]
+            elif f.startswith("--air-runtime-loop-tiling-sizes="):
+                kw["runtime_loop_tiling_sizes"].append(int(f.split("=", 1)[1]))
+            elif f == "--use-lock-race-condition-fix":
+                kw["use_lock_race_condition_fix"] = True
+            elif f == "--stack-size":
+                kw["stack_size"] = int(next(it))
+            else:
+                raise ValueError(f"unknown aircc preset flag {f!r}")
+        kw["runtime_loop_tiling_sizes"] = tuple(kw["runtime_loop_tiling_sizes"])
+        return cls(**kw)
+
+
+PRESET_COMMENT = "// aircc preset:"
+
+
+def preset_of_text(text: str) -> AirccPreset:
+    """The preset a stitched module records in its header (`// aircc preset: <flags>`), else the default."""
+    for line in text.splitlines()[:4]:
+        if line.startswith(PRESET_COMMENT):
+            return AirccPreset.from_flags(line[len(PRESET_COMMENT):].split())
+    return AirccPreset()

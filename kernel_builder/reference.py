@@ -158,37 +158,42 @@ def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, c
     return to_bf16(out)
 
 
+_ATTN_QB = 256   # query rows per block: a block reads only the keys up to its last row (causal work)
+
+
 def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
     """Causal GQA attention of `rows` query rows at absolute positions pos..pos+rows-1 over a KV window of
     `kv_rows` positions starting at position 0 (a window of the KV cache): query i sees keys j <= pos + i
     (keys past the window or past the query are masked, whatever they hold). Query head h uses kv head
     h // (heads // kv_heads). `pos` is an int or a 1-element int32 array (the kernel's scalar operand).
-    f64 scores and softmax (the key count changes with the window, so f32 sums would make a row depend on
-    it), one bf16 rounding. flash_attn is the window = the rows at position 0; decode_attn is one row."""
+
+    f64 scores and softmax, one bf16 rounding: the number of keys a row is computed against (and so the
+    BLAS summation order) changes with the chunk it runs in, and f64 keeps that far below a bf16 ulp, so a
+    row gives the same bytes in a prefill chunk of any size or position and alone in decode (flash_attn is
+    the window = the rows at position 0; decode_attn is one row). Blocks of 256 query rows read only the
+    keys up to their last row."""
     _dims("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     if heads % kv_heads:
         raise ValueError(f"attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
     p = int(np.asarray(pos).reshape(-1)[0])
     if not 0 <= p or p + rows > kv_rows:
         raise ValueError(f"attention: rows at positions [{p}, {p + rows}) are outside the {kv_rows}-row KV window")
-    group, n = heads // kv_heads, p + rows   # keys past the last query are always masked: never read them
-    qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)
-    kf = _input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 2, 0)   # [kv, hd, n]
-    vf = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2)   # [kv, n, hd]
-    scale = F32(attention_scale(head_dim))
-    masked = np.arange(n)[None, :] > (p + np.arange(rows))[:, None]                         # [rows, n]
+    group, n = heads // kv_heads, p + rows       # keys past the last query are always masked: never read
+    scale = attention_scale(head_dim)
+    qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)  # [kv, g, rows, hd]
+    kt = _input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 2, 0).astype(np.float64)
+    vf = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2).astype(np.float64)
     out = np.empty((kv_heads, group, rows, head_dim), dtype=F32)
-    step = max(1, _SCORE_ELEMENTS_PER_BATCH // (group * rows * n))
-    for h0 in range(0, kv_heads, step):   # batches of kv heads bound the f64 score tensor
-        h1 = min(kv_heads, h0 + step)
-        scores = np.matmul(qf[h0:h1].astype(np.float64), kf[h0:h1, None].astype(np.float64))  # [b,g,rows,n]
+    for r0 in range(0, rows, _ATTN_QB):
+        r1 = min(rows, r0 + _ATTN_QB)
+        m = p + r1                                                                   # keys this block may see
+        scores = np.matmul(qf[:, :, r0:r1].astype(np.float64), kt[:, None, :, :m])   # [kv, g, r, m]
         scores *= scale
-        scores[:, :, masked] = -np.inf
+        scores[:, :, np.arange(m)[None, :] > (p + np.arange(r0, r1))[:, None]] = -np.inf
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         denom = scores.sum(axis=-1, keepdims=True)
-        np.divide(np.matmul(scores, vf[h0:h1, None].astype(np.float64)), denom, out=out[h0:h1],
-                  casting="same_kind")
+        np.divide(np.matmul(scores, vf[:, None, :m]), denom, out=out[:, :, r0:r1], casting="same_kind")
     return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
 
 
@@ -216,58 +221,3 @@ KERNELS: dict[str, Callable[..., np.ndarray]] = {
     "decode_attn": decode_attn,
     "add": add,
 }
-
-
-# ----------------------------------------------------------------------------------------------- RoPE LUT
-
-def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
-    """HF's inverse frequencies in float32 (LlamaRotaryEmbedding), incl. the `linear` and `llama3` rope_scaling."""
-    _dims("rope_lut", head_dim=head_dim)
-    if head_dim % 2:
-        raise ValueError(f"rope_lut: head_dim={head_dim} must be even")
-    # HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32 tensors.
-    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
-    inv_freq = F32(1.0) / np.power(F32(theta), exponent, dtype=F32)
-    rope_type = None
-    if scaling:
-        rope_type = scaling.get("rope_type", scaling.get("type"))
-    if rope_type in (None, "default"):
-        return inv_freq
-    if rope_type == "linear":
-        return inv_freq / F32(scaling["factor"])
-    if rope_type == "llama3":
-        return _llama3_inv_freq(inv_freq, scaling)
-    raise ValueError(f"rope_lut: unsupported rope_scaling type {rope_type!r} (supported: default, linear, llama3)")
-
-
-def _llama3_inv_freq(inv_freq: np.ndarray, scaling: dict) -> np.ndarray:
-    # Same expressions and float32 evaluation order as transformers' _compute_llama3_parameters.
-    try:
-        factor = scaling["factor"]
-        low_freq_factor = scaling["low_freq_factor"]
-        high_freq_factor = scaling["high_freq_factor"]
-        old_context_len = scaling["original_max_position_embeddings"]
-    except KeyError as e:
-        raise ValueError(f"rope_lut: llama3 rope_scaling is missing {e.args[0]!r}") from None
-    low_freq_wavelen = old_context_len / low_freq_factor
-    high_freq_wavelen = old_context_len / high_freq_factor
-    wavelen = F32(2 * math.pi) / inv_freq
-    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / F32(factor), inv_freq)
-    smooth_factor = (F32(old_context_len) / wavelen - F32(low_freq_factor)) / F32(high_freq_factor - low_freq_factor)
-    smoothed = (F32(1) - smooth_factor) * inv_freq_llama / F32(factor) + smooth_factor * inv_freq_llama
-    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
-    return np.where(is_medium, smoothed, inv_freq_llama).astype(F32, copy=False)
-
-
-def rope_lut(positions: np.ndarray, head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
-    """LUT rows [cos(p*f) | sin(p*f)] (half-split layout) as bf16[len(positions), head_dim].
-
-    Angles in float32 like HF (position.float() * inv_freq), cos/sin in float32, then bf16 RNE.
-    """
-    positions = np.asarray(positions)
-    if positions.ndim != 1:
-        raise ValueError(f"rope_lut: positions must be 1-D, got shape {positions.shape}")
-    if positions.size and (positions.min() < 0 or not np.issubdtype(positions.dtype, np.integer)):
-        raise ValueError("rope_lut: positions must be non-negative integers")
-    freqs = positions.astype(F32)[:, None] * rope_inv_freq(head_dim, theta, scaling)[None, :]
-    return to_bf16(np.concatenate([np.cos(freqs), np.sin(freqs)], axis=1))

@@ -66,10 +66,15 @@ class _Kernel:
 # ------------------------------------------------------------------------------------------ public API
 
 def stitch(decl: ModuleDecl) -> str:
-    """Generate every launch's kernel module and stitch them into the module `decl.name`."""
+    """Generate every launch's kernel module and stitch them into the module `decl.name`; the header records
+    the declaration's aircc preset (`// aircc preset: <flags>`, read back by the hardware model)."""
+    from kernel_builder.presets import PRESET_COMMENT
+
     signature = [SigArg(a.name, a.memref_type, a.role) for a in decl.args]
     slices = [Slice(l.prefix, l.build(), tuple(l.wiring)) for l in decl.launches]
-    return stitch_modules(decl.name, signature, slices)
+    text = stitch_modules(decl.name, signature, slices)
+    head, _, rest = text.partition("\n")
+    return f"{head}\n{PRESET_COMMENT} {' '.join(decl.preset.flags())}\n{rest}"
 
 
 def stitch_modules(name: str, signature: Sequence[SigArg | tuple], slices: Sequence[Slice]) -> str:

@@ -32,13 +32,19 @@ PIECES = {
 }
 
 
+# what compiling for npu2 needs (no device, no XRT: a build machine can compile, as the reference's flow does)
+COMPILE_PIECES = ("aircc", "aiecc", "peano")
+
+
 class ToolchainMissing(RuntimeError):
     """One line: every missing piece, each with the setup-doc section that installs it."""
 
-    def __init__(self, missing: list[str]):
+    def __init__(self, missing: list[str], compile_only: bool = False):
         self.missing = list(missing)
         parts = [f"{PIECES[m][0]} -> {SETUP_DOC}#{PIECES[m][1]}" for m in self.missing]
-        super().__init__("DEVICE=npu but the NPU toolchain is incomplete; missing: " + "; ".join(parts))
+        what = "compiling for the NPU needs aircc, aiecc and Peano" if compile_only else \
+            "DEVICE=npu but the NPU toolchain is incomplete"
+        super().__init__(f"{what}; missing: " + "; ".join(parts))
 
 
 @dataclass
@@ -60,10 +66,11 @@ class Toolchain:
     def complete(self) -> bool:
         return not self.missing()
 
-    def require(self) -> "Toolchain":
-        missing = self.missing()
+    def require(self, compile_only: bool = False) -> "Toolchain":
+        """Every piece (running), or only the compilers (compile_only); ToolchainMissing otherwise."""
+        missing = [m for m in self.missing() if not compile_only or m in COMPILE_PIECES]
         if missing:
-            raise ToolchainMissing(missing)
+            raise ToolchainMissing(missing, compile_only)
         return self
 
 
@@ -177,14 +184,23 @@ def detect(env: dict | None = None, accel_glob: str = "/dev/accel/accel*") -> To
 
 # ---------------------------------------------------------------- versions (cache key)
 
+def version_line(stdout: str, stderr: str, returncode: int | None, failure: str | None = None) -> str:
+    """The version string of a `tool --version` run as the cache key records it: up to three
+    non-empty lines of stdout (else stderr) joined, `rc=N` when both are empty, or
+    `unavailable (<exception name>)` when the tool could not run."""
+    if failure:
+        return f"unavailable ({failure})"
+    text = (stdout or stderr).strip()
+    # LLVM tools print a banner line first; keep the informative lines, joined.
+    return " | ".join(line.strip() for line in text.splitlines()[:3] if line.strip()) or f"rc={returncode}"
+
+
 def _first_line(cmd: list[str]) -> str:
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
-        return f"unavailable ({type(e).__name__})"
-    text = (r.stdout or r.stderr).strip()
-    # LLVM tools print a banner line first; keep the informative lines, joined.
-    return " | ".join(line.strip() for line in text.splitlines()[:3] if line.strip()) or f"rc={r.returncode}"
+        return version_line("", "", None, type(e).__name__)
+    return version_line(r.stdout, r.stderr, r.returncode)
 
 
 def _dist_version(*names: str) -> str | None:
@@ -196,33 +212,41 @@ def _dist_version(*names: str) -> str | None:
     return None
 
 
-def toolchain_versions(kind: str, tc: Toolchain | None = None) -> dict[str, str]:
-    """Version strings that identify the compiler; any change invalidates the build cache."""
+def toolchain_versions(kind: str, tc: Toolchain | None = None, first_line=None,
+                       dist_version=None) -> dict[str, str]:
+    """Version strings that identify the compiler; any change invalidates the build cache.
+
+    `first_line(cmd) -> str` and `dist_version(*names) -> str | None` default to running the tool
+    and reading the installed wheel's metadata; `llama-npu doctor` passes its own (with its command
+    runner and timeouts) to recompute the same strings."""
     if kind in ("emu", "emu-interp", "null"):
         return {"emu": f"emu-{EMU_FORMAT_VERSION}"}
     if kind != "npu":
         raise ValueError(f"unknown device kind {kind!r}; expected one of {DEVICE_KINDS}")
     tc = tc or detect()
+    first_line = first_line or _first_line
+    dist_version = dist_version or _dist_version
     v: dict[str, str] = {}
     if tc.aircc:
-        v["aircc"] = _first_line([tc.aircc, "--version"])
-        v["mlir_air"] = _dist_version("mlir_air", "mlir-air") or "source-build"
+        v["aircc"] = first_line([tc.aircc, "--version"])
+        v["mlir_air"] = dist_version("mlir_air", "mlir-air") or "source-build"
     if tc.aiecc:
-        v["aiecc"] = _first_line([tc.aiecc, "--version"])
-        v["mlir_aie"] = _dist_version("mlir_aie", "mlir-aie") or "source-build"
+        v["aiecc"] = first_line([tc.aiecc, "--version"])
+        v["mlir_aie"] = dist_version("mlir_aie", "mlir-aie") or "source-build"
     if tc.peano:
-        v["peano"] = _first_line([str(Path(tc.peano) / "bin" / "clang"), "--version"])
-        v["llvm_aie"] = _dist_version("llvm-aie", "llvm_aie") or "source-build"
+        v["peano"] = first_line([str(Path(tc.peano) / "bin" / "clang"), "--version"])
+        v["llvm_aie"] = dist_version("llvm-aie", "llvm_aie") or "source-build"
     return v
 
 
 # ---------------------------------------------------------------- device selection
 
 def resolve_device_kind(name: str | None = "auto", env: dict | None = None,
-                        toolchain: Toolchain | None = None, notice=None) -> str:
+                        toolchain: Toolchain | None = None, notice=None, compile_only: bool = False) -> str:
     """auto|npu|emu|null (None/'auto' also honour $DEVICE) -> the concrete kind.
 
-    `npu` requested without a complete toolchain raises ToolchainMissing; `auto` falls back to
+    `npu` requested without a complete toolchain raises ToolchainMissing (with compile_only, only aircc,
+    aiecc and Peano are needed: `make compile DEVICE=npu` on a machine without an NPU); `auto` falls back to
     emu with one line on stderr (or `notice(line)`)."""
     env = os.environ if env is None else env
     if name in (None, "", "auto"):
@@ -234,7 +258,7 @@ def resolve_device_kind(name: str | None = "auto", env: dict | None = None,
         raise ValueError(f"unknown device {name!r}; expected auto, npu, emu, emu-interp or null")
     tc = toolchain or detect(env)
     if name == "npu":
-        tc.require()
+        tc.require(compile_only)
         return "npu"
     if tc.complete:
         return "npu"

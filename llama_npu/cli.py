@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | compile | profile` (also `python -m llama_npu`).
+"""`llama-npu run | chat | serve | compile | profile | doctor | hw-check` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -55,6 +55,16 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 def probability(text: str) -> float:
     try:
         value = float(text)
@@ -62,6 +72,16 @@ def probability(text: str) -> float:
         value = float("nan")
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535 (0 = any free port), got {text!r}")
     return value
 
 
@@ -84,6 +104,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--buckets", type=bucket_list, default=DEFAULT_BUCKETS,
                    help="prefill lengths to compile, e.g. 64,256,1024,2048 (filtered to the model's context)")
     p.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
+    p.add_argument("--context", type=positive_int, default=None,
+                   help="positions the KV cache may hold (default: the model's context, at most 32768, less "
+                        "when memory is short)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -102,6 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     chat = sub.add_parser("chat", help="multi-turn chat (/clear, /quit, Ctrl-C stops a reply, Ctrl-D exits)")
     _common(chat)
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server (/v1/chat/completions, /v1/models, ...)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=port_number, default=8000, help="default 8000; 0 = any free port")
+    serve.add_argument("--max-tokens", type=positive_int, default=1024,
+                       help="max_tokens of requests that set none (capped at the context; default 1024)")
+    serve.add_argument("--temperature", type=non_negative_float, default=1.0,
+                       help="temperature of requests that set none (default 1.0, as the OpenAI API)")
+    _common(serve, sampling=False)
     comp = sub.add_parser("compile", help="build every kernel module of a model into the cache")
     _common(comp, sampling=False)
     comp.add_argument("--force", action="store_true", help="rebuild even up-to-date modules")
@@ -109,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "(emu/null)")
     comp.add_argument("--only", action="append", default=[], metavar="MODULE",
                       help="build only this module (repeatable)")
+    comp.add_argument("--no-hw-check", action="store_true",
+                      help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
+    hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")
+    hw.add_argument("files", nargs="+", help="module .mlir files (exit 1 when one exceeds a limit)")
     prep = sub.add_parser("prepare-model", help="resolve the model (convert the embedded one once) and check it")
     prep.add_argument("--model", default=None)
     prep.add_argument("--no-progress", action="store_true")
@@ -116,6 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--prompt", "-p", default="What is the capital of France?")
     prof.add_argument("--raw", action="store_true")
     _common(prof)
+    doc = sub.add_parser("doctor", help="check every piece of an NPU setup; a fix for each problem (exit 1 if "
+                                        "the NPU path cannot work)")
+    doc.add_argument("--model", default=None,
+                     help="model whose memory needs are checked (default: embedded SmolLM2-135M)")
+    doc.add_argument("--buckets", type=bucket_list, default=None,
+                     help="prefill lengths the memory figure assumes (default 64,256,1024,2048)")
+    doc.add_argument("--context", type=positive_int, default=None,
+                     help="KV-cache positions the memory figure assumes (default: the model's context)")
+    doc.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
+    doc.add_argument("--json", action="store_true", help="one JSON document instead of lines")
+    doc.add_argument("--timeout", type=positive_float, default=10.0,
+                     help="seconds each probed command may take (default 10)")
     return p
 
 
@@ -153,7 +200,11 @@ def _prepare(args, prompt: str | None):
             ids = tok.encode(prompt, add_special_tokens=True)
         else:
             ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
-        check_budget(len(ids), args.n_tokens, cfg.max_position)
+        if args.context is not None and args.context > cfg.max_position:
+            raise UsageError(f"--context {args.context} exceeds the model's context of {cfg.max_position} positions")
+        ctx = args.context or cfg.max_position
+        check_budget(len(ids), args.n_tokens, ctx,
+                     "the model's context" if ctx == cfg.max_position else "this run's --context")
     return model_dir, ids
 
 
@@ -161,7 +212,7 @@ def _engine(args, model_dir):
     from .engine import Engine
 
     return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
-                       cache_dir=args.cache_dir, progress=not args.no_progress)
+                       cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context)
 
 
 def _sampler(args):
@@ -264,18 +315,38 @@ def cmd_chat(args) -> int:
         history.append({"role": "assistant", "content": res.text.strip()})
 
 
+def cmd_serve(args) -> int:
+    from . import server
+    from .serve_worker import EngineWorker
+
+    model_dir, _ = _prepare(args, None)  # device name, model, config, chat template: before any work
+    try:
+        sock = server.listen(args.host, args.port)  # a busy port fails now, not after loading
+    except OSError as e:
+        why = (e.strerror or str(e)).split(" (while attempting")[0]
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {why}") from None
+    try:
+        eng = _engine(args, model_dir)
+        worker = EngineWorker(eng, server.model_id(args.model, model_dir), args.max_tokens, args.temperature)
+        print(f"llama-npu serve: {server.url_of(sock)}/v1 (model {worker.model_id}); Ctrl-C stops", flush=True)
+        server.run(worker, sock)  # until Ctrl-C / SIGTERM (a Ctrl-C while loading, or a second one: exit 130)
+    finally:
+        sock.close()
+    print("llama-npu serve: stopped", file=sys.stderr)
+    return 0
+
+
 def cmd_compile(args) -> int:
     from kernel_builder.build import build_modules
     from kernel_builder.toolchain import resolve_device_kind
 
-    from .config import load_config
+    from .config import load_config, select_buckets
     from .embedded import cache_root
-    from .engine import select_buckets
     from .model_source import resolve_model
     from .models import model_for
 
     check_device(args.device)
-    kind = resolve_device_kind(args.device)
+    kind = resolve_device_kind(args.device, compile_only=True)   # DEVICE=npu compiles without an NPU
     cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
     buckets = select_buckets(args.buckets, cfg.max_position)
     decls = model_for(cfg).modules(buckets)
@@ -288,9 +359,15 @@ def cmd_compile(args) -> int:
     print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
     report = build_modules(decls, Path(args.cache_dir) if args.cache_dir else cache_root() / "kernels", kind,
                            progress=not args.no_progress, force=args.force, check=not args.no_check,
-                           raise_on_error=False)
+                           raise_on_error=False, hw_check=not args.no_hw_check)
     print(report.table())
     return 0 if report.ok else 1
+
+
+def cmd_hw_check(args) -> int:
+    from kernel_builder.hw import hw_check_main
+
+    return hw_check_main(list(args.files))
 
 
 def cmd_profile(args) -> int:
@@ -341,7 +418,17 @@ def cmd_prepare_model(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "compile": cmd_compile, "profile": cmd_profile}
+def cmd_doctor(args) -> int:
+    from .doctor import doctor_main
+    from .engine import DEFAULT_BUCKETS
+
+    if args.buckets is None:
+        args.buckets = DEFAULT_BUCKETS
+    return doctor_main(args)
+
+
+COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "serve": cmd_serve,
+            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor, "hw-check": cmd_hw_check}
 
 
 def _one_line(e: BaseException) -> str:

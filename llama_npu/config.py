@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from .errors import UnsupportedModel
 from .models.llama import ModelShapes
@@ -157,3 +158,13 @@ def load_config(model_dir: str | Path) -> ModelConfig:
     gen_path = model_dir / "generation_config.json"
     generation = _read_json(gen_path, "generation_config.json") if gen_path.is_file() else {}
     return parse_config(cfg, path, model_dir, generation)
+
+
+def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
+    """Sorted unique buckets that fit the model's context; a context smaller than every bucket
+    becomes the only bucket (a tiny model still gets one prefill length)."""
+    bs = sorted({int(b) for b in buckets})
+    if not bs or bs[0] <= 0:
+        raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
+    fit = tuple(b for b in bs if b <= context)
+    return fit or (context,)

@@ -20,7 +20,7 @@ import numpy as np
 from kernel_builder.decl import Role
 from kernel_builder.numerics import BF16
 
-from .config import ModelConfig, load_config
+from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-exported)
 from .errors import PromptError
 from .kv_cache import K_CACHE, V_CACHE, HostAttention, grown_capacity
 from .model_source import resolve_model
@@ -54,16 +54,7 @@ class GenerationResult:
     ms_per_token: float
     stop_reason: str                     # "eos" | "length" | "interrupted"
     prompt_len: int = 0
-
-
-def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
-    """Sorted unique buckets that fit the model's context; a context smaller than every bucket
-    becomes the only bucket (a tiny model still gets one prefill length)."""
-    bs = sorted({int(b) for b in buckets})
-    if not bs or bs[0] <= 0:
-        raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
-    fit = tuple(b for b in bs if b <= context)
-    return fit or (context,)
+    prompt_computed: int = 0             # prompt tokens computed by this call (the rest came from the KV cache)
 
 
 # A chat turn that extends the cached conversation by at most this many tokens is fed through decode
@@ -71,16 +62,16 @@ def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
 MAX_EXTEND_TOKENS = 64
 
 
-def check_budget(n_prompt: int, max_new_tokens: int, context: int) -> None:
-    """Prompt + new tokens fit the model's context (PromptError). Shared by the CLI's cheap pre-checks
-    (before any weight is read) and Engine.generate."""
+def check_budget(n_prompt: int, max_new_tokens: int, context: int, what: str = "the model's context") -> None:
+    """Prompt + new tokens fit the context (PromptError). Shared by the CLI's cheap pre-checks (before any
+    weight is read) and Engine.generate."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise PromptError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if n_prompt == 0:
         raise PromptError("empty prompt: nothing to run")
     if n_prompt + max_new_tokens > context:
         raise PromptError(f"prompt ({n_prompt} tokens) + N_TOKENS ({max_new_tokens}) = "
-                          f"{n_prompt + max_new_tokens} exceeds the model's context of {context} tokens")
+                          f"{n_prompt + max_new_tokens} exceeds {what} of {context} tokens")
 
 
 def _too_long(n_prompt: int, buckets: Sequence[int]) -> PromptError:
@@ -132,8 +123,10 @@ def run_layers(cache, plan: PhasePlan, x: np.ndarray, pos: int, n_layers: int, h
 
 
 class Engine:
-    def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer, weights: ModelWeights, cache, buckets):
+    def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer, weights: ModelWeights, cache, buckets,
+                 context: int | None = None):
         self.config = cfg
+        self.context = context or cfg.max_position   # positions this run may hold (--context)
         self.shapes = cfg.shapes
         self.tokenizer = tokenizer
         self.weights = weights
@@ -159,10 +152,12 @@ class Engine:
     @classmethod
     def load(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
              cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
-             handoff: str = "device") -> "Engine":
-        """Resolve the model, validate it (config before any weight), build or reuse every kernel module,
-        read all weights straight into their device buffers and (warmup) run one untimed prefill and
-        decode step, so one-time device work stays out of the first timed request."""
+             handoff: str = "device", context: int | None = None) -> "Engine":
+        """Resolve the model, validate it (config before any weight), choose the context (--context, else
+        what the machine's memory allows) and check the whole memory plan before anything is allocated,
+        build or reuse every kernel module, read all weights straight into their device buffers and
+        (warmup) run one untimed prefill and decode step, so one-time device work stays out of the first
+        timed request."""
         from kernel_builder.build import build_modules
         from kernel_builder.cache import KernelCache
         from kernel_builder.devices import make_device
@@ -176,13 +171,17 @@ class Engine:
         tokenizer = Tokenizer(model_dir)
         dev = make_device(device)
         weights = ModelWeights(cfg)  # headers + shapes checked; data is read straight into device buffers
-        bs = select_buckets(buckets, cfg.max_position)
+        from .memory import available_bytes, choose_context
+
+        avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
+        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail)
+        bs = select_buckets(buckets, ctx)
         decls = weights.model.modules(bs)
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)
         cache = KernelCache(dev, report.artifacts, decls, handoff=handoff)
-        eng = cls(cfg, tokenizer, weights, cache, bs)
+        eng = cls(cfg, tokenizer, weights, cache, bs, ctx)
         eng.preload(progress=progress)
         if warmup:
             eng.warmup()
@@ -202,7 +201,7 @@ class Engine:
                                **{a: w.writer(a, layer) for a in d.names(Role.STATIC)})
         head = self.plans[("head",)].steps[0].decl
         c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
-        self._ensure_capacity(max(self.buckets))
+        self._ensure_capacity(min(max(self.buckets), self.context))
         c.reset_counters()  # the profile counts inference traffic, not the one-time upload
 
     def warmup(self) -> None:
@@ -231,14 +230,14 @@ class Engine:
 
     def _ensure_capacity(self, needed: int) -> None:
         """KV cache and RoPE table rows for positions [0, needed): grown (contents kept) by doubling, never
-        beyond the model's context, never silently truncated."""
-        if needed > self.config.max_position:
-            raise PromptError(f"position {needed - 1} is beyond the model's context of "
-                              f"{self.config.max_position} tokens")
+        beyond the run's context, never silently truncated."""
+        if needed > self.context:
+            raise PromptError(f"position {needed - 1} is beyond this run's context of {self.context} tokens"
+                              + (" (--context)" if self.context < self.config.max_position else ""))
         if needed <= self.kv_capacity:
             return
         old = self.kv_capacity
-        cap = grown_capacity(needed, old, self.config.max_position)
+        cap = grown_capacity(needed, old, self.context)
         for name in (K_CACHE, V_CACHE):
             self.cache.define_state(name, cap)
         self.cache.define_state(ROPE_TABLE, cap, per_key=False)
@@ -286,7 +285,7 @@ class Engine:
         if b not in self.buckets or b < n:
             raise PromptError(f"bucket {b} cannot hold a {n}-token prompt (compiled: {list(self.buckets)})")
         self.reset()
-        self._ensure_capacity(max(b, kv_capacity or 0, min(n + 64, self.config.max_position)))
+        self._ensure_capacity(min(max(b, kv_capacity or 0, n + 64), self.context))
         padded = np.full(b, self.pad_id, dtype=np.int64)
         padded[:n] = ids
         x = np.asarray(self._embed[padded], dtype=BF16)  # [b, H] gather on the host
@@ -319,7 +318,8 @@ class Engine:
 
     # ------------------------------------------------------------------------------------ generate
     def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:
-        check_budget(n_prompt, max_new_tokens, self.config.max_position)
+        what = "the model's context" if self.context == self.config.max_position else "this run's --context"
+        check_budget(n_prompt, max_new_tokens, self.context, what)
 
     def reusable_prefix(self, token_ids: Sequence[int]) -> bool:
         """True when `token_ids` extends the tokens already in the KV cache (a chat turn appended to the
@@ -385,7 +385,7 @@ class Engine:
             prefill_tok_s=n_fed / ttft if ttft > 0 else float("inf"),
             decode_tok_s=n_dec / dec_s if n_dec and dec_s > 0 else 0.0,
             ms_per_token=1e3 * dec_s / n_dec if n_dec else 0.0,
-            stop_reason=stop_reason, prompt_len=len(ids))
+            stop_reason=stop_reason, prompt_len=len(ids), prompt_computed=n_fed)
 
 
 class _TextStream:

@@ -32,3 +32,7 @@ class MissingDependency(LlamaNpuError):
 
 class UsageError(LlamaNpuError):
     """A command-line value that argparse cannot check on its own (e.g. $DEVICE)."""
+
+
+class ContextError(LlamaNpuError):
+    """The requested context (KV-cache positions) is invalid or does not fit in memory."""

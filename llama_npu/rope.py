@@ -1,13 +1,72 @@
-"""RoPE LUT rows for the runtime: the prefill LUT of each bucket (static) and one row per decode
-position (input), both from kernel_builder.reference.rope_lut so host and kernels agree bit-for-bit."""
+"""The RoPE table: one row per position, `[cos(p*f_0..f_{d/2-1}) | sin(...)]` (HF `rotate_half` layout), with
+the model's frequencies (default, `linear` or `llama3` rope_scaling; bit-identical to HF's rotary
+embedding). The runtime writes it once into the device state `rope`; the rope kernel reads the rows of the
+positions a call works on. The kernel layer only rotates by the cos/sin it is given."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
-from kernel_builder.numerics import BF16
-from kernel_builder.reference import rope_lut
+from kernel_builder.numerics import BF16, to_bf16
 
 from .config import RopeParams
+
+F32 = np.float32
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
+    """HF's inverse frequencies in float32 (LlamaRotaryEmbedding), incl. the `linear` and `llama3` rope_scaling."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) or head_dim <= 0:
+        raise ValueError(f"rope_lut: head_dim must be a positive int, got {head_dim!r}")
+    if head_dim % 2:
+        raise ValueError(f"rope_lut: head_dim={head_dim} must be even")
+    # HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32 tensors.
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(F32) / F32(head_dim)
+    inv_freq = F32(1.0) / np.power(F32(theta), exponent, dtype=F32)
+    rope_type = None
+    if scaling:
+        rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type in (None, "default"):
+        return inv_freq
+    if rope_type == "linear":
+        return inv_freq / F32(scaling["factor"])
+    if rope_type == "llama3":
+        return _llama3_inv_freq(inv_freq, scaling)
+    raise ValueError(f"rope_lut: unsupported rope_scaling type {rope_type!r} (supported: default, linear, llama3)")
+
+
+def _llama3_inv_freq(inv_freq: np.ndarray, scaling: dict) -> np.ndarray:
+    # Same expressions and float32 evaluation order as transformers' _compute_llama3_parameters.
+    try:
+        factor = scaling["factor"]
+        low_freq_factor = scaling["low_freq_factor"]
+        high_freq_factor = scaling["high_freq_factor"]
+        old_context_len = scaling["original_max_position_embeddings"]
+    except KeyError as e:
+        raise ValueError(f"rope_lut: llama3 rope_scaling is missing {e.args[0]!r}") from None
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = F32(2 * math.pi) / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / F32(factor), inv_freq)
+    smooth_factor = (F32(old_context_len) / wavelen - F32(low_freq_factor)) / F32(high_freq_factor - low_freq_factor)
+    smoothed = (F32(1) - smooth_factor) * inv_freq_llama / F32(factor) + smooth_factor * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, inv_freq_llama).astype(F32, copy=False)
+
+
+def rope_lut(positions: np.ndarray, head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
+    """LUT rows [cos(p*f) | sin(p*f)] (half-split layout) as bf16[len(positions), head_dim].
+
+    Angles in float32 like HF (position.float() * inv_freq), cos/sin in float32, then bf16 RNE.
+    """
+    positions = np.asarray(positions)
+    if positions.ndim != 1:
+        raise ValueError(f"rope_lut: positions must be 1-D, got shape {positions.shape}")
+    if positions.size and (positions.min() < 0 or not np.issubdtype(positions.dtype, np.integer)):
+        raise ValueError("rope_lut: positions must be non-negative integers")
+    freqs = positions.astype(F32)[:, None] * rope_inv_freq(head_dim, theta, scaling)[None, :]
+    return to_bf16(np.concatenate([np.cos(freqs), np.sin(freqs)], axis=1))
 
 
 class RopeTable:

@@ -180,8 +180,9 @@ class ModelWeights:
                     self.ckpt.read_into(spec.name, view[:n], lo * hidden, (hi - lo) * hidden)
                 view[n:] = 0
             elif spec.transpose:              # one tensor in flight: read, transpose, copy in
-                src = bf16(self.ckpt.get(spec.name, spec.shape))
-                np.copyto(view.view(BF16).reshape(spec.shape[::-1]), src.T)
+                src = np.empty(view.nbytes, dtype=np.uint8)
+                self.ckpt.read_into(spec.name, src, 0, int(np.prod(spec.shape)))
+                np.copyto(view.view(BF16).reshape(spec.shape[::-1]), src.view(BF16).reshape(spec.shape).T)
             else:
                 self.ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
         return fill

@@ -44,23 +44,26 @@ def write_tokenizer(out_dir: Path, vocab_size: int) -> None:
 
 def make_hf_checkpoint(out_dir: Path, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int, ffn: int,
                        n_layers: int, vocab: int, max_position: int = 4096, rope_theta: float = 500000.0,
-                       rope_scaling: dict | None = None, tie: bool = False, seed: int = 0) -> Path:
+                       rope_scaling: dict | None = None, tie: bool = False, seed: int = 0,
+                       arch: str = "llama") -> Path:
+    """arch "llama" (LlamaForCausalLM) or "qwen3" (Qwen3ForCausalLM: per-head q/k RMSNorm)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     kwargs = {}
     if rope_scaling is not None:
         kwargs["rope_scaling"] = dict(rope_scaling)
-    cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-                      head_dim=head_dim, intermediate_size=ffn, num_hidden_layers=n_layers, vocab_size=vocab,
-                      max_position_embeddings=max_position, rope_theta=rope_theta, rms_norm_eps=1e-5,
-                      tie_word_embeddings=tie, initializer_range=0.02, bos_token_id=1, eos_token_id=2,
-                      **kwargs)
+    cfg = config_cls(hidden_size=hidden, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                     head_dim=head_dim, intermediate_size=ffn, num_hidden_layers=n_layers, vocab_size=vocab,
+                     max_position_embeddings=max_position, rope_theta=rope_theta, rms_norm_eps=1e-5,
+                     tie_word_embeddings=tie, initializer_range=0.02, bos_token_id=1, eos_token_id=2,
+                     **kwargs)
     with torch.no_grad():
-        model = LlamaForCausalLM(cfg)
+        model = model_cls(cfg)
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))

@@ -310,3 +310,20 @@ def test_staging_left_by_a_killed_build_is_removed(tmp_path):
     other.mkdir()
     _build(tmp_path, [add_norm()])
     assert not stale.exists() and other.exists()
+
+
+def test_npu_compile_needs_no_device_or_xrt(tmp_path, fake_npu_toolchain):
+    """`make compile DEVICE=npu` on a build machine: aircc, aiecc and Peano are enough (no NPU, no pyxrt);
+    without a compiler it is one line naming what is missing."""
+    import dataclasses
+    from kernel_builder.toolchain import ToolchainMissing, resolve_device_kind
+    tc, _ = fake_npu_toolchain
+    build_only = dataclasses.replace(tc, pyxrt=False, npu=None)
+    rep = B.build_modules([gemv_mod("lm_head_gemv_s1")], tmp_path / "c", "npu", progress=False, toolchain=build_only)
+    assert _status(rep) == {"lm_head_gemv_s1": "built"}
+    assert resolve_device_kind("npu", toolchain=build_only, compile_only=True) == "npu"
+    with pytest.raises(ToolchainMissing, match="pyxrt"):
+        resolve_device_kind("npu", toolchain=build_only)                 # running still needs everything
+    no_peano = dataclasses.replace(build_only, peano=None)
+    with pytest.raises(ToolchainMissing, match=r"^compiling for the NPU needs aircc, aiecc and Peano; missing: Peano"):
+        B.build_modules([gemv_mod()], tmp_path / "d", "npu", progress=False, toolchain=no_peano)

@@ -29,10 +29,10 @@ def load_engine(model_dir, buckets, cache_dir) -> Engine:
 
 def hf_greedy(model_dir, ids: list[int], steps: int) -> list[np.ndarray]:
     """Logits of HF's own greedy run: prefill logits, then one per decode step (f32 copies)."""
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16,
-                                             attn_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16,
+                                                 attn_implementation="eager").eval()
     out_logits = []
     with torch.no_grad():
         out = model(torch.tensor([ids]), use_cache=True)
@@ -101,6 +101,15 @@ def test_llama3_rope_scaling_matches_hf(hf_checkpoint, kernel_cache_dir, origina
     eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
     matched = check_against_hf(model_dir, eng, prompt_ids(SMALL["vocab"], 40, seed=1), steps=12)
     assert eng.pos >= 40 + matched - 1
+
+
+def test_qk_norm_variant_matches_hf_qwen3(hf_checkpoint, kernel_cache_dir):
+    """The Qwen3-style variant (per-head q/k RMSNorm before RoPE), described by one flag in the model
+    description, against transformers' Qwen3ForCausalLM on a random-weight checkpoint."""
+    model_dir = hf_checkpoint(**SMALL, arch="qwen3", rope_theta=1000000.0, max_position=512, seed=9)
+    eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
+    assert eng.model.qk_norm and "q_norm" in [a.name for a in eng.plans[("prefill", 16)].steps[0].decl.args]
+    check_against_hf(model_dir, eng, prompt_ids(SMALL["vocab"], 13, seed=6))
 
 
 @pytest.fixture(scope="module")

@@ -259,3 +259,24 @@ def test_ref_alias_within_one_run_follows_launch_order(tmp_path):
     assert kc.device.stats.runs == runs
     out = kc.load_and_run("ffn_dec", attn=attn, x=kc.ref("ffn_dec", "x_out"))["x_out"]
     np.testing.assert_array_equal(out.view(np.uint16), x2.view(np.uint16))
+
+
+def test_loaded_modules_stay_within_the_devices_context_limit(tmp_path):
+    """At the device's limit of loaded modules (hardware contexts), the least recently used module is
+    unloaded and reloads on its next call; results and buffers are unaffected."""
+    decls = [add_norm("m0"), add_norm("m1"), add_norm("m2")]
+    arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
+    dev = EmuDevice()
+    dev.max_loaded = 2
+    kc = KernelCache(dev, arts, decls)
+    rng = np.random.default_rng(11)
+    x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
+    want = _expected_add_norm(x, r, w)
+    peak = 0
+    for name in ("m0", "m1", "m2", "m0", "m1", "m0"):
+        out = kc.load_and_run(name, x, r, w if name not in kc.bo_keys(name) else None)["y"]
+        np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+        peak = max(peak, dev.stats.live_loaded)
+    assert peak == 2
+    # m0 m1 | m2 evicts m0 | m0 evicts m1 | m1 evicts m2 | m0 still loaded
+    assert (dev.stats.loads, dev.stats.unloads) == (5, 3)

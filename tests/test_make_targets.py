@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["setup", "compile", "run", "chat", "profile", "verify", "verify-full", "diagnosis", "bench",
-           "test", "clean", "help"]
+TARGETS = ["setup", "compile", "run", "chat", "serve", "profile", "verify", "verify-full", "diagnosis", "bench",
+           "bench-serve", "doctor", "test", "clean", "help"]
 
 
 def _make() -> str:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kernel_builder import reference as ref
+from llama_npu.rope import rope_inv_freq, rope_lut
 from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_module
 
@@ -85,7 +86,7 @@ def test_references_do_not_mutate_inputs(rng):
     ref.add(a, b, rows=4, dim=64)
     ref.swiglu(a, b, rows=4, dim=64)
     ref.rmsnorm(a, b[0], rows=4, dim=64, eps=1e-5)
-    lut = ref.rope_lut(np.arange(4), 32, 10000.0)
+    lut = rope_lut(np.arange(4), 32, 10000.0)
     ref.rope(a, lut, rows=4, heads=2, head_dim=32)
     np.testing.assert_array_equal(a, a0)
     np.testing.assert_array_equal(b, b0)
@@ -155,7 +156,7 @@ HIGH_POSITIONS = np.array([0, 1, 2, 17, 1000, 8000, 8191, 8192, 65535, 131000, 1
 def test_rope_matches_float64_rotation(rng):
     rows, heads, hd = 5, 4, 64
     x = rand_bf16(rng, (rows, heads * hd))
-    lut = ref.rope_lut(np.arange(100, 100 + rows), hd, 10000.0)
+    lut = rope_lut(np.arange(100, 100 + rows), hd, 10000.0)
     out = ref.rope(x, lut, rows=rows, heads=heads, head_dim=hd)
     x3, l64 = f64(x).reshape(rows, heads, hd), f64(lut)[:, None, :]
     c, s = l64[..., :32], l64[..., 32:]
@@ -180,7 +181,7 @@ def test_rope_lut_equals_hf_rotary_embedding(theta, scaling, hd):
     rot = LlamaRotaryEmbedding(cfg)
     x = torch.zeros(1, len(HIGH_POSITIONS), hd, dtype=torch.bfloat16)
     cos, sin = rot(x, torch.from_numpy(HIGH_POSITIONS)[None])
-    lut = ref.rope_lut(HIGH_POSITIONS, hd, theta, scaling)
+    lut = rope_lut(HIGH_POSITIONS, hd, theta, scaling)
     assert lut.dtype == BF16 and lut.shape == (len(HIGH_POSITIONS), hd)
     half = hd // 2
     # HF: emb = cat(freqs, freqs); our row keeps one copy of cos and one of sin. Same f32 math -> same bits.
@@ -195,9 +196,9 @@ def test_llama3_inv_freq_equals_transformers_rope_init():
     cfg = _hf_llama_config(64, 500000.0, LLAMA3_SCALING)
     inv, attention_factor = ROPE_INIT_FUNCTIONS["llama3"](cfg, torch.device("cpu"))
     assert attention_factor == 1.0
-    np.testing.assert_array_equal(ref.rope_inv_freq(64, 500000.0, LLAMA3_SCALING), inv.numpy())
+    np.testing.assert_array_equal(rope_inv_freq(64, 500000.0, LLAMA3_SCALING), inv.numpy())
     # the scaling really changes the low frequencies (guards against silently ignoring rope_scaling)
-    assert not np.array_equal(ref.rope_inv_freq(64, 500000.0, None), inv.numpy())
+    assert not np.array_equal(rope_inv_freq(64, 500000.0, None), inv.numpy())
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
@@ -207,7 +208,7 @@ def test_rope_equals_hf_apply_rotary_pos_emb(rng, dtype_name):
 
     rows, heads, hd = len(HIGH_POSITIONS), 3, 64
     x = rand_bf16(rng, (rows, heads * hd), 2.0)
-    lut = ref.rope_lut(HIGH_POSITIONS, hd, 500000.0, LLAMA3_SCALING)
+    lut = rope_lut(HIGH_POSITIONS, hd, 500000.0, LLAMA3_SCALING)
     out = ref.rope(x, lut, rows=rows, heads=heads, head_dim=hd)
 
     dt = getattr(torch, dtype_name)
@@ -226,9 +227,9 @@ def test_rope_equals_hf_apply_rotary_pos_emb(rng, dtype_name):
 
 def test_rope_lut_rejects_unknown_scaling():
     with pytest.raises(ValueError, match="rope_lut.*yarn"):
-        ref.rope_lut(np.arange(3), 64, 10000.0, {"rope_type": "yarn", "factor": 4.0})
+        rope_lut(np.arange(3), 64, 10000.0, {"rope_type": "yarn", "factor": 4.0})
     with pytest.raises(ValueError, match="llama3.*low_freq_factor"):
-        ref.rope_lut(np.arange(3), 64, 10000.0, {"rope_type": "llama3", "factor": 8.0})
+        rope_lut(np.arange(3), 64, 10000.0, {"rope_type": "llama3", "factor": 8.0})
 
 
 # ------------------------------------------------------------------------------------------ attention

@@ -164,3 +164,39 @@ def test_a_ref_may_start_at_a_row(tmp_path):
     np.testing.assert_array_equal(got.view(np.uint16), y[3:4].view(np.uint16))
     with pytest.raises(ValueError, match="does not leave"):
         kc.load_and_run("one", x=kc.ref("big", "y", row=4), r=zero)
+
+
+def test_host_attention_fallback_matches_the_attention_reference(tmp_path):
+    """The CPU decode attention (mirrors of the device KV cache) against reference.decode_attn (= the row of
+    causal flash attention): within one bf16 rounding; a 2 % scaling error would not pass."""
+    from kernel_builder.reference import decode_attn
+    from llama_npu.kv_cache import HostAttention
+
+    heads, kv_heads, hd, n_pos = 6, 2, 64, 40
+    width = kv_heads * hd
+    decl = ModuleDecl("kv_fill", (
+        Arg("x", (1, width), Role.INPUT), Arg("r", (1, width), Role.INPUT),
+        Arg("k_slot", (1, width), Role.STATE, state="k_cache", at="pos"),
+        Arg("y", (1, width), Role.INPUT), Arg("z", (1, width), Role.INPUT),
+        Arg("v_slot", (1, width), Role.STATE, state="v_cache", at="pos")),
+        (Launch("k", partial(add.build, 1, width), ("x", "r", "k_slot")),
+         Launch("v", partial(add.build, 1, width), ("y", "z", "v_slot"))), scalars=("pos",))
+    arts = build_modules([decl], tmp_path, "emu", progress=False).artifacts
+    kc = KernelCache(EmuDevice(), arts, [decl])
+    kc.define_state("k_cache", 64)
+    kc.define_state("v_cache", 64)
+    rng = np.random.default_rng(7)
+    zero = np.zeros((1, width), BF16)
+    for p in range(n_pos):
+        kc.load_and_run("kv_fill", x=_rand(rng, (1, width)), r=zero, y=_rand(rng, (1, width)), z=zero, pos=p,
+                        bo_key="L0")
+    k_all, v_all = kc.read_state("k_cache", "L0"), kc.read_state("v_cache", "L0")
+    host = HostAttention(1, heads, kv_heads, hd)
+    for p in (0, 1, 20, n_pos - 1):
+        q = _rand(rng, (1, heads * hd))
+        got = host.attend(kc, 0, p, q).astype(np.float32)
+        want = decode_attn(q, k_all, v_all, p, kv_rows=64, heads=heads, kv_heads=kv_heads, head_dim=hd)
+        want = want.astype(np.float32)
+        ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(want), 1e-30))) - 7)
+        assert np.all(np.abs(got - want) <= ulp), p
+        assert np.any(np.abs(got * 1.02 - want) > ulp)        # the check can fail

@@ -3,6 +3,8 @@ identical SSA/map/herd names in every slice, `@herd_1` next to `@herd_10`, strid
 comments and strings, shadowed names inside isolated regions, bare herds, and every kind of bad wiring."""
 from __future__ import annotations
 
+import dataclasses
+
 import re
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import air_checks
 from kernel_builder import mlir_text as mt
 from kernel_builder.launch_program import read_launch_program, run_program, run_program_io
+from kernel_builder.presets import AirccPreset, preset_of_text
 from kernel_builder.stitching import SigArg, Slice, stitch, stitch_modules
 from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
 from tooling import require_tool
@@ -265,7 +268,12 @@ def test_stitch_from_declaration_uses_arg_memref_types():
                             Arg("t", (4,), Role.INTERMEDIATE), Arg("y", (4,), Role.OUTPUT)),
                       (Launch("a", lambda: CHAIN[0].text, ("x", "w", "t")),
                        Launch("b", lambda: CHAIN[1].text, ("t", "w", "y"))))
-    assert stitch(decl) == stitch_modules("d", CHAIN_SIG, CHAIN)
+    text = stitch(decl)
+    head, preset, rest = text.split("\n", 2)
+    assert preset == "// aircc preset: " and preset_of_text(text) == AirccPreset()   # the default records nothing
+    assert f"{head}\n{rest}" == stitch_modules("d", CHAIN_SIG, CHAIN)
+    tiled = dataclasses.replace(decl, preset=AirccPreset(runtime_loop_tiling_sizes=(2, 2), stack_size=2048))
+    assert preset_of_text(stitch(tiled)) == tiled.preset                               # read back by hw-check
 
 
 # ---------------------------------------------------------------------------------- launch programs

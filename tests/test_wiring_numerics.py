@@ -17,11 +17,11 @@ from kernel_builder.decl import ModuleDecl, Role
 from kernel_builder.devices.emu import EmuDevice
 from kernel_builder.numerics import to_bf16
 from kernel_builder.reference import KERNELS as K
-from kernel_builder.reference import rope_lut
 from llama_npu.engine import run_layers
 from llama_npu.kv_cache import HostAttention
 from llama_npu.models.graph import PhasePlan
 from llama_npu.models.llama import SMOLLM2_135M, LlamaModel, QKNormLlama
+from llama_npu.rope import rope_lut
 
 SEQ, CAP = 16, 32
 SHAPES = dataclasses.replace(SMOLLM2_135M, vocab=4000, n_layers=1)

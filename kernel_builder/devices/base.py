@@ -18,7 +18,7 @@ import numpy as np
 class Artifact:
     """What the build driver produced for one module (paths inside the cache directory)."""
 
-    name: str                       # module name, e.g. "rms_gemms_rope_s64"
+    name: str                       # module name
     mlir: Path                      # the stitched module text (always present)
     binary: Path | None = None      # .elf (npu); None for emu/null
     insts: Path | None = None       # instruction stream for the xclbin flow (npu, optional)
@@ -35,6 +35,8 @@ class Buffer(abc.ABC):
 
 class Device(abc.ABC):
     name: str = "abstract"
+    # Loaded modules the device can hold at once (hardware contexts on the NPU); None = no limit.
+    max_loaded: int | None = None
 
     @abc.abstractmethod
     def load(self, artifact: Artifact) -> object:
@@ -79,6 +81,10 @@ class Device(abc.ABC):
     def free(self, buf: Buffer) -> None:
         """Release a buffer (optional; devices that track memory override it)."""
 
+    def unload(self, handle: object) -> None:
+        """Release a loaded module (its hardware context on the NPU); buffers stay valid."""
+        self.stats.unloads += 1
+
     def close(self) -> None:  # pragma: no cover - optional
         pass
 
@@ -92,6 +98,7 @@ class DeviceStats:
     """Traffic and memory counters every device keeps (exact byte counts of transfers)."""
 
     loads: int = 0
+    unloads: int = 0
     runs: int = 0
     bytes_written: int = 0
     bytes_read: int = 0
@@ -104,6 +111,10 @@ class DeviceStats:
 
     def on_free(self, nbytes: int) -> None:
         self.allocated_bytes -= nbytes
+
+    @property
+    def live_loaded(self) -> int:
+        return self.loads - self.unloads
 
 
 def check_nbytes(buf: Buffer, data: np.ndarray, what: str = "write") -> np.ndarray:

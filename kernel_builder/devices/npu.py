@@ -22,6 +22,10 @@ from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_n
 
 
 MAX_CACHED_RUNS = 64   # xrt.run objects kept per loaded module (one per distinct buffer list, oldest dropped)
+# Hardware contexts held at once. amdxdna allows 16 per device on npu2, shared with every other process, and
+# mlir-air saw timeouts and CREATE_HWCTX failures from ~10 ELFs per process (docs/hardware-model.md); the
+# KernelCache unloads the least recently used module beyond this. LLAMA_NPU_MAX_CONTEXTS overrides it.
+DEFAULT_MAX_CONTEXTS = 8
 
 
 def _xrt():
@@ -68,10 +72,14 @@ def _from_device(xrt):
 class NpuDevice(Device):
     name = "npu"
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, max_loaded: int | None = None):
+        import os
+
         self.index = index
         self._device = None
         self.stats = DeviceStats()
+        env = os.environ.get("LLAMA_NPU_MAX_CONTEXTS")
+        self.max_loaded = max_loaded or (int(env) if env and env.isdigit() and int(env) > 0 else DEFAULT_MAX_CONTEXTS)
 
     @property
     def xrt_device(self):
@@ -120,6 +128,13 @@ class NpuDevice(Device):
                              f"xclbin + insts; rebuild it with DEVICE=npu")
         self.stats.loads += 1
         return h
+
+    def unload(self, handle: _Loaded) -> None:
+        """Drop the module's runs, kernel and hardware context (XRT releases the context with its last
+        reference); its buffers are not tied to the context in the ELF flow and stay valid."""
+        handle.runs.clear()
+        handle.kernel = handle.context = handle.elf = handle.xclbin = handle.instr_bo = None
+        self.stats.unloads += 1
 
     # ---------------------------------------------------------------- buffers
     def alloc(self, nbytes: int) -> NpuBuffer:

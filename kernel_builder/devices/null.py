@@ -1,6 +1,6 @@
 """Counting device: same buffer/counter semantics as emu, computes nothing.
 
-Used by benchmarks at full model shapes (e.g. Llama-3.2-1B) to count dispatches and transferred
+Used by benchmarks at full model shapes to count dispatches and transferred
 bytes; buffers hold no memory (writes are counted, not stored), reads return zeros.
 """
 from __future__ import annotations

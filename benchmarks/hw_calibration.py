@@ -1,0 +1,174 @@
+"""Calibration points for the cost model: published per-module NPU2 (Strix) times of a reference design,
+with the work and data movement of each of its launches modelled from the design's description.
+
+Source of the figures and of the designs: /work/shared/reference/llama32_1b_npu2_implementation_guide.txt
+(the mlir-air llama32_1b example; its B2 tile-mapping table gives the herds: GEMM [8, 4], RMSNorm, RoPE,
+SwiGLU, add and GEMV [8, 1], decode RoPE [1, 1], FlashAttention a cascade of about 32 tiles) and the
+per-module times published for it (per layer at 2048 rows: o_ffn 41.0 ms, flash_attn 21.6 ms,
+rms_gemms_rope 7.3 ms; per decode token: o_gemv_ffn 3.6 ms, rms_gemv_rope 0.9 ms, LM head about 14 ms).
+The points are plain kernel shapes (m, k, n, rows, dim, heads ...): the kernel layer knows no model.
+
+How each launch is modelled (docs/hardware-model.md, "Calibration"):
+- GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.planner.plan_gemm (the reference's
+  own tile configs are not published), MACs vectorised at the bf16 mmul rate; A streamed over herd_m shim
+  channels n/BN times, B over herd_n channels m/BM times, C drained through L2 over herd_m channels.
+- GEMV: W rows split over 8 tiles and 8 shim channels, x broadcast once, 32-lane MACs.
+- RMSNorm / add / SwiGLU / RoPE: vectorised elementwise work (ops per element / 16 lanes) over 8 tiles (1 for
+  decode RoPE), one shim channel per tile and stream.
+- FlashAttention: causal QK^T and PV as mmul work over 32 tiles plus the online-softmax bookkeeping per score
+  (query, key), Q and O streamed once, K and V once per block of 4 query tiles. It is the only point whose
+  time the softmax sets, so it is what calibrates `softmax_cycles_per_score`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernel_builder import planner
+from kernel_builder.hw.results import Flow
+from kernel_builder.hw.cost import Point
+
+VECTOR_LANES = 16  # f32-accumulating bf16 vector ops (aie::mul/mac on 16 lanes), as in the external kernels
+
+
+@dataclass
+class RefWork:
+    tile_vector_cycles: float = 0.0
+    tile_matmul_macs: int = 0
+    tile_scalar_ops: int = 0
+    tile_scores: int = 0
+    flows: list = field(default_factory=list)
+
+
+def _flows(direction: str, n: int, total_bytes: float, tasks: int = 1, what: str = "") -> list[Flow]:
+    return [Flow(direction, 0, what, int(total_bytes / n), tasks, 1) for _ in range(n)]
+
+
+def gemm(m: int, k: int, n: int, tile_m: int | None = None, tile_n: int | None = None, herd_m: int = 8,
+         herd_n: int = 4, out_bytes: int = 2) -> RefWork:
+    """The upstream L2-staged GEMM: per launch point a [BM, BN] block (BM = herd_m*tile_m, BN = herd_n*tile_n);
+    A streamed over herd_m shim channels n/BN times, B over herd_n channels m/BM times, C drained through L2
+    over herd_m channels; MACs on the mmul unit. Without tile sizes: kernel_builder.planner's plan."""
+    if tile_m is None:
+        p = planner.plan_gemm(m, k, n)
+        tile_m, tile_n, herd_m, herd_n = p.tile_m, p.tile_n, p.herd_m, p.herd_n
+    bm, bn = herd_m * tile_m, herd_n * tile_n
+    iters = (m // bm) * (n // bn)
+    flows = (_flows("MM2S", herd_m, 2 * m * k * (n // bn), iters, "A panels")
+             + _flows("MM2S", herd_n, 2 * k * n * (m // bm), iters, "B panels")
+             + _flows("S2MM", herd_m, out_bytes * m * n, iters, "C"))
+    return RefWork(tile_matmul_macs=tile_m * tile_n * k * iters, flows=flows)
+
+
+def cast(elements: int) -> RefWork:
+    """The fused-cast design's second launch: f32 scratch -> bf16 over an [8, 1] herd."""
+    w = eltwise(1, elements, 0, 1.0)
+    w.flows += _flows("MM2S", 8, 4 * elements)
+    return w
+
+
+def gemv(m: int, k: int, herd: int = 8) -> RefWork:
+    flows = _flows("MM2S", herd, 2 * m * k, 1, "W") + _flows("MM2S", 1, 2 * k, 1, "x") + \
+        _flows("S2MM", herd, 2 * m, 1, "y")
+    return RefWork(tile_vector_cycles=(m / herd) * k / 32, flows=flows)
+
+
+def eltwise(rows: int, dim: int, n_in: int, ops_per_element: float, herd: int = 8) -> RefWork:
+    herd = min(herd, rows * dim // 256 or 1)
+    flows = sum((_flows("MM2S", herd, 2 * rows * dim, 1) for _ in range(n_in)), []) + \
+        _flows("S2MM", herd, 2 * rows * dim, 1)
+    return RefWork(tile_vector_cycles=rows * dim / herd * ops_per_element / VECTOR_LANES, flows=flows)
+
+
+def rmsnorm(rows: int, dim: int) -> RefWork:
+    w = eltwise(rows, dim, 1, 3.0, herd=min(8, rows))
+    w.flows += _flows("MM2S", 1, 2 * dim)  # the weight, broadcast
+    return w
+
+
+def rope(rows: int, heads: int, head_dim: int, herd: int = 8) -> RefWork:
+    w = eltwise(rows, heads * head_dim, 2, 2.0, herd=min(herd, rows))
+    return w
+
+
+def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 32, lqp: int = 256) -> RefWork:
+    """The seq-first cascade design (designs.md 2.3): launch [seq/lqp, heads/2], 2 heads x 4 query tiles x 4
+    cascade stages = 32 tiles; every K chunk is streamed and computed (the causal mask is applied per block),
+    so the work is the full seq x seq score matrix; Q/K and V through 16 shim MM2S streams, K/V re-read once
+    per launch row, O out through 2 S2MM."""
+    scores = heads * seq * seq
+    kv_bytes = 2 * 2 * seq * head_dim * heads * (seq // lqp)
+    flows = (_flows("MM2S", 16, 2 * seq * heads * head_dim + kv_bytes, (seq // lqp) * heads // 2, "Q, K, V")
+             + _flows("S2MM", 2, 2 * seq * heads * head_dim, (seq // lqp) * heads // 2, "O"))
+    return RefWork(tile_matmul_macs=2 * scores * head_dim // tiles, tile_scores=scores // tiles, flows=flows)
+
+
+def reference_points() -> list[Point]:
+    """The published modules of the reference design (shapes of its 1B model, 2048-row prefill; GEMM tile
+    configs from the kernel registry, as its builders use them - designs.md 2.2)."""
+    h, q, kv, ffn, hd, seq = 2048, 2048, 512, 8192, 64, 2048
+    src = "reference design, published per-module Strix times (guide; llama32_1b docs/profile.md)"
+    qo = lambda kk, nn: (gemm(seq, kk, nn, 64, 128, out_bytes=4), cast(seq * nn))  # noqa: E731 - fused-cast
+    kvg = gemm(seq, h, kv, 32, 128)                                                  # drain
+    return [
+        Point("rms_gemms_rope (2048 rows)", (rmsnorm(seq, h), *qo(h, q), kvg, kvg, rope(seq, q // hd, hd),
+                                             rope(seq, kv // hd, hd)), 7.3e-3, True, src),
+        Point("flash_attn (2048 rows)", (flash_attn(seq, q // hd, kv // hd, hd),), 21.6e-3, True, src),
+        Point("o_ffn (2048 rows)", (*qo(q, h), eltwise(seq, h, 2, 1.0), rmsnorm(seq, h), *qo(h, ffn), *qo(h, ffn),
+                                    eltwise(seq, ffn, 2, 4.0), *qo(ffn, h), eltwise(seq, h, 2, 1.0)), 41.0e-3, True,
+              src),
+        Point("rms_gemv_rope (decode)", (rmsnorm(1, h), gemv(q, h), gemv(kv, h), gemv(kv, h),
+                                         rope(1, q // hd, hd, herd=1), rope(1, kv // hd, hd, herd=1)), 0.9e-3, True, src),
+        Point("o_gemv_ffn (decode)", (gemv(h, q), eltwise(1, h, 2, 1.0), rmsnorm(1, h), gemv(ffn, h), gemv(ffn, h),
+                                      eltwise(1, ffn, 2, 4.0), gemv(h, ffn), eltwise(1, h, 2, 1.0)), 3.6e-3, True, src),
+        Point("lm_head (decode)", tuple(gemv(16384, h) for _ in range(8)), 14.0e-3, True, src),
+    ]
+
+
+def _gflops(macs: float, gflop_per_s: float) -> float:
+    return 2 * macs / (gflop_per_s * 1e9)
+
+
+def registry_points() -> list[Point]:
+    """Single-kernel NPU2 measurements of mlir-air's programming_examples/kernel_registry (supported_kernels.md
+    and details/*.md, June-August 2026, standalone xclbin harness; digested in /work/notes/designs.md 3)."""
+    src = "mlir-air kernel_registry"
+    m = 2048
+    return [
+        Point("registry GEMM 2048x2048x2048 (f32 out)", (gemm(m, m, m, 64, 128, out_bytes=4),),
+              _gflops(m * m * m, 8508), True, src + " details/GEMM_bf16_in_fp32_out.md"),
+        Point("registry GEMM 2048x2048x8192 (f32 out)", (gemm(m, m, 8192, 64, 128, out_bytes=4),),
+              _gflops(m * m * 8192, 8278), True, src + " details/GEMM_bf16_in_fp32_out.md"),
+        Point("registry GEMM 2048x8192x2048 (f32 out)", (gemm(m, 8192, m, 64, 128, out_bytes=4),),
+              _gflops(m * 8192 * m, 9797), True, src + " details/GEMM_bf16_in_fp32_out.md"),
+        Point("registry GEMM 2048x2048x512 (f32 out)", (gemm(m, m, 512, 64, 128, out_bytes=4),),
+              _gflops(m * m * 512, 7342), True, src + " details/GEMM_bf16_in_fp32_out.md"),
+        Point("registry GEMV 2048x2048", (gemv(2048, 2048),), 330e-6, True, src + " details/GEMV_bf16.md"),
+        Point("registry GEMV 512x2048", (gemv(512, 2048),), 136e-6, True, src + " details/GEMV_bf16.md"),
+        Point("registry GEMV 8192x2048", (gemv(8192, 2048),), 1067e-6, True, src + " details/GEMV_bf16.md"),
+        Point("registry GEMV 2048x8192", (gemv(2048, 8192),), 1082e-6, True, src + " details/GEMV_bf16.md"),
+        Point("registry GEMV 16384x2048", (gemv(16384, 2048),), 2193e-6, True, src + " details/GEMV_bf16.md"),
+        Point("registry FlashAttention 2048, 32q/8kv, hd 64", (flash_attn(2048, 32, 8, 64),), 15.75e-3, True,
+              src + " details/FlashAttention_bf16.md"),
+        Point("registry add 2048x2048", (eltwise(2048, 2048, 2, 1.0),), 437e-6, True,
+              src + " details/EltwiseAdd_bf16.md"),
+        Point("registry SiLU-and-mul 2048x8192", (eltwise(2048, 8192, 2, 4.0),), 4016e-6, True,
+              src + " details/SiLU_Mul_bf16.md"),
+        Point("registry RMSNorm 2048x2048", (rmsnorm(2048, 2048),), 911e-6, True, src + " details/RMSNorm_bf16.md"),
+        Point("registry RoPE 65536x64", (rope(65536, 1, 64),), 579e-6, True, src + " details/RoPE_bf16.md"),
+        Point("registry RoPE 32x64 (decode)", (rope(32, 1, 64),), 82e-6, True, src + " details/RoPE_bf16.md"),
+    ]
+
+
+def all_points() -> list[Point]:
+    return reference_points() + registry_points()
+
+
+if __name__ == "__main__":  # pragma: no cover - prints the fitted parameters to paste into cost.PARAMS
+    from kernel_builder.hw import cost
+
+    pts = all_points()
+    fitted = cost.calibrate(pts, cost.CostParams())
+    for name in cost.FITTED:
+        print(f"{name} = {getattr(fitted, name):.4g}")
+    for name, m, s, e in cost.errors(pts, fitted):
+        print(f"{name:44s} modeled {m * 1e3:8.2f} ms  published {s * 1e3:7.2f} ms  error {e * 100:+6.1f}%")

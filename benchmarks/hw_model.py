@@ -1,0 +1,51 @@
+"""`make bench`: modeled NPU2 time of today's modules for Llama-3.2-1B (kernel_builder.hw cost model), beside
+the reference design's published 1.27 s prefill (2048 tokens) and 92 ms per decode token, and the cost
+model's calibration error per calibration point (docs/hardware-model.md)."""
+from __future__ import annotations
+
+import time
+
+REFERENCE_PREFILL_S = 1.27     # 2048-token prefill TTFT, reference design on Strix (guide A3)
+REFERENCE_DECODE_S = 92e-3     # per decode token (guide A3)
+
+
+def bench_hw_model(seq: int = 2048) -> None:
+    from kernel_builder.hw import analyze_module, cost
+    from benchmarks.hw_calibration import all_points
+    from kernel_builder.stitching import stitch
+    from llama_npu.models.llama import LLAMA32_1B as sh
+    from llama_npu.models.llama import LlamaModel
+
+    t0 = time.perf_counter()
+    m = LlamaModel(sh)
+    reps = {}
+    for d in m.prefill(seq).decls + m.decode().decls + m.head().decls:
+        reps[d.name] = analyze_module(stitch(d), d.name)
+    dt = time.perf_counter() - t0
+    pre = [d.name for d in m.prefill(seq).decls]
+    dec = [d.name for d in m.decode().decls]
+    head = m.head().decls[0].name
+    prefill = sh.n_layers * sum(reps[n].modeled_s for n in pre) + reps[head].modeled_s
+    decode = sh.n_layers * sum(reps[n].modeled_s for n in dec) + reps[head].modeled_s
+    over = sum(not r.ok for r in reps.values())
+    print(f"[bench] NPU2 cost model, Llama-3.2-1B, today's modules ({over} of {len(reps)} over an NPU2 limit; "
+          f"analyzed in {dt:.2f} s):")
+    print(f"[bench]   modeled prefill ({seq} tokens): {_s(prefill)}  (reference design 1.27 s)")
+    print(f"[bench]   modeled decode: {_s(decode)} per token  (reference design 92 ms; host attention not modeled)")
+    print("[bench]   per module: " + ", ".join(f"{n} {_s(reps[n].modeled_s)}" for n in pre + dec + [head]))
+    errs = cost.errors(all_points())
+    print(f"[bench] cost model calibration ({len(errs)} published/measured points, |error| mean "
+          f"{sum(abs(e) for *_, e in errs) / len(errs) * 100:.0f}%, max {max(abs(e) for *_, e in errs) * 100:.0f}%):")
+    for name, modeled, measured, e in errs:
+        print(f"[bench]   {name:44s} modeled {modeled * 1e3:8.2f} ms  measured {measured * 1e3:8.2f} ms  "
+              f"{e * 100:+5.0f}%")
+
+
+def _s(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.1f} ms"

@@ -1,0 +1,144 @@
+"""`make bench-serve` (also part of `make bench`): `llama-npu serve` with the embedded model on emu, driven by
+4 concurrent clients (the official `openai` client, streamed chat requests with short prompts): requests per
+minute and time to first token as each client sees it (queueing included), beside one client alone.
+
+ServerProcess starts `llama-npu serve` on a free loopback port; tests/test_serve.py uses it too.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = ["What is the capital of France?", "What is the capital of Germany?", "Name a primary color.",
+             "What is 2 plus 2?", "Say hello.", "What is the largest ocean?", "Name a fruit.",
+             "What color is the sky?"]
+
+
+class ServerProcess:
+    """`python -m llama_npu serve --port 0 ...` in a subprocess; `url` is read from the line it prints."""
+
+    def __init__(self, args: list[str], log: Path, env: dict | None = None, timeout: float = 300.0):
+        cmd = [sys.executable, "-m", "llama_npu", "serve", "--host", "127.0.0.1", "--port", "0", "--no-progress",
+               *args]
+        self.log = log
+        self._err = open(log, "w")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._err, text=True,
+                                     env=env)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(ln) for ln in self.proc.stdout], daemon=True).start()
+        try:
+            self.line = lines.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            raise RuntimeError(f"llama-npu serve printed nothing in {timeout:.0f} s; log: {self.errors()}")
+        m = re.search(r"(http://\S+?)/v1 ", self.line)
+        if not m:
+            self.stop()
+            raise RuntimeError(f"unexpected first line {self.line!r}; log: {self.errors()}")
+        self.url = m.group(1)
+
+    def errors(self) -> str:
+        if not self._err.closed:
+            self._err.flush()
+        return self.log.read_text()[-3000:]
+
+    def interrupt(self, timeout: float = 60.0) -> int:
+        """Ctrl-C, as a user would press it; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._err.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._err.close()
+
+
+def _one(client, model: str, question: str, max_tokens: int) -> tuple[float, float]:
+    """A streamed chat request; returns (time to the first content chunk, total time)."""
+    t0 = time.perf_counter()
+    ttft = None
+    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
+                                            max_tokens=max_tokens, temperature=0, stream=True)
+    for ch in stream:
+        if ttft is None and ch.choices and ch.choices[0].delta.content:
+            ttft = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    return (ttft if ttft is not None else total), total
+
+
+def _clients(base_url: str, model: str, n_clients: int, per_client: int, max_tokens: int):
+    from openai import OpenAI
+
+    ttfts: list[float] = []
+    lock = threading.Lock()
+
+    def client_loop(k: int) -> None:
+        client = OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=600)
+        for i in range(per_client):  # the same questions whatever the number of clients
+            ttft, _ = _one(client, model, QUESTIONS[(k * per_client + i) % len(QUESTIONS)], max_tokens)
+            with lock:
+                ttfts.append(ttft)
+
+    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(n_clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, ttfts
+
+
+def bench_serve(n_clients: int = 4, per_client: int = 3, max_tokens: int = 16, model: str | None = None) -> None:
+    import tempfile
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MODEL", "DEVICE")}
+    with tempfile.TemporaryDirectory() as tmp:
+        extra = ["--model", model] if model else []
+        srv = ServerProcess(["--device", "emu", "--buckets", "64,256", *extra], Path(tmp) / "serve.log", env=env)
+        try:
+            from openai import OpenAI
+
+            base = srv.url + "/v1"
+            served = OpenAI(base_url=base, api_key="none").models.list().data[0].id
+            _clients(base, served, 1, 1, max_tokens)  # warm-up
+            wall1, solo = _clients(base, served, 1, n_clients * per_client, max_tokens)
+            wall, ttfts = _clients(base, served, n_clients, per_client, max_tokens)
+        finally:
+            srv.interrupt()
+    n = n_clients * per_client
+    q = statistics.quantiles(ttfts, n=10) if len(ttfts) > 1 else ttfts * 9
+    print(f"[bench] serve, {served} on emu, 1 client: {n * 60 / wall1:.1f} requests/min, "
+          f"TTFT median {statistics.median(solo) * 1e3:.0f} ms (short chat prompts, max_tokens {max_tokens})")
+    print(f"[bench] serve, {served} on emu, {n_clients} concurrent clients: {n * 60 / wall:.1f} requests/min, "
+          f"TTFT median {statistics.median(ttfts) * 1e3:.0f} ms, p90 {q[-1] * 1e3:.0f} ms, "
+          f"max {max(ttfts) * 1e3:.0f} ms ({n} requests, served one at a time)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.serve")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=3, help="requests per client")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--model", default=None)
+    args = ap.parse_args(argv)
+    bench_serve(args.clients, args.requests, args.max_tokens, args.model)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Cost and resource descriptor of every external C++ kernel family (kernel_builder/external_kernels/*.cc), in
+ONE table keyed by symbol pattern - what the hardware model (kernel_builder.hw) needs to know of a
+`func.call @sym(...)` it cannot look into: the work per call and how it runs (vector lanes or scalar ops),
+the stack its call chain needs, and which memref operands it writes.
+
+The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
+- gemv.cc: one 32-lane bf16 `aie::mac` per 32 elements of each row (K*M MACs per call);
+- rope.cc: per head, 16-lane mul + msc / mul + mac on both halves (2 MACs per element);
+- swiglu.cc: 16-lane mul, tanh, mac, mul per element (counted as 4 vector ops per element);
+- attention.cc step: q.k dot products with 32-lane mac, p.V with 16-lane mac (lq*lk*hd MACs each), and the
+  online-softmax bookkeeping per score (query, key): mask, max, subtract, exp2 (costed per score by the cost
+  model's `softmax_cycles_per_score`); finish: one scalar `1.0f / l[i]` per query row
+  (soft-float division: the call chain needs more than the 1 KiB default stack, see facts.py).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+DEFAULT_STACK = 1024       # bytes; kernel_builder.hw.facts.NPU2.default_stack_bytes
+SOFT_FLOAT_DIV_STACK = 1152  # kernel_builder.hw.facts.NPU2.soft_float_div_stack_bytes
+
+
+@dataclass(frozen=True)
+class CallWork:
+    vector_cycles: float   # cycles on the vector unit at full issue (before the cost model's efficiency)
+    vector_macs: int       # MAC-equivalent work done by vector instructions
+    scalar_ops: int        # scalar float ops (soft-float / emulated) per call
+    scores: int = 0        # attention scores (query, key pairs) through the online-softmax bookkeeping
+
+
+@dataclass(frozen=True)
+class ExternalCost:
+    family: str
+    pattern: re.Pattern
+    work: Callable[[re.Match, list], CallWork]   # (symbol match, call operands) -> work per call
+    stack_bytes: int
+    writes: tuple[int, ...]                      # memref operand positions the kernel writes
+    pure_outputs: tuple[int, ...] = ()           # ... of which it never reads (first written by the call)
+
+
+def _heads(m: re.Match, args: list) -> int:
+    if m.group(2):
+        return int(m.group(2))
+    n = getattr(args[3], "value", None) if len(args) > 3 else None
+    return int(n) if n is not None else 1
+
+
+def _gemv(m, args):
+    k, tm = int(m.group(1)), int(m.group(2))
+    return CallWork(k * tm / 32, k * tm, 0)
+
+
+def _rope(m, args):
+    e = int(m.group(1)) * _heads(m, args)
+    return CallWork(2 * e / 16, 2 * e, 0)
+
+
+def _swiglu(m, args):
+    n = int(m.group(1))
+    return CallWork(4 * n / 16, 4 * n, 0)
+
+
+def _attn(m, args):
+    part, hd, lq, lk = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if part == "init":
+        return CallWork(lq * hd / 16, lq * hd, 2 * lq)
+    if part == "step":
+        qk = pv = lq * lk * hd
+        return CallWork(qk / 32 + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
+    return CallWork(lq * hd / 16, lq * hd, lq)  # finish: one scalar division per row
+
+
+EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
+    ExternalCost("gemv", re.compile(r"mv_bf16_k(\d+)_m(\d+)"), _gemv, DEFAULT_STACK, (2,), (2,)),
+    ExternalCost("rope", re.compile(r"rope_bf16_hd(\d+)(?:_x(\d+))?"), _rope, DEFAULT_STACK, (2,), (2,)),
+    ExternalCost("swiglu", re.compile(r"swiglu_bf16_n(\d+)"), _swiglu, DEFAULT_STACK, (2,), (2,)),
+    ExternalCost("attn_init", re.compile(r"attn_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,
+                 (0, 1, 2), (0, 1, 2)),
+    ExternalCost("attn_step", re.compile(r"attn_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,
+                 (3, 4, 5)),
+    ExternalCost("attn_finish", re.compile(r"attn_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn,
+                 SOFT_FLOAT_DIV_STACK, (2,), (2,)),
+)
+
+
+def external_cost(symbol: str) -> tuple[ExternalCost, re.Match] | None:
+    """The descriptor whose pattern matches `symbol` (whole name), with the match; None when unknown."""
+    for c in EXTERNAL_COSTS:
+        m = c.pattern.fullmatch(symbol)
+        if m:
+            return c, m
+    return None

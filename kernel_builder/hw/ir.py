@@ -1,0 +1,411 @@
+"""The AIR module text as a small tree the hardware model can count on: launches, segments, herds, loops,
+allocations, transfers (DMAs and channel put/get), external calls and compute ops, with every index value
+kept symbolic (kernel_builder.hw.symbolic). Nothing is executed.
+
+Parsing reuses kernel_builder.mlir_text (module layout, AIR op headers) and kernel_builder.air_ops (op
+splitting, memref types, channel declarations, access patterns) - the same reading the interpreter uses.
+`parse(text)` raises HwParseError (one line naming the op and its line) for text outside that subset.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from kernel_builder import air_ops
+from kernel_builder import mlir_text as mt
+from kernel_builder.air_ops import MemRefType, OpText
+from kernel_builder.hw import symbolic as sym
+from kernel_builder.hw.symbolic import Expr
+
+L3, L2, L1 = 0, 1, 2
+
+
+class HwParseError(ValueError):
+    pass
+
+
+@dataclass(eq=False)
+class Buffer:
+    name: str                 # SSA name at its definition (function argument or alloc result)
+    type: MemRefType
+    line: int                 # 0 for function arguments
+
+    @property
+    def space(self) -> int:
+        return self.type.space
+
+    @property
+    def nbytes(self) -> int:
+        return self.type.nbytes
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {self.type.shape}, space {self.space})"
+
+
+@dataclass
+class Access:
+    buffer: Buffer
+    offsets: list[Expr]
+    sizes: list[int]
+    strides: list[int]
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * self.buffer.type.elem_bytes
+
+
+@dataclass(eq=False)
+class Node:
+    line: int
+
+
+@dataclass(eq=False)
+class Block:
+    nodes: list[Node] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Loop(Node):
+    iv: str
+    lb: Expr
+    ub: Expr
+    step: Expr
+    body: Block
+
+
+@dataclass(eq=False)
+class Region(Node):
+    kind: str                 # "launch" | "segment" | "herd"
+    symbol: str | None
+    ids: list[str]            # variable names of the ids
+    sizes: list[int]
+    body: Block
+    attributes: dict
+
+    @property
+    def n_instances(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+
+@dataclass(eq=False)
+class Alloc(Node):
+    buffer: Buffer
+
+
+@dataclass(eq=False)
+class Transfer(Node):
+    kind: str                 # "dma" | "put" | "get"
+    dst: Access | None        # dma: both sides; put: src only; get: dst only
+    src: Access | None
+    channel: str | None = None
+    indices: list[Expr] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Call(Node):
+    symbol: str
+    args: list                # Buffer | Expr | None per operand
+
+
+@dataclass(eq=False)
+class Compute(Node):
+    kind: str                 # "matmul" | "generic" | "fill" | "scalar"
+    macs: int                 # multiply-accumulates per execution (matmul), element ops otherwise
+    reads: list[Buffer]
+    writes: list[Buffer]
+    divf: bool = False        # a scalar float division / rsqrt (soft-float call on the core)
+
+
+@dataclass
+class Module:
+    name: str
+    args: list[Buffer]
+    launches: list[Region]
+    channels: dict            # symbol -> (size, broadcast shape)
+    externals: dict           # symbol -> link_with object (private declarations)
+
+
+_FLOAT_OPS = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maximumf", "arith.minimumf",
+              "arith.maxnumf", "arith.minnumf", "arith.negf", "arith.extf", "arith.truncf", "arith.cmpf",
+              "arith.select", "math.rsqrt", "math.sqrt", "math.exp", "math.tanh", "math.log", "math.absf",
+              "math.erf", "arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui"}
+_SOFT_FLOAT_CALLS = {"arith.divf", "math.rsqrt", "math.sqrt"}
+_INT_BINARY = {"arith.addi": sym.add, "arith.subi": sym.sub, "arith.muli": sym.mul,
+               "arith.divui": sym.div, "arith.divsi": sym.div, "arith.remui": sym.rem, "arith.remsi": sym.rem,
+               "arith.floordivsi": sym.floordiv, "arith.ceildivsi": sym.floordiv, "arith.ceildivui": sym.floordiv,
+               "arith.minsi": sym.minimum, "arith.minui": sym.minimum, "arith.maxsi": sym.maximum,
+               "arith.maxui": sym.maximum}
+_CASTS = {"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci"}
+_TERMINATORS = {"air.launch_terminator", "air.segment_terminator", "air.herd_terminator", "scf.yield",
+                "linalg.yield", "return", "func.return"}
+_IGNORED = {"memref.dealloc", "air.wait_all"}
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.ctx = air_ops.ModuleCtx(text)
+        self.text = text
+        self.counter = itertools.count()
+
+    def fresh(self, prefix: str) -> str:
+        return f"{prefix}#{next(self.counter)}"
+
+    # -- values
+    @staticmethod
+    def value(env: dict, tok: str, op: OpText):
+        tok = tok.strip()
+        if re.fullmatch(r"-?\d+", tok):
+            return sym.const(int(tok))
+        if tok not in env:
+            raise HwParseError(f"{op.where()}: value {tok} is not defined in this region")
+        return env[tok]
+
+    def index(self, env: dict, tok: str, op: OpText) -> Expr:
+        v = self.value(env, tok, op)
+        if not isinstance(v, Expr):
+            raise HwParseError(f"{op.where()}: {tok} is not an index value")
+        return v
+
+    def constant(self, env: dict, tok: str, op: OpText, what: str) -> int:
+        v = self.index(env, tok, op).value
+        if v is None:
+            raise HwParseError(f"{op.where()}: {what} {tok} must be a constant")
+        return v
+
+    def access(self, env: dict, text: str, op: OpText) -> Access:
+        parts = air_ops.access_pattern(text)
+        if parts is None:
+            raise HwParseError(f"{op.where()}: cannot read access pattern {text.strip()!r}")
+        buf, offs, sizes, strides = parts
+        b = self.value(env, buf, op)
+        if not isinstance(b, Buffer):
+            raise HwParseError(f"{op.where()}: {buf} is not a memref")
+        if not (len(offs) == len(sizes) == len(strides)):
+            raise HwParseError(f"{op.where()}: offsets/sizes/strides of {buf} differ in length")
+        if not offs:  # whole buffer, contiguous
+            return Access(b, [sym.const(0)], [b.type.size], [1])
+        return Access(b, [self.index(env, o, op) for o in offs],
+                      [self.constant(env, s, op, "DMA size") for s in sizes],
+                      [self.constant(env, s, op, "DMA stride") for s in strides])
+
+    # -- blocks
+    def block(self, start: int, end: int, env: dict) -> Block:
+        blk = Block()
+        for op in air_ops.split_block(self.ctx, start, end):
+            if op.name in _TERMINATORS or not op.name:
+                continue
+            try:
+                node = self.op(op, env)
+            except HwParseError:
+                raise
+            except (ValueError, KeyError, IndexError) as e:
+                raise HwParseError(f"{op.where()}: {e}") from None
+            if node is not None:
+                blk.nodes.append(node)
+        return blk
+
+    def op(self, op: OpText, env: dict) -> Node | None:
+        name, text = op.name, op.text.strip()
+        if name == "arith.constant":
+            m = re.fullmatch(r"arith\.constant\s+(\S+)\s*:\s*(\w+)", text)
+            if m and (m.group(2) == "index" or re.fullmatch(r"i\d+", m.group(2))):
+                lit = m.group(1)
+                env[op.results[0]] = sym.const(int(lit, 0)) if lit not in ("true", "false") else \
+                    sym.const(int(lit == "true"))
+            else:
+                env[op.results[0]] = None  # a float constant
+            return None
+        if name in _INT_BINARY:
+            m = re.fullmatch(rf"{re.escape(name)}\s+({air_ops.SSA})\s*,\s*({air_ops.SSA})\s*(?:\{{[^}}]*\}}\s*)?:"
+                             rf"\s*(\w+)", text)
+            if m is None:
+                raise HwParseError(f"{op.where()}: unsupported {name} form")
+            a, b = (self.value(env, m.group(i), op) for i in (1, 2))
+            env[op.results[0]] = _INT_BINARY[name](a, b) if isinstance(a, Expr) and isinstance(b, Expr) \
+                else sym.opaque()
+            return None
+        if name in _CASTS:
+            m = re.fullmatch(rf"{re.escape(name)}\s+({air_ops.SSA})\s*:.*", text)
+            env[op.results[0]] = self.value(env, m.group(1), op) if m else sym.opaque()
+            return None
+        if name in _FLOAT_OPS or name in ("memref.load", "memref.store"):
+            reads, writes = [], []
+            m = re.search(rf"({air_ops.SSA})\[", text)
+            if m is not None:
+                b = env.get(m.group(1))
+                if isinstance(b, Buffer):
+                    (writes if name == "memref.store" else reads).append(b)
+            for r in op.results:
+                env[r] = None
+            return Compute(op.line, "scalar", 1 if name in _FLOAT_OPS else 0, reads, writes,
+                           divf=name in _SOFT_FLOAT_CALLS)
+        if name == "memref.alloc":
+            m = re.fullmatch(r"memref\.alloc\(\)\s*:\s*(memref<.*>)", text, re.DOTALL)
+            if m is None:
+                raise HwParseError(f"{op.where()}: only `memref.alloc() : memref<static shape>` is supported")
+            b = Buffer(op.results[0], air_ops.parse_memref_type(m.group(1)), op.line)
+            env[op.results[0]] = b
+            return Alloc(op.line, b)
+        if name in _IGNORED:
+            return None
+        if name == "air.dma_memcpy_nd":
+            sides = air_ops.dma_sides(op)
+            if sides is None:
+                raise HwParseError(f"{op.where()}: expected a synchronous `air.dma_memcpy_nd (dst..., src...)`")
+            return Transfer(op.line, "dma", self.access(env, sides[0], op), self.access(env, sides[1], op))
+        if name in ("air.channel.put", "air.channel.get"):
+            m = air_ops.CHANNEL_RE.fullmatch(text)
+            if m is None:
+                raise HwParseError(f"{op.where()}: unsupported {name} form")
+            kind, chan = m.group(1), m.group(2)
+            idx = [self.index(env, t, op) for t in m.group(3).split(",") if t.strip()]
+            acc = self.access(env, m.group(4), op)
+            return Transfer(op.line, kind, acc if kind == "get" else None, acc if kind == "put" else None,
+                            chan, idx)
+        if name == "func.call":
+            m = re.fullmatch(r"func\.call\s+@([\w$.]+)\((.*?)\)\s*:.*", text, re.DOTALL)
+            if m is None:
+                raise HwParseError(f"{op.where()}: unsupported func.call form")
+            args = [self.value(env, a, op) for a in m.group(2).split(",") if a.strip()]
+            for r in op.results:
+                env[r] = None
+            return Call(op.line, m.group(1), args)
+        if name in ("linalg.fill", "linalg.matmul", "linalg.generic"):
+            return self.linalg(op, env)
+        if name == "scf.for":
+            return self.loop(op, env)
+        if name in mt.AIR_REGION_OPS:
+            return self.region(op, env)
+        # anything else: results are opaque index values depending on every index operand
+        deps = set()
+        for t in re.findall(air_ops.SSA, text):
+            v = env.get(t)
+            if isinstance(v, Expr):
+                deps |= v.variables
+        for r in op.results:
+            env[r] = sym.opaque(deps)
+        return None
+
+    def linalg(self, op: OpText, env: dict) -> Compute:
+        text = op.text
+        ins = re.search(r"\bins\(([^:)]*)", text)
+        outs = re.search(r"\bouts\(([^:)]*)", text)
+        bufs = lambda m: [env[t] for t in re.findall(air_ops.SSA, m.group(1)) if isinstance(env.get(t), Buffer)] \
+            if m else []  # noqa: E731
+        reads, writes = bufs(ins), bufs(outs)
+        if op.name == "linalg.matmul":
+            if len(reads) != 2 or len(writes) != 1:
+                raise HwParseError(f"{op.where()}: linalg.matmul on memrefs expected")
+            (m_, k_), (_, n_) = reads[0].type.shape, reads[1].type.shape
+            return Compute(op.line, "matmul", m_ * n_ * k_, reads + writes, writes)
+        elems = writes[0].type.size if writes else 0
+        if op.name == "linalg.fill":
+            return Compute(op.line, "fill", elems, reads, writes)
+        span = air_ops.region_span(op)
+        body = op.full[span[0]:span[1]] if span else ""
+        n_ops = sum(1 for n in re.findall(r"=\s*(arith\.\w+|math\.\w+)", body) if n in _FLOAT_OPS)
+        divf = any(n in _SOFT_FLOAT_CALLS for n in re.findall(r"=\s*(arith\.\w+|math\.\w+)", body))
+        return Compute(op.line, "generic", elems * max(1, n_ops), reads, writes, divf=divf)
+
+    def loop(self, op: OpText, env: dict) -> Loop:
+        span = air_ops.region_span(op)
+        if span is None:
+            raise HwParseError(f"{op.where()}: scf.for without a region")
+        head = op.text[:len(op.text) - (len(op.full) - span[0]) - 1].strip()
+        m = re.fullmatch(rf"scf\.for\s+({air_ops.SSA})\s*=\s*(\S+)\s+to\s+(\S+)\s+step\s+(\S+)"
+                         rf"(?:\s+iter_args\((.*?)\)\s*->\s*\((.*?)\))?(?:\s*:\s*\w+)?", head, re.DOTALL)
+        if m is None:
+            raise HwParseError(f"{op.where()}: unsupported scf.for form")
+        lb, ub, step = (self.index(env, m.group(i), op) for i in (2, 3, 4))
+        iv = self.fresh(m.group(1))
+        inner = dict(env)
+        inner[m.group(1)] = sym.var(iv)
+        if m.group(5):
+            for pair in mt.split_top_level(m.group(5)):
+                inner[pair.split("=")[0].strip()] = None
+        for r in op.results:
+            env[r] = None
+        body = self.block(op.start + span[0], op.start + span[1], inner)
+        return Loop(op.line, iv, lb, ub, step, body)
+
+    def region(self, op: OpText, env: dict) -> Region:
+        air = mt.parse_air_op(op.full)
+        if air.is_async or air.deps:
+            raise HwParseError(f"{op.where()}: async {air.name} is not supported")
+        if air.region is None:
+            raise HwParseError(f"{op.where()}: {air.name} without a region")
+        kind = air.name.split(".")[1]
+        inner: dict = {}
+        ids = []
+        sizes = []
+        for (size_name, operand), id_name in zip(air.sizes, air.ids):
+            n = self.constant(env, "%" + operand, op, f"{kind} size")
+            sizes.append(n)
+            inner["%" + size_name] = sym.const(n)
+            v = self.fresh(f"{kind}:{id_name}")
+            ids.append(v)
+            inner["%" + id_name] = sym.var(v)
+        for a, operand in air.args:
+            inner["%" + a] = self.value(env, "%" + operand, op)
+        attrs = air.attributes
+        body = self.block(op.start + air.region[0] + 1, op.start + air.region[1] - 1, inner)
+        return Region(op.line, kind, air.symbol, ids, sizes, body, attrs)
+
+
+def parse(text: str) -> Module:
+    """The module's single public func as a tree of launches (a bare herd is treated as a launch holding one
+    segment holding the herd, as the stitcher and air-insert-launch-around-herd wrap it)."""
+    try:
+        module = mt.parse_module(text)
+        func = module.the_public_func()
+        channels = air_ops.channel_decls(module.others)
+    except ValueError as e:
+        raise HwParseError(str(e)) from None
+    base = text.find(func.text)
+    p = _Parser(text)
+    env: dict = {}
+    args = []
+    for i, (name, ty) in enumerate(func.params):
+        if name is None:
+            raise HwParseError(f"func.func @{func.name}: argument {i} has no name")
+        try:
+            b = Buffer("%" + name, air_ops.parse_memref_type(ty), 0)
+        except ValueError as e:
+            raise HwParseError(f"func.func @{func.name}: argument %{name}: {e}") from None
+        env["%" + name] = b
+        args.append(b)
+    body = p.block(base + func.body[0], base + func.body[1], env)
+    launches = []
+    for node in body.nodes:
+        if isinstance(node, Region) and node.kind == "launch":
+            launches.append(node)
+        elif isinstance(node, Region) and node.kind == "herd":
+            seg = Region(node.line, "segment", None, [], [], Block([node]), {})
+            launches.append(Region(node.line, "launch", None, [], [], Block([seg]), node.attributes))
+        elif isinstance(node, Region):
+            raise HwParseError(f"line {node.line}: air.{node.kind} outside an air.launch")
+    if not launches:
+        raise HwParseError(f"func.func @{func.name}: no air.launch or air.herd found")
+    externals = {}
+    for d in module.private_decls():
+        externals[d.name] = d.attributes.get("link_with")
+    return Module(func.name, args, launches, channels, externals)
+
+
+def walk(block: Block):
+    """Every node of a block, depth first (loops and regions included, then their bodies)."""
+    for n in block.nodes:
+        yield n
+        if isinstance(n, (Loop, Region)):
+            yield from walk(n.body)

@@ -1,0 +1,99 @@
+"""What the analyzer reports: violations (one line each), shim flows, resource usage and work per launch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STAGES = ("air-dma-to-channel", "air-to-aie", "airrt-to-npu", "aiecc", "runtime")
+
+
+@dataclass
+class Violation:
+    module: str
+    launch: int
+    launch_name: str
+    tile: str            # "core" | "memtile" | "shim"
+    resource: str        # e.g. "S2MM channels", "L1 bytes", "DMA transfer bytes"
+    used: object
+    available: object
+    stage: str           # the lowering stage that would reject it (STAGES)
+    kind: str            # "resource" (a chip limit) | "rule" (a pattern the lowering or the chip mishandles)
+    detail: str
+    line: int = 0
+
+    def one_line(self) -> str:
+        where = f" (line {self.line})" if self.line else ""
+        if isinstance(self.used, int) and isinstance(self.available, int):
+            amount = f"{self.used}/{self.available}"
+        else:
+            amount = f"({self.used}; needs {self.available})"
+        return (f"{self.module}: launch {self.launch} ({self.launch_name}): {self.tile} {self.resource} "
+                f"{amount} - {self.detail}{where}")
+
+    __str__ = one_line
+
+
+@dataclass
+class Flow:
+    """One shim DMA channel endpoint (a data stream between DDR and the array)."""
+    direction: str       # "MM2S" (DDR -> array) | "S2MM" (array -> DDR)
+    line: int
+    what: str
+    bytes: int           # over the whole launch
+    tasks: int           # DMA tasks (BD chains) issued over the whole launch
+    pieces: int          # BDs one task needs (dims beyond the shim's 4 are unrolled)
+    non_affine: bool = False
+    column: int = -1
+
+
+@dataclass
+class Usage:
+    """Resources one launch uses: per core tile / per memory tile the busiest one, totals where the
+    resource is pooled (shim channels), and the busiest shim column's BDs."""
+    herd_tiles: int = 0
+    core_mm2s: int = 0
+    core_s2mm: int = 0
+    core_bds: int = 0
+    core_locks: int = 0
+    l1_bytes: int = 0            # busiest core: buffers (with ping-pong copies) + stack
+    stack_bytes: int = 0
+    stack_need: int = 0
+    memtile_mm2s: int = 0        # total over the memory tiles
+    memtile_s2mm: int = 0
+    memtile_bds: int = 0
+    memtiles: int = 0            # memory tiles the L2 buffers need
+    l2_bytes: int = 0            # total L2 (with ping-pong copies)
+    shim_mm2s: int = 0
+    shim_s2mm: int = 0
+    shim_bds: int = 0            # busiest shim column
+    shim_tasks: int = 0
+
+    def merge_max(self, other: "Usage") -> "Usage":
+        return Usage(**{k: max(getattr(self, k), getattr(other, k)) for k in self.__dataclass_fields__})
+
+
+@dataclass
+class Work:
+    """What the cost model needs: the busiest herd tile's work and the shim streams."""
+    tile_vector_cycles: float = 0.0   # external kernels' vector cycles at full issue
+    tile_matmul_macs: int = 0         # linalg.matmul MACs (lowered to scalar loops by aircc today)
+    tile_scalar_ops: int = 0          # scalar float ops (codegen loops, linalg.generic/fill, externals' scalar part)
+    tile_scores: int = 0              # attention scores through an online-softmax step
+    vector_macs: int = 0              # totals over the launch
+    scalar_macs: int = 0
+    flows: list[Flow] = field(default_factory=list)
+    launch_iterations: int = 1
+
+    @property
+    def scalar_share(self) -> float:
+        total = self.vector_macs + self.scalar_macs
+        return self.scalar_macs / total if total else 0.0
+
+
+@dataclass
+class LaunchReport:
+    index: int
+    name: str
+    usage: Usage
+    work: Work
+    violations: list[Violation]
+    modeled_ms: float = 0.0

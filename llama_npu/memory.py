@@ -1,0 +1,121 @@
+"""How much memory a model run holds: device buffers from the module declarations plus the device states
+(KV cache, RoPE table) for a context of `context` positions.
+
+Follows the KernelCache's sharing rules (docs/cache.md, "Buffer sharing"): a static buffer belongs to
+(module family, bo_key, arg name, shape, dtype), so a layer's weights are counted once however many
+modules share them, input/intermediate/output/scalar buffers belong to the module, once for all its
+bo_keys, and a state has one buffer per layer (KV cache) or one in all (RoPE table). The bo_keys are the
+Engine's: one per layer, and one for the LM head.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from kernel_builder.decl import Role
+
+from .models import FAMILIES, LlamaModel
+from .models.llama import ROPE_TABLE, ModelShapes
+
+BF16_BYTES = 2
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    weights_bytes: int      # every static device buffer: layer weights, final norm, LM-head partitions
+    kv_cache_bytes: int     # device states: K and V of every layer + the RoPE table, `context` positions
+    activation_bytes: int   # input / intermediate / output / scalar device buffers, one set per module
+
+    @property
+    def total(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
+
+
+def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int) -> MemoryPlan:
+    """Bytes a run of this model needs with these prefill buckets and device states of `context` positions.
+
+    `cfg_or_shapes` is a ModelConfig (its family's description; buckets filtered to the model's context, as
+    Engine.load does) or bare ModelShapes (a Llama; buckets used as given)."""
+    from .config import select_buckets
+
+    if isinstance(cfg_or_shapes, ModelShapes):
+        shapes, bs = cfg_or_shapes, tuple(sorted({int(b) for b in buckets}))
+        model = LlamaModel(shapes)
+    else:
+        shapes, bs = cfg_or_shapes.shapes, select_buckets(buckets, cfg_or_shapes.max_position)
+        model = FAMILIES[cfg_or_shapes.family](shapes)
+    if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
+        raise ValueError(f"context must be a positive number of positions, got {context!r}")
+    if not bs or min(bs) <= 0:
+        raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
+    statics: dict[tuple, int] = {}
+    activations = 0
+    head = model.head().decls[0].name
+    for decl in model.modules(bs):
+        bo_keys = [head] if decl.name == head else list(range(shapes.n_layers))   # one weight set per layer
+        for a in decl.args:
+            if a.role is Role.STATIC:
+                for k in bo_keys:
+                    statics[(decl.static_group, k, a.name, a.shape, a.dtype)] = a.nbytes
+            elif a.role is not Role.STATE:
+                activations += a.nbytes
+    states = 0
+    for name, width in model.graph.states.items():
+        per = 1 if name == ROPE_TABLE else shapes.n_layers
+        states += per * context * width * BF16_BYTES
+    return MemoryPlan(sum(statics.values()), states, activations)
+
+
+DEFAULT_CONTEXT_CAP = 32768   # positions the KV cache is planned for when --context is not given
+KV_SHARE = 0.5                # of the memory left after weights and activations, what the KV cache may take
+
+
+def available_bytes() -> int | None:
+    """MemAvailable of this machine (the NPU's buffers are host memory too), or None when unknown."""
+    from kernel_builder.doctor import Machine
+    from kernel_builder.doctor.limits import read_meminfo
+
+    return read_meminfo(Machine.local()).get("MemAvailable")
+
+
+def fmt(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
+                   available: int | None = None) -> int:
+    """The context (KV-cache positions) of a run, checked against memory before any weight is read.
+
+    `requested` (--context) is validated against the model's context and the available memory; without it,
+    the largest power of two <= min(model context, DEFAULT_CONTEXT_CAP) whose KV cache takes at most KV_SHARE
+    of what the weights and activations leave (the model's own context when it is smaller). ContextError
+    (one line, with a --context that fits) when even the request cannot fit."""
+    from .errors import ContextError
+
+    limit = cfg.max_position
+    if requested is not None:
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested <= 0:
+            raise ContextError(f"--context must be a positive number of positions, got {requested!r}")
+        if requested > limit:
+            raise ContextError(f"--context {requested} exceeds the model's context of {limit} positions")
+        ctx = requested
+    else:
+        ctx = min(limit, DEFAULT_CONTEXT_CAP)
+        if available is not None:
+            base = plan_memory(cfg, buckets, 1)
+            room = KV_SHARE * (available - base.weights_bytes - base.activation_bytes)
+            per_pos = plan_memory(cfg, buckets, 2).kv_cache_bytes - base.kv_cache_bytes
+            while ctx > 256 and ctx * per_pos > room:
+                ctx = max(256, 1 << ((ctx - 1).bit_length() - 1)) if ctx & (ctx - 1) else ctx // 2
+    if available is not None:
+        plan = plan_memory(cfg, buckets, ctx)
+        if plan.total > available:
+            per_pos = plan_memory(cfg, buckets, 2).kv_cache_bytes - plan_memory(cfg, buckets, 1).kv_cache_bytes
+            fixed = plan.weights_bytes + plan.activation_bytes
+            fits = (available - fixed) // per_pos if available > fixed else 0
+            hint = f"pass --context {fits}" if fits >= 64 else "use a smaller model or fewer prefill buckets"
+            raise ContextError(
+                f"the model needs {fmt(plan.total)} (weights {fmt(plan.weights_bytes)} + KV cache "
+                f"{fmt(plan.kv_cache_bytes)} for {ctx} positions + activations {fmt(plan.activation_bytes)}) but "
+                f"only {fmt(available)} is available: {hint}")
+    return ctx

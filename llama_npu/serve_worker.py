@@ -1,0 +1,233 @@
+"""The engine side of `llama-npu serve`: one Engine, requests served one at a time in arrival order (the
+device is one resource) by the thread that loaded the engine, stop strings held back across text deltas.
+
+The engine runs on the thread that loaded it (the main thread; HTTP runs on another): with the emulator,
+generation on a different thread than the load was 3-5x slower (emu sets OpenBLAS's thread count around
+every dispatch; see docs/serve.md).
+
+Uses only the Engine's public calls (generate with reuse_kv, check_budget, reset, tokenizer, config).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import LlamaNpuError, PromptError
+from .sampling import Sampler
+from .serve_api import ApiError, GenRequest, bad
+
+
+class StopStrings:
+    """Cuts the streamed text at the first stop string, which is never emitted: text that could be the
+    start of a stop string is held back until the next delta shows whether it is one, so a stop string
+    split across two deltas does not leak."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+        self.hit = False
+
+    def push(self, delta: str) -> str:
+        """Text that is safe to emit now (after a hit: nothing more)."""
+        if self.hit:
+            return ""
+        text = self.held + delta
+        if not self.stops:
+            self.held = ""
+            return text
+        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.hit, self.held = True, ""
+            return text[:cut]
+        keep = 0  # the longest tail of `text` that is a proper prefix of some stop string
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(text)), keep, -1):
+                if text.endswith(s[:n]):
+                    keep = n
+                    break
+        self.held = text[len(text) - keep:] if keep else ""
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        """At the end of a reply without a stop string: what was held back is plain text."""
+        out, self.held = ("" if self.hit else self.held), ""
+        return out
+
+
+@dataclass(eq=False)  # hashed by identity (kept in a set)
+class Job:
+    """A validated request turned into token ids, waiting for (or being served by) the engine."""
+    req: GenRequest
+    ids: list[int]
+    max_tokens: int
+    stop: threading.Event = field(default_factory=threading.Event)  # set: client gone / stop string / shutdown
+
+
+@dataclass
+class Outcome:
+    text: str
+    finish_reason: str            # "stop" | "length" | "interrupted" (client gone or server shutting down)
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0        # prompt tokens whose K/V were already in the cache (not computed again)
+
+
+class EngineWorker:
+    def __init__(self, engine, model_id: str, default_max_tokens: int = 1024, default_temperature: float = 1.0):
+        self.engine = engine
+        self.model_id = model_id
+        self.default_max_tokens = default_max_tokens
+        self.default_temperature = default_temperature
+        self.context = engine.config.max_position
+        self._queue: queue.Queue = queue.Queue()  # (job, emit, future), first come first served
+        self._lock = threading.Lock()
+        self._jobs: set[Job] = set()   # queued or running
+        # totals since start, shown by GET /health
+        self.stats = {"served": 0, "interrupted": 0, "prompt_tokens": 0, "cached_tokens": 0,
+                      "completion_tokens": 0}
+
+    # --------------------------------------------------------------------------- request -> job
+    def prepare(self, req: GenRequest) -> Job:
+        """Token ids and the token budget, checked against the context before the job is queued
+        (cheap: tokenizer only), so a bad request never waits behind others."""
+        tok = self.engine.tokenizer
+        param = "messages" if req.kind == "chat" else "prompt"
+        try:
+            if req.kind == "chat":
+                ids = tok.apply_chat_template(req.messages)
+            elif isinstance(req.prompt, list):
+                vocab = self.engine.config.shapes.vocab
+                wrong = [t for t in req.prompt if not 0 <= t < vocab]
+                if wrong:
+                    raise bad(f"token id {wrong[0]} is outside the vocabulary [0, {vocab})", "prompt")
+                ids = list(req.prompt)
+            else:
+                ids = tok.encode(req.prompt, add_special_tokens=True)
+        except LlamaNpuError as e:  # e.g. the chat template rejects the conversation (roles must alternate)
+            raise bad(str(e), param) from None
+        if not ids:
+            raise bad("the prompt is empty after tokenization", param)
+        room = self.context - len(ids)
+        max_tokens = req.max_tokens if req.max_tokens is not None else min(self.default_max_tokens, room)
+        try:
+            self.engine.check_budget(len(ids), max(max_tokens, 1))
+        except PromptError:
+            asked = f"{max_tokens} completion tokens" if req.max_tokens is not None else "at least 1 token"
+            raise ApiError(400, f"this model's context is {self.context} tokens; the prompt has {len(ids)} "
+                                f"tokens and {asked} were requested ({len(ids) + max(max_tokens, 1)} in all)",
+                           "max_tokens" if req.max_tokens is not None and room > 0 else param,
+                           "context_length_exceeded") from None
+        return Job(req, ids, max_tokens)
+
+    # --------------------------------------------------------------------------- queue
+    def submit(self, job: Job, emit: Callable[[str], None] | None = None) -> Future:
+        """Queue `job` (from any thread); the returned future gives its Outcome. `emit(text)` is called
+        from the engine thread with each piece of reply text as it is generated."""
+        fut: Future = Future()
+        with self._lock:
+            self._jobs.add(job)
+        self._queue.put((job, emit, fut))
+        return fut
+
+    def serve_forever(self, done: Callable[[], bool], poll_s: float = 0.1) -> None:
+        """Run queued jobs one at a time until done() is true. Call from the thread that loaded the engine."""
+        while not done():
+            try:
+                job, emit, fut = self._queue.get(timeout=poll_s)
+            except queue.Empty:
+                continue
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(self._serve(job, emit))
+            except BaseException as e:  # the request gets the error; Ctrl-C still ends the server
+                fut.set_exception(e)
+                if not isinstance(e, Exception):
+                    raise
+
+    def health(self) -> dict:
+        with self._lock:
+            return {"pending": len(self._jobs), **self.stats}
+
+    def stop_all(self) -> None:
+        """Shutdown: every queued or running job stops after its current token."""
+        with self._lock:
+            for job in self._jobs:
+                job.stop.set()
+
+    def close(self) -> None:
+        """Shutdown: jobs still queued end without touching the engine (their streams finish)."""
+        self.stop_all()
+        while True:
+            try:
+                job, _emit, fut = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(Outcome("", "interrupted", len(job.ids), 0))
+            with self._lock:
+                self._jobs.discard(job)
+
+    # --------------------------------------------------------------------------- engine thread
+    def _serve(self, job: Job, emit: Callable[[str], None] | None) -> Outcome:
+        out = None
+        try:
+            if job.stop.is_set():  # the client left while the job was queued: the engine is not touched
+                out = Outcome("", "interrupted", len(job.ids), 0)
+            else:
+                out = self._generate(job, emit)
+            return out
+        finally:
+            with self._lock:
+                self._jobs.discard(job)
+                st = self.stats
+                st["served"] += 1
+                if out is not None:
+                    st["interrupted"] += out.finish_reason == "interrupted"
+                    st["prompt_tokens"] += out.prompt_tokens
+                    st["cached_tokens"] += out.cached_tokens
+                    st["completion_tokens"] += out.completion_tokens
+
+    def _generate(self, job: Job, emit: Callable[[str], None] | None) -> Outcome:
+        req, eng = job.req, self.engine
+        temperature = self.default_temperature if req.temperature is None else req.temperature
+        sampler = Sampler(temperature=temperature, top_p=req.top_p, seed=req.seed)
+        stops = StopStrings(req.stop)
+        raw: list[str] = []   # the engine's deltas
+        out: list[str] = []   # what the client got (stop strings cut)
+
+        def send(text: str) -> None:
+            if text:
+                out.append(text)
+                if emit is not None:
+                    emit(text)
+
+        def on_token(_tok: int, delta: str) -> None:
+            if not delta or stops.hit:
+                return
+            raw.append(delta)
+            send(stops.push(delta))
+            if stops.hit:
+                job.stop.set()  # generate() ends before the next decode step
+
+        try:
+            # reuse_kv: a request that extends the conversation in the KV cache feeds only its new tokens
+            res = eng.generate(job.ids, job.max_tokens, sampler=sampler, on_token=on_token,
+                               stop_event=job.stop, reuse_kv=True)
+        except BaseException:
+            eng.reset()  # a failure mid-run leaves no half-written conversation behind
+            raise
+        if not stops.hit:
+            streamed = "".join(raw)
+            if res.text.startswith(streamed):  # e.g. a trailing incomplete UTF-8 sequence never streamed
+                send(stops.push(res.text[len(streamed):]))
+            send(stops.flush())
+        if stops.hit or res.stop_reason == "eos":
+            finish = "stop"
+        else:
+            finish = res.stop_reason  # "length" | "interrupted"
+        cached = min(max(len(job.ids) - res.prompt_computed, 0), len(job.ids))
+        return Outcome("".join(out), finish, len(job.ids), len(res.tokens), cached)

@@ -1,0 +1,63 @@
+"""plan_memory against what the KernelCache really allocates on the null device for a tiny model, and the
+sharing rules it follows (statics once per family and layer, activations once per module)."""
+from __future__ import annotations
+
+import pytest
+
+from checkpoints import write_numpy_checkpoint
+from llama_npu.config import load_config
+from llama_npu.engine import Engine
+from llama_npu.memory import MemoryPlan, plan_memory
+from llama_npu.models.llama import LLAMA32_1B, ModelShapes
+
+TINY = ModelShapes(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512, vocab=512, n_layers=2, rms_eps=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_two_layers(tmp_path_factory):
+    return write_numpy_checkpoint(tmp_path_factory.mktemp("mem") / "model", n_layers=2, seed=3)
+
+
+def test_plan_matches_the_kernel_cache_on_the_null_device(tiny_two_layers, kernel_cache_dir):
+    buckets = (16, 64)
+    eng = Engine.load(str(tiny_two_layers), device="null", buckets=buckets, cache_dir=kernel_cache_dir,
+                      progress=False)
+    # warmup ran the 16-row bucket; a 20-token prompt runs the 64-row one, so every module has its buffers
+    eng.prefill(list(range(3, 23)))
+    eng.decode_step(5)
+    report = eng.cache.memory_report()
+    cfg = load_config(tiny_two_layers)
+    plan = plan_memory(cfg, buckets, context=eng.kv_capacity)
+    assert report["cache_allocated_bytes"] == report["device_allocated_bytes"] == plan.total
+    assert report["state_bytes"] == plan.kv_cache_bytes
+    assert plan.total == plan.weights_bytes + plan.kv_cache_bytes + plan.activation_bytes
+
+
+def test_weights_are_shared_across_buckets_and_counted_per_layer():
+    one = plan_memory(TINY, (16,), 128)
+    two = plan_memory(TINY, (16, 64), 128)
+    assert two.weights_bytes == one.weights_bytes            # a layer's weights serve every bucket
+    assert two.activation_bytes > one.activation_bytes
+    deeper = plan_memory(ModelShapes(**{**TINY.__dict__, "n_layers": 4}), (16,), 128)
+    lm_head = (TINY.vocab + 1) * TINY.hidden * 2  # LM head + final norm: once, whatever the depth
+    assert deeper.weights_bytes - lm_head == 2 * (one.weights_bytes - lm_head)
+    assert deeper.activation_bytes == one.activation_bytes
+
+
+def test_kv_cache_formula_and_llama_1b_figure():
+    p = plan_memory(LLAMA32_1B, (64,), 2048)
+    assert p.kv_cache_bytes == 2 * 16 * 8 * 2048 * 64 * 2 + 2048 * 64 * 2 == (64 << 20) + (256 << 10)
+    # prefill [in, out] + decode [out, in] copies of every layer's weights plus the LM head partitions
+    assert 4.0 < (p.weights_bytes + p.activation_bytes) / 2**30 < 4.3
+    assert isinstance(p, MemoryPlan)
+
+
+def test_config_buckets_are_filtered_to_the_context(tiny_model_dir):
+    cfg = load_config(tiny_model_dir)          # context 256
+    assert plan_memory(cfg, (64, 1024), 256) == plan_memory(cfg, (64,), 256)
+
+
+@pytest.mark.parametrize("context", [0, -1, 1.5, True])
+def test_bad_context_is_rejected(context):
+    with pytest.raises(ValueError, match="context"):
+        plan_memory(TINY, (16,), context)
