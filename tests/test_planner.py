@@ -26,15 +26,37 @@ def test_gemm_plans_fit_and_divide(s, seq):
         assert 1 <= p.herd_m <= P.NPU2_COLS and 1 <= p.herd_n <= P.NPU2_ROWS
         assert p.l1_bytes() <= P.L1_BUDGET
         # every L2 buffer is its own allocation; the fullest memory tile still fits
-        l2 = p.l2_buffers()
-        assert l2 == {"a_panel": 2 * P.BF16 * p.tile_m * p.tile_k_l2, "w_panel": 2 * P.BF16 * p.tile_n * p.tile_k_l2,
+        l2, c = p.l2_buffers(), p.copies(p.tile_k_l2)
+        assert l2 == {"a_panel": c * P.BF16 * p.tile_m * p.tile_k_l2, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
                       "c_panel": P.BF16 * p.tile_m * p.bn}
         assert max(l2.values()) <= p.memtile_bytes() <= P.MEMTILE_BYTES
+        # memory-tile BDs: each panel broadcast within its budget, the busiest tile within 48
+        bds = p.memtile_bds()
+        assert max(bds["a_put"], bds["w_put"]) <= P.MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= P.MEMTILE_BDS
+        # the W block stride folded into a shim BD under runtime loop tiling fits its 20-bit word count
+        assert p.bn * k <= P.SHIM_MAX_STRIDE_BF16
         # channel budget: <= 2 MM2S + 2 S2MM per shim column, <= 6 S2MM / MM2S per memory tile, 2 + 1 per core
         ch = p.channels()
         assert ch["shim_mm2s"] <= 2 * P.NPU2_COLS and ch["shim_s2mm"] <= 2 * P.NPU2_COLS
         assert ch["memtile_s2mm"] <= P.MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= P.MEMTILE_DMA_CHANNELS
         assert (ch["core_s2mm"], ch["core_mm2s"]) == (2, 1)
+
+
+def test_gemm_ping_pong_copies_follow_the_trip_counts():
+    """aircc's ping-pong transform gives a loop of one trip no copy, an even trip count two, and (in the mlir-air
+    the lowering toolchain builds) an odd one a third: the plan budgets L1 and L2 accordingly."""
+    even = P.GemmPlan(64, 64, 64, 8, 4, 512, k=2048)     # 32 herd steps, 4 panel steps
+    odd = P.GemmPlan(64, 64, 48, 8, 4, 192, k=576)       # 9 herd steps, 3 panel steps
+    one = P.GemmPlan(64, 64, 64, 8, 4, 512, k=512)       # 8 herd steps, 1 panel step
+    assert (even.copies(64), even.copies(512)) == (2, 2)
+    assert (odd.copies(64), odd.copies(192)) == (3, 3)
+    assert one.copies(512) == 1 and one.l2_buffers()["a_panel"] == P.BF16 * 64 * 512
+    assert odd.l1_buffers()["a_tiles"] == 3 * P.BF16 * 64 * 64
+    # 64x1536x576: panel depth 512 would be 3 steps x 8 slices = 24 BDs for the W broadcast (what aiecc's
+    # aie-assign-bd-ids rejected); the planner takes 384 (4 steps, 2 copies x 6 slices)
+    p = P.plan_gemm(64, 1536, 576)
+    assert p.tile_k_l2 == 384 and p.memtile_bds()["w_put"] == 12
+    assert P.GemmPlan(8, 64, 48, 8, 4, 512, k=1536).memtile_bds()["w_put"] == 24 > P.MAX_GEMM_PUT_BDS
 
 
 def test_gemm_l1_accounting_covers_every_herd_buffer():

@@ -16,7 +16,8 @@ from kernel_builder.external_costs import external_cost
 from kernel_builder.hw import count as cnt
 from kernel_builder.hw import ir
 from kernel_builder.hw.facts import NPU2, NPU2Facts
-from kernel_builder.hw.dma import canonical_dims, is_contiguous, iteration_space, linear_offset, shim_fold
+from kernel_builder.hw.dma import (canonical_dims, is_contiguous, iteration_space, launch_window, linear_offset,
+                                   shim_fold)
 from kernel_builder.hw.ir import L1, L2, L3, Access, Alloc, Buffer, Call, Compute, Loop, Region, Transfer
 from kernel_builder.hw.results import STAGES, Flow, LaunchReport, Usage, Violation, Work
 
@@ -34,6 +35,7 @@ class _LaunchAnalyzer:
         self.usage = Usage(stack_bytes=preset.stack_size)
         self.work = Work(launch_iterations=launch.n_instances)
         self.copies: dict[Buffer, int] = {}
+        self.alloc_loop: dict[Buffer, Loop | None] = {}   # the loop a buffer is allocated in (None: none)
 
     @staticmethod
     def _regions(block):
@@ -88,8 +90,9 @@ class _LaunchAnalyzer:
 
         verdict = {lp: candidate(lp) for lp in by_loop if lp is not None}
         for a, lp in owner.items():
+            self.alloc_loop[a.buffer] = lp
             if a.buffer.space == space:
-                self.copies[a.buffer] = 2 if lp is not None and verdict[lp] else 1
+                self.copies[a.buffer] = pingpong_copies(cnt.static_trip(lp)) if lp is not None and verdict[lp] else 1
 
     # ---- main
     def run(self) -> LaunchReport:
@@ -123,6 +126,7 @@ class _LaunchAnalyzer:
             self.work.tile_matmul_macs = max(w[1] for w in tile_work)
             self.work.tile_scalar_ops = max(w[2] for w in tile_work)
             self.work.tile_scores = max(w[3] for w in tile_work)
+            self.work.tile_mmul_macs = max(w[4] for w in tile_work)
         return LaunchReport(self.index, self.launch_name, self.usage, self.work, self.violations)
 
     # ---- segment-level transfers (L3 <-> L2 DMAs, channel puts/gets from L2 or L3)
@@ -134,15 +138,43 @@ class _LaunchAnalyzer:
             self._check_side(t, acc, "memtile" if acc.buffer.space == L2 else
                              ("shim" if acc.buffer.space == L3 else "core"), path)
             if acc.buffer.space == L3:
-                pieces, folded, non_affine, stride = shim_fold(acc, path, self.launch,
-                                                               self.preset.runtime_loop_tiling_sizes, self.facts)
+                pieces, folded, non_affine, stride, lfold = shim_fold(acc, path, self.launch,
+                                                                      self.preset.runtime_loop_tiling_sizes,
+                                                                      self.facts, reads_ddr=not inbound)
                 self._check_shim_stride(t, acc, stride)
                 flows.append(Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
-                                  acc.nbytes * execs, max(1, execs // max(1, folded)), pieces, non_affine))
+                                  acc.nbytes * execs, max(1, execs // max(1, folded)), pieces, non_affine,
+                                  held=self._held(pieces, lfold)))
             elif acc.buffer.space == L2:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["s2mm" if inbound else "mm2s"] += 1
-                item["bds"] += self.copies.get(acc.buffer, 1)
+                bds = self.copies.get(acc.buffer, 1) * self._unfolded_l2_iterations(acc, path)
+                item["bds"] += bds
+                if bds > self.facts.memtile_bds_per_channel:
+                    self.violate("memtile", "BDs per channel", bds, self.facts.memtile_bds_per_channel,
+                                 STAGES[3], f"{t.kind} on {acc.buffer.name}: one BD per buffer copy and per "
+                                 f"iteration of the loops inside its allocation that its {len(canonical_dims(acc))}"
+                                 f"-dim access pattern cannot fold (memory-tile BDs have 4 dims)", t.line)
+
+    def _unfolded_l2_iterations(self, acc: Access, path) -> int:
+        """Iterations of the loops between a memory-tile buffer's allocation and a transfer on it that need a
+        BD each: air-opt-memtile-dma-bds folds such a loop into the BD while the access pattern has a free
+        dimension (memory-tile BDs have 4) and the offset is affine in the iv; otherwise each iteration is its
+        own BD in the channel's chain."""
+        home = self.alloc_loop.get(acc.buffer)
+        loops = [lp for lp in path if cnt.static_trip(lp) != 1]
+        if home in loops:
+            loops = loops[loops.index(home) + 1:]
+        dims = sum(1 for s, _ in canonical_dims(acc) if s > 1)
+        off = linear_offset(acc)
+        n = 1
+        for lp in reversed(loops):
+            trip = cnt.static_trip(lp) or 1
+            if dims < self.facts.memtile_bd_dims and off.affine_in(lp.iv):
+                dims += 1
+            else:
+                n *= trip
+        return n
 
     # ---- herds
     def _herd(self, herd: Region, launch_envs, flows: list, mem: dict) -> tuple[float, int, int, int]:
@@ -219,9 +251,9 @@ class _LaunchAnalyzer:
         for t in [n for n in paths if isinstance(n, Transfer)]:
             self._herd_transfer(herd, t, paths[t], per_tile, totals, flows, mem)
         # work
-        best = (0.0, 0, 0, 0)   # the busiest tile over the whole launch grid (launch iterations run in turn)
+        best = (0.0, 0, 0, 0, 0)   # the busiest tile over the whole launch grid (launch iterations run in turn)
         for runs in by_tile.values():
-            vec = mm = sc = sc_ = 0
+            vec = mm = sc = sc_ = mmul = 0
             for c, lmult in runs:
                 for n, k in c.items():
                     k *= lmult
@@ -232,12 +264,13 @@ class _LaunchAnalyzer:
                             vec += w.vector_cycles * k
                             sc += w.scalar_ops * k
                             sc_ += w.scores * k
+                            mmul += w.mmul_macs * k
                     elif isinstance(n, Compute):
                         if n.kind == "matmul":
                             mm += n.macs * k
                         else:
                             sc += n.macs * k
-            best = max(best, (vec, mm, sc, sc_))
+            best = max(best, (vec, mm, sc, sc_, mmul))
         for n, k in totals.items():
             if isinstance(n, Call):
                 ec = external_cost(n.symbol)
@@ -293,8 +326,9 @@ class _LaunchAnalyzer:
                 continue
             execs = totals[t]
             if space == L3:
-                pieces, folded, non_affine, stride = shim_fold(acc, path, self.launch,
-                                                               self.preset.runtime_loop_tiling_sizes, f)
+                pieces, folded, non_affine, stride, lfold = shim_fold(acc, path, self.launch,
+                                                                      self.preset.runtime_loop_tiling_sizes, f,
+                                                                      reads_ddr=inbound_to_core)
                 self._check_shim_stride(t, acc, stride)
                 per_tile_execs = execs / n_tiles  # averaged over the tiles (a causal herd is uneven)
                 per_group_bytes = int(acc.nbytes * per_tile_execs)
@@ -303,7 +337,7 @@ class _LaunchAnalyzer:
                     (f" (shared by {n_tiles // groups} tiles)" if inbound_to_core and groups < n_tiles else "")
                 for _ in range(groups):
                     flows.append(Flow("MM2S" if inbound_to_core else "S2MM", t.line, what, per_group_bytes,
-                                      per_group_tasks, pieces, non_affine))
+                                      per_group_tasks, pieces, non_affine, held=self._held(pieces, lfold)))
             else:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["mm2s" if inbound_to_core else "s2mm"] += groups
@@ -356,12 +390,15 @@ class _LaunchAnalyzer:
                                  STAGES[1], f"{acc.buffer.name}: access pattern {dims}", t.line)
                     break
 
-    # ---- memory tiles: first-fit of the L2 buffers (air-split-l2-memref splits a buffer with too many streams)
+    # ---- memory tiles: AIR's placement of the L2 buffers (air-split-l2-memref splits a buffer with too many
+    # streams; mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap then deals the buffers round-robin over the
+    # memory tiles in program order, without looking at streams - its later column-affinity swaps keep each
+    # tile's buffer count); every tile must then hold its buffers' bytes, streams and BDs
     def _memtiles(self, items: dict) -> None:
         f = self.facts
-        tiles: list[dict] = []
         u = self.usage
-        for buf, it in sorted(items.items(), key=lambda kv: -kv[1]["bytes"]):
+        pieces = []
+        for buf, it in items.items():  # insertion order: the program order of each buffer's first transfer
             u.memtile_mm2s += it["mm2s"]
             u.memtile_s2mm += it["s2mm"]
             u.memtile_bds += it["bds"]
@@ -373,22 +410,33 @@ class _LaunchAnalyzer:
                 continue
             parts = max(1, -(-it["mm2s"] // f.memtile_mm2s), -(-it["s2mm"] // f.memtile_s2mm),
                         -(-it["bds"] // f.memtile_bds))
-            for k in range(parts):
-                piece = {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds")}
-                piece["bytes"] = -(-it["bytes"] // parts)
-                for mt_ in tiles:
-                    if all(mt_[key] + piece[key] <= cap for key, cap in
-                           (("mm2s", f.memtile_mm2s), ("s2mm", f.memtile_s2mm), ("bds", f.memtile_bds),
-                            ("bytes", f.memtile_bytes))):
-                        for key in piece:
-                            mt_[key] += piece[key]
-                        break
-                else:
-                    tiles.append(dict(piece))
+            for _ in range(parts):
+                piece = {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds", "bytes")}
+                pieces.append((buf, piece))
+        tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(pieces)))]
+        for i, (buf, piece) in enumerate(pieces):
+            t = tiles[i % f.memtiles]
+            for key in piece:
+                t[key] += piece[key]
+            t["bufs"].append(buf.name)
         u.memtiles = len(tiles)
-        if len(tiles) > f.memtiles:
-            self.violate("memtile", "memory tiles", len(tiles), f.memtiles, STAGES[1],
-                         f"L2 buffers need {u.l2_bytes} B, {u.memtile_s2mm} S2MM and {u.memtile_mm2s} MM2S streams")
+        caps = (("s2mm", "S2MM channels", f.memtile_s2mm), ("mm2s", "MM2S channels", f.memtile_mm2s),
+                ("bds", "BDs", f.memtile_bds), ("bytes", "L2 bytes", f.memtile_bytes))
+        for key, what, cap in caps:
+            worst = max(range(len(tiles)), key=lambda i: tiles[i][key], default=None)
+            if worst is not None and tiles[worst][key] > cap:
+                t = tiles[worst]
+                self.violate("memtile", what, t[key], cap, STAGES[1],
+                             f"memory tile {worst} gets {', '.join(t['bufs'])} (L2 buffers dealt round-robin "
+                             f"over {f.memtiles} memory tiles in program order)")
+
+    def _held(self, pieces: int, launch_folded: int) -> int:
+        """BD IDs a shim flow holds at once: its pieces for every launch iteration the runtime sequence issues
+        before it waits (launch_window) that is not folded into the flow's BD (aie-assign-runtime-sequence-bd-ids
+        fails with 'Allocator exhausted available buffer descriptor IDs' past the shim tile's 16: seen for the
+        untiled 1x16-launch GEMM 64x2048x8192 through /work/tools/air-lower.sh, which lowers with tiling 2,2)."""
+        window = launch_window(self.launch, self.preset.runtime_loop_tiling_sizes)
+        return pieces * max(1, -(-window // max(1, launch_folded)))
 
     # ---- shim columns: the allocator walks the columns, two channels per direction each
     def _shim(self, flows: list[Flow]) -> None:
@@ -399,7 +447,7 @@ class _LaunchAnalyzer:
             fl = sorted((x for x in flows if x.direction == direction), key=lambda x: x.line)
             for i, x in enumerate(fl):
                 x.column = i // cap_col
-                per_col_bds[x.column] += x.pieces
+                per_col_bds[x.column] += x.held or x.pieces
             total = len(fl)
             if direction == "MM2S":
                 u.shim_mm2s = total
@@ -418,10 +466,13 @@ class _LaunchAnalyzer:
         u.shim_tasks = sum(x.tasks for x in flows)
         for col, n in sorted(per_col_bds.items()):
             if n > f.shim_bds:
-                heavy = max((x for x in flows if x.column == col), key=lambda x: x.pieces)
-                self.violate("shim", "BDs", n, f.shim_bds, STAGES[2],
-                             f"column {col}: {heavy.what} needs {heavy.pieces} BDs per task (more than 4 "
-                             f"dimensions after folding)", heavy.line)
+                heavy = max((x for x in flows if x.column == col), key=lambda x: x.held or x.pieces)
+                if (heavy.held or heavy.pieces) > heavy.pieces:
+                    why = (f"{heavy.what} holds {heavy.held} BDs: {heavy.held // heavy.pieces} launch iterations "
+                           f"configured before the runtime sequence waits (runtime loop tiling recycles them)")
+                else:
+                    why = f"{heavy.what} needs {heavy.pieces} BDs per task (more than 4 dimensions after folding)"
+                self.violate("shim", "BDs", n, f.shim_bds, STAGES[2], f"column {col}: {why}", heavy.line)
                 break
         bad = [x for x in flows if x.non_affine]
         if bad:
@@ -430,6 +481,13 @@ class _LaunchAnalyzer:
                          f"{worst.what}: the loop cannot fold into the BD's wrap/stride, {worst.tasks} DMA tasks "
                          f"per launch", worst.line, kind="rule")
 
+
+def pingpong_copies(trip: int | None) -> int:
+    """Copies air-ping-pong-transform makes of a buffer allocated in a labelled loop: two, and a third for an
+    odd static trip count (the lowering toolchain's mlir-air unrolls the loop by two and gives the remainder
+    iteration its own buffers: three copies of the GEMM's L1 A/W tiles overflowed L1 at k = 576 / 64 = 9
+    steps, three copies of its L2 panels at 3 steps; mlir-air PR #2000 later stops labelling odd trip counts)."""
+    return 3 if trip is not None and trip > 1 and trip % 2 else 2
 
 def herd_name(h: Region) -> str:
     return f"@{h.symbol}" if h.symbol else "herd"

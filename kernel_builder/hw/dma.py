@@ -38,13 +38,30 @@ def _largest_factor(n: int, cap: int) -> int:
     return 1
 
 
+def launch_window(launch: Region, tiling: tuple[int, ...]) -> int:
+    """Launch iterations the runtime sequence issues between two waits: the whole grid without runtime loop
+    tiling (every iteration's DMA tasks are configured before the sequence waits on them: each holds its BD
+    IDs), one tile of the grid with it (air-opt-shim-dma-bds tiles the launch loop and syncs after each tile)."""
+    n = 1
+    for i, size in enumerate(launch.sizes):
+        if tiling:
+            n *= _largest_factor(size, tiling[i] if i < len(tiling) else 1)
+        else:
+            n *= size
+    return n
+
+
 def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tuple[int, ...],
-              facts: NPU2Facts) -> tuple[int, int, bool, int]:
-    """(pieces per task, loop iterations folded into one task, non-affine, largest stride in elements) for the
-    DDR side of a transfer:
+              facts: NPU2Facts, reads_ddr: bool = False) -> tuple[int, int, bool, int, int]:
+    """(pieces per task, loop iterations folded into one task, non-affine, largest stride in elements, launch
+    iterations folded into one task) for the DDR side of a transfer:
     enclosing loops are folded into the BD's wrap/stride dims innermost first while the offset is affine in
     the iv and at most 3 dims are in use (air-opt-shim-dma-bds); the launch grid folds only under runtime
-    loop tiling (by the tile factors); dims beyond 4 and wraps beyond 1023 become extra BDs (airrt-to-npu)."""
+    loop tiling (by the tile factors) and without it over the whole grid, for DDR reads only (seen in the real
+    lowering, /work/tools/air-lower.sh on the GEMM: the A/W panel loads of a 1x16 launch became one 4-D BD
+    each untiled, one per 2x2 tile with tiling 2,2, while the C row writes stayed one task per launch
+    iteration either way, chained by their write-after-write dependencies on the output); dims beyond 4 and
+    wraps beyond 1023 become extra BDs (airrt-to-npu)."""
     dims = canonical_dims(acc)
     off = linear_offset(acc)
     folded = 1
@@ -63,7 +80,10 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
         coef = off.coefficient(lp.iv) if off.is_affine else 0
         dims.insert(0, (trip, coef))
         folded *= trip
-    if tiling and not stop:
+    launch_folded = 1
+    if not tiling:
+        tiling = tuple(launch.sizes)
+    if reads_ddr and not stop:
         for i in reversed(range(len(launch.ids))):
             t = tiling[i] if i < len(tiling) else 1
             f = _largest_factor(launch.sizes[i], t)
@@ -71,6 +91,7 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
                 break
             dims.insert(0, (f, off.coefficient(launch.ids[i]) if off.is_affine else 0))
             folded *= f
+            launch_folded *= f
     # merge contiguous neighbours again, split wraps beyond the BD size field (unless linear)
     merged = Access(acc.buffer, [sym.const(0)] * len(dims), [s for s, _ in dims], [t for _, t in dims])
     dims = canonical_dims(merged)
@@ -86,7 +107,7 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
     pieces = 1
     for s, _ in dims[:max(0, len(dims) - facts.shim_bd_dims)]:
         pieces *= s
-    return pieces, folded, non_affine, max((t for s, t in dims if s > 1), default=1)
+    return pieces, folded, non_affine, max((t for s, t in dims if s > 1), default=1), launch_folded
 
 
 def iteration_space(e: sym.Expr, loops: tuple[Loop, ...]) -> sym.Expr:

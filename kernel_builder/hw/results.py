@@ -43,6 +43,7 @@ class Flow:
     pieces: int          # BDs one task needs (dims beyond the shim's 4 are unrolled)
     non_affine: bool = False
     column: int = -1
+    held: int = 0        # BD IDs held at once: pieces x launch iterations issued before a wait, not folded
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Work:
     tile_matmul_macs: int = 0         # linalg.matmul MACs (lowered to scalar loops by aircc today)
     tile_scalar_ops: int = 0          # scalar float ops (codegen loops, linalg.generic/fill, externals' scalar part)
     tile_scores: int = 0              # attention scores through an online-softmax step
+    tile_mmul_macs: int = 0           # MACs of external kernels on the matrix unit (aie::mmul)
     vector_macs: int = 0              # totals over the launch
     scalar_macs: int = 0
     flows: list[Flow] = field(default_factory=list)

@@ -190,7 +190,12 @@ class LlamaModel:
 
     def presets(self, phase: Phase) -> dict[str, AirccPreset]:
         """aircc options per segment (docs/npu-setup.md): decode GEMV modules tile the shim BD loop; the FFN
-        tail's K=ffn GEMV leaves no L1 room for ping-pong."""
+        tail's K=ffn GEMV leaves no L1 room for ping-pong; the prefill GEMMs' launch grids (up to 4 x 32
+        output blocks, one C row DMA per block and memory tile) need runtime loop tiling 2 x 2 to recycle
+        shim BD IDs (the hardware model's shim BD count; the real lowering exhausts them untiled)."""
+        if phase.name == "prefill":
+            gemm = AirccPreset(runtime_loop_tiling_sizes=(2, 2))
+            return {"qkv": gemm, "ffn": gemm}
         if phase.name != "decode":
             return {}
         gemv = AirccPreset(runtime_loop_tiling_sizes=(16, 16))
