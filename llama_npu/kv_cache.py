@@ -6,15 +6,15 @@ the rows the K/V projections produce, so appending a chunk or a token is one con
 append and read it in place; nothing crosses to the host.
 
 `HostAttention` is the `--decode-attention host` fallback: it mirrors the rows it needs from the device
-(read once each, incrementally, kept as f32) and computes one query row against positions 0..pos in f32
-(all heads in one batched matmul), within one bf16 rounding of `kernel_builder.reference.decode_attn`.
+(read once each, incrementally, kept as f32: bf16 values exactly) and computes one query row against positions
+0..pos with `kernel_builder.reference.decode_attn`, the numerics the emulated NPU attention uses, so the two
+decode paths give the same bytes (tests/test_decode_paths.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kernel_builder.numerics import to_bf16
-from kernel_builder.reference import attention_scale
+from kernel_builder.reference import decode_attn
 
 K_CACHE, V_CACHE = "k_cache", "v_cache"
 
@@ -34,11 +34,9 @@ class HostAttention:
 
     def __init__(self, n_layers: int, heads: int, kv_heads: int, head_dim: int):
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.group = heads // kv_heads
-        self.scale = np.float32(attention_scale(head_dim))
-        # head-major f32 mirrors [kv_heads, positions, head_dim] (bf16-exact values)
-        self.k = [np.zeros((kv_heads, 0, head_dim), dtype=np.float32) for _ in range(n_layers)]
-        self.v = [np.zeros((kv_heads, 0, head_dim), dtype=np.float32) for _ in range(n_layers)]
+        # f32 mirrors of the cache rows [positions, kv_heads*head_dim] (bf16-exact values)
+        self.k = [np.zeros((0, kv_heads * head_dim), dtype=np.float32) for _ in range(n_layers)]
+        self.v = [np.zeros((0, kv_heads * head_dim), dtype=np.float32) for _ in range(n_layers)]
         self.have = [0] * n_layers
 
     def reset(self) -> None:
@@ -49,25 +47,19 @@ class HostAttention:
         if upto <= have:
             return
         bo = f"L{layer}"
-        if self.k[layer].shape[1] < upto:
-            cap = max(upto, 2 * self.k[layer].shape[1])
+        if self.k[layer].shape[0] < upto:
+            cap = max(upto, 2 * self.k[layer].shape[0])
             for arrs in (self.k, self.v):
-                grown = np.zeros((self.kv_heads, cap, self.head_dim), dtype=np.float32)
-                grown[:, :have] = arrs[layer][:, :have]
+                grown = np.zeros((cap, arrs[layer].shape[1]), dtype=np.float32)
+                grown[:have] = arrs[layer][:have]
                 arrs[layer] = grown
         for name, arrs in ((K_CACHE, self.k), (V_CACHE, self.v)):
-            rows = cache.read_state(name, bo, have, upto).astype(np.float32)
-            arrs[layer][:, have:upto] = rows.reshape(upto - have, self.kv_heads, self.head_dim).transpose(1, 0, 2)
+            arrs[layer][have:upto] = cache.read_state(name, bo, have, upto)
         self.have[layer] = upto
 
     def attend(self, cache, layer: int, pos: int, q: np.ndarray) -> np.ndarray:
         """bf16 [1, heads*head_dim]: attention of the query at `pos` over positions 0..pos of `layer`."""
         self._sync(cache, layer, pos + 1)
         n = pos + 1
-        qf = np.asarray(q).reshape(self.kv_heads, self.group, self.head_dim).astype(np.float32)
-        scores = np.matmul(qf, self.k[layer][:, :n].transpose(0, 2, 1))      # [kv, group, n]
-        scores *= self.scale
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        out = np.matmul(scores, self.v[layer][:, :n]) / scores.sum(axis=-1, keepdims=True)
-        return to_bf16(out.reshape(1, self.heads * self.head_dim))
+        return decode_attn(q, self.k[layer][:n], self.v[layer][:n], pos, kv_rows=n, heads=self.heads,
+                           kv_heads=self.kv_heads, head_dim=self.head_dim)

@@ -1,6 +1,6 @@
 """The cost model: per launch max(compute, data movement) + a per-launch overhead; per module the sum of its
 launches + one dispatch. All parameters live in `CostParams` (one frozen dataclass); `PARAMS` holds the
-values calibrated on the reference design's published Strix figures (kernel_builder.hw.calibration), and
+values calibrated on the reference design's published Strix figures (benchmarks/hw_calibration.py), and
 `calibrate(points)` refits them from any list of measured points (e.g. a real NPU run).
 
 - compute of a launch = its busiest herd tile: external kernels' vector cycles / vector_efficiency
@@ -41,8 +41,8 @@ class CostParams:
 
 
 # Calibrated on the reference design's published figures and the kernel registry's measurements
-# (kernel_builder.hw.calibration.all_points());
-# regenerate with `python -m kernel_builder.hw.calibration` (docs/hardware-model.md, "Calibration").
+# (benchmarks.hw_calibration.all_points());
+# regenerate with `python -m benchmarks.hw_calibration` (docs/hardware-model.md, "Calibration").
 PARAMS = CostParams(gemm_efficiency=1.0, vector_efficiency=0.08712, softmax_cycles_per_score=6.039,
                     shim_channel_bytes_per_s=4.227e9, ddr_bytes_per_s=77.92e9, launch_overhead_s=17.91e-6)
 

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STAGES = ("air-dma-to-channel", "air-to-aie", "airrt-to-npu", "aiecc", "runtime")
+# The lowering stages in the order aircc runs them (the first violation is the one the real compile meets).
+DMA_TO_CHANNEL, PING_PONG, AIR_TO_AIE, AIRRT_TO_NPU, AIECC, RUNTIME = (
+    "air-dma-to-channel", "air-ping-pong-transform", "air-to-aie", "airrt-to-npu", "aiecc", "runtime")
+STAGES = (DMA_TO_CHANNEL, PING_PONG, AIR_TO_AIE, AIRRT_TO_NPU, AIECC, RUNTIME)
 
 
 @dataclass
@@ -40,10 +43,9 @@ class Flow:
     what: str
     bytes: int           # over the whole launch
     tasks: int           # DMA tasks (BD chains) issued over the whole launch
-    pieces: int          # BDs one task needs (dims beyond the shim's 4 are unrolled)
+    pieces: int          # BDs the flow holds at once: launch iterations its BD cannot fold, issued before a wait
     non_affine: bool = False
     column: int = -1
-    held: int = 0        # BD IDs held at once: pieces x launch iterations issued before a wait, not folded
 
 
 @dataclass
