@@ -4,9 +4,15 @@ ONE table keyed by symbol pattern - what the hardware model (kernel_builder.hw) 
 the stack its call chain needs, and which memref operands it writes.
 
 The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
-- gemv.cc: one 32-lane bf16 `aie::mac` per 32 elements of each row (K*M MACs per call);
-- rope.cc: per head, 16-lane mul + msc / mul + mac on both halves (2 MACs per element);
-- swiglu.cc: 16-lane mul, tanh, mac, mul per element (counted as 4 vector ops per element);
+- gemv.cc: one 32-lane bf16 `aie::mac` per 32 elements of each row of the K chunk (KC*M MACs per call), two f32
+  scalar ops per row (partial-sum carry, reduce);
+- rope.cc: per head, mul + msc / mul + mac on both halves, 32 lanes when head_dim/2 allows, else 16
+  (2 MACs per element);
+- swiglu.cc: 32-lane mul, tanh (two 16-lane ops), mac, mul, mul per 32 elements (6 vector ops);
+- rmsnorm.cc: 32-lane mac per 32 elements (sum of squares), then mul, mac, sub, mul, mac per 32 elements
+  (x*r and (x*r)*w from bf16 hi/lo pairs); per group a few f32 scalar ops and `aie::invsqrt` on the scalar
+  unit, which has no FPU on AIE2P (soft-float; stack as for a division);
+- add.cc: one 32-lane accfloat add per 32 elements;
 - attention.cc step: q.k dot products with 32-lane mac, p.V with 16-lane mac (lq*lk*hd MACs each), and the
   online-softmax bookkeeping per score (query, key): mask, max, subtract, exp2 (costed per score by the cost
   model's `softmax_cycles_per_score`); finish: one scalar `1.0f / l[i]` per query row
@@ -46,26 +52,31 @@ class ExternalCost:
     pure_outputs: tuple[int, ...] = ()           # ... of which it never reads (first written by the call)
 
 
-def _heads(m: re.Match, args: list) -> int:
-    if m.group(2):
-        return int(m.group(2))
-    n = getattr(args[3], "value", None) if len(args) > 3 else None
-    return int(n) if n is not None else 1
-
-
 def _gemv(m, args):
-    k, tm = int(m.group(1)), int(m.group(2))
-    return CallWork(k * tm / 32, k * tm, 0)
+    kc, tm = int(m.group(2)), int(m.group(3))
+    return CallWork(kc * tm / 32, kc * tm, 2 * tm)
 
 
 def _rope(m, args):
-    e = int(m.group(1)) * _heads(m, args)
-    return CallWork(2 * e / 16, 2 * e, 0)
+    hd = int(m.group(1))
+    e = hd * int(m.group(2)) * int(m.group(3))
+    lanes = 32 if (hd // 2) % 32 == 0 else 16
+    return CallWork(2 * e / lanes, 2 * e, 0)
 
 
 def _swiglu(m, args):
     n = int(m.group(1))
-    return CallWork(4 * n / 16, 4 * n, 0)
+    return CallWork(6 * n / 32, 4 * n, 0)
+
+
+def _rmsnorm(m, args):
+    g, u = int(m.group(1)), int(m.group(2))
+    return CallWork(6 * g * u / 32, 5 * g * u, 4 * u)
+
+
+def _add(m, args):
+    n = int(m.group(1))
+    return CallWork(n / 32, n, 0)
 
 
 def _attn(m, args):
@@ -87,9 +98,12 @@ def _gemm(m, args):
 
 
 EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
-    ExternalCost("gemv", re.compile(r"mv_bf16_k(\d+)_m(\d+)"), _gemv, DEFAULT_STACK, (2,), (2,)),
-    ExternalCost("rope", re.compile(r"rope_bf16_hd(\d+)(?:_x(\d+))?"), _rope, DEFAULT_STACK, (2,), (2,)),
+    # gemv(w, x, acc, y, row, k0): writes acc (partial sums, read back by later K chunks) and y
+    ExternalCost("gemv", re.compile(r"mv_bf16_k(\d+)_c(\d+)_m(\d+)_r(\d+)"), _gemv, DEFAULT_STACK, (2, 3), (3,)),
+    ExternalCost("rope", re.compile(r"rope_bf16_hd(\d+)_h(\d+)_r(\d+)"), _rope, DEFAULT_STACK, (2,), (2,)),
     ExternalCost("swiglu", re.compile(r"swiglu_bf16_n(\d+)"), _swiglu, DEFAULT_STACK, (2,), (2,)),
+    ExternalCost("rmsnorm", re.compile(r"rmsnorm_bf16_g(\d+)_u(\d+)"), _rmsnorm, SOFT_FLOAT_DIV_STACK, (2,), (2,)),
+    ExternalCost("add", re.compile(r"add_bf16_n(\d+)"), _add, DEFAULT_STACK, (2,), (2,)),
     ExternalCost("attn_init", re.compile(r"attn_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,
                  (0, 1, 2), (0, 1, 2)),
     ExternalCost("attn_step", re.compile(r"attn_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,

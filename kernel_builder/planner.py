@@ -24,7 +24,13 @@ MMUL_M = MMUL_K = MMUL_N = 8  # AIE2P bf16 matmul intrinsic shape (8x8x8): GEMM 
 VECTOR_LANES_BF16 = 32        # AIE2P vector register: 512 bit = 32 bf16 lanes (elementwise chunk granularity)
 BF16 = 2                      # bytes per element
 F32 = 4
-MAX_GEMV_TILE_M = 8           # rows per GEMV call: more rows only lengthen the pipeline fill
+MAX_GEMV_TILE_M = 16          # rows per GEMV step (bigger steps amortise the per-step DMA/lock overhead)
+LM_HEAD_ROW_QUANTUM = 64      # LM-head partitions are multiples of a full herd of 8-row tiles
+SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mlir-aie AIEXDialect.cpp
+                              # verifyStridesWraps: 10 wrap bits; counted in elements as the hardware model
+                              # does, conservative for bf16); a contiguous (linear) transfer is exempt
+SHIM_BD_MAX_ITERATIONS = 64   # 4th (iteration) dimension of a shim BD with a non-zero stride (verifyStridesWraps:
+                              # iter_bits = 6, "Size 3 exceeds the [1:64] range")
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
 MEMTILE_DMA_CHANNELS = 6      # S2MM (and MM2S) DMA channels of one memory tile (mlir-aie AIETargetModel.cpp)
@@ -43,7 +49,9 @@ MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread
 # External C++ vector-path granularity (must agree with kernel_builder.externals).
 GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
-SWIGLU_N_MULTIPLE = 16
+SWIGLU_N_MULTIPLE = 32
+ADD_N_MULTIPLE = 32
+RMSNORM_GROUP_MULTIPLE = 32
 ATTN_HEAD_DIM_MULTIPLE = 32
 GEMM_M_MULTIPLE = 8           # GEMM micro-kernel: 8x8 blocks, two column blocks per mmul step
 GEMM_N_MULTIPLE = 16
@@ -169,26 +177,129 @@ class GemmPlan:
         return BF16 * (m * k * (n // self.bn) + k * n * (m // self.bm))
 
 
+def _copies(steps: int) -> int:
+    """L1 copies of a buffer allocated in a loop of `steps` trips and filled by a DMA first: aircc's ping-pong
+    transform (air-label-scf-for-to-ping-pong + air-ping-pong-transform) doubles it when the loop runs at least
+    twice. Our builders allocate only DMA-filled buffers inside loops; buffers an external call writes (outputs,
+    accumulators) are allocated once at the top of the herd, so the transform applies wherever `steps >= 2`."""
+    return 2 if steps >= 2 else 1
+
+
+def _even_or_one(steps: int) -> bool:
+    """Ping-ponged loops get an even trip count: mlir-air before PR #2000 (2026-09) unrolled odd trip counts
+    into a third buffer whose DMA could send unwritten data (designs.md 6)."""
+    return steps == 1 or steps % 2 == 0
+
+
 @dataclass(frozen=True)
 class GemvPlan:
-    tile_m: int          # W rows per external-kernel call (L1 tile [tile_m, k])
-    herd_m: int          # tiles splitting the output rows
-    double_buffer: bool  # whether two W tiles fit L1 (ping-pong)
+    """Launch [launch_m, 1] x herd [herd_m, 1]; in launch iteration l, tile t owns output rows
+    [(l*herd_m + t)*rows_per_tile, ...+rows_per_tile) and accumulates them in an L1 buffer stored to L3 once.
+    Per step it DMAs a [tile_m, k_chunk] block of w straight from L3 and the matching x chunk from the segment's
+    memory-tile copy of x (re-sent every step: the same data for every tile, one broadcast) and calls the external
+    kernel, which carries f32 partial sums across the k/k_chunk chunks of a row block. More than one launch
+    iteration only when a chunked w stream would walk more row blocks than a shim BD iterates
+    (`SHIM_BD_MAX_ITERATIONS`)."""
 
-    def l1_bytes(self, k: int) -> int:
-        return (2 if self.double_buffer else 1) * BF16 * self.tile_m * k + BF16 * k + 2 * BF16 * self.tile_m
+    m: int
+    k: int
+    herd_m: int      # tiles splitting the output rows of one launch iteration
+    tile_m: int      # w rows per step
+    k_chunk: int     # w columns / x elements per step
+    launch_m: int = 1  # launch iterations over row blocks of herd_m * rows_per_tile rows
+
+    @property
+    def rows_per_tile(self) -> int:
+        return self.m // (self.launch_m * self.herd_m)
+
+    @property
+    def row_steps(self) -> int:
+        return self.rows_per_tile // self.tile_m
+
+    @property
+    def k_steps(self) -> int:
+        return self.k // self.k_chunk
+
+    @property
+    def steps(self) -> int:
+        """Trips of the innermost loop, which holds the streamed buffers (the one ping-pong applies to)."""
+        return self.k_steps if self.k_steps > 1 else self.row_steps
+
+    @property
+    def pingpong(self) -> bool:
+        return self.steps >= 2
+
+    def l1_buffers(self) -> dict[str, int]:
+        c = _copies(self.steps)
+        return {"w": c * BF16 * self.tile_m * self.k_chunk, "x": c * BF16 * self.k_chunk,
+                "acc_f32": F32 * self.tile_m, "y": BF16 * self.rows_per_tile}
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
 
 
 @dataclass(frozen=True)
 class RowPlan:
-    """Row-parallel / elementwise kernels. `unit` says what `chunk` counts: 'rows' (rmsnorm: rows per L1
-    tile), 'elements' (add/swiglu: elements per L1 chunk, always a divisor of dim) or 'heads' (rope: heads
-    of one position row per call)."""
+    """Elementwise and RMSNorm kernels over the data flattened to 1-D: herd [herd, 1], tile t owns the
+    contiguous range [t*units_per_tile, (t+1)*units_per_tile) of units and moves `chunk` units per step
+    (offsets affine in the tile id and the loop iv). `unit` is what they count: 'elements' (add, swiglu) or
+    'groups' of `group` elements (rmsnorm: a row, or one head of a row for the per-head q/k norm).
+    `streams` DMA-filled inputs per step (ping-ponged when the loop runs twice or more) and one output buffer
+    (allocated once: the external call writes it first)."""
 
-    herd: int            # tiles in the (herd, 1) herd
-    units_per_tile: int  # rows (rmsnorm/rope) or chunks (add/swiglu) each tile processes
+    herd: int
+    units_per_tile: int
     chunk: int
     unit: str
+    group: int = 1        # elements per unit
+    inputs: tuple[tuple[str, int], ...] = ()   # (name, elements per step) of the DMA-filled buffers
+
+    @property
+    def steps(self) -> int:
+        return self.units_per_tile // self.chunk
+
+    @property
+    def chunk_elements(self) -> int:
+        return self.chunk * self.group
+
+    def l1_buffers(self) -> dict[str, int]:
+        c = _copies(self.steps)
+        out = {name: c * BF16 * n for name, n in self.inputs}
+        out["y"] = BF16 * self.chunk_elements
+        return out
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
+
+
+@dataclass(frozen=True)
+class RopePlan:
+    """Herd [herd, 1] split over position rows (prefill: tile t owns rows_per_tile consecutive rows, all heads)
+    or over heads (decode, rows < NPU2_COLS: tile t owns heads_per_tile consecutive heads of every row). Per step
+    a [step_rows, step_heads*head_dim] block of x and the step_rows LUT rows are DMA'd, one external call
+    rotates them, the block is stored."""
+
+    herd: int
+    split: str              # "rows" | "heads"
+    rows_per_tile: int
+    heads_per_tile: int
+    step_rows: int
+    step_heads: int
+    head_dim: int
+
+    @property
+    def steps(self) -> int:
+        return (self.rows_per_tile // self.step_rows) * (self.heads_per_tile // self.step_heads)
+
+    def l1_buffers(self) -> dict[str, int]:
+        # the innermost emitted loop holds x and lut; a loop of one trip is not emitted
+        inner = self.heads_per_tile // self.step_heads
+        c = _copies(inner if inner > 1 else self.rows_per_tile // self.step_rows)
+        block = self.step_rows * self.step_heads * self.head_dim
+        return {"x": c * BF16 * block, "lut": c * BF16 * self.step_rows * self.head_dim, "y": BF16 * block}
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
 
 
 @dataclass(frozen=True)
@@ -214,21 +325,47 @@ class LmHeadPlan:
 
 
 # --- planners ------------------------------------------------------------------------------------------
+def _gemv_streams_fit(plan: GemvPlan) -> bool:
+    """The weight stream of one launch iteration fits one shim DMA task: a chunked [tile_m, k_chunk] block walks
+    the tile's row blocks in the BD's iteration dimension. (Whole rows are one contiguous transfer; x is re-sent
+    from its memory-tile copy, whose BD chain repeats without limit.)"""
+    return plan.k_steps == 1 or plan.row_steps <= SHIM_BD_MAX_ITERATIONS
+
+
 def plan_gemv(m: int, k: int) -> GemvPlan:
     check_positive("gemv", m=m, k=k)
     if k % GEMV_K_MULTIPLE:
         raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
                          f"(AIE2P 32-lane bf16 vector path of the external kernel)")
-    herd = _herd(m)
-    rows_per_tile = m // herd
-    for double_buffer in (True, False):
-        for tile_m in _divisors_desc(rows_per_tile, MAX_GEMV_TILE_M):
-            plan = GemvPlan(tile_m, herd, double_buffer)
-            if plan.l1_bytes(k) <= L1_BUDGET:
-                return plan
-    need = GemvPlan(1, herd, False).l1_bytes(k)
-    raise ValueError(f"gemv: k={k} needs {_kib(need)} of L1 per tile for tile_m=1; the NPU2 limit is "
-                     f"{_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus {L1_STACK_RESERVE // KiB} KiB stack reserve)")
+    # each tile stores its rows once: rows_per_tile * 2 bytes must be a whole number of 32-bit words
+    herds = [h for h in _divisors_desc(m, NPU2_COLS) if (m // h) % 2 == 0]
+    if not herds:
+        raise ValueError(f"gemv: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
+    herd = herds[0]
+    chunks = [c for c in _divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
+    best, best_key = None, None
+    for launch in [d for d in range(1, m // herd + 1) if (m // herd) % d == 0 and (m // herd // d) % 2 == 0]:
+        rows = m // herd // launch
+        for tile_m in _divisors_desc(rows, MAX_GEMV_TILE_M):
+            for kc in chunks:
+                if kc < k and kc > SHIM_BD_MAX_WRAP and tile_m > 1:
+                    continue  # a [tile_m, kc] block of longer rows is strided: its inner run must fit one BD wrap
+                plan = GemvPlan(m, k, herd, tile_m, kc, launch)
+                if plan.l1_bytes() > L1_BUDGET or not _gemv_streams_fit(plan):
+                    continue
+                # prefer: a safe ping-pong trip count, then the most weight bytes per step (fewer steps), then
+                # longer K chunks (whole rows: contiguous weight DMAs, no partial-sum round trip), then more rows
+                # per step
+                key = (_even_or_one(plan.steps), tile_m * kc, kc, tile_m)
+                if best_key is None or key > best_key:
+                    best, best_key = plan, key
+        if best is not None:
+            return best  # the fewest launch iterations that fit
+    rows = m // herd
+    need = GemvPlan(m, k, herd, 1, GEMV_K_MULTIPLE).l1_bytes()
+    raise ValueError(f"gemv: m={m} needs {_kib(need)} of L1 per tile ({rows} output rows per tile stay in L1); "
+                     f"the NPU2 limit is {_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus "
+                     f"{L1_STACK_RESERVE // KiB} KiB stack reserve): split m into partitions")
 
 
 def _gemm_fits(p: GemmPlan, k: int) -> bool:
@@ -287,56 +424,87 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
     return p
 
 
-def plan_rmsnorm(rows: int, dim: int) -> RowPlan:
+def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,
+               max_chunk: int, unit: str) -> RowPlan | None:
+    """The best RowPlan over n_units units of `group` elements; `inputs` = (name, elements per unit) of the
+    DMA-filled input buffers. Chunks hold a multiple of `multiple` elements (vector width)."""
+    best, best_key = None, None
+    for herd in _divisors_desc(n_units, NPU2_COLS):
+        per = n_units // herd
+        for chunk in _divisors_desc(per, max(1, max_chunk // group)):
+            elems = chunk * group
+            if elems % multiple:
+                continue
+            plan = RowPlan(herd, per, chunk, unit, group, tuple((nm, chunk * e) for nm, e in inputs))
+            if plan.l1_bytes() > L1_BUDGET:
+                continue
+            # prefer: a safe ping-pong trip count, chunks that amortise a DMA, then the widest herd, then the
+            # biggest chunk
+            key = (_even_or_one(plan.steps), elems >= min(MIN_ELEMWISE_CHUNK, group * n_units), herd, elems)
+            if best_key is None or key > best_key:
+                best, best_key = plan, key
+    return best
+
+
+def plan_rmsnorm(rows: int, dim: int, group: int = 0) -> RowPlan:
     check_positive("rmsnorm", rows=rows, dim=dim)
-    herd = _herd(rows)
-    per_tile = rows // herd
-    for chunk in _divisors_desc(per_tile, per_tile):
-        if 2 * 2 * BF16 * chunk * dim + BF16 * dim <= L1_BUDGET:  # x and y double-buffered + weight
-            return RowPlan(herd, per_tile, chunk, "rows")
-    need = 2 * 2 * BF16 * dim + BF16 * dim
-    raise ValueError(f"rmsnorm: dim={dim} needs {_kib(need)} of L1 per tile for one row; "
-                     f"the NPU2 limit is {_kib(L1_BUDGET)}")
+    g = group or dim
+    if dim % g:
+        raise ValueError(f"rmsnorm: group={group} does not divide dim={dim}")
+    if g % RMSNORM_GROUP_MULTIPLE:
+        raise ValueError(f"rmsnorm: group={g} must be a multiple of {RMSNORM_GROUP_MULTIPLE} "
+                         f"(32-lane bf16 vector path of the external kernel)")
+    plan = _flat_plan("rmsnorm", rows * (dim // g), g, (("x", g), ("w", 0)), RMSNORM_GROUP_MULTIPLE,
+                      max(g, MAX_ELEMWISE_CHUNK), "groups")
+    if plan is None:
+        raise ValueError(f"rmsnorm: dim={dim} needs {_kib(5 * BF16 * g)} of L1 per tile for one group of {g} "
+                         f"elements (x and w double-buffered, y); the NPU2 limit is {_kib(L1_BUDGET)}")
+    # the weight is one [group] buffer per step, not chunk-sized
+    return RowPlan(plan.herd, plan.units_per_tile, plan.chunk, plan.unit, g, (("x", plan.chunk * g), ("w", g)))
 
 
-def _plan_elementwise(kernel: str, rows: int, dim: int, n_buffers: int, multiple: int) -> RowPlan:
+def _plan_elementwise(kernel: str, rows: int, dim: int, inputs: tuple[str, ...], multiple: int) -> RowPlan:
     check_positive(kernel, rows=rows, dim=dim)
-    cap = min(MAX_ELEMWISE_CHUNK, L1_BUDGET // (2 * n_buffers * BF16))  # all buffers double-buffered
-    chunks = [c for c in _divisors_desc(dim, cap) if c % multiple == 0]
-    if not chunks:
-        raise ValueError(f"{kernel}: dim={dim} has no divisor that is a multiple of {multiple} "
-                         f"(vector width) and at most {cap} elements (L1 limit {_kib(L1_BUDGET)} for "
-                         f"{n_buffers} double-buffered bf16 buffers)")
-    # prefer full 32-lane vectors when a divisor allows it; then the widest herd among chunks that still
-    # amortise a DMA (>= MIN_ELEMWISE_CHUNK elements); then the biggest chunk
-    vec = [c for c in chunks if c % VECTOR_LANES_BF16 == 0] or chunks
-    big = [c for c in vec if c >= MIN_ELEMWISE_CHUNK] or vec[:1]
-    chunk = max(big, key=lambda c: (_herd(rows * dim // c), c))
-    n_chunks = rows * dim // chunk
-    herd = _herd(n_chunks)
-    return RowPlan(herd, n_chunks // herd, chunk, "elements")
+    plan = _flat_plan(kernel, rows * dim, 1, tuple((nm, 1) for nm in inputs), multiple, MAX_ELEMWISE_CHUNK,
+                      "elements")
+    if plan is None:
+        raise ValueError(f"{kernel}: dim={dim} x rows={rows} has no chunk that is a multiple of {multiple} "
+                         f"(vector width) and at most {MAX_ELEMWISE_CHUNK} elements with "
+                         f"{len(inputs)} double-buffered inputs and one output in {_kib(L1_BUDGET)} of L1")
+    return plan
 
 
 def plan_add(rows: int, dim: int) -> RowPlan:
-    return _plan_elementwise("add", rows, dim, 3, 1)
+    return _plan_elementwise("add", rows, dim, ("a", "b"), ADD_N_MULTIPLE)
 
 
 def plan_swiglu(rows: int, dim: int) -> RowPlan:
-    return _plan_elementwise("swiglu", rows, dim, 3, SWIGLU_N_MULTIPLE)
+    return _plan_elementwise("swiglu", rows, dim, ("gate", "up"), SWIGLU_N_MULTIPLE)
 
 
-def plan_rope(rows: int, heads: int, head_dim: int) -> RowPlan:
+def plan_rope(rows: int, heads: int, head_dim: int) -> RopePlan:
     check_positive("rope", rows=rows, heads=heads, head_dim=head_dim)
     if head_dim % 2:
         raise ValueError(f"rope: head_dim={head_dim} must be even (half-split rotation)")
     if head_dim % ROPE_HEAD_DIM_MULTIPLE:
         raise ValueError(f"rope: head_dim={head_dim} must be a multiple of {ROPE_HEAD_DIM_MULTIPLE} "
                          f"(16-lane bf16 vector halves of the external kernel)")
-    herd = _herd(rows)
-    for hc in _divisors_desc(heads, heads):
-        if 2 * 2 * BF16 * hc * head_dim + 2 * BF16 * head_dim <= L1_BUDGET:  # x, y, lut double-buffered
-            return RowPlan(herd, rows // herd, hc, "heads")
-    raise ValueError(f"rope: head_dim={head_dim} needs more than {_kib(L1_BUDGET)} of L1 per tile for one head")
+    if rows >= NPU2_COLS:
+        herd = _herd(rows)
+        cands = [RopePlan(herd, "rows", rows // herd, heads, cr, heads, head_dim)
+                 for cr in _divisors_desc(rows // herd, rows // herd)]
+    else:
+        # decode: split the heads of each row, as many tiles as keep >= MIN_ELEMWISE_CHUNK elements per tile
+        split = [h for h in _divisors_desc(heads, NPU2_COLS) if (heads // h) * head_dim >= MIN_ELEMWISE_CHUNK]
+        herd = split[0] if split else 1
+        cands = [RopePlan(herd, "heads", rows, heads // herd, cr, heads // herd, head_dim)
+                 for cr in _divisors_desc(rows, rows)]
+    fits = [p for p in cands if p.l1_bytes() <= L1_BUDGET
+            and (p.step_rows == 1 or p.step_rows * p.step_heads * head_dim <= MAX_ELEMWISE_CHUNK)]
+    if not fits:
+        raise ValueError(f"rope: {heads} heads of head_dim={head_dim} need more than {_kib(L1_BUDGET)} of L1 "
+                         f"per tile for one row")
+    return max(fits, key=lambda p: (_even_or_one(p.steps), p.step_rows))
 
 
 def plan_flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int) -> AttnPlan:
@@ -372,7 +540,7 @@ def plan_lm_head(vocab: int, hidden: int) -> LmHeadPlan:
     check_positive("lm_head", vocab=vocab, hidden=hidden)
     # round each partition up so it splits evenly over a full herd of max-size GEMV tiles; tiny vocabularies
     # (tests) use fewer partitions so the zero padding stays below one quantum per partition
-    quantum = NPU2_COLS * MAX_GEMV_TILE_M
+    quantum = LM_HEAD_ROW_QUANTUM
     n_parts = max(1, min(NPU2_COLS, vocab // quantum))
     part_rows = -(-vocab // n_parts)
     part_rows = -(-part_rows // quantum) * quantum

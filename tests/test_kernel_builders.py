@@ -106,8 +106,10 @@ def test_signature_and_arg_types():
 
 
 def test_bare_herds_and_launches():
-    rms = air_checks.check_module(rmsnorm.build(64, 2048, 1e-5))
-    assert [op.kind for op in rms.air_ops] == ["air.herd"] and rms.air_ops[0].func_level
+    a = air_checks.check_module(add.build(64, 2048))
+    assert [op.kind for op in a.air_ops] == ["air.herd"] and a.air_ops[0].func_level
+    rms = air_checks.check_module(rmsnorm.build(64, 2048, 1e-5))   # the segment stages the weight in L2
+    assert [op.kind for op in rms.air_ops] == ["air.launch", "air.segment", "air.herd"]
     g = air_checks.check_module(gemm.build(64, 2048, 512))
     assert [op.kind for op in g.air_ops] == ["air.launch", "air.segment", "air.herd"]
 

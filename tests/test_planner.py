@@ -104,31 +104,54 @@ def test_gemm_uses_full_array_for_llama_prefill():
 def test_gemv_plans(s):
     for k, m in _projections(s):
         p = P.plan_gemv(m, k)
-        assert m % (p.herd_m * p.tile_m) == 0 and p.herd_m <= P.NPU2_COLS
-        assert p.l1_bytes(k) <= P.L1_BUDGET
+        assert m == p.launch_m * p.herd_m * p.rows_per_tile and p.rows_per_tile % p.tile_m == 0 and k % p.k_chunk == 0
+        assert p.k_steps == 1 or p.row_steps <= P.SHIM_BD_MAX_ITERATIONS
+        assert p.herd_m <= P.NPU2_COLS and p.tile_m <= P.MAX_GEMV_TILE_M and p.k_chunk % P.GEMV_K_MULTIPLE == 0
+        assert p.rows_per_tile * P.BF16 % 4 == 0          # one store of whole 32-bit words per tile
+        assert p.l1_bytes() <= P.L1_BUDGET
+        assert p.steps == 1 or p.steps % 2 == 0           # ping-ponged loop: even trip count
 
 
 @pytest.mark.parametrize("hidden,ffn", [(576, 1536), (2048, 8192), (3072, 8192), (4096, 14336)])
 def test_gemv_large_k(hidden, ffn):
-    p = P.plan_gemv(hidden, ffn)
-    assert p.l1_bytes(ffn) <= P.L1_BUDGET
-    assert P.plan_gemv(ffn, hidden).l1_bytes(hidden) <= P.L1_BUDGET
+    """K up to 14336 (8B-class down projections): K chunks keep the ping-ponged L1 tiles in budget."""
+    for m, k in ((hidden, ffn), (ffn, hidden)):
+        p = P.plan_gemv(m, k)
+        assert p.l1_bytes() <= P.L1_BUDGET and p.pingpong and p.tile_m >= 2
+
+
+def test_gemv_l1_counts_pingpong_only_for_streamed_buffers():
+    p = P.GemvPlan(m=2048, k=8192, herd_m=8, tile_m=2, k_chunk=4096)
+    assert (p.rows_per_tile, p.row_steps, p.k_steps, p.steps) == (256, 128, 2, 2)
+    assert p.l1_buffers() == {"w": 2 * 2 * 2 * 4096, "x": 2 * 2 * 4096, "acc_f32": 8, "y": 512}
+    one = P.GemvPlan(m=16, k=64, herd_m=8, tile_m=2, k_chunk=64)   # one step per tile: no loop, one copy
+    assert one.steps == 1 and not one.pingpong and one.l1_buffers()["w"] == 2 * 2 * 64
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
 @pytest.mark.parametrize("rows", [1] + SEQS)
 def test_row_plans(s, rows):
-    r = P.plan_rmsnorm(rows, s.hidden)
-    assert r.herd * r.units_per_tile == rows and r.units_per_tile % r.chunk == 0
+    for g in (0, s.head_dim):
+        dim = s.hidden if not g else s.q_dim
+        r = P.plan_rmsnorm(rows, dim, g)
+        assert r.herd * r.units_per_tile * r.group == rows * dim and r.units_per_tile % r.chunk == 0
+        assert r.group == (g or dim) and r.l1_bytes() <= P.L1_BUDGET and r.herd <= P.NPU2_COLS
     for kind, dim in (("add", s.hidden), ("swiglu", s.ffn)):
         e = getattr(P, f"plan_{kind}")(rows, dim)
-        assert dim % e.chunk == 0 and e.herd * e.units_per_tile * e.chunk == rows * dim
-        assert 3 * 2 * 2 * e.chunk <= P.L1_BUDGET
+        assert e.herd * e.units_per_tile == rows * dim and e.units_per_tile % e.chunk == 0
+        assert e.chunk % 32 == 0 and e.l1_bytes() <= P.L1_BUDGET and e.herd <= P.NPU2_COLS
+        assert e.steps == 1 or e.steps % 2 == 0
     for heads in (s.n_heads, s.n_kv_heads):
         ro = P.plan_rope(rows, heads, s.head_dim)
-        assert ro.herd * ro.units_per_tile == rows and heads % ro.chunk == 0
-    if rows == 1:
-        assert P.plan_rope(1, s.n_heads, s.head_dim).herd == 1
+        covered_rows = ro.herd * ro.rows_per_tile if ro.split == "rows" else ro.rows_per_tile
+        covered_heads = ro.heads_per_tile if ro.split == "rows" else ro.herd * ro.heads_per_tile
+        assert (covered_rows, covered_heads) == (rows, heads)
+        assert ro.rows_per_tile % ro.step_rows == 0 and ro.heads_per_tile % ro.step_heads == 0
+        assert ro.l1_bytes() <= P.L1_BUDGET and (ro.steps == 1 or ro.steps % 2 == 0)
+    if rows == 1:  # decode: the heads of the one row are spread over tiles when each keeps >= 256 elements
+        q = P.plan_rope(1, s.n_heads, s.head_dim)
+        assert q.split == "heads" and q.herd * q.heads_per_tile == s.n_heads
+        assert q.herd == 1 or q.heads_per_tile * s.head_dim >= P.MIN_ELEMWISE_CHUNK
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
@@ -146,17 +169,19 @@ def test_lm_head_reference_partitioning():
     for vocab, hidden in ((49152, 576), (128256, 3072), (32000, 4096), (100, 576)):
         p = P.plan_lm_head(vocab, hidden)
         assert p.n_parts * p.part_rows >= vocab
-        assert p.n_parts * p.part_rows - vocab <= max(vocab // 8, p.n_parts * P.NPU2_COLS * P.MAX_GEMV_TILE_M)
+        assert p.n_parts * p.part_rows - vocab <= max(vocab // 8, p.n_parts * P.LM_HEAD_ROW_QUANTUM)
         assert p.gemv == P.plan_gemv(p.part_rows, hidden)
 
 
 @pytest.mark.parametrize("call,words", [
-    (lambda: P.plan_gemv(2048, 100000), ["gemv", "k=100000", "KiB", "limit"]),
+    (lambda: P.plan_gemv(7, 2048), ["gemv", "m=7", "even"]),
     (lambda: P.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
     (lambda: P.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "multiple of 16", "8x8x8"]),
     (lambda: P.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
     (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
-    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 16"]),
+    (lambda: P.plan_rmsnorm(4, 2064, 48), ["rmsnorm", "group=48", "multiple of 32"]),
+    (lambda: P.plan_rmsnorm(4, 2048, 96), ["rmsnorm", "group=96", "does not divide"]),
+    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 32"]),
     (lambda: P.plan_rope(4, 8, 63), ["rope", "head_dim=63", "even"]),
     (lambda: P.plan_rope(4, 8, 48), ["rope", "head_dim=48", "multiple of 32"]),
     (lambda: P.plan_flash_attn(64, 30, 8, 64), ["flash_attn", "heads=30", "kv_heads=8"]),
