@@ -48,10 +48,6 @@ def _attn_l1_over(sh, seq) -> bool:
     return _unrolled(None) * once + 1024 > 65536
 
 
-def _two_byte_gemv(sh, seq) -> bool:
-    return planner.plan_gemv(sh.hidden, sh.ffn).tile_m == 1
-
-
 # family -> {"<tile> <resource>": where it applies (shapes, seq)}; {} = the family fits the chip
 EXPECTED = {
     # the GEMMs fit: C drained through L2 row panels, the planner budgets the third ping-pong copy of an odd
