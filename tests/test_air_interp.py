@@ -199,9 +199,9 @@ def test_single_kernel_matches_reference(tmp_path, case):
 # ---------------------------------------------------------------------------------------- channels
 
 def _gemm_program(m, k, n):
-    from kernel_builder import planner
+    from kernel_builder import gemm_plan
     from kernel_builder.kernels import gemm
-    return planner.plan_gemm(m, k, n), gemm.build(m, k, n)
+    return gemm_plan.plan_gemm(m, k, n), gemm.build(m, k, n)
 
 
 def _gemm_inputs(m, k, n, seed=3):

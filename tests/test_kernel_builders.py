@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from kernel_builder import planner
+from kernel_builder import gemm_plan, planner
 from kernel_builder.kernels import add, flash_attn, gemm, gemv, rmsnorm, rope, swiglu
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 from tests import air_checks
@@ -124,7 +124,7 @@ GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072
 
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
 def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n):
-    p = planner.plan_gemm(m, k, n)
+    p = gemm_plan.plan_gemm(m, k, n)
     k2, tm, tn, tk = p.tile_k_l2, p.tile_m, p.tile_n, p.tile_k
     text = gemm.build(m, k, n)
     rep = air_checks.check_module(text)
@@ -195,7 +195,7 @@ def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n):
 def test_gemm_panels_cut_ddr_reads():
     """Broadcasting the L2 panels reads A n/BN times and W m/BM times (was n/tile_n and m/tile_m)."""
     m, k, n = 2048, 2048, 8192
-    p = planner.plan_gemm(m, k, n)
+    p = gemm_plan.plan_gemm(m, k, n)
     assert p.ddr_read_bytes(m, k, n) == 2 * (m * k * (n // p.bn) + k * n * (m // p.bm))
     per_tile = 2 * (m * k * (n // p.tile_n) + k * n * (m // p.tile_m))
     assert p.ddr_read_bytes(m, k, n) * min(p.herd_m, p.herd_n) <= per_tile

@@ -2,7 +2,7 @@
 bf16 RNE out). The same weight buffer serves the decode GEMV, so no transposed copy exists.
 
 MLIR + external C++ micro-kernel (kernel_builder.externals.gemm_kernels: zero / mac / out on 8x8-blocked L1
-tiles). Structure (plan from planner.plan_gemm; BM = herd_m*tile_m, BN = herd_n*tile_n, K2 = tile_k_l2):
+tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_n*tile_n, K2 = tile_k_l2):
 
   channels @gemm_a [herd_m, 1] and @gemm_b [1, herd_n] (broadcast to [herd_m, herd_n]), @gemm_c [herd_m, herd_n]
   air.launch over (m / BM, n / BN) output blocks
@@ -28,7 +28,7 @@ channel index pairs with the i-th get on each of its destinations (AIR channels 
 """
 from __future__ import annotations
 
-from .. import planner
+from .. import gemm_plan
 from ._emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 
 KIND = "gemm"
@@ -38,7 +38,7 @@ BLOCK = 8   # edge of the micro-kernel's L1 blocks
 def build(m: int, k: int, n: int) -> str:
     from .. import externals  # lazy: the registry is owned by another module
 
-    p = planner.plan_gemm(m, k, n)
+    p = gemm_plan.plan_gemm(m, k, n)
     ext = externals.gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
     types = [a_ty, w_ty, c_ty]
@@ -79,7 +79,7 @@ def _plus(b, base: str, offset: int) -> str:
     return base if offset == 0 else b.addi(base, offset)
 
 
-def _stage_panels(s, p: planner.GemmPlan, k: int, a: str, a_ty: str, w: str, w_ty: str, m0: str, n0: str,
+def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, a: str, a_ty: str, w: str, w_ty: str, m0: str, n0: str,
                   ch_a: str, ch_b: str) -> None:
     """Per L2 K step: one A panel per herd row and one W panel per herd column L3 -> L2, then one put per
     panel for each tile_k slice."""
@@ -103,7 +103,7 @@ def _stage_panels(s, p: planner.GemmPlan, k: int, a: str, a_ty: str, w: str, w_t
         kl.dealloc(buf, w2_ty)
 
 
-def _herd_body(h, p: planner.GemmPlan, k: int, ext, acc_ty: str, a1_ty: str, w1_ty: str, out_ty: str,
+def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, acc_ty: str, a1_ty: str, w1_ty: str, out_ty: str,
                ch_a: str, ch_b: str, ch_c: str) -> None:
     body = h.body
     tx, ty = h.ids
@@ -123,7 +123,7 @@ def _herd_body(h, p: planner.GemmPlan, k: int, ext, acc_ty: str, a1_ty: str, w1_
     body.dealloc(out, out_ty)
 
 
-def _drain(s, p: planner.GemmPlan, n: int, c: str, c_ty: str, m0: str, n0: str, ch_c: str) -> None:
+def _drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, m0: str, n0: str, ch_c: str) -> None:
     """Per herd row: gather its herd_n tiles into one L2 row panel [tile_m, BN] (un-blocking each 8x8-blocked
     tile into its columns), then write the panel to L3 with one DMA."""
     c2_ty = memref([p.tile_m, p.bn], "bf16", L2)
