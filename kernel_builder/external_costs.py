@@ -16,7 +16,12 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
 - attention.cc step: q.k dot products with 32-lane mac, p.V with 16-lane mac (lq*lk*hd MACs each), and the
   online-softmax bookkeeping per score (query, key): mask, max, subtract, exp2 (costed per score by the cost
   model's `softmax_cycles_per_score`); finish: one scalar `1.0f / l[i]` per query row
-  (soft-float division: the call chain needs more than the 1 KiB default stack, see facts.py).
+  (soft-float division: the call chain needs more than the 1 KiB default stack, see facts.py);
+- gemm.cc: zero / out stream the f32 tile once (32 lanes); mac runs tm*tk*tn MACs as 8x8x8 `aie::mmul` steps
+  on the matrix unit (`mmul_macs`, costed at the bf16 mmul rate like the registry GEMM points the cost model is
+  calibrated on, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on every call: those
+  loads/stores and the w-block `aie::transpose`s issue in the VLIW bundles around the mmuls and are not
+  counted separately).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ class CallWork:
     vector_macs: int       # MAC-equivalent work done by vector instructions
     scalar_ops: int        # scalar float ops (soft-float / emulated) per call
     scores: int = 0        # attention scores (query, key pairs) through the online-softmax bookkeeping
+    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul), costed at the bf16 mmul rate
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,14 @@ def _attn(m, args):
     return CallWork(lq * hd / 16, lq * hd, lq)  # finish: one scalar division per row
 
 
+def _gemm(m, args):
+    part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if part != "mac":  # zero / out: one pass over the f32 tile
+        return CallWork(tm * tn / 32, 0, 0)
+    macs = tm * tk * tn
+    return CallWork(0.0, macs, 0, mmul_macs=macs)
+
+
 EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
     # gemv(w, x, acc, y, row, k0): writes acc (partial sums, read back by later K chunks) and y
     ExternalCost("gemv", re.compile(r"mv_bf16_k(\d+)_c(\d+)_m(\d+)_r(\d+)"), _gemv, DEFAULT_STACK, (2, 3), (3,)),
@@ -96,6 +110,9 @@ EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
                  (3, 4, 5)),
     ExternalCost("attn_finish", re.compile(r"attn_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn,
                  SOFT_FLOAT_DIV_STACK, (2,), (2,)),
+    ExternalCost("gemm_zero", re.compile(r"gemm_(zero)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,), (0,)),
+    ExternalCost("gemm_mac", re.compile(r"gemm_(mac)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (2,)),
+    ExternalCost("gemm_out", re.compile(r"gemm_(out)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (1,), (1,)),
 )
 
 

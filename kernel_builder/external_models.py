@@ -162,3 +162,38 @@ def attention_model(part: str, hd: int, lq: int, lk: int):
         out.written = True
 
     return {"init": init, "step": step, "finish": finish}[part]
+
+
+def _unblock(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """[rows/8][cols/8][8][8] blocks (each row-major) -> the [rows, cols] matrix."""
+    return x.reshape(rows // 8, cols // 8, 8, 8).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+def _block(x: np.ndarray) -> np.ndarray:
+    """The inverse of _unblock: a [rows, cols] matrix -> its flat 8x8-blocked layout."""
+    rows, cols = x.shape
+    return x.reshape(rows // 8, 8, cols // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
+
+
+def gemm_model(part: str, tm: int, tk: int, tn: int):
+    """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / out (bf16 RNE)."""
+
+    def zero(acc):
+        _need(acc, "acc", tm * tn, "f32")[:] = 0.0
+        acc.written = True
+
+    def mac(a, w, acc):
+        af = _unblock(_need(a, "a", tm * tk), tm, tk).astype(F32)
+        wf = _unblock(_need(w, "w", tn * tk), tn, tk).astype(F32)
+        cf = _unblock(_need(acc, "acc", tm * tn, "f32"), tm, tn)
+        # bf16 x bf16 products are exact in f32; the host loop adds them to acc one k at a time, in
+        # ascending k: a float32 cumsum starting from acc is that order, bit for bit.
+        terms = np.concatenate([cf[:, :, None], af[:, None, :] * wf[None, :, :]], axis=2)
+        acc.data[:] = _block(np.cumsum(terms, axis=2, dtype=F32)[:, :, -1])
+        acc.written = True
+
+    def out(acc, c):
+        _need(c, "c", tm * tn)[:] = _to_bf16(_need(acc, "acc", tm * tn, "f32"))
+        c.written = True
+
+    return {"zero": zero, "mac": mac, "out": out}[part]

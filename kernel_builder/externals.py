@@ -52,6 +52,9 @@ RMSNORM_GROUP_MULTIPLE = 32
 ADD_N_MULTIPLE = 32
 ATTN_HEAD_DIM_MULTIPLE = 32
 ATTN_LK_MULTIPLE = 16
+GEMM_M_MULTIPLE = 8    # 8x8 blocks
+GEMM_K_MULTIPLE = 8
+GEMM_N_MULTIPLE = 16   # two 8-column blocks per mmul step
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,18 @@ class AttentionKernels(NamedTuple):
     @property
     def obj(self) -> str:
         return self.init.obj
+
+
+class GemmKernels(NamedTuple):
+    """The GEMM micro-kernel's three entry points; they share one object file (one compile per tile)."""
+
+    zero: ExternalKernel
+    mac: ExternalKernel
+    out: ExternalKernel
+
+    @property
+    def obj(self) -> str:
+        return self.zero.obj
 
 
 def _positive(kernel: str, **dims: int) -> None:
@@ -200,6 +215,38 @@ def attention_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
     return AttentionKernels(make(init_sym), make(step_sym), make(finish_sym))
 
 
+def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
+    """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc):
+
+    zero(acc[tile_m*tile_n] f32)
+    mac(a[tile_m*tile_k] bf16, w[tile_n*tile_k] bf16, acc)   acc += a . w^T (w rows = output columns)
+    out(acc, c[tile_m*tile_n] bf16)                           RNE
+    """
+    _positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
+    _multiple("gemm", "tile_m", tile_m, GEMM_M_MULTIPLE)
+    _multiple("gemm", "tile_k", tile_k, GEMM_K_MULTIPLE)
+    _multiple("gemm", "tile_n", tile_n, GEMM_N_MULTIPLE)
+    tag = f"m{tile_m}_k{tile_k}_n{tile_n}"
+    zero_sym, mac_sym, out_sym = (f"gemm_{part}_bf16_{tag}" for part in ("zero", "mac", "out"))
+    defines = (
+        ("GEMM_TILE_M", str(tile_m)),
+        ("GEMM_TILE_K", str(tile_k)),
+        ("GEMM_TILE_N", str(tile_n)),
+        ("GEMM_ZERO_SYMBOL", zero_sym),
+        ("GEMM_MAC_SYMBOL", mac_sym),
+        ("GEMM_OUT_SYMBOL", out_sym),
+        # aie_api's block-float mode for the 8x8x8 bf16 mmul on AIE2P (as mlir-air's bf16 GEMM examples
+        # build mm_aie2p.cc); the host scalar path ignores it.
+        ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1"),
+    )
+    obj = f"gemm_{tag}.o"
+
+    def make(symbol: str) -> ExternalKernel:
+        return ExternalKernel(symbol=symbol, obj=obj, source="gemm.cc", defines=defines)
+
+    return GemmKernels(make(zero_sym), make(mac_sym), make(out_sym))
+
+
 # ---------------------------------------------------------------------------------------------- families
 @dataclass(frozen=True)
 class ExternalFamily:
@@ -233,6 +280,9 @@ FAMILIES: tuple[ExternalFamily, ...] = (
     ExternalFamily("attention", "attention.cc", r"attn_hd(\d+)_q(\d+)_k(\d+)\.o",
                    r"attn_(init|step|finish)_bf16_hd(\d+)_q(\d+)_k(\d+)",
                    lambda hd, lq, lk: attention_kernels(hd, lq, lk).init, "attention_model"),
+    ExternalFamily("gemm", "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
+                   r"gemm_(zero|mac|out)_bf16_m(\d+)_k(\d+)_n(\d+)",
+                   lambda m, k, n: gemm_kernels(m, k, n).zero, "gemm_model"),
 )
 
 

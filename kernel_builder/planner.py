@@ -7,7 +7,6 @@ dimension and the limit, so an untileable model shape fails at build time, not o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 
 KiB = 1024
 
@@ -31,7 +30,6 @@ SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mli
                               # does, conservative for bf16); a contiguous (linear) transfer is exempt
 SHIM_BD_MAX_ITERATIONS = 64   # 4th (iteration) dimension of a shim BD with a non-zero stride (verifyStridesWraps:
                               # iter_bits = 6, "Size 3 exceeds the [1:64] range")
-MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
 MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
@@ -65,44 +63,6 @@ def _herd(n_units: int, cap: int = NPU2_COLS) -> int:
 
 
 # --- plans ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GemmPlan:
-    """One herd tile owns a [tile_m, tile_n] output tile for the whole K reduction (f32 accumulator in L1).
-    Per K step the segment stages an A row panel [herd_m*tile_m, tile_k] and a B column panel
-    [tile_k, herd_n*tile_n] in L2 (L3 -> memory tile) and broadcasts their [tile_m, tile_k] / [tile_k, tile_n]
-    slices to the herd's rows / columns over air.channel."""
-
-    tile_m: int      # output rows per compute tile (L1)
-    tile_k: int      # K depth of one L1 A/B tile (one linalg.matmul per K step)
-    tile_n: int      # output cols per compute tile (L1)
-    herd_m: int      # herd extent over M (columns of the array)
-    herd_n: int      # herd extent over N (rows of the array)
-
-    def l1_buffers(self) -> dict[str, int]:
-        return {"acc_f32": F32 * self.tile_m * self.tile_n,
-                "a_tiles": 2 * BF16 * self.tile_m * self.tile_k,    # double-buffered
-                "b_tiles": 2 * BF16 * self.tile_k * self.tile_n,    # double-buffered
-                "out_bf16": BF16 * self.tile_m * self.tile_n}
-
-    def l1_bytes(self) -> int:
-        return sum(self.l1_buffers().values())
-
-    def l2_buffers(self) -> dict[str, int]:
-        """Memory-tile buffers, double-buffered (the DMA of step k+1 overlaps the broadcast of step k).
-        The accumulator never leaves L1."""
-        return {"a_panels": 2 * BF16 * self.herd_m * self.tile_m * self.tile_k,
-                "b_panels": 2 * BF16 * self.tile_k * self.herd_n * self.tile_n}
-
-    def l2_bytes(self) -> int:
-        return sum(self.l2_buffers().values())
-
-    def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
-        """DDR bytes read by one GEMM: each launch block [BM, BN] reads its A row block and B column block
-        once (the panels are broadcast on chip), so A is read n/BN times and B m/BM times."""
-        bm, bn = self.herd_m * self.tile_m, self.herd_n * self.tile_n
-        return BF16 * (m * k * (n // bn) + k * n * (m // bm))
-
-
 def _copies(steps: int) -> int:
     """L1 copies of a buffer allocated in a loop of `steps` trips and filled by a DMA first: aircc's ping-pong
     transform (air-label-scf-for-to-ping-pong + air-ping-pong-transform) doubles it when the loop runs at least
@@ -292,42 +252,6 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
     raise ValueError(f"gemv: m={m} needs {_kib(need)} of L1 per tile ({rows} output rows per tile stay in L1); "
                      f"the NPU2 limit is {_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus "
                      f"{L1_STACK_RESERVE // KiB} KiB stack reserve): split m into partitions")
-
-
-def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
-    check_positive("gemm", m=m, k=k, n=n)
-    for name, v, q in (("m", m, MMUL_M), ("k", k, MMUL_K), ("n", n, MMUL_N)):
-        if v % q:
-            raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul intrinsic "
-                             f"{MMUL_M}x{MMUL_K}x{MMUL_N}); use gemv for single-row products")
-    edge = [t for t in range(MAX_GEMM_TILE, 0, -MMUL_M)]
-    best, best_key = None, None
-    for tile_k in (64, 32, 16, 8):
-        if k % tile_k:
-            continue
-        for tile_m in edge:
-            if m % tile_m:
-                continue
-            herd_m = _herd(m // tile_m, NPU2_COLS)
-            for tile_n in edge:
-                if n % tile_n:
-                    continue
-                plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, _herd(n // tile_n, NPU2_ROWS))
-                # all L2 panels (double-buffered) must fit one memory tile: the segment's panels are
-                # allocated together and AIR places a segment's L2 buffers per memory tile
-                if plan.l1_bytes() > L1_BUDGET or plan.l2_bytes() > MEMTILE_BYTES:
-                    continue
-                # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/B tiles
-                # arrive every K step: (tile_m + tile_n) / (tile_m * tile_n); with a full herd this also
-                # minimises DDR reads, 1/BM + 1/BN per MAC), then more MACs per tile
-                key = (plan.herd_m * plan.herd_n, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
-                if best_key is None or key > best_key:
-                    best, best_key = plan, key
-        if best is not None:
-            return best
-    raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
-                     f"2x B bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile and whose "
-                     f"double-buffered L2 A/B panels fit one {_kib(MEMTILE_BYTES)} memory tile")
 
 
 def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,

@@ -89,11 +89,15 @@ def test_roles_and_names():
         assert attn.names(Role.INPUT) == ("q_roped",) and attn.names(Role.OUTPUT) == ("attn",)
         assert ffn.names(Role.INPUT) == ("attn", "x") and ffn.names(Role.OUTPUT) == ("x_out",)
         assert {d.family for d in (qkv, attn, ffn)} == {"layer"}
-        # one row: GEMVs on the HF [out, in] weights; more rows: GEMMs on the transpose
+        # one row: GEMVs, more rows: GEMMs, both on the HF [out, in] weights: the same static argument
+        # (name, shape, dtype) in both phases, so a layer holds one device copy of each weight
         dec = m.decode()
         assert [d.name for d in dec.decls] == ["qkv_dec", "ffn_dec"] and dec.steps[1].host_op.kind == "attention"
         assert dec.decls[0].arg("wq").shape == (shapes.q_dim, shapes.hidden)
-        assert qkv.arg("wq_t").shape == (shapes.hidden, shapes.q_dim)
+        for pre, post in ((qkv, dec.decls[0]), (ffn, dec.decls[1])):
+            assert pre.names(Role.STATIC) == post.names(Role.STATIC)
+            for name in pre.names(Role.STATIC):
+                assert pre.arg(name) == post.arg(name) and not name.endswith("_t")
         (lm,) = m.head().decls
         plan = plan_lm_head(shapes.vocab, shapes.hidden)
         assert plan.n_parts * plan.part_rows >= shapes.vocab

@@ -5,7 +5,7 @@ the same -D shape flags and renamed symbols, so the kernel contracts (layouts, m
 checked for real. One shared library holds every variant (built once per session, in parallel).
 
 Tolerances: RoPE, add and the attention finish are the same f32 operations as the reference -> RoPE and add
-are compared bit for bit. GEMV/attention accumulate in a different order than numpy's BLAS: |c - ref| <=
+are compared bit for bit. GEMV/GEMM/attention accumulate in a different order than numpy's BLAS: |c - ref| <=
 2^-7 |ref| + 2^-10 max|ref| (two bf16 ulps at the element, plus slack for cancellation); the chunked GEMV
 (partial sums carried in f32 across K chunks) equals the unchunked one bit for bit. RMSNorm sums squares
 sequentially and multiplies by 1/group (numpy: pairwise sum, division): within one bf16 ulp. SwiGLU uses expf
@@ -34,6 +34,7 @@ RMSNORM_VARIANTS = [(576, 1), (2048, 2), (64, 9)]     # (group, units)
 SWIGLU_N = 256
 ADD_N = 288
 ATTN = (64, 16, 32)  # head_dim, lq, lk
+GEMM_VARIANTS = [(8, 64, 48), (64, 64, 64), (16, 32, 128)]  # tile_m, tile_k, tile_n
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 8192}
 
@@ -45,6 +46,7 @@ def _all_kernels() -> list[ext.ExternalKernel]:
     ks.append(ext.swiglu_kernel(SWIGLU_N))
     ks.append(ext.add_kernel(ADD_N))
     ks.append(ext.attention_kernels(*ATTN).init)  # one object holds init/step/finish
+    ks += [ext.gemm_kernels(*v).zero for v in GEMM_VARIANTS]  # one object holds zero/mac/out
     return ks
 
 
@@ -278,6 +280,67 @@ def test_attention_query_offset_decode_style(lib, rng):
     assert_close(got, want, "attention with q_pos0 offset")
 
 
+# ------------------------------------------------------------------------------------------ GEMM
+
+def _block(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] -> the micro-kernel's 8x8-blocked layout [rows/8][cols/8][8][8] (flat, contiguous)."""
+    r, c = x.shape
+    return np.ascontiguousarray(x.reshape(r // 8, 8, c // 8, 8).transpose(0, 2, 1, 3).reshape(-1))
+
+
+def _unblock(x: np.ndarray, r: int, c: int) -> np.ndarray:
+    return x.reshape(r // 8, c // 8, 8, 8).transpose(0, 2, 1, 3).reshape(r, c)
+
+
+@pytest.mark.parametrize("tm,tk,tn", GEMM_VARIANTS)
+def test_gemm_micro_kernel_matches_reference_and_its_numpy_model(lib, rng, tm, tk, tn):
+    """zero, one mac per K step on 8x8-blocked tiles (w in the HF [n, k] layout), out: the reference's
+    a @ w^T within 2 bf16 ulps, and the interpreter's numpy model (kernel_builder.external_models) bit for bit
+    at every step (f32 accumulator included)."""
+    from kernel_builder.air_interp import MemRef
+    from kernel_builder.externals import external_model
+    ks = ext.gemm_kernels(tm, tk, tn)
+    zero, mac, out = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3), fn(lib, ks.out.symbol, 2)
+    models = {part: external_model(getattr(ks, part).symbol) for part in ("zero", "mac", "out")}
+    steps = 3
+    a, w = rand_bf16(rng, (tm, steps * tk)), rand_bf16(rng, (tn, steps * tk), 0.1)
+    acc = np.full(tm * tn, np.nan, np.float32)
+    macc = MemRef(np.full(tm * tn, np.nan, np.float32), (tm * tn,), "f32")
+    zero(ptr(acc))
+    models["zero"](macc)
+    for s in range(steps):
+        at, wt = _block(a[:, s * tk:(s + 1) * tk]), _block(w[:, s * tk:(s + 1) * tk])
+        mac(ptr(at), ptr(wt), ptr(acc))
+        models["mac"](MemRef(at.copy(), at.shape, "bf16"), MemRef(wt.copy(), wt.shape, "bf16"), macc)
+        np.testing.assert_array_equal(acc.view(np.uint32), macc.data.view(np.uint32))
+    c = np.zeros(tm * tn, BF16)
+    mc = MemRef(np.zeros(tm * tn, BF16), (tm * tn,), "bf16")
+    out(ptr(acc), ptr(c))
+    models["out"](macc, mc)
+    np.testing.assert_array_equal(c.view(np.uint16), mc.data.view(np.uint16))
+    got = _unblock(c, tm, tn)
+    assert_close(got, ref.gemm(a, w, m=tm, k=steps * tk, n=tn), ks.mac.symbol)
+    assert_close(got, to_bf16(a.astype(np.float64) @ w.astype(np.float64).T), ks.mac.symbol + " vs f64")
+
+
+def test_gemm_micro_kernel_reads_w_rows_as_output_columns(lib):
+    """w row j only feeds output column j: a unit w row picks one column of a (catches a kernel that reads
+    w as [k, n] or swaps the block order)."""
+    tm, tk, tn = GEMM_VARIANTS[0]
+    ks = ext.gemm_kernels(tm, tk, tn)
+    zero, mac, out = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3), fn(lib, ks.out.symbol, 2)
+    a = to_bf16(np.arange(tm * tk, dtype=np.float32).reshape(tm, tk) / 64)
+    w = np.zeros((tn, tk), BF16)
+    for j in range(tn):
+        w[j, (5 * j) % tk] = 1.0
+    acc, c = np.zeros(tm * tn, np.float32), np.zeros(tm * tn, BF16)
+    zero(ptr(acc))
+    mac(ptr(_block(a)), ptr(_block(w)), ptr(acc))
+    out(ptr(acc), ptr(c))
+    want = np.stack([a[:, (5 * j) % tk] for j in range(tn)], axis=1)
+    np.testing.assert_array_equal(_unblock(c, tm, tn).view(np.uint16), want.view(np.uint16))
+
+
 # ------------------------------------------------------------------------------------------ compile rules
 
 def test_peano_compile_command_flags(tmp_path):
@@ -334,6 +397,15 @@ def test_registry_names_and_validation():
                      (lambda: ext.add_kernel(100), "add: n=100 must be a multiple of 32")):
         with pytest.raises(ValueError, match=msg):
             bad()
+    zero, mac, out = ext.gemm_kernels(64, 64, 32)
+    assert zero.obj == mac.obj == out.obj == "gemm_m64_k64_n32.o" and mac.source == "gemm.cc"
+    assert (zero.symbol, mac.symbol, out.symbol) == ("gemm_zero_bf16_m64_k64_n32", "gemm_mac_bf16_m64_k64_n32",
+                                                     "gemm_out_bf16_m64_k64_n32")
+    assert ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1") in mac.defines
+    with pytest.raises(ValueError, match="gemm: tile_n=24 must be a multiple of 16"):
+        ext.gemm_kernels(64, 64, 24)
+    with pytest.raises(ValueError, match="gemm: tile_m=12 must be a multiple of 8"):
+        ext.gemm_kernels(12, 64, 32)
 
 
 def test_fingerprint_tracks_source_defines_and_flags(monkeypatch):
@@ -348,7 +420,7 @@ def test_fingerprint_tracks_source_defines_and_flags(monkeypatch):
 def test_kernel_for_object_inverts_object_names():
     for kern in (ext.gemv_kernel(8192, 512, 16, 256), ext.rope_kernel(128, 24, 1), ext.rope_kernel(64, 4, 2),
                  ext.swiglu_kernel(512), ext.rmsnorm_kernel(2048, 2), ext.add_kernel(4096),
-                 ext.attention_kernels(64, 32, 64).init):
+                 ext.attention_kernels(64, 32, 64).init, ext.gemm_kernels(64, 64, 64).zero):
         assert ext.kernel_for_object(kern.obj) == kern
     assert ext.kernel_for_object(ext.attention_kernels(64, 32, 64).step.obj).symbol == "attn_init_bf16_hd64_q32_k64"
     assert ext.kernel_for_object("mv_k08192_c512_m16_r256.o") is None  # not a name the registry produces

@@ -371,6 +371,85 @@ def test_l2_buffer_larger_than_a_memory_tile():
     assert "memtile L2 bytes 655360/524288" in rep.first_violation()
 
 
+def _l2_fan_in(inbound: list[int]) -> str:
+    """One L2 buffer per entry, in program order, each filled by that many L3 -> L2 DMAs (S2MM streams)."""
+    lines = ["%cc0 = arith.constant 0 : index", "%cc8 = arith.constant 8 : index",
+             "%cc1 = arith.constant 1 : index"]
+    for i, n in enumerate(inbound):
+        lines.append(f"%b{i} = memref.alloc() : memref<{8 * n}xbf16, 1 : i32>")
+        for j in range(n):
+            lines.append(f"%o{i}_{j} = arith.constant {8 * j} : index")
+            lines.append(f"air.dma_memcpy_nd (%b{i}[%o{i}_{j}] [%cc8] [%cc1], %s0[%cc0] [%cc8] [%cc1]) : "
+                         f"(memref<{8 * n}xbf16, 1 : i32>, memref<64xbf16>)")
+    return "\n        ".join(lines)
+
+
+def test_l2_buffers_are_dealt_round_robin_over_the_memory_tiles():
+    """AIR places L2 buffers round-robin in program order (AIRToAIEPass.cpp L2MemrefToMemTileMap), not by
+    packing: two 4-stream buffers eight apart land on the same memory tile (8 S2MM > 6), the same buffers in
+    another order fit."""
+    bad = [4] + [1] * 7 + [4]        # buffers 0 and 8 share memory tile 0
+    rep = analyze_module(herd_module("", "memref<64xbf16>", sizes=(1, 1), outer=_l2_fan_in(bad)))
+    assert rep.resources() == {"memtile S2MM channels"}
+    assert "memtile S2MM channels 8/6" in rep.first_violation() and "memory tile 0 gets %b0, %b8" in \
+        rep.first_violation()
+    good = [4, 4] + [1] * 7          # memory tiles 0 and 1 get 4 + 1
+    ok = analyze_module(herd_module("", "memref<64xbf16>", sizes=(1, 1), outer=_l2_fan_in(good)))
+    assert ok.ok, ok.first_violation()
+    assert ok.usage.memtiles == 8 and ok.usage.memtile_s2mm == 15
+
+
+def _launch_grid_io(n: int, writes: int = 2) -> str:
+    """A [1, n] launch grid; each iteration reads an 8-row block of %arg0 into L2 and writes it to %arg1 with
+    `writes` DMAs of 8 / writes rows each (like the GEMM's C row panels)."""
+    rows = 8 // writes
+    t_in, t_l2 = f"memref<{8 * n}x64xbf16>", "memref<8x64xbf16, 1 : i32>"
+    body = []
+    for j in range(writes):
+        body.append(f"%o{j} = arith.constant {j * rows} : index")
+        body.append(f"%r{j} = arith.addi %r, %o{j} : index")
+        body.append(f"air.dma_memcpy_nd (%s1[%r{j}, %c0] [%cr, %c64] [%c64, %c1_], %b[%o{j}, %c0] [%cr, %c64] "
+                    f"[%c64, %c1_]) : ({t_in}, {t_l2})")
+    writes_text = "\n        ".join(body)
+    return f"""module {{
+  func.func @grid(%arg0: {t_in}, %arg1: {t_in}) {{
+    %c1 = arith.constant 1 : index
+    %cn = arith.constant {n} : index
+    air.launch (%lx, %ly) in (%sx=%c1, %sy=%cn) args(%l0=%arg0, %l1=%arg1) : {t_in}, {t_in} {{
+      air.segment @seg args(%s0=%l0, %s1=%l1, %y=%ly) : {t_in}, {t_in}, index {{
+        %c0 = arith.constant 0 : index
+        %c1_ = arith.constant 1 : index
+        %c8 = arith.constant 8 : index
+        %cr = arith.constant {rows} : index
+        %c64 = arith.constant 64 : index
+        %r = arith.muli %y, %c8 : index
+        %b = memref.alloc() : {t_l2}
+        air.dma_memcpy_nd (%b[] [] [], %s0[%r, %c0] [%c8, %c64] [%c64, %c1_]) : ({t_l2}, {t_in})
+        {writes_text}
+        memref.dealloc %b : {t_l2}
+      }}
+    }}
+    return
+  }}
+}}
+"""
+
+
+def test_untiled_launch_grid_holds_a_shim_bd_per_write_and_iteration():
+    """Without runtime loop tiling the runtime sequence configures every launch iteration's DMA tasks before it
+    waits. Two writes to one output per iteration are chained (write-after-write) and fold no launch dim, so
+    each holds a BD per iteration; a read, or a lone write, folds the grid into one BD (the real lowering of the
+    1x16-launch GEMM: 16 C-row tasks per shim tile, 'Allocator exhausted available buffer descriptor IDs';
+    tiling 2,2 lowers). Tiling bounds the iterations in flight."""
+    rep = analyze_module(_launch_grid_io(24), "grid")
+    assert rep.resources() == {"shim BDs"}
+    assert "24 DMA tasks in flight" in rep.first_violation()
+    tiled = analyze_module(_launch_grid_io(24), "grid", preset=AirccPreset(runtime_loop_tiling_sizes=(1, 2)))
+    assert tiled.ok, tiled.first_violation()
+    assert analyze_module(_launch_grid_io(24, writes=1), "grid").ok   # a lone store folds the grid
+    assert analyze_module(_launch_grid_io(6), "grid").ok              # 2 x 6 in flight + the read fit 16
+
+
 # ------------------------------------------------------------------------------------------ valid patterns
 
 CHANNELS = """air.channel @ca [8, 1] {broadcast_shape = [8, 4]}

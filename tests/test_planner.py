@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernel_builder import gemm_plan as G
 from kernel_builder import planner as P
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 
@@ -19,50 +20,85 @@ def _projections(s):
 @pytest.mark.parametrize("seq", SEQS)
 def test_gemm_plans_fit_and_divide(s, seq):
     for k, n in _projections(s):
-        p = P.plan_gemm(seq, k, n)
-        assert seq % (p.tile_m * p.herd_m) == 0 and n % (p.tile_n * p.herd_n) == 0
-        assert k % p.tile_k == 0
-        assert p.tile_m % P.MMUL_M == 0 and p.tile_n % P.MMUL_N == 0 and p.tile_k % P.MMUL_K == 0
+        p = G.plan_gemm(seq, k, n)
+        assert seq % p.bm == 0 and n % p.bn == 0
+        assert k % p.tile_k_l2 == 0 and p.tile_k_l2 % p.tile_k == 0 and p.tile_k_l2 <= G.MAX_GEMM_L2_K
+        assert p.tile_m % 8 == 0 and p.tile_n % 16 == 0 and p.tile_k % 8 == 0  # micro-kernel blocks
         assert 1 <= p.herd_m <= P.NPU2_COLS and 1 <= p.herd_n <= P.NPU2_ROWS
         assert p.l1_bytes() <= P.L1_BUDGET
-        # double-buffered bf16 A/B panels in one memory tile; the accumulator stays in L1
-        l2 = p.l2_buffers()
-        assert set(l2) == {"a_panels", "b_panels"}
-        assert l2["a_panels"] == 2 * P.BF16 * p.herd_m * p.tile_m * p.tile_k
-        assert l2["b_panels"] == 2 * P.BF16 * p.tile_k * p.herd_n * p.tile_n
-        assert p.l2_bytes() <= P.MEMTILE_BYTES
+        # every L2 buffer is its own allocation; the fullest memory tile still fits
+        l2, c = p.l2_buffers(), p.copies(p.tile_k_l2)
+        assert l2 == {"a_panel": c * P.BF16 * p.tile_m * p.tile_k_l2, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
+                      "c_panel": P.BF16 * p.tile_m * p.bn}
+        assert max(l2.values()) <= p.memtile_bytes() <= P.MEMTILE_BYTES
+        # memory-tile BDs: each panel broadcast within its budget, the busiest tile within 48
+        bds = p.memtile_bds()
+        assert max(bds["a_put"], bds["w_put"]) <= G.MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= G.MEMTILE_BDS
+        # the W block stride folded into a shim BD under runtime loop tiling fits its 20-bit word count
+        assert p.bn * k <= G.SHIM_MAX_STRIDE_BF16
+        # channel budget: <= 2 MM2S + 2 S2MM per shim column, <= 6 S2MM / MM2S per memory tile, 2 + 1 per core
+        ch = p.channels()
+        assert ch["shim_mm2s"] <= 2 * P.NPU2_COLS and ch["shim_s2mm"] <= 2 * P.NPU2_COLS
+        assert ch["memtile_s2mm"] <= G.MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= G.MEMTILE_DMA_CHANNELS
+        assert (ch["core_s2mm"], ch["core_mm2s"]) == (2, 1)
+
+
+def test_gemm_ping_pong_copies_follow_the_trip_counts():
+    """aircc's ping-pong transform gives a loop of one trip no copy, an even trip count two, and (in the mlir-air
+    the lowering toolchain builds) an odd one a third: the plan budgets L1 and L2 accordingly."""
+    even = G.GemmPlan(64, 64, 64, 8, 4, 512, k=2048)     # 32 herd steps, 4 panel steps
+    odd = G.GemmPlan(64, 64, 48, 8, 4, 192, k=576)       # 9 herd steps, 3 panel steps
+    one = G.GemmPlan(64, 64, 64, 8, 4, 512, k=512)       # 8 herd steps, 1 panel step
+    assert (even.copies(64), even.copies(512)) == (2, 2)
+    assert (odd.copies(64), odd.copies(192)) == (3, 3)
+    assert one.copies(512) == 1 and one.l2_buffers()["a_panel"] == P.BF16 * 64 * 512
+    assert odd.l1_buffers()["a_tiles"] == 3 * P.BF16 * 64 * 64
+    # 64x1536x576: panel depth 512 would be 3 steps x 8 slices = 24 BDs for the W broadcast (what aiecc's
+    # aie-assign-bd-ids rejected); the planner takes 384 (4 steps, 2 copies x 6 slices)
+    p = G.plan_gemm(64, 1536, 576)
+    assert p.tile_k_l2 == 384 and p.memtile_bds()["w_put"] == 12
+    assert G.GemmPlan(8, 64, 48, 8, 4, 512, k=1536).memtile_bds()["w_put"] == 24 > G.MAX_GEMM_PUT_BDS
 
 
 def test_gemm_l1_accounting_covers_every_herd_buffer():
-    p = P.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4)
-    # f32 acc 16 KiB + 2x A 8 KiB + 2x B 8 KiB + bf16 out 8 KiB
-    assert p.l1_buffers() == {"acc_f32": 16384, "a_tiles": 16384, "b_tiles": 16384, "out_bf16": 8192}
+    p = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4)
+    # f32 acc 16 KiB + 2x A 8 KiB + 2x W 8 KiB + bf16 out 8 KiB
+    assert p.l1_buffers() == {"acc_f32": 16384, "a_tiles": 16384, "w_tiles": 16384, "out_bf16": 8192}
     assert p.l1_bytes() == 56 * 1024 <= P.L1_BUDGET
-    assert P.GemmPlan(128, 64, 64, 1, 1).l1_bytes() > P.L1_BUDGET  # 32+32+16+16 KiB
+    assert G.GemmPlan(128, 64, 64, 1, 1).l1_bytes() > P.L1_BUDGET  # 32+32+16+16 KiB
 
 
-def test_gemm_l2_accounting_and_ddr_reads():
-    p = P.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4)
-    # A panel 512x64 bf16 = 64 KiB, B panel 64x256 bf16 = 32 KiB, each double-buffered
-    assert p.l2_buffers() == {"a_panels": 128 * 1024, "b_panels": 64 * 1024}
-    # 2048x2048x8192: A (8 MiB) read 8192/256 = 32 times, B (32 MiB) 2048/512 = 4 times
+def test_gemm_l2_accounting_channels_and_ddr_reads():
+    p = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, tile_k_l2=512)
+    # A panel 64x512 bf16 = 64 KiB and W panel 64x512 = 64 KiB, each double-buffered; C row panel 64x256
+    assert p.l2_buffers() == {"a_panel": 128 * 1024, "w_panel": 128 * 1024, "c_panel": 32 * 1024}
+    assert p.l2_counts() == {"a_panel": 8, "w_panel": 4, "c_panel": 8}
+    assert p.l2_bytes() == 8 * 128 * 1024 + 4 * 128 * 1024 + 8 * 32 * 1024
+    # 20 buffers round-robin over 8 memory tiles: at most 3 on one, bounded by 3 x 128 KiB
+    assert p.memtile_bytes() == 384 * 1024
+    # 8 A + 4 W panels in, 8 C row panels out per launch point; a memory tile takes A + W + 4 drains
+    assert p.channels() == {"shim_mm2s": 12, "shim_s2mm": 8, "memtile_s2mm": 6, "memtile_mm2s": 3,
+                            "core_s2mm": 2, "core_mm2s": 1}
+    # 2048x2048x8192: A (8 MiB) read 8192/256 = 32 times, W (32 MiB) 2048/512 = 4 times
     assert p.ddr_read_bytes(2048, 2048, 8192) == 32 * 8 * 2**20 + 4 * 32 * 2**20
-    # the largest tiles the planner considers still fit one memory tile
-    assert P.GemmPlan(P.MAX_GEMM_TILE, 64, P.MAX_GEMM_TILE, P.NPU2_COLS, P.NPU2_ROWS).l2_bytes() <= P.MEMTILE_BYTES
+    assert G.GemmPlan(64, 64, 64, 8, 4).tile_k_l2 == 64  # default: one L1 step per L2 panel
+    with pytest.raises(ValueError, match="tile_k_l2=96 is not a multiple of tile_k=64"):
+        G.GemmPlan(64, 64, 64, 8, 4, 96)
 
 
-def test_gemm_prefers_square_tiles_for_ddr_reuse():
-    # tiles stream from L3 every K step: at equal occupancy the planner picks the tile with the fewest
-    # DDR bytes per MAC, i.e. 64x64 rather than 128x24-like slivers
-    p = P.plan_gemm(2048, 576, 576)
-    assert (p.tile_m, p.tile_n) == (64, 48)
-    big = P.plan_gemm(2048, 2048, 8192)
-    assert (big.tile_m, big.tile_n) == (64, 64)
+def test_gemm_prefers_square_tiles_and_deep_l2_panels():
+    # at equal occupancy the planner picks the tile with the fewest bytes streamed per MAC, i.e. 64x64
+    # rather than 128x24-like slivers; the L2 panel is the deepest divisor of k up to 512 that fits
+    p = G.plan_gemm(2048, 576, 576)
+    assert (p.tile_m, p.tile_n, p.tile_k, p.tile_k_l2) == (64, 48, 64, 192)
+    big = G.plan_gemm(2048, 2048, 8192)
+    assert (big.tile_m, big.tile_n, big.tile_k, big.tile_k_l2) == (64, 64, 64, 512)
 
 
 def test_gemm_uses_full_array_for_llama_prefill():
-    p = P.plan_gemm(2048, 2048, 8192)
-    assert (p.herd_m, p.herd_n) == (P.NPU2_COLS, P.NPU2_ROWS)
+    for m in (64, 256, 1024, 2048):
+        p = G.plan_gemm(m, 2048, 8192)
+        assert (p.herd_m, p.herd_n) == (P.NPU2_COLS, P.NPU2_ROWS), m
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
@@ -141,8 +177,8 @@ def test_lm_head_reference_partitioning():
 @pytest.mark.parametrize("call,words", [
     (lambda: P.plan_gemv(7, 2048), ["gemv", "m=7", "even"]),
     (lambda: P.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
-    (lambda: P.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "8x8x8"]),
-    (lambda: P.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
+    (lambda: G.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "multiple of 16", "8x8x8"]),
+    (lambda: G.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
     (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
     (lambda: P.plan_rmsnorm(4, 2064, 48), ["rmsnorm", "group=48", "multiple of 32"]),
     (lambda: P.plan_rmsnorm(4, 2048, 96), ["rmsnorm", "group=96", "does not divide"]),
@@ -155,7 +191,7 @@ def test_lm_head_reference_partitioning():
     (lambda: P.plan_add(0, 2048), ["add", "rows", "positive"]),
     (lambda: P.plan_gemv(-5, 2048), ["gemv", "m", "positive"]),
     (lambda: P.plan_lm_head(128256, 0), ["lm_head", "hidden", "positive"]),
-    (lambda: P.plan_gemm(64, 2048.0, 64), ["gemm", "k", "positive int"]),
+    (lambda: G.plan_gemm(64, 2048.0, 64), ["gemm", "k", "positive int"]),
 ])
 def test_bad_shapes_name_kernel_dimension_and_limit(call, words):
     with pytest.raises(ValueError) as e:

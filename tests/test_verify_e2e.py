@@ -211,7 +211,7 @@ def test_swapped_wiring_fails_the_gate(model_dir, reference, monkeypatch, tmp_pa
     def swapped(self, rows):
         plan = original(self, rows)
         qkv = plan.steps[0].decl
-        rewired = {"k": ("h", "wv_t", "k"), "v_new": ("h", "wk_t", "v_new")}
+        rewired = {"k": ("h", "wv", "k"), "v_new": ("h", "wk", "v_new")}
         launches = tuple(dataclasses.replace(l, wiring=rewired.get(l.prefix, l.wiring)) for l in qkv.launches)
         assert launches != qkv.launches
         steps = (dataclasses.replace(plan.steps[0], decl=dataclasses.replace(qkv, launches=launches)),)

@@ -110,6 +110,11 @@ class _LaunchAnalyzer:
     # ---- main
     def run(self) -> LaunchReport:
         launch_env_list = cnt.region_instances(self.launch, {})
+        # DDR buffers written by more than one transfer of the launch: their writes are chained by
+        # write-after-write dependencies and do not fold the launch grid (dma.shim_fold)
+        writers = Counter(n.dst.buffer for n in ir.walk(self.launch.body)
+                          if isinstance(n, Transfer) and n.dst is not None and n.dst.buffer.space == L3)
+        self.chained_writes = {b for b, c in writers.items() if c > 1}
         shim_flows: list[Flow] = []
         mem_items: dict[Buffer, dict] = {}
         launch_paths = cnt.loop_paths(self.launch.body)
@@ -139,6 +144,7 @@ class _LaunchAnalyzer:
             self.work.tile_matmul_macs = max(w[1] for w in tile_work)
             self.work.tile_scalar_ops = max(w[2] for w in tile_work)
             self.work.tile_scores = max(w[3] for w in tile_work)
+            self.work.tile_mmul_macs = max(w[4] for w in tile_work)
         return LaunchReport(self.index, self.launch_name, self.usage, self.work, self.violations)
 
     # ---- segment-level transfers (L3 <-> L2 DMAs, channel puts/gets from L2 or L3)
@@ -151,7 +157,8 @@ class _LaunchAnalyzer:
                              ("shim" if acc.buffer.space == L3 else "core"), path)
             if acc.buffer.space == L3:
                 in_flight, folded, non_affine, stride, ndims = shim_fold(
-                    acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, self.facts)
+                    acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, self.facts,
+                    chained_write=inbound and acc.buffer in self.chained_writes)
                 self._check_shim_access(t, acc, stride, ndims)
                 flows.append(Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
                                   acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine))
@@ -243,9 +250,9 @@ class _LaunchAnalyzer:
         self._pingpong_failure(herd, paths)
         # transfers: shim flows, memtile endpoints, checks
         # work
-        best = (0.0, 0, 0, 0)   # the busiest tile over the whole launch grid (launch iterations run in turn)
+        best = (0.0, 0, 0, 0, 0)   # the busiest tile over the whole launch grid (launch iterations run in turn)
         for runs in by_tile.values():
-            vec = mm = sc = sc_ = 0
+            vec = mm = sc = sc_ = mmul = 0
             for c, lmult in runs:
                 for n, k in c.items():
                     k *= lmult
@@ -256,12 +263,13 @@ class _LaunchAnalyzer:
                             vec += w.vector_cycles * k
                             sc += w.scalar_ops * k
                             sc_ += w.scores * k
+                            mmul += w.mmul_macs * k
                     elif isinstance(n, Compute):
                         if n.kind == "matmul":
                             mm += n.macs * k
                         else:
                             sc += n.macs * k
-            best = max(best, (vec, mm, sc, sc_))
+            best = max(best, (vec, mm, sc, sc_, mmul))
         for n, k in totals.items():
             if isinstance(n, Call):
                 ec = external_cost(n.symbol)
@@ -331,7 +339,8 @@ class _LaunchAnalyzer:
             execs = totals[t]
             if space == L3:
                 in_flight, folded, non_affine, stride, ndims = shim_fold(
-                    acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, f)
+                    acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, f,
+                    chained_write=not inbound_to_core and acc.buffer in self.chained_writes)
                 self._check_shim_access(t, acc, stride, ndims)
                 per_tile_execs = execs / n_tiles  # averaged over the tiles (a causal herd is uneven)
                 what = f"{'load' if inbound_to_core else 'store'} {acc.buffer.name} by {herd_name(herd)}" + \
@@ -430,12 +439,15 @@ class _LaunchAnalyzer:
                                  AIR_TO_AIE, f"{acc.buffer.name}: access pattern {dims}", t.line)
                     break
 
-    # ---- memory tiles: first-fit of the L2 buffers (air-split-l2-memref splits a buffer with too many streams)
+    # ---- memory tiles: AIR's placement of the L2 buffers (air-split-l2-memref splits a buffer with too many
+    # streams; mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap then deals the buffers round-robin over the
+    # memory tiles in program order, without looking at streams - its later column-affinity swaps keep each
+    # tile's buffer count); every tile must then hold its buffers' bytes, streams and BDs
     def _memtiles(self, items: dict) -> None:
         f = self.facts
-        tiles: list[dict] = []
         u = self.usage
-        for buf, it in sorted(items.items(), key=lambda kv: -kv[1]["bytes"]):
+        pieces = []
+        for buf, it in items.items():  # insertion order: the program order of each buffer's first transfer
             u.memtile_mm2s += it["mm2s"]
             u.memtile_s2mm += it["s2mm"]
             u.memtile_bds += it["bds"]
@@ -447,22 +459,23 @@ class _LaunchAnalyzer:
                 continue
             parts = max(1, -(-it["mm2s"] // f.memtile_mm2s), -(-it["s2mm"] // f.memtile_s2mm),
                         -(-it["bds"] // f.memtile_bds))
-            for k in range(parts):
-                piece = {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds")}
-                piece["bytes"] = -(-it["bytes"] // parts)
-                for mt_ in tiles:
-                    if all(mt_[key] + piece[key] <= cap for key, cap in
-                           (("mm2s", f.memtile_mm2s), ("s2mm", f.memtile_s2mm), ("bds", f.memtile_bds),
-                            ("bytes", f.memtile_bytes))):
-                        for key in piece:
-                            mt_[key] += piece[key]
-                        break
-                else:
-                    tiles.append(dict(piece))
+            for _ in range(parts):
+                pieces.append((buf, {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds", "bytes")}))
+        tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(pieces)))]
+        for i, (buf, piece) in enumerate(pieces):
+            t = tiles[i % f.memtiles]
+            for key in piece:
+                t[key] += piece[key]
+            t["bufs"].append(buf.name)
         u.memtiles = len(tiles)
-        if len(tiles) > f.memtiles:
-            self.violate("memtile", "memory tiles", len(tiles), f.memtiles, AIR_TO_AIE,
-                         f"L2 buffers need {u.l2_bytes} B, {u.memtile_s2mm} S2MM and {u.memtile_mm2s} MM2S streams")
+        for key, what, cap in (("s2mm", "S2MM channels", f.memtile_s2mm), ("mm2s", "MM2S channels", f.memtile_mm2s),
+                               ("bds", "BDs", f.memtile_bds), ("bytes", "L2 bytes", f.memtile_bytes)):
+            worst = max(range(len(tiles)), key=lambda i: tiles[i][key], default=None)
+            if worst is not None and tiles[worst][key] > cap:
+                t = tiles[worst]
+                self.violate("memtile", what, t[key], cap, AIR_TO_AIE if key != "bytes" else AIECC,
+                             f"memory tile {worst} gets {', '.join(t['bufs'])} (L2 buffers dealt round-robin "
+                             f"over {f.memtiles} memory tiles in program order)")
 
     # ---- shim columns: the allocator walks the columns, two channels per direction each
     def _shim(self, flows: list[Flow]) -> None:

@@ -4,7 +4,8 @@ values calibrated on the reference design's published Strix figures (benchmarks/
 `calibrate(points)` refits them from any list of measured points (e.g. a real NPU run).
 
 - compute of a launch = its busiest herd tile: external kernels' vector cycles / vector_efficiency
-  + matmul MACs (scalar loops today: scalar_cycles_per_op per multiply and per add; or, for a design that
+  + their matrix-unit MACs (aie::mmul) at the bf16 mmul rate x gemm_efficiency
+  + linalg.matmul MACs (scalar loops: scalar_cycles_per_op per multiply and per add; or, for a design that
   vectorises them, at the bf16 mmul rate x gemm_efficiency) + scalar float ops x scalar_cycles_per_op;
 - data movement = the busiest shim channel (bytes / shim_channel_bytes_per_s + DMA tasks x shim_task_s),
   and at least all shim bytes / ddr_bytes_per_s;
@@ -72,6 +73,7 @@ def launch_cost(work, params: CostParams = PARAMS, vectorized_matmul: bool = Fal
         mm_cycles = work.tile_matmul_macs / (p.mmul_macs_per_cycle * p.gemm_efficiency)
     else:
         mm_cycles = work.tile_matmul_macs * 2 * p.scalar_cycles_per_op
+    mm_cycles += getattr(work, "tile_mmul_macs", 0) / (p.mmul_macs_per_cycle * p.gemm_efficiency)
     cycles = (work.tile_vector_cycles / p.vector_efficiency + mm_cycles + work.tile_scalar_ops * p.scalar_cycles_per_op
               + getattr(work, "tile_scores", 0) * p.softmax_cycles_per_score)
     compute = cycles / p.clock_hz

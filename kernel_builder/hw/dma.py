@@ -39,7 +39,7 @@ def _largest_factor(n: int, cap: int) -> int:
 
 
 def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tuple[int, ...],
-              facts: NPU2Facts) -> tuple[int, int, bool, int, int]:
+              facts: NPU2Facts, chained_write: bool = False) -> tuple[int, int, bool, int, int]:
     """How the DDR side of a transfer becomes shim DMA tasks (air-opt-shim-dma-bds, airrt-to-npu):
     (tasks in flight per wait, loop iterations folded into one task, non-affine, largest stride in elements,
     BD dimensions of the access itself).
@@ -50,7 +50,12 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
     A loop of the herd or segment that does not fold becomes one task per iteration, each waited for. A
     launch dim that does not fold is unrolled with no wait in between, so its tasks stay in flight until the
     launch ends - or, under runtime loop tiling (--air-runtime-loop-tiling-sizes), until the end of one tile
-    of the launch grid (the tile factor is the largest divisor of the extent not above the tiling size)."""
+    of the launch grid (the tile factor is the largest divisor of the extent not above the tiling size).
+    A DDR write that shares its output with other writes of the launch (`chained_write`) folds no launch dim:
+    AIR chains them by write-after-write dependencies and each stays one task per launch iteration (the GEMM's
+    8 C row-panel writes through /work/tools/air-lower.sh: one task per launch iteration, untiled and with
+    tiling 2,2, while its A / W panel loads folded the grid; untiled, a 1 x 16 launch exhausted the shim BD
+    IDs); a lone store folds like a load."""
     dims = canonical_dims(acc)
     own_dims = len(dims)
     off = linear_offset(acc)
@@ -84,7 +89,7 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
             continue
         t = tiling[i] if i < len(tiling) else 1
         inner = _largest_factor(extent, t) if tiling else extent
-        if stop or not fold(launch.ids[i], inner, 1):
+        if stop or chained_write or not fold(launch.ids[i], inner, 1):
             stop = True
             if not waits_inside:
                 in_flight *= inner

@@ -81,6 +81,7 @@ class Work:
     tile_matmul_macs: int = 0         # linalg.matmul MACs (lowered to scalar loops by aircc today)
     tile_scalar_ops: int = 0          # scalar float ops (codegen loops, linalg.generic/fill, externals' scalar part)
     tile_scores: int = 0              # attention scores through an online-softmax step
+    tile_mmul_macs: int = 0           # MACs of external kernels on the matrix unit (aie::mmul)
     vector_macs: int = 0              # totals over the launch
     scalar_macs: int = 0
     flows: list[Flow] = field(default_factory=list)
