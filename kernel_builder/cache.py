@@ -118,6 +118,7 @@ class KernelCache:
         self._states: dict[str, _State] = self._collect_states()
         self._views: OrderedDict = OrderedDict()                 # (id(parent), offset, nbytes) -> view
         self._scalar_seen: dict[int, int] = {}                   # id(scalar buffer) -> value last written
+        self._resident: set[tuple[str, str]] = set()             # (module, bo_key) whose statics are all written
         self._safe_alias_patterns: set[tuple] = set()
         self.counters: dict[str, ModuleCounters] = {}
         self.allocated_bytes = 0
@@ -327,20 +328,19 @@ class KernelCache:
             return id(root), b.offset, b.offset + b.nbytes
         return id(b), 0, b.nbytes
 
-    def _check_alias_hazard(self, decl: ModuleDecl, bufs: list[Buffer]) -> None:
+    def _check_alias_hazard(self, decl: ModuleDecl, bufs: list[Buffer], refs: Iterable[int]) -> None:
         """Two slots of one call on overlapping memory are safe only if no launch reads one of them after
         another launch of the run has written the other (launches run in order, on the NPU as on emu).
-        Windows of one STATE are exempt: reading what an earlier launch wrote there is their purpose.
-        Only refs can make slots overlap (state windows are never ref'd), so only calls with refs are checked."""
-        ext = [self._extent(b) for b in bufs]
+        Only a ref can make a slot overlap another (windows of one state may overlap each other: reading what
+        an earlier launch wrote there is their purpose), so only the ref'd slots are compared."""
+        others = [j for j, a in enumerate(decl.args) if a.role is not Role.STATE]   # refs never reach states
+        ext = {j: self._extent(bufs[j]) for j in others}
         overlap: dict[int, set[int]] = {}
-        for i in range(len(bufs)):
-            for j in range(i + 1, len(bufs)):
-                (ri, si, ei), (rj, sj, ej) = ext[i], ext[j]
-                if ri == rj and si < ej and sj < ei:
-                    a, b = decl.args[i], decl.args[j]
-                    if a.role is Role.STATE and b.role is Role.STATE and a.state_name == b.state_name:
-                        continue
+        for i in refs:
+            ri, si, ei = ext[i]
+            for j in others:
+                rj, sj, ej = ext[j]
+                if j != i and ri == rj and si < ej and sj < ei:
                     overlap.setdefault(i, set()).add(j)
                     overlap.setdefault(j, set()).add(i)
         if not overlap:
@@ -499,7 +499,7 @@ class KernelCache:
                                  f"(only inputs can be bound to another module's buffer)")
             elif role is Role.STATIC:
                 if v is None:
-                    if not self._static_resident(decl, bo_key, arg):
+                    if (name, bo_key) not in self._resident and not self._static_resident(decl, bo_key, arg):
                         raise ValueError(f"module {name} arg {arg.name}: static missing on the first call "
                                          f"of bo_key {bo_key!r}")
                 else:
@@ -511,6 +511,8 @@ class KernelCache:
                    for i, (arg, _, role) in enumerate(rows) if role is Role.STATE}
         handle = self._handle(name)
         bset = self._buffer_set(decl, bo_key)
+        if all(st.written for st in bset.statics.values()):
+            self._resident.add((name, bo_key))      # later calls skip the per-static residency checks
         bufs = list(bset.buffers)
         for i, b in windows.items():
             bufs[i] = b
@@ -520,8 +522,8 @@ class KernelCache:
                 bufs[i] = b
         elif refs:
             host_copies = refs
-        if refs and self.handoff == "device":  # state windows only overlap windows of their own state
-            self._check_alias_hazard(decl, bufs)
+        if refs and self.handoff == "device":
+            self._check_alias_hazard(decl, bufs, refs)
         c = self._counters(name)
         dev = self.device
 
@@ -564,6 +566,7 @@ class KernelCache:
         """Release one module's buffer set (the next call of that bo_key starts fresh)."""
         bo_key = name if bo_key is None else bo_key
         bset = self._sets.pop((name, bo_key), None)
+        self._resident.discard((name, bo_key))
         if bset is None:
             return
         decl = self._decl(name)

@@ -12,7 +12,8 @@ import re
 import numpy as np
 import pytest
 
-from kernel_builder import air_interp, planner
+from kernel_builder import air_interp
+from kernel_builder import attention_plan as planner
 from kernel_builder.kernels import attention
 from kernel_builder.numerics import BF16
 from kernel_builder.reference import attention as reference
@@ -253,11 +254,14 @@ def test_bad_shapes_are_one_clear_error(bad, words):
 def test_hw_model_counts_one_shim_stream_per_channel_index():
     """Puts from L3 on one channel index share one shim allocation (AIRToAIESchedulingUtils.cpp reuses the
     allocation of a channel declaration): the prefill's Q and K (V) puts of a group are one MM2S stream each,
-    while puts on different indices are separate streams. Every module of the kernel fits the chip."""
+    while puts on different indices are separate streams. The kernel fits the chip with the preset the model
+    layer records for it (kernel_builder.hw.tune.preset_for_kernels)."""
     from kernel_builder.hw import analyze_module
+    from kernel_builder.hw.tune import preset_for_kernels
     shape = (2048, 2048, 32, 8, 64)
     p = planner.plan_attention(*shape)
-    rep = analyze_module(attention.build(*shape), "attention")
+    text = attention.build(*shape)
+    rep = analyze_module(text, "attention", preset=preset_for_kernels([text]))
     assert rep.ok, rep.first_violation()
     (launch,) = rep.launches
     mm2s = [f for f in launch.work.flows if f.direction == "MM2S"]
@@ -266,3 +270,20 @@ def test_hw_model_counts_one_shim_stream_per_channel_index():
     assert len(fk0) == 2 * p.herd_x                       # each feed stream carries Q, then K (or V)
     s2mm = [f for f in launch.work.flows if f.direction == "S2MM"]
     assert len(s2mm) == p.channels()["shim_s2mm"] == p.herd_x * p.herd_y
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 9, 3, 64), (2048, 2048, 9, 3, 64), (2048, 8192, 24, 8, 128),
+                                   (2048, 2048, 24, 8, 128), (1, 256, 9, 3, 64), (1, 8192, 24, 8, 128),
+                                   (1, 131072, 32, 8, 64)])
+def test_item_loops_have_an_even_or_single_trip_count(shape):
+    """aircc's ping-pong transform makes three copies of a buffer in a loop of an odd trip count (and mlir-air
+    after PR #2000 refuses such loops): a GQA group of 3 heads gets a pad Q item, and the model counts two
+    copies of the item buffers, within L1."""
+    from kernel_builder.hw import analyze_module
+    from kernel_builder.hw.tune import preset_for_kernels
+    p = planner.plan_attention(*shape)
+    assert p.steps == 1 or p.steps % 2 == 0, p
+    text = attention.build(*shape)
+    rep = analyze_module(text, "attention", preset=preset_for_kernels([text]))
+    assert rep.ok, rep.first_violation()
+    assert rep.usage.l1_bytes <= 65536

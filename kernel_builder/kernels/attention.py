@@ -4,7 +4,7 @@
 (memref<1xi32>) that every core reads from L1.
 
 Arguments (SIGNATURES["attention"]): q [rows, heads*hd], k/v [kv_rows, kv_heads*hd] (position-major: row p =
-every kv head's vector of position p), pos [1] i32, o [rows, heads*hd]. Plans: planner.plan_attention.
+every kv head's vector of position p), pos [1] i32, o [rows, heads*hd]. Plans: kernel_builder.attention_plan.plan_attention.
 
 Every core has two inbound streams (the position, once; its item stream) and one outbound stream, and all
 DMAs are static: the K/V window is streamed whole; the cores skip the compute of tiles past the causal
@@ -26,7 +26,7 @@ and writes the group's output rows.
 """
 from __future__ import annotations
 
-from .. import planner
+from .. import attention_plan as planner
 from ._emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 
 KIND = "attention"
@@ -106,6 +106,8 @@ def _prefill(p: planner.AttentionPlan) -> str:
         row1 = rl.addi(row0, lq - lk)                    # the second half's first row
         for ch, row, src in ((ch_fk, row0, k), (ch_fv, row1, v)):
             rl.channel_put(ch, [x, 0], q, q_ty, ([head0, row, 0], [Y, lk, hd], [hd, qw, 1]))
+            if p.q_items > Y:   # the pad item (no core keeps it): the item loops get an even trip count
+                rl.channel_put(ch, [x, 0], q, q_ty, ([head0, row, 0], [1, lk, hd], [hd, qw, 1]))
             rl.channel_put(ch, [x, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
 
     # ---- segment: one uniform item loop per group: both halves from the feeds into one L2 item, one put
@@ -114,7 +116,7 @@ def _prefill(p: planner.AttentionPlan) -> str:
     sq, sk, sv, spos, so, sg, shs, srd = seg.args
     _send_position(s, ch_pos, spos)
     item2_ty = memref([ir, hd], "bf16", L2)
-    sl, _ = s.for_(0, p.q_items + p.kv_tiles, 1, "t")
+    sl, _ = s.for_(0, p.steps, 1, "t")
     for x in range(X):
         it2 = sl.alloc("item_l2", item2_ty)
         sl.channel_get(ch_fk, [x, 0], it2, item2_ty, ([0, 0], [lk, hd], [hd, 1]))
@@ -137,7 +139,7 @@ def _prefill(p: planner.AttentionPlan) -> str:
     hrl.call(ext.init.symbol, [(st, st_ty), (qt, qt_ty)])
     qb = hrl.addi(hrl.muli(hrd, X), tx)                  # this group's query block
     q_pos0 = hrl.value("i", f"arith.addi {pos_i32}, {_i32(hrl, hrl.muli(qb, lq))} : i32")
-    il, it = hrl.for_(0, p.q_items + p.kv_tiles, 1, "t")
+    il, it = hrl.for_(0, p.steps, 1, "t")
     item = il.alloc("item_l1", item_ty)
     il.channel_get(ch_in, [tx, ty], item, item_ty, None)
     il.call(ext.update.symbol, [(item, item_ty), (qt, qt_ty), (st, st_ty), (_i32(il, it), "i32"), (n_q, "i32"),

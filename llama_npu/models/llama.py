@@ -6,12 +6,13 @@ RoPE) adds two ops and two weights; nothing else in the code base changes for it
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 from kernel_builder.decl import ModuleDecl
+from kernel_builder.hw.tune import preset_for_kernels
 from kernel_builder.planner import plan_lm_head
-from kernel_builder.presets import AirccPreset
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower
 from .lowering import RULES, TRANSPOSED
@@ -174,28 +175,33 @@ class LlamaModel:
         """Three dispatches per layer: attention inputs (+ K/V appended to the cache), attention, the rest."""
         segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
         phase = Phase("prefill", rows, rows, f"s{rows}")
-        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, presets=self.presets(phase))
+        return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY))
 
     def decode(self) -> PhasePlan:
         """One token: attention inputs (+ K/V appended at the position), attention on the host, the rest."""
         segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
         phase = Phase("decode", 1, 0, "dec")
-        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}),
-                     presets=self.presets(phase))
+        return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"})))
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
         phase = Phase("decode", 1, 0, "")
-        return lower(self.head_graph, phase, RULES, [("lm_head", outs)], HEAD_FAMILY, presets=self.presets(phase))
+        return self.presets(lower(self.head_graph, phase, RULES, [("lm_head", outs)], HEAD_FAMILY))
 
-    def presets(self, phase: Phase) -> dict[str, AirccPreset]:
-        """aircc options per segment (docs/npu-setup.md): decode GEMV modules tile the shim BD loop; the FFN
-        tail's K=ffn GEMV leaves no L1 room for ping-pong."""
-        if phase.name != "decode":
-            return {}
-        gemv = AirccPreset(runtime_loop_tiling_sizes=(16, 16))
-        return {"qkv": gemv, "lm_head": gemv,
-                "ffn": AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all")}
+    @staticmethod
+    def presets(plan: PhasePlan) -> PhasePlan:
+        """The plan with each module's aircc preset taken from the hardware model's numbers for its kernels
+        (kernel_builder.hw.tune.preset_for_kernels): the stack the kernels' core code needs (RMSNorm's scalar
+        invsqrt, attention's division: 1152 bytes -> `--stack-size 1280`). The planners keep every kernel in L1
+        with its ping-pong copies and its shim BDs in budget, so no module omits ping-pong or tiles the runtime
+        loop; tests/test_hw_modules.py checks every declared module against the model with this preset."""
+        steps = []
+        for st in plan.steps:
+            if st.decl is not None:
+                preset = preset_for_kernels([launch.build() for launch in st.decl.launches])
+                st = dataclasses.replace(st, decl=dataclasses.replace(st.decl, preset=preset))
+            steps.append(st)
+        return dataclasses.replace(plan, steps=tuple(steps))
 
     def plans(self, buckets) -> dict:
         """Every phase plan a run needs: {("prefill", rows): plan, ("decode",): plan, ("head",): plan}."""

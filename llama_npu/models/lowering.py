@@ -2,8 +2,9 @@
 
 One rule per op kind (`RULES[kind](op, phase, graph) -> (kernel factory, wiring, extra Args)`); wiring names
 follow the kernel's canonical argument order (kernel_builder.kernels.SIGNATURES). Weight arguments carry
-their layout in their name: `<w>` is the Hugging Face `[out, in]` tensor, `<w>_t` its transpose `[in, out]`
-(what today's GEMM reads); the weight loader (llama_npu.weights) fills either from the same tensor.
+their layout in their name: `<w>` is the Hugging Face `[out, in]` tensor, `<w>_t` its transpose `[in, out]`;
+the weight loader (llama_npu.weights) fills either from the same tensor. Both `linear` kernels (GEMV for one
+row, GEMM for more) read `<w>`, so prefill and decode share one device buffer per weight.
 """
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def linear(op: Op, phase: Phase, graph: LayerGraph):
-    """One row: GEMV on the [out, in] weight; more rows: GEMM on the [in, out] transpose."""
+    """One row: GEMV, more rows: GEMM, both on the HF [out, in] weight (one buffer for both phases)."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
+    weight = [_static(w[2:], (n, k), graph)]
     if phase.rows == 1:
-        return kernel("gemv", n, k), (w[2:], x, op.out), [_static(w[2:], (n, k), graph)]
-    wt = w[2:] + TRANSPOSED
-    return kernel("gemm", phase.rows, k, n), (x, wt, op.out), [_static(wt, (k, n), graph)]
+        return kernel("gemv", n, k), (w[2:], x, op.out), weight
+    return kernel("gemm", phase.rows, k, n), (x, w[2:], op.out), weight
 
 
 def rope(op: Op, phase: Phase, graph: LayerGraph):
