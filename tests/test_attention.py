@@ -64,6 +64,8 @@ PREFILL = [
     ((16, 16, 2, 1, 32), 0),        # the embedded-test model's bucket: one core group of 2 heads
     ((64, 64, 4, 2, 32), 0),        # first chunk: 2 kv heads side by side (xh = 2)
     ((64, 64, 6, 2, 32), 0),        # GQA group 3
+    ((64, 64, 9, 3, 64), 0),        # SmolLM2-135M's 64-row bucket (group 3: a pad Q item)
+    ((32, 128, 6, 2, 32), 70),      # group 3 chunk over a KV prefix (the pad item, Q halves overlapping)
     ((32, 128, 4, 2, 32), 0),       # a chunk at position 0 of a longer window
     ((32, 128, 4, 2, 32), 50),      # chunk over a KV prefix, causal edge inside a K/V tile
     ((32, 128, 4, 2, 32), 96),      # the last chunk of the window

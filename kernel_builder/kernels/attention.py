@@ -10,19 +10,21 @@ Every core has two inbound streams (the position, once; its item stream) and one
 DMAs are static: the K/V window is streamed whole; the cores skip the compute of tiles past the causal
 bound using pos (the tile primitives, external_kernels/attention.cc, leave fully masked rows unchanged).
 
-Prefill: a herd of herd_x groups x herd_y cores; the cores of group x work on the same query block and kv
-head (herd_y query heads of its GQA group). Per launch iteration (a block of xh kv heads), per head pass and
-round, the segment
-  - DMAs the Q tiles of every core L3 -> L2 (one DMA) and puts each group's stacked Q tiles on its item
-    channel @attn_in[x, 0], broadcast to the group's herd_y cores (each keeps its own rows: q_row0);
-  - streams the window: per K/V tile, K and V of the xh kv heads L3 -> one L2 buffer (two DMAs) and one put
-    per group of its kv head's [K; V] rows on @attn_in[x, 0];
-  - gathers the output tiles (@attn_out[x, y], L1 -> L2) and writes each group's block to L3 (one DMA).
-Decode: herd_x splits of the window x herd_y kv heads. Per K/V tile step the segment DMAs, per split x, the
-K and V tiles and the query rows of the herd_y kv heads into one L2 buffer and puts each core's
-[K; V; q] item on @attn_in[x, y]; each core folds its share into an online-softmax partial and sends it to L2
-(@attn_part); a merge herd (herd_y cores) receives a kv head's herd_x partials (@attn_merge), combines them
-and writes the group's output rows.
+Prefill: a herd of herd_x groups x herd_y cores; the cores of group x run herd_y query heads of the kv head
+on query block round*herd_x + x. Launch grid [kv heads, head passes, rounds]; per launch iteration
+  - launch level: per group, two feed channels (@attn_fk, @attn_fv: one shim stream each) get one put of the
+    group's Q tile halves (and the pad half when the item count would be odd) and one put of the whole K (V)
+    window of the kv head, straight from L3;
+  - segment: pos L3 -> L2 -> @attn_pos (broadcast); one uniform loop of q_items + kv_tiles items per group:
+    two gets (K rows / V rows, or the Q halves) into an L2 item, one put on @attn_in[x, 0] (broadcast to the
+    group's cores);
+  - herd: init; per item: the Q tile kept by core `slot` (t < n_q), else an online-softmax update; finish; the
+    output tile DMA'd straight to o.
+Decode: herd_x splits of the window (herd_y = 1) and a one-core merge herd; launch grid [kv heads]. Per K/V
+tile step the segment DMAs, per split x, the K and V tiles and the group's query rows into one L2 item and
+puts it on @attn_in[x, 0]; each core folds its share into an online-softmax partial and sends it to L2
+(@attn_part); the merge core receives the herd_x partials (@attn_merge), combines them and writes the group's
+output rows. docs/kernels.md "attention" has the budgets and the reasons.
 """
 from __future__ import annotations
 
