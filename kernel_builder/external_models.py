@@ -113,55 +113,108 @@ def swiglu_model(n: int):
 _LOWEST = np.finfo(F32).min  # -0x1.fffffep127f, "no key seen yet"
 
 
-def attention_model(part: str, hd: int, lq: int, lk: int):
+def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: int | None):
+    """attention.cc (kernels/attention.py): prefill (mode "p": init / item / finish) and decode (mode "d": init /
+    step / merge) primitives on the f32 state acc[lq*hd] | m[lq] | l[lq]."""
     scale = F32(attention_scale(hd))
+    n_state = lq * (hd + 2)
 
-    def init(m, l_, acc):
-        _need(m, "m", lq, "f32")[:] = _LOWEST
-        _need(l_, "l", lq, "f32")[:] = 0.0
-        _need(acc, "acc", lq * hd, "f32")[:] = 0.0
-        for b in (m, l_, acc):
-            b.written = True
+    def parts_of(state):
+        data = _need(state, "state", n_state, "f32")
+        return data[:lq * hd].reshape(lq, hd), data[lq * hd:lq * hd + lq], data[lq * hd + lq:]
 
-    def step(q, k, v, m, l_, acc, q_pos0, k_pos0, causal):
-        qf = _need(q, "q", lq * hd).reshape(lq, hd).astype(F32)
-        kf = _need(k, "k", lk * hd).reshape(lk, hd).astype(F32)
-        vf = _need(v, "v", lk * hd).reshape(lk, hd).astype(F32)
-        mm, ll = _need(m, "m", lq, "f32"), _need(l_, "l", lq, "f32")
-        aa = _need(acc, "acc", lq * hd, "f32").reshape(lq, hd)
-        # dot products accumulated over d sequentially in f32 (the host loop's order)
-        s = np.cumsum(qf[:, None, :] * kf[None, :, :], axis=2, dtype=F32)[:, :, -1] * scale
-        qpos = int(q_pos0) + np.arange(lq)[:, None]
-        kpos = int(k_pos0) + np.arange(lk)[None, :]
-        keep = (kpos <= qpos) if int(causal) else np.ones((lq, lk), dtype=bool)
-        any_ = keep.any(axis=1)
-        row_max = np.where(keep, s, _LOWEST).max(axis=1)
-        m_new = np.where(mm > row_max, mm, row_max).astype(F32)
-        alpha = np.exp(mm - m_new).astype(F32)
-        with np.errstate(over="ignore", invalid="ignore"):
+    def reset(state):
+        acc, m, l_ = parts_of(state)
+        acc[:] = 0.0
+        m[:] = _LOWEST
+        l_[:] = 0.0
+        state.written = True
+
+    def init(state, q=None):
+        reset(state)
+        if mode == "p":          # prefill: init(state, q) also zeroes the query tile
+            if q is None:
+                raise ModelError("prefill init takes (state, q)")
+            _need(q, "q", lq * hd)[:] = 0
+            q.written = True
+        elif q is not None:
+            raise ModelError("decode init takes (state)")
+
+    def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int):
+        acc, m, l_ = parts_of(state)
+        qpos = q_pos0 + q_step * np.arange(lq)
+        vis = np.clip(qpos - k_pos0 + 1, 0, lk)                       # visible keys: a prefix per row
+        rows = vis > 0
+        if not rows.any():
+            return
+        keep = np.arange(lk)[None, :] < vis[:, None]                   # [lq, lk]
+        qf, kf, vf = q.astype(F32), k.astype(F32), v.astype(F32)
+        with np.errstate(all="ignore"):                                # masked keys may hold anything
+            # dot products accumulated over d sequentially in f32 (the host loop's order)
+            s = np.cumsum(qf[:, None, :] * kf[None, :, :], axis=2, dtype=F32)[:, :, -1] * scale
+            row_max = np.where(keep, s, _LOWEST).max(axis=1)
+            m_new = np.where(m > row_max, m, row_max).astype(F32)
+            alpha = np.exp(m - m_new).astype(F32)
             p = np.where(keep, np.exp(s - m_new[:, None]), F32(0.0)).astype(F32)
-        new_acc = aa * alpha[:, None]
+        new_acc = acc * alpha[:, None]
         total = np.zeros(lq, dtype=F32)
-        for j in range(lk):  # sequential over keys, as in the host loop; masked keys add 0
-            total += p[:, j]
-            new_acc += p[:, j:j + 1] * vf[j][None, :]
-        new_l = alpha * ll + total
-        rows = any_  # a row whose keys are all masked in this tile stays unchanged
-        aa[rows] = new_acc[rows]
-        ll[rows] = new_l[rows]
-        mm[rows] = m_new[rows]
-        for b in (m, l_, acc):
-            b.written = True
+        for j in range(lk):  # sequential over keys, as in the host loop; masked keys are skipped
+            kj = keep[:, j]
+            total[kj] += p[kj, j]
+            new_acc[kj] += p[kj, j, None] * vf[j][None, :]
+        acc[rows] = new_acc[rows]
+        l_[rows] = (alpha * l_ + total)[rows]
+        m[rows] = m_new[rows]
+        state.written = True
 
-    def finish(l_, acc, out):
-        ll = _need(l_, "l", lq, "f32")
-        aa = _need(acc, "acc", lq * hd, "f32").reshape(lq, hd)
+    def item(it, q, state, t, n_q, slot, q_pos0):
+        t, n_q, slot, q_pos0 = int(t), int(n_q), int(slot), int(q_pos0)
+        data = _need(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
+        qd = _need(q, "q", lq * hd).reshape(lq, hd)
+        if t < n_q:      # Q item t is the tile of core slot t: rows [0, lk) then rows [lq - lk, lq)
+            if t == slot:
+                qd[:lk] = data[:lk]
+                qd[lk:] = data[2 * lk - (lq - lk):]
+                q.written = True
+            return
+        update(data[:lk], data[lk:], qd, state, q_pos0, 1, (t - n_q) * lk)
+
+    def step(it, state, pos, k_pos0):
+        data = _need(it, "item", (2 * lk + lq) * hd).reshape(2 * lk + lq, hd)
+        update(data[:lk], data[lk:2 * lk], data[2 * lk:], state, int(pos), 0, int(k_pos0))
+
+    def finish(state, out):
+        acc, _, l_ = parts_of(state)
         with np.errstate(divide="ignore", invalid="ignore"):
-            o = np.where(ll[:, None] > 0, aa / np.where(ll > 0, ll, F32(1.0))[:, None], F32(0.0))
+            o = np.where(l_[:, None] > 0, acc / np.where(l_ > 0, l_, F32(1.0))[:, None], F32(0.0))
         _need(out, "out", lq * hd)[:] = _to_bf16(o).reshape(-1)
         out.written = True
+        reset(state)             # ready for the next query block
 
-    return {"init": init, "step": step, "finish": finish}[part]
+    def merge(parts, out):
+        data = _need(parts, "parts", n_parts * n_state, "f32").reshape(n_parts, n_state)
+        acc = data[:, :lq * hd].reshape(n_parts, lq, hd)
+        m, l_ = data[:, lq * hd:lq * hd + lq], data[:, lq * hd + lq:]
+        mx = np.full(lq, _LOWEST, dtype=F32)
+        for s in range(n_parts):
+            mx = np.where(m[s] > mx, m[s], mx)
+        w = np.exp(m - mx[None, :]).astype(F32)                        # [n_parts, lq]
+        total = np.zeros(lq, dtype=F32)
+        o = np.zeros((lq, hd), dtype=F32)
+        for s in range(n_parts):                                      # sequential over parts (host order)
+            total += w[s] * l_[s]
+        for s in range(n_parts):
+            o += w[s][:, None] * acc[s]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            res = np.where(total[:, None] > 0, o / np.where(total > 0, total, F32(1.0))[:, None], F32(0.0))
+        _need(out, "out", lq * hd)[:] = _to_bf16(res).reshape(-1)
+        out.written = True
+
+    table = {("p", "init"): init, ("p", "item"): item, ("p", "finish"): finish,
+             ("d", "init"): init, ("d", "step"): step, ("d", "merge"): merge}
+    if (mode, part) not in table:
+        raise ModelError(f"attention: no {part!r} primitive in mode {mode!r}")
+    return table[(mode, part)]
 
 
 def _unblock(x: np.ndarray, rows: int, cols: int) -> np.ndarray:

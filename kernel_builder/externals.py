@@ -52,6 +52,8 @@ RMSNORM_GROUP_MULTIPLE = 32
 ADD_N_MULTIPLE = 32
 ATTN_HEAD_DIM_MULTIPLE = 32
 ATTN_LK_MULTIPLE = 16
+ATTN_LQ_MULTIPLE = 8     # prefill query rows: whole mmul blocks
+ATTN_MAX_PARTS = 16      # decode merge: partial states combined in one 16-lane vector
 GEMM_M_MULTIPLE = 8    # 8x8 blocks
 GEMM_K_MULTIPLE = 8
 GEMM_N_MULTIPLE = 16   # two 8-column blocks per mmul step
@@ -75,11 +77,12 @@ class ExternalKernel:
 
 
 class AttentionKernels(NamedTuple):
-    """The three flash-attention primitives; they share one object file (one compile)."""
+    """The tile primitives of one attention configuration; they share one object file (one compile).
+    Prefill: (init, item, finish); decode: (init, step, merge)."""
 
     init: ExternalKernel
-    step: ExternalKernel
-    finish: ExternalKernel
+    update: ExternalKernel
+    out: ExternalKernel
 
     @property
     def obj(self) -> str:
@@ -185,34 +188,59 @@ def swiglu_kernel(n: int) -> ExternalKernel:
     )
 
 
-def attention_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
-    """Online-softmax flash-attention primitives for a [lq, head_dim] query tile and [lk, head_dim] K/V tiles.
-
-    init(m[lq] f32, l[lq] f32, acc[lq][hd] f32)
-    step(q, k, v bf16, m, l, acc, int32 q_pos0, int32 k_pos0, int32 causal)
-    finish(l, acc, out[lq][hd] bf16)
-    """
-    _positive("flash_attn", head_dim=head_dim, lq=lq, lk=lk)
-    _multiple("flash_attn", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
-    _multiple("flash_attn", "lk", lk, ATTN_LK_MULTIPLE)
-    tag = f"hd{head_dim}_q{lq}_k{lk}"
-    init_sym, step_sym, finish_sym = (f"attn_{part}_bf16_{tag}" for part in ("init", "step", "finish"))
+def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> AttentionKernels:
+    kind = "prefill" if mode == "p" else "decode"
+    _positive(f"attention {kind}", head_dim=head_dim, lq=lq, lk=lk)
+    _multiple("attention", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
+    _multiple("attention", "lk", lk, ATTN_LK_MULTIPLE)
+    if mode == "p":
+        _multiple("attention", "lq", lq, ATTN_LQ_MULTIPLE)
+        if not lk <= lq <= 2 * lk:
+            raise ValueError(f"attention: lq={lq} must lie in [lk, 2*lk] = [{lk}, {2 * lk}] (a Q tile travels in "
+                             f"one item as two lk-row halves)")
+        parts, tag = ("init", "item", "finish"), f"hd{head_dim}_q{lq}_k{lk}"
+    else:
+        _positive("attention decode", n_parts=n_parts)
+        if n_parts > ATTN_MAX_PARTS:
+            raise ValueError(f"attention: n_parts={n_parts} exceeds {ATTN_MAX_PARTS} (one 16-lane merge vector)")
+        parts, tag = ("init", "step", "merge"), f"hd{head_dim}_q{lq}_k{lk}_n{n_parts}"
+    syms = [f"attn{mode}_{part}_bf16_{tag}" for part in parts]
     defines = (
+        ("ATTN_MODE", "1" if mode == "p" else "2"),
         ("ATTN_HEAD_DIM", str(head_dim)),
         ("ATTN_LQ", str(lq)),
         ("ATTN_LK", str(lk)),
+        *((("ATTN_NPARTS", str(n_parts)),) if mode == "d" else ()),
         # f32 bits of 1/sqrt(head_dim) as a C hex-float literal: the C++ and the numpy reference use the same scale.
         ("ATTN_SCALE", float.hex(attention_scale(head_dim)) + "f"),
-        ("ATTN_INIT_SYMBOL", init_sym),
-        ("ATTN_STEP_SYMBOL", step_sym),
-        ("ATTN_FINISH_SYMBOL", finish_sym),
+        ("ATTN_INIT_SYMBOL", syms[0]),
+        ("ATTN_UPDATE_SYMBOL", syms[1]),
+        ("ATTN_OUT_SYMBOL", syms[2]),
     )
-    obj = f"attn_{tag}.o"
+    obj = f"attn{mode}_{tag}.o"
+    return AttentionKernels(*(ExternalKernel(symbol=s_, obj=obj, source="attention.cc", defines=defines)
+                              for s_ in syms))
 
-    def make(symbol: str) -> ExternalKernel:
-        return ExternalKernel(symbol=symbol, obj=obj, source="attention.cc", defines=defines)
 
-    return AttentionKernels(make(init_sym), make(step_sym), make(finish_sym))
+def attention_prefill_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
+    """Prefill tile primitives for [lq, head_dim] query tiles and items of 2*lk rows (kernels/attention.py):
+
+    init(state f32[lq*(hd+2)])
+    item(item bf16[2*lk*hd], q bf16[lq*hd], state, int32 t, int32 n_q, int32 q_row0, int32 q_pos0)
+    finish(state, out bf16[lq*hd])
+    """
+    return _attention("p", head_dim, lq, lk)
+
+
+def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int) -> AttentionKernels:
+    """Decode tile primitives for the lq query rows of one GQA group, K/V tiles of lk rows and a merge of
+    n_parts partial states:
+
+    init(state f32[lq*(hd+2)])
+    step(item bf16[(2*lk+lq)*hd], state, int32 pos, int32 k_pos0)
+    merge(parts f32[n_parts*lq*(hd+2)], out bf16[lq*hd])
+    """
+    return _attention("d", head_dim, lq, lk, n_parts)
 
 
 def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
@@ -277,9 +305,9 @@ FAMILIES: tuple[ExternalFamily, ...] = (
     ExternalFamily("rmsnorm", "rmsnorm.cc", r"rmsnorm_g(\d+)_u(\d+)\.o", r"rmsnorm_bf16_g(\d+)_u(\d+)",
                    lambda g, u: rmsnorm_kernel(g, u), "rmsnorm_model"),
     ExternalFamily("add", "add.cc", r"add_n(\d+)\.o", r"add_bf16_n(\d+)", lambda n: add_kernel(n), "add_model"),
-    ExternalFamily("attention", "attention.cc", r"attn_hd(\d+)_q(\d+)_k(\d+)\.o",
-                   r"attn_(init|step|finish)_bf16_hd(\d+)_q(\d+)_k(\d+)",
-                   lambda hd, lq, lk: attention_kernels(hd, lq, lk).init, "attention_model"),
+    ExternalFamily("attention", "attention.cc", r"attn(p|d)_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?\.o",
+                   r"attn(p|d)_(init|item|finish|step|merge)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?",
+                   lambda mode, hd, lq, lk, n: _attention(mode, hd, lq, lk, n or 0).init, "attention_model"),
     ExternalFamily("gemm", "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
                    r"gemm_(zero|mac|out)_bf16_m(\d+)_k(\d+)_n(\d+)",
                    lambda m, k, n: gemm_kernels(m, k, n).zero, "gemm_model"),

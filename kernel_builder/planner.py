@@ -30,7 +30,6 @@ SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mli
                               # does, conservative for bf16); a contiguous (linear) transfer is exempt
 SHIM_BD_MAX_ITERATIONS = 64   # 4th (iteration) dimension of a shim BD with a non-zero stride (verifyStridesWraps:
                               # iter_bits = 6, "Size 3 exceeds the [1:64] range")
-MAX_ATTN_TILE = 64            # largest flash-attention q/k tile considered
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
 MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
 
@@ -189,21 +188,6 @@ class RopePlan:
 
 
 @dataclass(frozen=True)
-class AttnPlan:
-    lq: int        # query rows per tile
-    lk: int        # key/value rows per step
-    herd_q: int    # herd x: tiles splitting the query blocks of one head
-    herd_h: int    # herd y: query heads of one GQA group processed side by side (share a KV head)
-
-    def l1_bytes(self, head_dim: int) -> int:
-        q = BF16 * self.lq * head_dim
-        kv = 2 * 2 * BF16 * self.lk * head_dim           # K and V, double-buffered
-        acc = F32 * self.lq * head_dim + 2 * F32 * self.lq  # acc + running max/sum
-        out = BF16 * self.lq * head_dim
-        return q + kv + acc + out
-
-
-@dataclass(frozen=True)
 class LmHeadPlan:
     n_parts: int     # GEMV launches over the vocabulary
     part_rows: int   # rows (vocab entries) per partition; n_parts*part_rows >= vocab, tail zero-padded
@@ -335,34 +319,6 @@ def plan_rope(rows: int, heads: int, head_dim: int) -> RopePlan:
         raise ValueError(f"rope: {heads} heads of head_dim={head_dim} need more than {_kib(L1_BUDGET)} of L1 "
                          f"per tile for one row")
     return max(fits, key=lambda p: (_even_or_one(p.steps), p.step_rows))
-
-
-def plan_flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int) -> AttnPlan:
-    check_positive("flash_attn", seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
-    if heads % kv_heads:
-        raise ValueError(f"flash_attn: heads={heads} must be divisible by kv_heads={kv_heads} (GQA groups)")
-    if head_dim % 2:
-        raise ValueError(f"flash_attn: head_dim={head_dim} must be even")
-    if head_dim % ATTN_HEAD_DIM_MULTIPLE:
-        raise ValueError(f"flash_attn: head_dim={head_dim} must be a multiple of {ATTN_HEAD_DIM_MULTIPLE} "
-                         f"(32-lane bf16 vector path of the external kernel)")
-    group = heads // kv_heads
-    herd_h = _herd(group, NPU2_ROWS)
-    best, best_key = None, None
-    for lq in _divisors_desc(seq, MAX_ATTN_TILE):
-        for lk in _divisors_desc(lq, lq):   # lk | lq keeps the causal K range a whole number of K tiles
-            plan = AttnPlan(lq, lk, _herd(seq // lq), herd_h)
-            if plan.l1_bytes(head_dim) > L1_BUDGET:
-                continue
-            # prefer: vector-friendly query tiles (>= 16 rows), then parallel tiles, then big tiles
-            key = (lq >= min(16, seq), plan.herd_q, lq * lk, lq)
-            if best_key is None or key > best_key:
-                best, best_key = plan, key
-    if best is None:
-        need = AttnPlan(1, 1, 1, 1).l1_bytes(head_dim)
-        raise ValueError(f"flash_attn: head_dim={head_dim} needs {_kib(need)} of L1 per tile for 1-row tiles; "
-                         f"the NPU2 limit is {_kib(L1_BUDGET)}")
-    return best
 
 
 def plan_lm_head(vocab: int, hidden: int) -> LmHeadPlan:

@@ -4,12 +4,13 @@ The AIE2P vector path needs Peano and cannot be built here; the host build compi
 the same -D shape flags and renamed symbols, so the kernel contracts (layouts, masks, offsets, rounding) are
 checked for real. One shared library holds every variant (built once per session, in parallel).
 
-Tolerances: RoPE, add and the attention finish are the same f32 operations as the reference -> RoPE and add
-are compared bit for bit. GEMV/GEMM/attention accumulate in a different order than numpy's BLAS: |c - ref| <=
+Tolerances: RoPE and add are the same f32 operations as the reference -> compared bit for bit. GEMV/GEMM
+accumulate in a different order than numpy's BLAS: |c - ref| <=
 2^-7 |ref| + 2^-10 max|ref| (two bf16 ulps at the element, plus slack for cancellation); the chunked GEMV
 (partial sums carried in f32 across K chunks) equals the unchunked one bit for bit. RMSNorm sums squares
 sequentially and multiplies by 1/group (numpy: pairwise sum, division): within one bf16 ulp. SwiGLU uses expf
-vs numpy's exp: at most 1 bf16 ulp apart, and nearly always equal.
+vs numpy's exp: at most 1 bf16 ulp apart, and nearly always equal. The attention primitives:
+tests/test_attention_cpp.py.
 """
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ ROPE_VARIANTS = [(64, 5, 1), (128, 3, 2), (64, 9, 4)]  # (head_dim, heads, rows)
 RMSNORM_VARIANTS = [(576, 1), (2048, 2), (64, 9)]     # (group, units)
 SWIGLU_N = 256
 ADD_N = 288
-ATTN = (64, 16, 32)  # head_dim, lq, lk
 GEMM_VARIANTS = [(8, 64, 48), (64, 64, 64), (16, 32, 128)]  # tile_m, tile_k, tile_n
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 8192}
@@ -45,7 +45,8 @@ def _all_kernels() -> list[ext.ExternalKernel]:
     ks += [ext.rmsnorm_kernel(*v) for v in RMSNORM_VARIANTS]
     ks.append(ext.swiglu_kernel(SWIGLU_N))
     ks.append(ext.add_kernel(ADD_N))
-    ks.append(ext.attention_kernels(*ATTN).init)  # one object holds init/step/finish
+    ks.append(ext.attention_prefill_kernels(64, 64, 32).init)  # one object holds init/item/finish
+    ks.append(ext.attention_decode_kernels(64, 4, 32, 4).init)  # one object holds init/step/merge
     ks += [ext.gemm_kernels(*v).zero for v in GEMM_VARIANTS]  # one object holds zero/mac/out
     return ks
 
@@ -203,83 +204,6 @@ def test_swiglu_matches_reference_within_one_ulp(lib, rng):
     assert np.mean(ulps == 0) > 0.97
 
 
-# ------------------------------------------------------------------------------------------ attention
-
-class Attn:
-    def __init__(self, lib):
-        hd, lq, lk = ATTN
-        ks = ext.attention_kernels(hd, lq, lk)
-        self.hd, self.lq, self.lk = hd, lq, lk
-        self.init = fn(lib, ks.init.symbol, 3)
-        self.step = fn(lib, ks.step.symbol, 6, 3)
-        self.finish = fn(lib, ks.finish.symbol, 3)
-
-    def state(self):
-        m = np.zeros(self.lq, np.float32)
-        l = np.zeros(self.lq, np.float32)
-        acc = np.zeros((self.lq, self.hd), np.float32)
-        self.init(ptr(m), ptr(l), ptr(acc))
-        return m, l, acc
-
-    def run(self, q, k, v, causal, q_offset=0):
-        """Tile q by lq and k/v by lk; skip k tiles entirely in the future (the schedule a builder uses)."""
-        out = np.zeros_like(q)
-        for q0 in range(0, q.shape[0], self.lq):
-            m, l, acc = self.state()
-            qt = np.ascontiguousarray(q[q0:q0 + self.lq])
-            for k0 in range(0, k.shape[0], self.lk):
-                if causal and k0 > q_offset + q0 + self.lq - 1:
-                    break
-                kt, vt = np.ascontiguousarray(k[k0:k0 + self.lk]), np.ascontiguousarray(v[k0:k0 + self.lk])
-                self.step(ptr(qt), ptr(kt), ptr(vt), ptr(m), ptr(l), ptr(acc), q_offset + q0, k0, causal)
-            tile = np.zeros((self.lq, self.hd), BF16)
-            self.finish(ptr(l), ptr(acc), ptr(tile))
-            out[q0:q0 + self.lq] = tile
-        return out
-
-
-@pytest.mark.parametrize("causal", [1, 0])
-def test_attention_tiles_match_reference_flash_attn(lib, rng, causal):
-    a = Attn(lib)
-    seq = 4 * a.lk  # 8 query tiles x 4 key tiles; the causal boundary cuts through key tiles
-    q, k, v = (rand_bf16(rng, (seq, a.hd), 1.5) for _ in range(3))
-    got = a.run(q, k, v, causal)
-    want = ref.flash_attn(q, k, v, seq=seq, heads=1, kv_heads=1, head_dim=a.hd, causal=causal)
-    assert_close(got, want, f"attention causal={causal}")
-
-
-def test_attention_future_tile_leaves_state_unchanged_and_empty_rows_finish_to_zero(lib, rng):
-    a = Attn(lib)
-    q, k, v = (rand_bf16(rng, (a.lk, a.hd)) for _ in range(3))
-    qt = np.ascontiguousarray(q[:a.lq])
-    m, l, acc = a.state()
-    out = np.ones((a.lq, a.hd), BF16)
-    a.finish(ptr(l), ptr(acc), ptr(out))  # nothing seen yet: l == 0 -> zeros, not NaN
-    np.testing.assert_array_equal(out.astype(np.float32), 0.0)
-    a.step(ptr(qt), ptr(k), ptr(v), ptr(m), ptr(l), ptr(acc), 0, 0, 1)
-    before = (m.copy(), l.copy(), acc.copy())
-    a.step(ptr(qt), ptr(k), ptr(v), ptr(m), ptr(l), ptr(acc), 0, a.lq, 1)  # keys all after the queries
-    for x, y in zip(before, (m, l, acc)):
-        np.testing.assert_array_equal(x, y)
-    # query 0 saw only key 0: its output is exactly v[0]
-    a.finish(ptr(l), ptr(acc), ptr(out))
-    np.testing.assert_array_equal(out[0].view(np.uint16), v[0].view(np.uint16))
-
-
-def test_attention_query_offset_decode_style(lib, rng):
-    """A query tile at positions [p0, p0+lq) against a longer key history: q_pos0 shifts the causal limit."""
-    a = Attn(lib)
-    hist = 3 * a.lk
-    q_offset = hist - a.lq  # the last lq positions of the history are the queries
-    q = rand_bf16(rng, (a.lq, a.hd), 1.5)
-    k, v = rand_bf16(rng, (hist, a.hd), 1.5), rand_bf16(rng, (hist, a.hd))
-    got = a.run(q, k, v, causal=1, q_offset=q_offset)
-    # reference: full-sequence causal attention whose last lq rows are these queries
-    q_full = np.concatenate([np.zeros((q_offset, a.hd), BF16), q])
-    want = ref.flash_attn(q_full, k, v, seq=hist, heads=1, kv_heads=1, head_dim=a.hd, causal=1)[q_offset:]
-    assert_close(got, want, "attention with q_pos0 offset")
-
-
 # ------------------------------------------------------------------------------------------ GEMM
 
 def _block(x: np.ndarray) -> np.ndarray:
@@ -365,13 +289,13 @@ def test_peano_include_dir_defaults_to_mlir_aie_install(tmp_path, monkeypatch):
 
 
 def test_host_compile_command_builds_scalar_path(tmp_path):
-    ks = ext.attention_kernels(128, 32, 64)
-    cmd = ext.host_compile_command(ks.step, tmp_path, cxx="c++")
+    ks = ext.attention_prefill_kernels(128, 64, 32)
+    cmd = ext.host_compile_command(ks.update, tmp_path, cxx="c++")
     assert cmd[0] == "c++" and "-std=c++20" in cmd and "-fPIC" in cmd
     assert not any("target" in f for f in cmd)
-    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "attn_hd128_q32_k64.host.o")
-    for d in ("-DATTN_HEAD_DIM=128", "-DATTN_LQ=32", "-DATTN_LK=64", "-DATTN_STEP_SYMBOL=attn_step_bf16_hd128_q32_k64",
-              f"-DATTN_SCALE={float.hex(ref.attention_scale(128))}f"):
+    assert cmd[cmd.index("-o") + 1] == str(tmp_path / "attnp_hd128_q64_k32.host.o")
+    for d in ("-DATTN_MODE=1", "-DATTN_HEAD_DIM=128", "-DATTN_LQ=64", "-DATTN_LK=32",
+              "-DATTN_UPDATE_SYMBOL=attnp_item_bf16_hd128_q64_k32", f"-DATTN_SCALE={float.hex(ref.attention_scale(128))}f"):
         assert d in cmd, d
 
 
@@ -384,14 +308,20 @@ def test_registry_names_and_validation():
     n, a = ext.rmsnorm_kernel(64, 4), ext.add_kernel(4096)
     assert (n.symbol, n.obj, a.symbol, a.obj) == ("rmsnorm_bf16_g64_u4", "rmsnorm_g64_u4.o", "add_bf16_n4096",
                                                   "add_n4096.o")
-    init, step, finish = ext.attention_kernels(64, 32, 64)
-    assert init.obj == step.obj == finish.obj == "attn_hd64_q32_k64.o"
-    assert len({init.symbol, step.symbol, finish.symbol}) == 3
+    init, item, finish = ext.attention_prefill_kernels(64, 64, 32)
+    assert init.obj == item.obj == finish.obj == "attnp_hd64_q64_k32.o"
+    assert len({init.symbol, item.symbol, finish.symbol}) == 3
+    init, step, merge = ext.attention_decode_kernels(64, 4, 64, 4)
+    assert (step.symbol, merge.obj) == ("attnd_step_bf16_hd64_q4_k64_n4", "attnd_hd64_q4_k64_n4.o")
     for bad, msg in ((lambda: ext.gemv_kernel(100, 100, 2, 4), "gemv: k=100 must be a multiple of 32"),
                      (lambda: ext.gemv_kernel(2048, 2048, 0, 4), "gemv: tile_m must be a positive int"),
                      (lambda: ext.gemv_kernel(2048, 768, 2, 4), "gemv: kc=768 must divide k=2048"),
                      (lambda: ext.gemv_kernel(2048, 2048, 3, 4), "gemv: tile_m=3 must divide rows=4"),
-                     (lambda: ext.attention_kernels(64, 32, 40), "flash_attn: lk=40 must be a multiple of 16"),
+                     (lambda: ext.attention_prefill_kernels(64, 32, 40), "attention: lk=40 must be a multiple of 16"),
+                     (lambda: ext.attention_prefill_kernels(64, 12, 32), "attention: lq=12 must be a multiple of 8"),
+                     (lambda: ext.attention_prefill_kernels(64, 16, 32),
+                      r"attention: lq=16 must lie in \[lk, 2\*lk\]"),
+                     (lambda: ext.attention_decode_kernels(64, 4, 32, 32), "attention: n_parts=32 exceeds 16"),
                      (lambda: ext.rope_kernel(48, 2), "rope: head_dim=48"),
                      (lambda: ext.rmsnorm_kernel(48, 1), "rmsnorm: group=48 must be a multiple of 32"),
                      (lambda: ext.add_kernel(100), "add: n=100 must be a multiple of 32")):
@@ -420,9 +350,13 @@ def test_fingerprint_tracks_source_defines_and_flags(monkeypatch):
 def test_kernel_for_object_inverts_object_names():
     for kern in (ext.gemv_kernel(8192, 512, 16, 256), ext.rope_kernel(128, 24, 1), ext.rope_kernel(64, 4, 2),
                  ext.swiglu_kernel(512), ext.rmsnorm_kernel(2048, 2), ext.add_kernel(4096),
-                 ext.attention_kernels(64, 32, 64).init, ext.gemm_kernels(64, 64, 64).zero):
+                 ext.attention_prefill_kernels(64, 64, 32).init, ext.attention_decode_kernels(128, 3, 32, 4).init,
+                 ext.gemm_kernels(64, 64, 64).zero):
         assert ext.kernel_for_object(kern.obj) == kern
-    assert ext.kernel_for_object(ext.attention_kernels(64, 32, 64).step.obj).symbol == "attn_init_bf16_hd64_q32_k64"
+    assert ext.kernel_for_object(ext.attention_prefill_kernels(64, 64, 32).update.obj).symbol == \
+        "attnp_init_bf16_hd64_q64_k32"
+    assert ext.kernel_for_object(ext.attention_decode_kernels(64, 4, 64, 4).out.obj).symbol == \
+        "attnd_init_bf16_hd64_q4_k64_n4"
     assert ext.kernel_for_object("mv_k08192_c512_m16_r256.o") is None  # not a name the registry produces
     assert ext.kernel_for_object("zero.o") is None
     with pytest.raises(ValueError, match="gemv: k=100"):

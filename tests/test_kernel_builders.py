@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from kernel_builder import gemm_plan, planner
-from kernel_builder.kernels import add, flash_attn, gemm, gemv, rmsnorm, rope, swiglu
+from kernel_builder.kernels import add, attention, gemm, gemv, rmsnorm, rope, swiglu
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 from tests import air_checks
 from tests.tooling import require_tool
@@ -34,15 +34,18 @@ def model_kernels(s, seq: int):
     ]
     projections = [(s.hidden, s.q_dim), (s.hidden, s.kv_dim), (s.q_dim, s.hidden), (s.hidden, s.ffn),
                    (s.ffn, s.hidden)]
+    heads = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": s.head_dim}
     if seq == 1:
         for k, m in projections:
             out.append((lambda m=m, k=k: gemv.build(m, k), {"kind": "gemv", "m": m, "k": k}))
+        windows = (256, 2048, 8192)      # decode attention over KV windows of the cache
     else:
         for k, n in projections:
             out.append((lambda k=k, n=n: gemm.build(seq, k, n), {"kind": "gemm", "m": seq, "k": k, "n": n}))
-        out.append((lambda: flash_attn.build(seq, s.n_heads, s.n_kv_heads, s.head_dim),
-                    {"kind": "flash_attn", "seq": seq, "heads": s.n_heads, "kv_heads": s.n_kv_heads,
-                     "head_dim": s.head_dim, "causal": 1}))
+        windows = (seq, 8192)            # the first chunk over its own keys; a chunk over an 8k KV prefix
+    for w in windows:
+        out.append((lambda w=w: attention.build(seq, w, s.n_heads, s.n_kv_heads, s.head_dim),
+                    {"kind": "attention", "rows": seq, "kv_rows": w, **heads}))
     return out
 
 
@@ -67,6 +70,9 @@ def test_builder_structure(case, s, seq, i):
     assert rep.errors == [], "\n".join(rep.errors)
     assert rep.kernels == [expected]
     assert len(rep.public) == 1 and rep.public[0][0] == expected["kind"]
+    # every herd gets its data through operands or channels
+    for h in rep.herds:
+        assert h.types or rep.channel_ops, "herd without operands or channels"
     # the herd of every kernel fits the 8x4 array
     consts = {name: int(v) for name, v in re.findall(r"(%\S+) = arith\.constant (\d+) : index", text)}
     for h in rep.herds:
@@ -98,9 +104,9 @@ def test_signature_and_arg_types():
     assert rep.public[0][2] == ["memref<512x2048xbf16>", "memref<1x2048xbf16>", "memref<1x512xbf16>"]
     rep = air_checks.check_module(add.build(64, 2048, flat_out=True))
     assert rep.public[0][2][-1] == "memref<131072xbf16>"
-    rep = air_checks.check_module(flash_attn.build(64, 32, 8, 64))
-    assert rep.public[0][2] == ["memref<64x2048xbf16>", "memref<64x512xbf16>", "memref<64x512xbf16>",
-                                "memref<64x2048xbf16>"]
+    rep = air_checks.check_module(attention.build(64, 256, 32, 8, 64))
+    assert rep.public[0][2] == ["memref<64x2048xbf16>", "memref<256x512xbf16>", "memref<256x512xbf16>",
+                                "memref<1xi32>", "memref<64x2048xbf16>"]
     rep = air_checks.check_module(rope.build(1, 8, 64))
     assert rep.public[0][2] == ["memref<1x512xbf16>", "memref<1x64xbf16>", "memref<1x512xbf16>"]
 
@@ -210,12 +216,16 @@ def test_gemv_k_variants_have_distinct_symbols():
         assert rep.herds[0].attrs["link_with"] == decl.attrs["link_with"]
 
 
-def test_causal_flag_changes_module():
-    c = flash_attn.build(64, 32, 8, 64, causal=True)
-    nc = flash_attn.build(64, 32, 8, 64, causal=False)
-    assert air_checks.check_module(nc).kernels[0]["causal"] == 0
-    assert air_checks.check_module(c).kernels[0]["causal"] == 1
-    assert air_checks.check_module(nc).errors == []
+def test_attention_prefill_and_decode_are_distinct_designs():
+    """Prefill: one herd whose groups share broadcast item streams; decode: the split herd and its merge herd."""
+    pre = air_checks.check_module(attention.build(64, 64, 32, 8, 64))
+    dec = air_checks.check_module(attention.build(1, 2048, 32, 8, 64))
+    assert [h.symbol for h in pre.herds] == ["attention_herd"]
+    assert [h.symbol for h in dec.herds] == ["attention_herd", "attention_merge"]
+    assert pre.channels["attn_in"].broadcast_shape == [4, 4] and pre.channels["attn_in"].size == [4, 1]
+    assert dec.channels["attn_in"].broadcast_shape is None
+    for rep in (pre, dec):
+        assert rep.errors == [] and rep.kernels[0]["kind"] == "attention"
 
 
 def test_generation_is_deterministic():
@@ -231,8 +241,9 @@ def test_generation_is_deterministic():
     lambda: gemm.build(64, 2048, 0),
     lambda: gemv.build(2048, 100),
     lambda: rope.build(4, 8, 63),
-    lambda: flash_attn.build(64, 30, 8, 64),
-    lambda: flash_attn.build(64, 32, 8, 63),
+    lambda: attention.build(64, 64, 30, 8, 64),
+    lambda: attention.build(64, 64, 32, 8, 63),
+    lambda: attention.build(1, 100, 32, 8, 64),
     lambda: swiglu.build(1, 8190),
     lambda: add.build(-1, 8),
 ])

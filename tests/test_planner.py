@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_builder import gemm_plan as G
+from kernel_builder import attention_plan as A
 from kernel_builder import planner as P
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 
@@ -155,13 +156,50 @@ def test_row_plans(s, rows):
         assert q.herd == 1 or q.heads_per_tile * s.head_dim >= P.MIN_ELEMWISE_CHUNK
 
 
+def _check_attention_plan(p, s, rows, window):
+    g = s.n_heads // s.n_kv_heads
+    assert p.l1_bytes() <= P.L1_BUDGET
+    assert all(b <= P.MEMTILE_BYTES for b in p.l2_buffers().values()) and p.l2_bytes() <= P.L2_BUDGET
+    assert p.herd_x <= P.NPU2_COLS and p.herd_y <= P.NPU2_ROWS and p.cores <= P.NPU2_COLS * P.NPU2_ROWS
+    ch = p.channels()
+    assert ch["shim_mm2s"] <= A.SHIM_MM2S and ch["shim_s2mm"] <= A.SHIM_S2MM
+    assert ch["core_s2mm"] <= 2 and ch["core_mm2s"] <= 2 and p.core_bds() <= 16
+    assert window % p.lk == 0 and p.lk % A.ATTN_LK_MULTIPLE == 0
+    assert p.launch == s.n_kv_heads
+    if p.decode:
+        assert p.lq == g and p.kv_rows % (p.herd_x * p.lk) == 0 and p.herd_y == 1
+    else:
+        assert rows % (p.lq * p.herd_x) == 0 and p.lq % A.ATTN_LQ_MULTIPLE == 0 and g % p.herd_y == 0
+        assert p.lk <= p.lq <= 2 * p.lk
+        # every query block of every head is computed exactly once
+        assert p.launch * p.head_passes * p.rounds * p.herd_x * p.herd_y * p.lq == rows * s.n_heads
+        assert p.q_items * p.item_rows >= p.herd_y * p.lq
+
+
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
 @pytest.mark.parametrize("seq", SEQS)
-def test_attn_plans(s, seq):
-    a = P.plan_flash_attn(seq, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert seq % a.lq == 0 and a.lq % a.lk == 0 and (seq // a.lq) % a.herd_q == 0
-    assert (s.n_heads // s.n_kv_heads) % a.herd_h == 0 and a.herd_q <= 8 and a.herd_h <= 4
-    assert a.l1_bytes(s.head_dim) <= P.L1_BUDGET
+def test_attention_prefill_plans(s, seq):
+    for window in (seq, 8192):          # the first chunk; a chunk over a KV prefix (chunked prefill)
+        _check_attention_plan(A.plan_attention(seq, window, s.n_heads, s.n_kv_heads, s.head_dim), s, seq, window)
+
+
+@pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
+@pytest.mark.parametrize("window", [256, 2048, 8192, 131072])
+def test_attention_decode_plans(s, window):
+    _check_attention_plan(A.plan_attention(1, window, s.n_heads, s.n_kv_heads, s.head_dim), s, 1, window)
+
+
+def test_attention_plans_use_the_array():
+    """Prefill: 4 query blocks x 4 heads side by side (one output stream per core: 16 shim S2MM channels), two
+    feed streams per group; decode splits the window over 4 cores per kv head (3 streams each)."""
+    s = LLAMA32_1B
+    p = A.plan_attention(2048, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
+    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 32, 4, 4, 16, 8)
+    assert p.channels()["shim_mm2s"] == 9 and p.channels()["shim_s2mm"] == 16
+    p = A.plan_attention(64, 64, s.n_heads, s.n_kv_heads, s.head_dim)
+    assert (p.lq, p.lk, p.herd_x, p.cores) == (16, 16, 4, 16)
+    d = A.plan_attention(1, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
+    assert (d.herd_x, d.herd_y, d.lq, d.cores, d.lk) == (4, 1, 4, 5, 64)
 
 
 def test_lm_head_reference_partitioning():
@@ -185,9 +223,11 @@ def test_lm_head_reference_partitioning():
     (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 32"]),
     (lambda: P.plan_rope(4, 8, 63), ["rope", "head_dim=63", "even"]),
     (lambda: P.plan_rope(4, 8, 48), ["rope", "head_dim=48", "multiple of 32"]),
-    (lambda: P.plan_flash_attn(64, 30, 8, 64), ["flash_attn", "heads=30", "kv_heads=8"]),
-    (lambda: P.plan_flash_attn(64, 32, 8, 65), ["flash_attn", "head_dim=65", "even"]),
-    (lambda: P.plan_flash_attn(64, 32, 8, 4096), ["flash_attn", "head_dim=4096", "limit"]),
+    (lambda: A.plan_attention(64, 64, 30, 8, 64), ["attention", "heads=30", "kv_heads=8"]),
+    (lambda: A.plan_attention(64, 64, 32, 8, 65), ["attention", "head_dim=65", "even"]),
+    (lambda: A.plan_attention(64, 64, 32, 8, 4096), ["attention", "head_dim=4096", "KiB"]),
+    (lambda: A.plan_attention(1, 4096 * 64, 32, 8, 4096), ["attention", "decode", "KiB"]),
+    (lambda: A.plan_attention(64, 32, 32, 8, 64), ["attention", "rows=64", "kv_rows=32"]),
     (lambda: P.plan_add(0, 2048), ["add", "rows", "positive"]),
     (lambda: P.plan_gemv(-5, 2048), ["gemv", "m", "positive"]),
     (lambda: P.plan_lm_head(128256, 0), ["lm_head", "hidden", "positive"]),

@@ -47,6 +47,7 @@ class _LaunchAnalyzer:
         self.usage = Usage(stack_bytes=preset.stack_size)
         self.work = Work(launch_iterations=launch.n_instances)
         self.copies: dict[Buffer, int] = {}
+        self.channel_flows: dict[tuple, Flow] = {}   # (direction, channel, index) -> its one shim flow
 
     @staticmethod
     def _regions(block):
@@ -160,8 +161,24 @@ class _LaunchAnalyzer:
                     acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, self.facts,
                     chained_write=inbound and acc.buffer in self.chained_writes)
                 self._check_shim_access(t, acc, stride, ndims)
-                flows.append(Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
-                                  acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine))
+                flow = Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
+                            acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
+                # channel ops on the same channel index share one shim allocation (the shim allocator reuses
+                # the allocation of a channel declaration, AIRToAIESchedulingUtils.cpp): one stream, its
+                # transfers issued one after the other
+                key = (flow.direction, t.channel, tuple(str(i) for i in t.indices)) if t.kind != "dma" else None
+                same = self.channel_flows.get(key) if key else None
+                if same is not None:
+                    same.bytes += flow.bytes
+                    same.tasks += flow.tasks
+                    same.pieces = max(same.pieces, flow.pieces)
+                    same.non_affine = same.non_affine or flow.non_affine
+                    if acc.buffer.name not in same.what:
+                        same.what += f" + {acc.buffer.name}"
+                    continue
+                if key:
+                    self.channel_flows[key] = flow
+                flows.append(flow)
             elif acc.buffer.space == L2:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["s2mm" if inbound else "mm2s"] += 1

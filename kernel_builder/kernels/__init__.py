@@ -46,7 +46,7 @@ SIGNATURES: dict[str, KernelSig] = {s.kind: s for s in (
     KernelSig("gemv", ("w", "x", "y")),
     KernelSig("rope", ("x", "lut", "y")),
     KernelSig("swiglu", ("gate", "up", "y")),
-    KernelSig("flash_attn", ("q", "k", "v", "o")),
+    KernelSig("attention", ("q", "k", "v", "pos", "o")),
     KernelSig("add", ("a", "b", "y")),
 )}
 

@@ -47,17 +47,20 @@ def rope(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def attention(op: Op, phase: Phase, graph: LayerGraph):
-    """Prefill of one chunk starting at position 0: causal flash attention over the chunk's own K/V rows,
-    i.e. the cache window the same rows were appended to."""
+    """Prefill of one chunk: causal GQA attention of the chunk's rows at the call's position over the KV-cache
+    window starting at row 0 (`kv_rows` = the chunk's rows: the first chunk, at position 0, over its own keys,
+    which the same module appended to the cache). The position reaches the kernel as its `pos` scalar."""
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
     if phase.name != "prefill":
         raise ValueError(f"attention in phase {phase.tag}: the device path covers prefill; decode runs it on "
                          f"the host (--decode-attention host)")
     rows = phase.rows
-    k = Arg("k_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:], at=POS)
-    v = Arg("v_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:], at=POS)
-    return kernel("flash_attn", rows, heads, kv_heads, hd, causal=True), (q, "k_ctx", "v_ctx", op.out), [k, v]
+    k = Arg("k_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
+    v = Arg("v_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
+    pos = Arg(POS, (1,), Role.SCALAR, "i32")
+    return (kernel("attention", rows, rows, heads, kv_heads, hd), (q, "k_ctx", "v_ctx", POS, op.out),
+            [k, v, pos])
 
 
 def add(op: Op, phase: Phase, graph: LayerGraph):

@@ -1,0 +1,229 @@
+"""The attention tile primitives (kernel_builder/external_kernels/attention.cc), scalar host path compiled with
+g++, against kernel_builder.reference.attention, driven with the schedules the builder emits
+(kernel_builder/kernels/attention.py): prefill items (Q capture, then the whole K/V window, static), decode
+shares of the window merged into one output. The numpy model the interpreter runs
+(kernel_builder.external_models.attention_model) must agree with the compiled code.
+
+Tolerance: the host path accumulates q.k and p.V in f32 in key order (the reference: f64), so outputs differ by
+rounding only: |c - ref| <= 2^-7 |ref| + 2^-10 max|ref| (two bf16 ulps at the element, plus slack).
+"""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from kernel_builder import externals as ext
+from kernel_builder import reference as ref
+from kernel_builder.external_models import attention_model
+from kernel_builder.numerics import BF16, to_bf16
+from tooling import require_tool
+
+PREFILL = [(64, 64, 32), (64, 32, 32), (128, 16, 16), (128, 24, 16)]   # head_dim, lq, lk (lk <= lq <= 2 lk)
+DECODE = [(64, 4, 32, 4), (32, 3, 16, 2)]        # head_dim, group rows, lk, parts
+
+
+def _kernels():
+    return [ext.attention_prefill_kernels(*c) for c in PREFILL] + [ext.attention_decode_kernels(*c) for c in DECODE]
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory) -> ctypes.CDLL:
+    cxx = require_tool("g++")
+    out = tmp_path_factory.mktemp("attention_host")
+    cmds = [ext.host_compile_command(k.init, out, cxx=cxx) + ["-Wall", "-Wextra"] for k in _kernels()]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), cmds))
+    for cmd, res in zip(cmds, results):
+        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+        assert "warning" not in res.stderr, res.stderr
+    so = out / "libattention.so"
+    subprocess.run(ext.host_link_command([out / ext.host_object_name(k.init) for k in _kernels()], so, cxx=cxx),
+                   check=True)
+    return ctypes.CDLL(str(so))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(11)
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    assert a.flags.c_contiguous
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def _fn(lib, symbol: str, n_ptrs: int, n_ints: int = 0):
+    f = getattr(lib, symbol)
+    f.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int32] * n_ints
+    f.restype = None
+    return f
+
+
+def _rand(rng, shape, scale=1.0) -> np.ndarray:
+    return to_bf16(rng.standard_normal(shape).astype(np.float32) * np.float32(scale))
+
+
+def _assert_close(got, want, what):
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    bound = 2.0**-7 * np.abs(w) + 2.0**-10 * np.abs(w).max()
+    err = np.abs(g - w)
+    assert np.isfinite(g).all(), f"{what}: non-finite output"
+    assert np.all(err <= bound), f"{what}: max err {err.max()}"
+
+
+class Prefill:
+    """One core's schedule: init, the Q items of its group (one per core: item rows [0, lk) are Q rows
+    [0, lk), rows [lk, 2lk) are Q rows [lq - lk, lq)), then the K/V items of the window."""
+
+    def __init__(self, lib, hd, lq, lk):
+        ks = ext.attention_prefill_kernels(hd, lq, lk)
+        self.hd, self.lq, self.lk = hd, lq, lk
+        self.init, self.item, self.finish = _fn(lib, ks.init.symbol, 2), _fn(lib, ks.update.symbol, 3, 4), \
+            _fn(lib, ks.out.symbol, 2)
+
+    def q_item(self, tile):
+        return np.ascontiguousarray(np.concatenate([tile[:self.lk], tile[self.lq - self.lk:]]))
+
+    def run(self, q_tiles, slot, k, v, q_pos0, state=None, q=None):
+        """q_tiles: the Q tiles of the cores sharing the stream; this core is `slot`. state/q: reuse the
+        buffers of an earlier query block (finish empties the state) instead of a fresh init."""
+        hd, lq, lk = self.hd, self.lq, self.lk
+        if state is None:
+            state, q = np.empty(lq * (hd + 2), np.float32), np.empty((lq, hd), BF16)
+            self.init(_ptr(state), _ptr(q))
+        n_q = len(q_tiles)
+        for t, tile in enumerate(q_tiles):
+            self.item(_ptr(self.q_item(tile)), _ptr(q), _ptr(state), t, n_q, slot, q_pos0)
+        for t in range(k.shape[0] // lk):
+            it = np.ascontiguousarray(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
+            self.item(_ptr(it), _ptr(q), _ptr(state), n_q + t, n_q, slot, q_pos0)
+        self.finish(_ptr(state), _ptr(q))
+        return q.copy(), state, q
+
+
+@pytest.mark.parametrize("cfg", PREFILL, ids=lambda c: f"hd{c[0]}_q{c[1]}_k{c[2]}")
+@pytest.mark.parametrize("pos", [0, 40, 77])
+def test_prefill_schedule_matches_reference(lib, rng, cfg, pos):
+    """Three cores share a stream; each one's output is the reference's rows for its head. Query blocks
+    follow each other on the same buffers (finish leaves an empty state). Keys past the last query hold
+    NaN/inf (a KV window beyond the chunk): never read."""
+    p = Prefill(lib, *cfg)
+    hd, lq = p.hd, p.lq
+    rows, heads = 2 * lq, 3
+    window = -(-(8 * p.lk + 2 * lq + pos) // p.lk) * p.lk
+    q = _rand(rng, (rows, heads * hd), 1.5)
+    k, v = _rand(rng, (window, hd), 1.5), _rand(rng, (window, hd))
+    k[pos + rows:], v[pos + rows:] = np.inf, np.nan
+    want = ref.attention(q, k, v, pos, rows=rows, kv_rows=window, heads=heads, kv_heads=1, head_dim=hd)
+    for h in range(heads):
+        state = buf = None
+        for qb in range(rows // lq):
+            tiles = [q[qb * lq:(qb + 1) * lq, y * hd:(y + 1) * hd] for y in range(heads)]
+            got, state, buf = p.run(tiles, h, k, v, pos + qb * lq, state, buf)
+            _assert_close(got, want[qb * lq:(qb + 1) * lq, h * hd:(h + 1) * hd], f"pos {pos} block {qb} head {h}")
+
+
+def test_prefill_init_and_finish_leave_an_empty_state(lib, rng):
+    hd, lq, lk = PREFILL[0]
+    p = Prefill(lib, hd, lq, lk)
+    state, q = np.full(lq * (hd + 2), 7.0, np.float32), _rand(rng, (lq, hd))
+    p.init(_ptr(state), _ptr(q))
+    empty = state.copy()
+    np.testing.assert_array_equal(q.astype(np.float32), 0.0)
+    assert np.all(empty[:lq * hd] == 0) and np.all(empty[lq * hd + lq:] == 0) and np.all(empty[lq * hd:lq * hd + lq] < -1e38)
+    out = np.ones((lq, hd), BF16)
+    p.finish(_ptr(state), _ptr(out))                   # nothing seen: l == 0 -> zeros, not NaN
+    np.testing.assert_array_equal(out.astype(np.float32), 0.0)
+    item = _rand(rng, (2 * lk, hd))
+    p.item(_ptr(item), _ptr(q), _ptr(state), 1, 1, 0, 5)    # keys 0..lk-1 for queries at 5..
+    assert not np.array_equal(state, empty)
+    p.finish(_ptr(state), _ptr(out))
+    np.testing.assert_array_equal(state, empty)
+
+
+def test_prefill_tile_past_the_queries_leaves_state_unchanged(lib, rng):
+    hd, lq, lk = PREFILL[0]
+    p = Prefill(lib, hd, lq, lk)
+    state, q = np.empty(lq * (hd + 2), np.float32), np.empty((lq, hd), BF16)
+    p.init(_ptr(state), _ptr(q))
+    q[:] = _rand(rng, (lq, hd))
+    item = _rand(rng, (2 * lk, hd))
+    p.item(_ptr(item), _ptr(q), _ptr(state), 1, 1, 0, 5)   # keys 0..lk-1 for queries at 5..: row 0 sees 6 keys
+    before = state.copy()
+    far = _rand(rng, (2 * lk, hd))
+    p.item(_ptr(far), _ptr(q), _ptr(state), 1 + (5 + lq) // lk + 1, 1, 0, 5)   # a tile after every query
+    np.testing.assert_array_equal(state, before)
+
+
+class Decode:
+    def __init__(self, lib, hd, g, lk, parts):
+        ks = ext.attention_decode_kernels(hd, g, lk, parts)
+        self.hd, self.g, self.lk, self.parts = hd, g, lk, parts
+        self.init, self.step, self.merge = _fn(lib, ks.init.symbol, 1), _fn(lib, ks.update.symbol, 2, 2), \
+            _fn(lib, ks.out.symbol, 2)
+
+    def run(self, q_rows, k, v, pos):
+        """The window split into `parts` shares, each folded into a partial, then merged."""
+        hd, g, lk, n = self.hd, self.g, self.lk, self.parts
+        share = k.shape[0] // n
+        states = np.empty((n, g * (hd + 2)), np.float32)
+        for s in range(n):
+            self.init(_ptr(states[s]))
+            for t in range(share // lk):
+                r0 = s * share + t * lk
+                item = np.ascontiguousarray(np.concatenate([k[r0:r0 + lk], v[r0:r0 + lk], q_rows]))
+                self.step(_ptr(item), _ptr(states[s]), pos, r0)
+        out = np.empty((g, hd), BF16)
+        self.merge(_ptr(states), _ptr(out))
+        return out, states
+
+
+@pytest.mark.parametrize("cfg", DECODE, ids=lambda c: f"hd{c[0]}_g{c[1]}_k{c[2]}_n{c[3]}")
+def test_decode_shares_merge_to_reference(lib, rng, cfg):
+    d = Decode(lib, *cfg)
+    window = 8 * d.lk * d.parts
+    k, v = _rand(rng, (window, d.hd), 1.5), _rand(rng, (window, d.hd))
+    for pos in (0, 1, 63, 64, 65, window // 2 + 3, window - 1):
+        q = _rand(rng, (1, d.g * d.hd), 1.5)
+        kk, vv = k.copy(), v.copy()
+        kk[pos + 1:], vv[pos + 1:] = np.nan, np.inf         # past the position: never read
+        got, _ = d.run(q.reshape(d.g, d.hd), kk, vv, pos)
+        want = ref.attention(q, kk, vv, pos, rows=1, kv_rows=window, heads=d.g, kv_heads=1, head_dim=d.hd)
+        _assert_close(got.reshape(1, -1), want, f"pos {pos}")
+
+
+class _Buf:
+    """The interpreter's memref stand-in for calling the numpy model directly."""
+
+    def __init__(self, data: np.ndarray, dtype: str):
+        self.data, self.dtype, self.written = data.reshape(-1), dtype, False
+
+
+@pytest.mark.parametrize("cfg", DECODE, ids=lambda c: f"hd{c[0]}_g{c[1]}_k{c[2]}_n{c[3]}")
+def test_numpy_model_agrees_with_compiled_decode(lib, rng, cfg):
+    """The interpreter's model of the same schedule gives the compiled partials (f32; numpy's exp and glibc's
+    expf may differ in the last bit, which the running rescaling carries into the sums) and, merging the
+    compiled partials, the compiled bf16 output within one ulp."""
+    d = Decode(lib, *cfg)
+    hd, g, lk, n = d.hd, d.g, d.lk, d.parts
+    window, pos = 4 * lk * n, 3 * lk * n - 5
+    k, v, q = _rand(rng, (window, hd)), _rand(rng, (window, hd)), _rand(rng, (g, hd))
+    got, states = d.run(q, k, v, pos)
+    init, step, merge = (attention_model("d", part, hd, g, lk, n) for part in ("init", "step", "merge"))
+    share = window // n
+    model_states = np.empty_like(states)
+    for s in range(n):
+        st = _Buf(model_states[s], "f32")
+        init(st)
+        for t in range(share // lk):
+            r0 = s * share + t * lk
+            step(_Buf(np.concatenate([k[r0:r0 + lk], v[r0:r0 + lk], q]), "bf16"), st, np.int32(pos), r0)
+    np.testing.assert_allclose(model_states, states, rtol=1e-5, atol=1e-5 * np.abs(states).max())
+    out = np.empty(g * hd, BF16)
+    merge(_Buf(states, "f32"), _Buf(out, "bf16"))
+    ulps = np.abs(out.view(np.int16).astype(np.int32) - got.reshape(-1).view(np.int16).astype(np.int32))
+    assert ulps.max() <= 1 and np.mean(ulps == 0) > 0.95
