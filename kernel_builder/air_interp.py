@@ -16,8 +16,9 @@ loop bound goes unnoticed. This interpreter executes the text itself:
 - `func.call` of the external C++ kernels (kernel_builder/external_kernels/*.cc): each symbol family is
   re-implemented in numpy following the host scalar path (f32 math in the same order, RNE bf16 stores).
 
-Channels. An AIR channel is a FIFO per channel index: the n-th get on index i receives the n-th put that
-reaches i. A put on a channel with `broadcast_shape` reaches every index that equals its own on the
+Channels. An AIR channel is a FIFO per channel index carrying a stream of elements: the gets on index i
+receive, in order, the elements of the puts that reach i (one put may feed several gets, e.g. a put of four
+tiles and four gets of one tile; a get may span puts of the same element type). A put on a channel with `broadcast_shape` reaches every index that equals its own on the
 non-broadcast dimensions (a size-1 dimension fans out to the broadcast extent), e.g. `@a [8, 1]
 {broadcast_shape = [8, 4]}`: a put on [i, 0] feeds the gets on [i, 0..3]. On the device producer and
 consumers run concurrently; here ops run one after the other in program order (segment ops, then the herd
@@ -230,7 +231,8 @@ class _State:
         self.fifos: dict[tuple, deque] = {}  # (channel, index tuple) -> deque of (data, dtype, source name)
 
     def pending_puts(self) -> list[str]:
-        return [f"{len(q)} put(s) on @{sym}{list(idx)}" for (sym, idx), q in self.fifos.items() if q]
+        return [f"{sum(d.size for d, _, _ in q)} element(s) of {len(q)} put(s) on @{sym}{list(idx)}"
+                for (sym, idx), q in self.fifos.items() if q]
 
     def on_alloc(self, m: MemRef):
         if m.space == L1_SPACE:
@@ -623,14 +625,29 @@ class _Compiler:
             if not q:
                 raise InterpError(f"{op.where()}: get on @{sym}{list(idx)} finds no data: no put reached this "
                                   "index before it in program order (the device would wait forever)")
-            data, dtype, src = q.popleft()
             d, di = access(env)
-            if di.size != data.size:
-                raise InterpError(f"{op.where()}: get of {di.size} elements into {d.name} from a put of "
-                                  f"{data.size} elements of {src} on @{sym}{list(idx)}")
-            if d.dtype != dtype:
-                raise InterpError(f"{op.where()}: channel @{sym} carries {dtype} from {src}, {d.name} is {d.dtype}")
-            d.data[di] = data
+            # a channel is a stream: a get takes the next di.size elements, from one put or several, leaving
+            # the rest of a larger put for the following gets (a put of n tiles feeds n gets of one tile)
+            parts, need = [], di.size
+            while need:
+                if not q:
+                    got = di.size - need
+                    raise InterpError(f"{op.where()}: get of {di.size} elements into {d.name} on @{sym}{list(idx)} "
+                                      f"finds only {got}: the puts before it in program order send too little "
+                                      "(the device would wait forever)")
+                data, dtype, src = q[0]
+                if d.dtype != dtype:
+                    raise InterpError(f"{op.where()}: channel @{sym} carries {dtype} from {src}, {d.name} is "
+                                      f"{d.dtype}")
+                if data.size <= need:
+                    q.popleft()
+                    parts.append(data)
+                    need -= data.size
+                else:
+                    parts.append(data[:need])
+                    q[0] = (data[need:], dtype, src)
+                    need = 0
+            d.data[di] = parts[0] if len(parts) == 1 else np.concatenate(parts)
             d.written = True
             state_ref.state.stats.channel_gets += 1
         return put if kind == "put" else get

@@ -4,13 +4,25 @@ ONE table keyed by symbol pattern - what the hardware model (kernel_builder.hw) 
 the stack its call chain needs, and which memref operands it writes.
 
 The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
-- gemv.cc: one 32-lane bf16 `aie::mac` per 32 elements of each row (K*M MACs per call);
-- rope.cc: per head, 16-lane mul + msc / mul + mac on both halves (2 MACs per element);
-- swiglu.cc: 16-lane mul, tanh, mac, mul per element (counted as 4 vector ops per element);
-- attention.cc step: q.k dot products with 32-lane mac, p.V with 16-lane mac (lq*lk*hd MACs each), and the
-  online-softmax bookkeeping per score (query, key): mask, max, subtract, exp2 (costed per score by the cost
-  model's `softmax_cycles_per_score`); finish: one scalar `1.0f / l[i]` per query row
-  (soft-float division: the call chain needs more than the 1 KiB default stack, see facts.py).
+- gemv.cc: one 32-lane bf16 `aie::mac` per 32 elements of each row of the K chunk (KC*M MACs per call), two f32
+  scalar ops per row (partial-sum carry, reduce);
+- rope.cc: per head, mul + msc / mul + mac on both halves, 32 lanes when head_dim/2 allows, else 16
+  (2 MACs per element);
+- swiglu.cc: 32-lane mul, tanh (two 16-lane ops), mac, mul, mul per 32 elements (6 vector ops);
+- rmsnorm.cc: 32-lane mac per 32 elements (sum of squares), then mul, mac, sub, mul, mac per 32 elements
+  (x*r and (x*r)*w from bf16 hi/lo pairs); per group a few f32 scalar ops and `aie::invsqrt` on the scalar
+  unit, which has no FPU on AIE2P (soft-float; stack as for a division);
+- add.cc: one 32-lane accfloat add per 32 elements;
+- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V on the bf16 matrix unit
+  (`mmul_macs`, lq*lk*hd MACs each; the in-register K-block transposes issue around the mmuls as in gemm.cc),
+  decode `step` on 32-/16-lane macs; both carry the online-softmax bookkeeping per score (query, key): mask,
+  max, subtract, exp2 (costed per score by the cost model's `softmax_cycles_per_score`); reciprocals come from
+  a bf16 `aie::inv` and an f32 Newton step (no soft-float division: the default stack holds);
+- gemm.cc: zero / out stream the f32 tile once (32 lanes); mac runs tm*tk*tn MACs as 8x8x8 `aie::mmul` steps
+  on the matrix unit (`mmul_macs`, costed at the bf16 mmul rate like the registry GEMM points the cost model is
+  calibrated on, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on every call: those
+  loads/stores and the w-block `aie::transpose`s issue in the VLIW bundles around the mmuls and are not
+  counted separately).
 """
 from __future__ import annotations
 
@@ -28,6 +40,7 @@ class CallWork:
     vector_macs: int       # MAC-equivalent work done by vector instructions
     scalar_ops: int        # scalar float ops (soft-float / emulated) per call
     scores: int = 0        # attention scores (query, key pairs) through the online-softmax bookkeeping
+    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul), costed at the bf16 mmul rate
 
 
 @dataclass(frozen=True)
@@ -40,48 +53,84 @@ class ExternalCost:
     pure_outputs: tuple[int, ...] = ()           # ... of which it never reads (first written by the call)
 
 
-def _heads(m: re.Match, args: list) -> int:
-    if m.group(2):
-        return int(m.group(2))
-    n = getattr(args[3], "value", None) if len(args) > 3 else None
-    return int(n) if n is not None else 1
-
-
 def _gemv(m, args):
-    k, tm = int(m.group(1)), int(m.group(2))
-    return CallWork(k * tm / 32, k * tm, 0)
+    kc, tm = int(m.group(2)), int(m.group(3))
+    return CallWork(kc * tm / 32, kc * tm, 2 * tm)
 
 
 def _rope(m, args):
-    e = int(m.group(1)) * _heads(m, args)
-    return CallWork(2 * e / 16, 2 * e, 0)
+    hd = int(m.group(1))
+    e = hd * int(m.group(2)) * int(m.group(3))
+    lanes = 32 if (hd // 2) % 32 == 0 else 16
+    return CallWork(2 * e / lanes, 2 * e, 0)
 
 
 def _swiglu(m, args):
     n = int(m.group(1))
-    return CallWork(4 * n / 16, 4 * n, 0)
+    return CallWork(6 * n / 32, 4 * n, 0)
+
+
+def _rmsnorm(m, args):
+    g, u = int(m.group(1)), int(m.group(2))
+    return CallWork(6 * g * u / 32, 5 * g * u, 4 * u)
+
+
+def _add(m, args):
+    n = int(m.group(1))
+    return CallWork(n / 32, n, 0)
 
 
 def _attn(m, args):
-    part, hd, lq, lk = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    """attention.cc (kernels/attention.py). Prefill item (a K/V tile; the model cannot tell the Q items and
+    the tiles the kernel skips past the causal bound from it, so every item counts as a full tile): q.K^T and
+    p.V on the bf16 matrix unit (mmul<4, 8, 8>, `mmul_macs`; the in-register K transposes issue around the
+    mmuls, as gemm.cc's w transposes) plus the alpha rescale of acc (8-lane f32); decode step: 32-lane q.k
+    macs + reduction per key, 16-lane p.V macs. Both: the softmax bookkeeping per score (the cost model's softmax_cycles_per_score), the
+    per-row statistics in vector lanes (no scalar float ops)."""
+    mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
+    n = int(m.group(6) or 1)
+    qk = pv = lq * lk * hd
     if part == "init":
-        return CallWork(lq * hd / 16, lq * hd, 2 * lq)
+        return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
+    if part == "item":
+        return CallWork(lq * hd / 8, qk + pv, 0, lq * lk, mmul_macs=qk + pv)
     if part == "step":
-        qk = pv = lq * lk * hd
-        return CallWork(qk / 32 + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
-    return CallWork(lq * hd / 16, lq * hd, lq)  # finish: one scalar division per row
+        return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
+    if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
+        return CallWork(2 * lq * hd / 16 + lq / 4, lq * hd, 0)
+    return CallWork(lq * (n * hd / 16 + hd / 16) + 8 * n, n * lq * hd, 0)   # merge
+
+
+def _gemm(m, args):
+    part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if part != "mac":  # zero / out: one pass over the f32 tile
+        return CallWork(tm * tn / 32, 0, 0)
+    macs = tm * tk * tn
+    return CallWork(0.0, macs, 0, mmul_macs=macs)
 
 
 EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
-    ExternalCost("gemv", re.compile(r"mv_bf16_k(\d+)_m(\d+)"), _gemv, DEFAULT_STACK, (2,), (2,)),
-    ExternalCost("rope", re.compile(r"rope_bf16_hd(\d+)(?:_x(\d+))?"), _rope, DEFAULT_STACK, (2,), (2,)),
+    # gemv(w, x, acc, y, row, k0): writes acc (partial sums, read back by later K chunks) and y
+    ExternalCost("gemv", re.compile(r"mv_bf16_k(\d+)_c(\d+)_m(\d+)_r(\d+)"), _gemv, DEFAULT_STACK, (2, 3), (3,)),
+    ExternalCost("rope", re.compile(r"rope_bf16_hd(\d+)_h(\d+)_r(\d+)"), _rope, DEFAULT_STACK, (2,), (2,)),
     ExternalCost("swiglu", re.compile(r"swiglu_bf16_n(\d+)"), _swiglu, DEFAULT_STACK, (2,), (2,)),
-    ExternalCost("attn_init", re.compile(r"attn_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,
-                 (0, 1, 2), (0, 1, 2)),
-    ExternalCost("attn_step", re.compile(r"attn_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn, DEFAULT_STACK,
-                 (3, 4, 5)),
-    ExternalCost("attn_finish", re.compile(r"attn_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)"), _attn,
-                 SOFT_FLOAT_DIV_STACK, (2,), (2,)),
+    ExternalCost("rmsnorm", re.compile(r"rmsnorm_bf16_g(\d+)_u(\d+)"), _rmsnorm, SOFT_FLOAT_DIV_STACK, (2,), (2,)),
+    ExternalCost("add", re.compile(r"add_bf16_n(\d+)"), _add, DEFAULT_STACK, (2,), (2,)),
+    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (0, 1), (0, 1)),
+    ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (0,), (0,)),
+    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (1, 2)),
+    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (1,), (1,)),
+    ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (1,)),
+    ExternalCost("attn_merge", re.compile(r"attn(d)_(merge)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (1,), (1,)),
+    ExternalCost("gemm_zero", re.compile(r"gemm_(zero)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,), (0,)),
+    ExternalCost("gemm_mac", re.compile(r"gemm_(mac)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (2,)),
+    ExternalCost("gemm_out", re.compile(r"gemm_(out)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (1,), (1,)),
 )
 
 

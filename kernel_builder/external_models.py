@@ -31,34 +31,70 @@ def _to_bf16(x) -> np.ndarray:
     return np.asarray(x, dtype=F32).astype(BF16)
 
 
-def gemv_model(k: int, tm: int):
-    def mv(w, x, y):
-        wf = _need(w, "w", tm * k).reshape(tm, k).astype(F32)
-        xf = _need(x, "x", k).astype(F32)
-        out = _need(y, "y", tm)
-        # cumsum over float32 accumulates sequentially: the host C++ loop's order, bit for bit.
-        out[:] = _to_bf16(np.cumsum(wf * xf, axis=1, dtype=F32)[:, -1])
-        y.written = True
+def _seq_sum(products: np.ndarray, init: np.ndarray) -> np.ndarray:
+    """Row sums accumulated left to right in f32 starting from `init` (the host C++ loop's order, bit for bit:
+    cumsum over float32 adds sequentially)."""
+    return np.cumsum(np.concatenate([init[:, None], products], axis=1), axis=1, dtype=F32)[:, -1]
+
+
+def gemv_model(k: int, kc: int, tm: int, rows: int):
+    def mv(w, x, acc, y, row, k0):
+        wf = _need(w, "w", tm * kc).reshape(tm, kc).astype(F32)
+        xf = _need(x, "x", kc).astype(F32)
+        a = _need(acc, "acc", tm, "f32")
+        out = _need(y, "y", rows)
+        r, c0 = int(row), int(k0)
+        if not (0 <= r and r + tm <= rows and r % tm == 0):
+            raise ModelError(f"row offset {r} is not a tile_m={tm} block of the {rows} output rows")
+        if not (0 <= c0 < k and c0 % kc == 0):
+            raise ModelError(f"k offset {c0} is not a kc={kc} chunk of k={k}")
+        if c0 > 0 and not acc.written:
+            raise ModelError("a later K chunk reads the f32 partial sums before any chunk wrote them")
+        init = np.zeros(tm, dtype=F32) if c0 == 0 else a.astype(F32)
+        s = _seq_sum(wf * xf, init)
+        if c0 + kc >= k:
+            out[r:r + tm] = _to_bf16(s)
+            y.written = True
+        else:
+            a[:] = s
+            acc.written = True
     return mv
 
 
-def rope_model(hd: int, heads: int | None):
+def rmsnorm_model(g: int, units: int):
+    inv_g = F32(1.0) / F32(g)
+
+    def rms(x, w, y, eps):
+        xf = _need(x, "x", units * g).reshape(units, g).astype(F32)
+        wf = _need(w, "w", g).astype(F32)
+        ss = _seq_sum(xf * xf, np.zeros(units, dtype=F32))
+        ms = (ss * inv_g).astype(F32) + F32(eps)
+        r = F32(1.0) / np.sqrt(ms, dtype=F32)
+        _need(y, "y", units * g)[:] = _to_bf16((xf * r[:, None]) * wf).reshape(-1)
+        y.written = True
+    return rms
+
+
+def add_model(n: int):
+    def add(a, b, y):
+        s = _need(a, "a", n).astype(F32) + _need(b, "b", n).astype(F32)
+        _need(y, "y", n)[:] = _to_bf16(s)
+        y.written = True
+    return add
+
+
+def rope_model(hd: int, heads: int, rows: int):
     half = hd // 2
 
-    def rope(x, lut, y, n_heads):
-        n = int(n_heads)
-        if heads is not None and n != heads:
-            raise ModelError(f"called with n_heads={n}, symbol is for {heads} heads per call")
-        if x.data.size < n * hd or y.data.size < n * hd:
-            raise ModelError(f"x/y hold {x.data.size}/{y.data.size} elements, n_heads={n} needs {n * hd}")
-        xf = x.data[:n * hd].astype(F32).reshape(n, hd)
-        lf = _need(lut, "lut", hd).astype(F32)
-        c, s = lf[:half], lf[half:]
-        x1, x2 = xf[:, :half], xf[:, half:]
-        out = np.empty((n, hd), dtype=F32)
-        out[:, :half] = x1 * c - x2 * s  # products exact in f32; one f32 add then one RNE
-        out[:, half:] = x2 * c + x1 * s
-        y.data[:n * hd] = _to_bf16(out).reshape(-1)
+    def rope(x, lut, y):
+        xf = _need(x, "x", rows * heads * hd).astype(F32).reshape(rows, heads, hd)
+        lf = _need(lut, "lut", rows * hd).astype(F32).reshape(rows, 1, hd)
+        c, s = lf[..., :half], lf[..., half:]
+        x1, x2 = xf[..., :half], xf[..., half:]
+        out = np.empty((rows, heads, hd), dtype=F32)
+        out[..., :half] = x1 * c - x2 * s  # products exact in f32; one f32 add then one RNE
+        out[..., half:] = x2 * c + x1 * s
+        _need(y, "y", rows * heads * hd)[:] = _to_bf16(out).reshape(-1)
         y.written = True
     return rope
 
@@ -87,12 +123,22 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         data = _need(state, "state", n_state, "f32")
         return data[:lq * hd].reshape(lq, hd), data[lq * hd:lq * hd + lq], data[lq * hd + lq:]
 
-    def init(state):
+    def reset(state):
         acc, m, l_ = parts_of(state)
         acc[:] = 0.0
         m[:] = _LOWEST
         l_[:] = 0.0
         state.written = True
+
+    def init(state, q=None):
+        reset(state)
+        if mode == "p":          # prefill: init(state, q) also zeroes the query tile
+            if q is None:
+                raise ModelError("prefill init takes (state, q)")
+            _need(q, "q", lq * hd)[:] = 0
+            q.written = True
+        elif q is not None:
+            raise ModelError("decode init takes (state)")
 
     def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int):
         acc, m, l_ = parts_of(state)
@@ -121,15 +167,14 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         m[rows] = m_new[rows]
         state.written = True
 
-    def item(it, q, state, t, n_q, q_row0, q_pos0):
-        t, n_q, q_row0, q_pos0 = int(t), int(n_q), int(q_row0), int(q_pos0)
+    def item(it, q, state, t, n_q, slot, q_pos0):
+        t, n_q, slot, q_pos0 = int(t), int(n_q), int(slot), int(q_pos0)
         data = _need(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
         qd = _need(q, "q", lq * hd).reshape(lq, hd)
-        if t < n_q:
-            dst = t * 2 * lk + np.arange(2 * lk) - q_row0
-            ok = (dst >= 0) & (dst < lq)
-            if ok.any():
-                qd[dst[ok]] = data[ok]
+        if t < n_q:      # Q item t is the tile of core slot t: rows [0, lk) then rows [lq - lk, lq)
+            if t == slot:
+                qd[:lk] = data[:lk]
+                qd[lk:] = data[2 * lk - (lq - lk):]
                 q.written = True
             return
         update(data[:lk], data[lk:], qd, state, q_pos0, 1, (t - n_q) * lk)
@@ -144,6 +189,7 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
             o = np.where(l_[:, None] > 0, acc / np.where(l_ > 0, l_, F32(1.0))[:, None], F32(0.0))
         _need(out, "out", lq * hd)[:] = _to_bf16(o).reshape(-1)
         out.written = True
+        reset(state)             # ready for the next query block
 
     def merge(parts, out):
         data = _need(parts, "parts", n_parts * n_state, "f32").reshape(n_parts, n_state)
@@ -169,3 +215,38 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
     if (mode, part) not in table:
         raise ModelError(f"attention: no {part!r} primitive in mode {mode!r}")
     return table[(mode, part)]
+
+
+def _unblock(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """[rows/8][cols/8][8][8] blocks (each row-major) -> the [rows, cols] matrix."""
+    return x.reshape(rows // 8, cols // 8, 8, 8).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+def _block(x: np.ndarray) -> np.ndarray:
+    """The inverse of _unblock: a [rows, cols] matrix -> its flat 8x8-blocked layout."""
+    rows, cols = x.shape
+    return x.reshape(rows // 8, 8, cols // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
+
+
+def gemm_model(part: str, tm: int, tk: int, tn: int):
+    """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / out (bf16 RNE)."""
+
+    def zero(acc):
+        _need(acc, "acc", tm * tn, "f32")[:] = 0.0
+        acc.written = True
+
+    def mac(a, w, acc):
+        af = _unblock(_need(a, "a", tm * tk), tm, tk).astype(F32)
+        wf = _unblock(_need(w, "w", tn * tk), tn, tk).astype(F32)
+        cf = _unblock(_need(acc, "acc", tm * tn, "f32"), tm, tn)
+        # bf16 x bf16 products are exact in f32; the host loop adds them to acc one k at a time, in
+        # ascending k: a float32 cumsum starting from acc is that order, bit for bit.
+        terms = np.concatenate([cf[:, :, None], af[:, None, :] * wf[None, :, :]], axis=2)
+        acc.data[:] = _block(np.cumsum(terms, axis=2, dtype=F32)[:, :, -1])
+        acc.written = True
+
+    def out(acc, c):
+        _need(c, "c", tm * tn)[:] = _to_bf16(_need(acc, "acc", tm * tn, "f32"))
+        c.written = True
+
+    return {"zero": zero, "mac": mac, "out": out}[part]

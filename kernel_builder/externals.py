@@ -2,7 +2,8 @@
 
 Each ExternalKernel names one `extern "C"` symbol inside one object file. One .cc source is compiled
 several times with different -D shape flags; every shape gets its own symbol and object name (e.g.
-`mv_bf16_k2048_m2` in `mv_k2048_m2.o` next to `mv_bf16_k8192_m2` in `mv_k8192_m2.o`), so variants can be
+`mv_bf16_k2048_c2048_m4_r256` in `mv_k2048_c2048_m4_r256.o` next to
+`mv_bf16_k8192_c1024_m8_r256` in `mv_k8192_c1024_m8_r256.o`), so variants can be
 linked into one multi-launch module without clashing.
 
 Two compilers:
@@ -46,11 +47,16 @@ HOST_FLAGS: tuple[str, ...] = ("-O2", "-std=c++20", "-fPIC", "-DLLAMA_NPU_HOST")
 # shapes must be multiples of these. Checked here so a bad shape fails at build time with a clear message.
 GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
-SWIGLU_N_MULTIPLE = 16
+SWIGLU_N_MULTIPLE = 32
+RMSNORM_GROUP_MULTIPLE = 32
+ADD_N_MULTIPLE = 32
 ATTN_HEAD_DIM_MULTIPLE = 32
 ATTN_LK_MULTIPLE = 16
 ATTN_LQ_MULTIPLE = 8     # prefill query rows: whole mmul blocks
 ATTN_MAX_PARTS = 16      # decode merge: partial states combined in one 16-lane vector
+GEMM_M_MULTIPLE = 8    # 8x8 blocks
+GEMM_K_MULTIPLE = 8
+GEMM_N_MULTIPLE = 16   # two 8-column blocks per mmul step
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,18 @@ class AttentionKernels(NamedTuple):
         return self.init.obj
 
 
+class GemmKernels(NamedTuple):
+    """The GEMM micro-kernel's three entry points; they share one object file (one compile per tile)."""
+
+    zero: ExternalKernel
+    mac: ExternalKernel
+    out: ExternalKernel
+
+    @property
+    def obj(self) -> str:
+        return self.zero.obj
+
+
 def _positive(kernel: str, **dims: int) -> None:
     for name, value in dims.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -95,39 +113,65 @@ def _multiple(kernel: str, name: str, value: int, multiple: int) -> None:
             f"{kernel}: {name}={value} must be a multiple of {multiple} (AIE2P vector width of the kernel)")
 
 
-def gemv_kernel(k: int, tile_m: int) -> ExternalKernel:
-    """y[tile_m] = w[tile_m][k] · x[k]; f32 accumulation, bf16 RNE output."""
-    _positive("gemv", k=k, tile_m=tile_m)
+def gemv_kernel(k: int, kc: int, tile_m: int, rows: int) -> ExternalKernel:
+    """One GEMV step of a herd tile: rows [row, row+tile_m) of its `rows` outputs, K chunk [k0, k0+kc):
+    `(w[tile_m][kc], x[kc], acc[tile_m] f32, y[rows], int32 row, int32 k0)`; partial sums carried in `acc`
+    across the k/kc chunks, the last chunk writes bf16 RNE into y. f32 accumulation."""
+    _positive("gemv", k=k, kc=kc, tile_m=tile_m, rows=rows)
     _multiple("gemv", "k", k, GEMV_K_MULTIPLE)
-    symbol = f"mv_bf16_k{k}_m{tile_m}"
+    _multiple("gemv", "kc", kc, GEMV_K_MULTIPLE)
+    if k % kc:
+        raise ValueError(f"gemv: kc={kc} must divide k={k}")
+    if rows % tile_m:
+        raise ValueError(f"gemv: tile_m={tile_m} must divide rows={rows}")
+    tag = f"k{k}_c{kc}_m{tile_m}_r{rows}"
+    symbol = f"mv_bf16_{tag}"
     return ExternalKernel(
         symbol=symbol,
-        obj=f"mv_k{k}_m{tile_m}.o",
+        obj=f"mv_{tag}.o",
         source="gemv.cc",
-        defines=(("GEMV_K", str(k)), ("GEMV_TILE_M", str(tile_m)), ("GEMV_SYMBOL", symbol)),
+        defines=(("GEMV_K", str(k)), ("GEMV_KC", str(kc)), ("GEMV_TILE_M", str(tile_m)), ("GEMV_ROWS", str(rows)),
+                 ("GEMV_SYMBOL", symbol)),
     )
 
 
-def rope_kernel(head_dim: int, heads_per_call: int | None = None) -> ExternalKernel:
-    """Half-split RoPE of one position row: y(x[n_heads*head_dim], lut[head_dim] = [cos | sin], n_heads).
-
-    n_heads is a runtime argument, so one object serves any head count. A caller that declares the x/y
-    memrefs with a fixed head count (e.g. q with 32 heads and k with 8 in one module) passes
-    `heads_per_call` to get a distinct symbol per declared type (`rope_bf16_hd64_x4`), because one MLIR
-    symbol can only have one function type.
-    """
-    _positive("rope", head_dim=head_dim)
-    _multiple("rope", "head_dim", head_dim, ROPE_HEAD_DIM_MULTIPLE)
-    suffix = ""
-    if heads_per_call is not None:
-        _positive("rope", heads_per_call=heads_per_call)
-        suffix = f"_x{heads_per_call}"
-    symbol = f"rope_bf16_hd{head_dim}{suffix}"
+def rmsnorm_kernel(group: int, units: int) -> ExternalKernel:
+    """RMSNorm of `units` consecutive groups of `group` elements with one weight: `(x[units*group],
+    w[group], y[units*group], f32 eps)`; the mean multiplies by 1/group (no run-time division)."""
+    _positive("rmsnorm", group=group, units=units)
+    _multiple("rmsnorm", "group", group, RMSNORM_GROUP_MULTIPLE)
+    tag = f"g{group}_u{units}"
+    symbol = f"rmsnorm_bf16_{tag}"
     return ExternalKernel(
         symbol=symbol,
-        obj=f"rope_hd{head_dim}{suffix}.o",
+        obj=f"rmsnorm_{tag}.o",
+        source="rmsnorm.cc",
+        defines=(("RMSNORM_GROUP", str(group)), ("RMSNORM_UNITS", str(units)), ("RMSNORM_SYMBOL", symbol)),
+    )
+
+
+def add_kernel(n: int) -> ExternalKernel:
+    """y[n] = a[n] + b[n] (f32 add, bf16 RNE)."""
+    _positive("add", n=n)
+    _multiple("add", "n", n, ADD_N_MULTIPLE)
+    symbol = f"add_bf16_n{n}"
+    return ExternalKernel(symbol=symbol, obj=f"add_n{n}.o", source="add.cc",
+                          defines=(("ADD_N", str(n)), ("ADD_SYMBOL", symbol)))
+
+
+def rope_kernel(head_dim: int, heads: int, rows: int = 1) -> ExternalKernel:
+    """Half-split RoPE of `rows` position rows x `heads` heads: `(x[rows][heads*head_dim],
+    lut[rows][head_dim] = [cos | sin], y like x)`. The L1 types depend on all three, so the symbol does."""
+    _positive("rope", head_dim=head_dim, heads=heads, rows=rows)
+    _multiple("rope", "head_dim", head_dim, ROPE_HEAD_DIM_MULTIPLE)
+    tag = f"hd{head_dim}_h{heads}_r{rows}"
+    symbol = f"rope_bf16_{tag}"
+    return ExternalKernel(
+        symbol=symbol,
+        obj=f"rope_{tag}.o",
         source="rope.cc",
-        defines=(("ROPE_HEAD_DIM", str(head_dim)), ("ROPE_SYMBOL", symbol)),
+        defines=(("ROPE_HEAD_DIM", str(head_dim)), ("ROPE_HEADS", str(heads)), ("ROPE_ROWS", str(rows)),
+                 ("ROPE_SYMBOL", symbol)),
     )
 
 
@@ -151,6 +195,9 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> 
     _multiple("attention", "lk", lk, ATTN_LK_MULTIPLE)
     if mode == "p":
         _multiple("attention", "lq", lq, ATTN_LQ_MULTIPLE)
+        if not lk <= lq <= 2 * lk:
+            raise ValueError(f"attention: lq={lq} must lie in [lk, 2*lk] = [{lk}, {2 * lk}] (a Q tile travels in "
+                             f"one item as two lk-row halves)")
         parts, tag = ("init", "item", "finish"), f"hd{head_dim}_q{lq}_k{lk}"
     else:
         _positive("attention decode", n_parts=n_parts)
@@ -196,6 +243,38 @@ def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int) -> A
     return _attention("d", head_dim, lq, lk, n_parts)
 
 
+def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
+    """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc):
+
+    zero(acc[tile_m*tile_n] f32)
+    mac(a[tile_m*tile_k] bf16, w[tile_n*tile_k] bf16, acc)   acc += a . w^T (w rows = output columns)
+    out(acc, c[tile_m*tile_n] bf16)                           RNE
+    """
+    _positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
+    _multiple("gemm", "tile_m", tile_m, GEMM_M_MULTIPLE)
+    _multiple("gemm", "tile_k", tile_k, GEMM_K_MULTIPLE)
+    _multiple("gemm", "tile_n", tile_n, GEMM_N_MULTIPLE)
+    tag = f"m{tile_m}_k{tile_k}_n{tile_n}"
+    zero_sym, mac_sym, out_sym = (f"gemm_{part}_bf16_{tag}" for part in ("zero", "mac", "out"))
+    defines = (
+        ("GEMM_TILE_M", str(tile_m)),
+        ("GEMM_TILE_K", str(tile_k)),
+        ("GEMM_TILE_N", str(tile_n)),
+        ("GEMM_ZERO_SYMBOL", zero_sym),
+        ("GEMM_MAC_SYMBOL", mac_sym),
+        ("GEMM_OUT_SYMBOL", out_sym),
+        # aie_api's block-float mode for the 8x8x8 bf16 mmul on AIE2P (as mlir-air's bf16 GEMM examples
+        # build mm_aie2p.cc); the host scalar path ignores it.
+        ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1"),
+    )
+    obj = f"gemm_{tag}.o"
+
+    def make(symbol: str) -> ExternalKernel:
+        return ExternalKernel(symbol=symbol, obj=obj, source="gemm.cc", defines=defines)
+
+    return GemmKernels(make(zero_sym), make(mac_sym), make(out_sym))
+
+
 # ---------------------------------------------------------------------------------------------- families
 @dataclass(frozen=True)
 class ExternalFamily:
@@ -217,15 +296,21 @@ def _ints(groups) -> list:
 
 
 FAMILIES: tuple[ExternalFamily, ...] = (
-    ExternalFamily("gemv", "gemv.cc", r"mv_k(\d+)_m(\d+)\.o", r"mv_bf16_k(\d+)_m(\d+)",
-                   lambda k, m: gemv_kernel(k, m), "gemv_model"),
-    ExternalFamily("rope", "rope.cc", r"rope_hd(\d+)(?:_x(\d+))?\.o", r"rope_bf16_hd(\d+)(?:_x(\d+))?",
-                   lambda hd, n: rope_kernel(hd, n), "rope_model"),
+    ExternalFamily("gemv", "gemv.cc", r"mv_k(\d+)_c(\d+)_m(\d+)_r(\d+)\.o", r"mv_bf16_k(\d+)_c(\d+)_m(\d+)_r(\d+)",
+                   lambda k, kc, m, r: gemv_kernel(k, kc, m, r), "gemv_model"),
+    ExternalFamily("rope", "rope.cc", r"rope_hd(\d+)_h(\d+)_r(\d+)\.o", r"rope_bf16_hd(\d+)_h(\d+)_r(\d+)",
+                   lambda hd, h, r: rope_kernel(hd, h, r), "rope_model"),
     ExternalFamily("swiglu", "swiglu.cc", r"swiglu_n(\d+)\.o", r"swiglu_bf16_n(\d+)",
                    lambda n: swiglu_kernel(n), "swiglu_model"),
+    ExternalFamily("rmsnorm", "rmsnorm.cc", r"rmsnorm_g(\d+)_u(\d+)\.o", r"rmsnorm_bf16_g(\d+)_u(\d+)",
+                   lambda g, u: rmsnorm_kernel(g, u), "rmsnorm_model"),
+    ExternalFamily("add", "add.cc", r"add_n(\d+)\.o", r"add_bf16_n(\d+)", lambda n: add_kernel(n), "add_model"),
     ExternalFamily("attention", "attention.cc", r"attn(p|d)_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?\.o",
                    r"attn(p|d)_(init|item|finish|step|merge)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?",
                    lambda mode, hd, lq, lk, n: _attention(mode, hd, lq, lk, n or 0).init, "attention_model"),
+    ExternalFamily("gemm", "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
+                   r"gemm_(zero|mac|out)_bf16_m(\d+)_k(\d+)_n(\d+)",
+                   lambda m, k, n: gemm_kernels(m, k, n).zero, "gemm_model"),
 )
 
 

@@ -7,7 +7,6 @@ dimension and the limit, so an untileable model shape fails at build time, not o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 
 KiB = 1024
 
@@ -24,23 +23,23 @@ MMUL_M = MMUL_K = MMUL_N = 8  # AIE2P bf16 matmul intrinsic shape (8x8x8): GEMM 
 VECTOR_LANES_BF16 = 32        # AIE2P vector register: 512 bit = 32 bf16 lanes (elementwise chunk granularity)
 BF16 = 2                      # bytes per element
 F32 = 4
-MAX_GEMV_TILE_M = 8           # rows per GEMV call: more rows only lengthen the pipeline fill
-MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
+MAX_GEMV_TILE_M = 16          # rows per GEMV step (bigger steps amortise the per-step DMA/lock overhead)
+LM_HEAD_ROW_QUANTUM = 64      # LM-head partitions are multiples of a full herd of 8-row tiles
+SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mlir-aie AIEXDialect.cpp
+                              # verifyStridesWraps: 10 wrap bits; counted in elements as the hardware model
+                              # does, conservative for bf16); a contiguous (linear) transfer is exempt
+SHIM_BD_MAX_ITERATIONS = 64   # 4th (iteration) dimension of a shim BD with a non-zero stride (verifyStridesWraps:
+                              # iter_bits = 6, "Size 3 exceeds the [1:64] range")
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
 MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
 
 # External C++ vector-path granularity (must agree with kernel_builder.externals).
 GEMV_K_MULTIPLE = 32
 ROPE_HEAD_DIM_MULTIPLE = 32
-SWIGLU_N_MULTIPLE = 16
+SWIGLU_N_MULTIPLE = 32
+ADD_N_MULTIPLE = 32
+RMSNORM_GROUP_MULTIPLE = 32
 ATTN_HEAD_DIM_MULTIPLE = 32
-ATTN_LK_MULTIPLE = 16         # keys per K/V tile: whole 16-lane softmax vectors
-ATTN_LQ_MULTIPLE = 8          # prefill query rows per tile: whole 8-row bf16 mmul blocks (AIE2P mmul<8, 8, 4>)
-ATTN_MAX_LQ = 64              # prefill query rows per tile considered
-ATTN_PREFILL_LK = (32, 16)    # prefill K/V tile lengths considered (largest first)
-ATTN_DECODE_LK = (64, 32, 16)  # decode K/V tile lengths considered (largest first)
-SHIM_MM2S = 2 * NPU2_COLS     # shim DMA channels of the array: 2 MM2S + 2 S2MM per column
-SHIM_S2MM = 2 * NPU2_COLS
 
 
 def _kib(nbytes: int) -> str:
@@ -63,193 +62,129 @@ def _herd(n_units: int, cap: int = NPU2_COLS) -> int:
 
 
 # --- plans ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GemmPlan:
-    """One herd tile owns a [tile_m, tile_n] output tile for the whole K reduction (f32 accumulator in L1).
-    Per K step the segment stages an A row panel [herd_m*tile_m, tile_k] and a B column panel
-    [tile_k, herd_n*tile_n] in L2 (L3 -> memory tile) and broadcasts their [tile_m, tile_k] / [tile_k, tile_n]
-    slices to the herd's rows / columns over air.channel."""
+def _copies(steps: int) -> int:
+    """L1 copies of a buffer allocated in a loop of `steps` trips and filled by a DMA first: aircc's ping-pong
+    transform (air-label-scf-for-to-ping-pong + air-ping-pong-transform) doubles it when the loop runs at least
+    twice. Our builders allocate only DMA-filled buffers inside loops; buffers an external call writes (outputs,
+    accumulators) are allocated once at the top of the herd, so the transform applies wherever `steps >= 2`."""
+    return 2 if steps >= 2 else 1
 
-    tile_m: int      # output rows per compute tile (L1)
-    tile_k: int      # K depth of one L1 A/B tile (one linalg.matmul per K step)
-    tile_n: int      # output cols per compute tile (L1)
-    herd_m: int      # herd extent over M (columns of the array)
-    herd_n: int      # herd extent over N (rows of the array)
 
-    def l1_buffers(self) -> dict[str, int]:
-        return {"acc_f32": F32 * self.tile_m * self.tile_n,
-                "a_tiles": 2 * BF16 * self.tile_m * self.tile_k,    # double-buffered
-                "b_tiles": 2 * BF16 * self.tile_k * self.tile_n,    # double-buffered
-                "out_bf16": BF16 * self.tile_m * self.tile_n}
-
-    def l1_bytes(self) -> int:
-        return sum(self.l1_buffers().values())
-
-    def l2_buffers(self) -> dict[str, int]:
-        """Memory-tile buffers, double-buffered (the DMA of step k+1 overlaps the broadcast of step k).
-        The accumulator never leaves L1."""
-        return {"a_panels": 2 * BF16 * self.herd_m * self.tile_m * self.tile_k,
-                "b_panels": 2 * BF16 * self.tile_k * self.herd_n * self.tile_n}
-
-    def l2_bytes(self) -> int:
-        return sum(self.l2_buffers().values())
-
-    def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
-        """DDR bytes read by one GEMM: each launch block [BM, BN] reads its A row block and B column block
-        once (the panels are broadcast on chip), so A is read n/BN times and B m/BM times."""
-        bm, bn = self.herd_m * self.tile_m, self.herd_n * self.tile_n
-        return BF16 * (m * k * (n // bn) + k * n * (m // bm))
+def _even_or_one(steps: int) -> bool:
+    """Ping-ponged loops get an even trip count: mlir-air before PR #2000 (2026-09) unrolled odd trip counts
+    into a third buffer whose DMA could send unwritten data (designs.md 6)."""
+    return steps == 1 or steps % 2 == 0
 
 
 @dataclass(frozen=True)
 class GemvPlan:
-    tile_m: int          # W rows per external-kernel call (L1 tile [tile_m, k])
-    herd_m: int          # tiles splitting the output rows
-    double_buffer: bool  # whether two W tiles fit L1 (ping-pong)
+    """Launch [launch_m, 1] x herd [herd_m, 1]; in launch iteration l, tile t owns output rows
+    [(l*herd_m + t)*rows_per_tile, ...+rows_per_tile) and accumulates them in an L1 buffer stored to L3 once.
+    Per step it DMAs a [tile_m, k_chunk] block of w straight from L3 and the matching x chunk from the segment's
+    memory-tile copy of x (re-sent every step: the same data for every tile, one broadcast) and calls the external
+    kernel, which carries f32 partial sums across the k/k_chunk chunks of a row block. More than one launch
+    iteration only when a chunked w stream would walk more row blocks than a shim BD iterates
+    (`SHIM_BD_MAX_ITERATIONS`)."""
 
-    def l1_bytes(self, k: int) -> int:
-        return (2 if self.double_buffer else 1) * BF16 * self.tile_m * k + BF16 * k + 2 * BF16 * self.tile_m
+    m: int
+    k: int
+    herd_m: int      # tiles splitting the output rows of one launch iteration
+    tile_m: int      # w rows per step
+    k_chunk: int     # w columns / x elements per step
+    launch_m: int = 1  # launch iterations over row blocks of herd_m * rows_per_tile rows
+
+    @property
+    def rows_per_tile(self) -> int:
+        return self.m // (self.launch_m * self.herd_m)
+
+    @property
+    def row_steps(self) -> int:
+        return self.rows_per_tile // self.tile_m
+
+    @property
+    def k_steps(self) -> int:
+        return self.k // self.k_chunk
+
+    @property
+    def steps(self) -> int:
+        """Trips of the innermost loop, which holds the streamed buffers (the one ping-pong applies to)."""
+        return self.k_steps if self.k_steps > 1 else self.row_steps
+
+    @property
+    def pingpong(self) -> bool:
+        return self.steps >= 2
+
+    def l1_buffers(self) -> dict[str, int]:
+        c = _copies(self.steps)
+        return {"w": c * BF16 * self.tile_m * self.k_chunk, "x": c * BF16 * self.k_chunk,
+                "acc_f32": F32 * self.tile_m, "y": BF16 * self.rows_per_tile}
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
 
 
 @dataclass(frozen=True)
 class RowPlan:
-    """Row-parallel / elementwise kernels. `unit` says what `chunk` counts: 'rows' (rmsnorm: rows per L1
-    tile), 'elements' (add/swiglu: elements per L1 chunk, always a divisor of dim) or 'heads' (rope: heads
-    of one position row per call)."""
+    """Elementwise and RMSNorm kernels over the data flattened to 1-D: herd [herd, 1], tile t owns the
+    contiguous range [t*units_per_tile, (t+1)*units_per_tile) of units and moves `chunk` units per step
+    (offsets affine in the tile id and the loop iv). `unit` is what they count: 'elements' (add, swiglu) or
+    'groups' of `group` elements (rmsnorm: a row, or one head of a row for the per-head q/k norm).
+    `streams` DMA-filled inputs per step (ping-ponged when the loop runs twice or more) and one output buffer
+    (allocated once: the external call writes it first)."""
 
-    herd: int            # tiles in the (herd, 1) herd
-    units_per_tile: int  # rows (rmsnorm/rope) or chunks (add/swiglu) each tile processes
+    herd: int
+    units_per_tile: int
     chunk: int
     unit: str
+    group: int = 1        # elements per unit
+    inputs: tuple[tuple[str, int], ...] = ()   # (name, elements per step) of the DMA-filled buffers
+
+    @property
+    def steps(self) -> int:
+        return self.units_per_tile // self.chunk
+
+    @property
+    def chunk_elements(self) -> int:
+        return self.chunk * self.group
+
+    def l1_buffers(self) -> dict[str, int]:
+        c = _copies(self.steps)
+        out = {name: c * BF16 * n for name, n in self.inputs}
+        out["y"] = BF16 * self.chunk_elements
+        return out
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
 
 
 @dataclass(frozen=True)
-class AttentionPlan:
-    """Tiling of the `attention` kernel (kernel_builder/kernels/attention.py) for one shape. The launch walks the
-    kv heads (one per iteration).
+class RopePlan:
+    """Herd [herd, 1] split over position rows (prefill: tile t owns rows_per_tile consecutive rows, all heads)
+    or over heads (decode, rows < NPU2_COLS: tile t owns heads_per_tile consecutive heads of every row). Per step
+    a [step_rows, step_heads*head_dim] block of x and the step_rows LUT rows are DMA'd, one external call
+    rotates them, the block is stored."""
 
-    Prefill (rows > 1): `herd_x` groups of `herd_y` cores. The cores of a group run `herd_y` query heads of the
-    GQA group on one query block; the groups run `herd_x` query blocks side by side (rounds of herd_x blocks,
-    interleaved). One item stream per group (a channel broadcast to its cores) carries first the group's
-    stacked Q tiles (each core keeps its own), then the K/V tiles of the whole window, which every group
-    receives from one L2 buffer per tile. The segment walks head passes (group / herd_y) and rounds.
-    Decode (rows == 1): `herd_x` splits of the KV window (herd_y = 1); each core folds the `lq` = group query
-    heads over its share into an online-softmax partial; a one-core merge herd combines the herd_x partials.
-    """
-
-    rows: int
-    kv_rows: int
-    heads: int
-    kv_heads: int
+    herd: int
+    split: str              # "rows" | "heads"
+    rows_per_tile: int
+    heads_per_tile: int
+    step_rows: int
+    step_heads: int
     head_dim: int
-    lq: int          # query rows per core tile (decode: the GQA group's heads, all at the position)
-    lk: int          # K/V rows per tile
-    herd_x: int      # prefill: query blocks side by side; decode: splits of the KV window
-    herd_y: int      # prefill: query heads of one GQA group side by side (sharing a stream); decode: 1
 
     @property
-    def decode(self) -> bool:
-        return self.rows == 1
-
-    @property
-    def group(self) -> int:
-        return self.heads // self.kv_heads
-
-    @property
-    def launch(self) -> int:
-        """Launch iterations: one per kv head."""
-        return self.kv_heads
-
-    @property
-    def item_rows(self) -> int:
-        """Rows of one item of a core's input stream: prefill [K tile; V tile] (a Q item has the same size),
-        decode [K tile; V tile; the group's query rows]."""
-        return 2 * self.lk + (self.lq if self.decode else 0)
-
-    @property
-    def head_passes(self) -> int:
-        return 1 if self.decode else self.group // self.herd_y
-
-    @property
-    def rounds(self) -> int:
-        return 1 if self.decode else self.rows // self.lq // self.herd_x
-
-    @property
-    def q_items(self) -> int:
-        """Prefill: items carrying a group's stacked Q tiles (herd_y * lq rows)."""
-        return 0 if self.decode else -(-self.herd_y * self.lq // self.item_rows)
-
-    @property
-    def q_stack_rows(self) -> int:
-        """Prefill: rows of the L2 Q buffer: the groups' stacks back to back, the last one padded to whole items."""
-        return (self.herd_x - 1) * self.herd_y * self.lq + self.q_items * self.item_rows
-
-    @property
-    def share(self) -> int:
-        """KV positions one core streams per pass (decode: a split of the window; prefill: the window)."""
-        return self.kv_rows // self.herd_x if self.decode else self.kv_rows
-
-    @property
-    def kv_tiles(self) -> int:
-        return self.share // self.lk
-
-    @property
-    def state_floats(self) -> int:
-        """f32 online-softmax state of one core tile: acc [lq, hd], then m [lq], then l [lq]."""
-        return self.lq * (self.head_dim + 2)
-
-    @property
-    def cores(self) -> int:
-        return self.herd_x * self.herd_y + (1 if self.decode else 0)
+    def steps(self) -> int:
+        return (self.rows_per_tile // self.step_rows) * (self.heads_per_tile // self.step_heads)
 
     def l1_buffers(self) -> dict[str, int]:
-        """Per core tile (the item buffer is ping-ponged: two copies)."""
-        hd = self.head_dim
-        out = {"items": 2 * BF16 * self.item_rows * hd, "state": F32 * self.state_floats, "pos": 4}
-        if not self.decode:
-            out["q_out"] = BF16 * self.lq * hd   # the core's Q tile, then its output tile
-        return out
-
-    def l1_merge_buffers(self) -> dict[str, int]:
-        """Decode merge core: the herd_x partials and the output rows."""
-        return {"partials": F32 * self.herd_x * self.state_floats, "out": BF16 * self.lq * self.head_dim}
+        # the innermost emitted loop holds x and lut; a loop of one trip is not emitted
+        inner = self.heads_per_tile // self.step_heads
+        c = _copies(inner if inner > 1 else self.rows_per_tile // self.step_rows)
+        block = self.step_rows * self.step_heads * self.head_dim
+        return {"x": c * BF16 * block, "lut": c * BF16 * self.step_rows * self.head_dim, "y": BF16 * block}
 
     def l1_bytes(self) -> int:
-        return max(sum(self.l1_buffers().values()),
-                   sum(self.l1_merge_buffers().values()) if self.decode else 0)
-
-    def l2_buffers(self) -> dict[str, int]:
-        """Memory-tile buffers (streamed ones with their ping-pong copy), one entry per buffer."""
-        hd = self.head_dim
-        out = {"pos": 4}
-        if self.decode:
-            for x in range(self.herd_x):
-                out[f"kv{x}"] = 2 * BF16 * self.item_rows * hd
-            out["partials"] = F32 * self.herd_x * self.state_floats
-        else:
-            out["kv"] = 2 * BF16 * self.item_rows * hd
-            out["q"] = 2 * BF16 * self.q_stack_rows * hd
-            for x in range(self.herd_x):
-                out[f"out{x}"] = 2 * BF16 * self.herd_y * self.lq * hd
-        return out
-
-    def l2_bytes(self) -> int:
-        return sum(self.l2_buffers().values())
-
-    def channels(self) -> dict[str, int]:
-        """DMA streams of one launch by endpoint (the budget docs/kernels.md tabulates): shim MM2S/S2MM (DDR
-        reads/writes), memory-tile S2MM/MM2S (into/out of L2), and per core tile S2MM/MM2S."""
-        x, y = self.herd_x, self.herd_y
-        if self.decode:   # per split: K, V, q DMAs and one put; partials gathered in L2, one put to the merge
-            return {"shim_mm2s": 3 * x + 1, "shim_s2mm": 1, "memtile_s2mm": 3 * x + 1 + x,
-                    "memtile_mm2s": x + 1 + 1, "core_s2mm": 2, "core_mm2s": 1}
-        # pos, Q, K, V DMAs; per group: its Q puts, its K/V puts, its output block to L3
-        return {"shim_mm2s": 4, "shim_s2mm": x, "memtile_s2mm": 4 + x * y, "memtile_mm2s": 1 + 3 * x,
-                "core_s2mm": 2, "core_mm2s": 1}
-
-    def core_bds(self) -> int:
-        """BDs per core tile: pos (1) + the ping-ponged item buffer (2) + the output / partial (1)."""
-        return 4
+        return sum(self.l1_buffers().values())
 
 
 @dataclass(frozen=True)
@@ -260,174 +195,130 @@ class LmHeadPlan:
 
 
 # --- planners ------------------------------------------------------------------------------------------
+def _gemv_streams_fit(plan: GemvPlan) -> bool:
+    """The weight stream of one launch iteration fits one shim DMA task: a chunked [tile_m, k_chunk] block walks
+    the tile's row blocks in the BD's iteration dimension. (Whole rows are one contiguous transfer; x is re-sent
+    from its memory-tile copy, whose BD chain repeats without limit.)"""
+    return plan.k_steps == 1 or plan.row_steps <= SHIM_BD_MAX_ITERATIONS
+
+
 def plan_gemv(m: int, k: int) -> GemvPlan:
     check_positive("gemv", m=m, k=k)
     if k % GEMV_K_MULTIPLE:
         raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
                          f"(AIE2P 32-lane bf16 vector path of the external kernel)")
-    herd = _herd(m)
-    rows_per_tile = m // herd
-    for double_buffer in (True, False):
-        for tile_m in _divisors_desc(rows_per_tile, MAX_GEMV_TILE_M):
-            plan = GemvPlan(tile_m, herd, double_buffer)
-            if plan.l1_bytes(k) <= L1_BUDGET:
-                return plan
-    need = GemvPlan(1, herd, False).l1_bytes(k)
-    raise ValueError(f"gemv: k={k} needs {_kib(need)} of L1 per tile for tile_m=1; the NPU2 limit is "
-                     f"{_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus {L1_STACK_RESERVE // KiB} KiB stack reserve)")
-
-
-def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
-    check_positive("gemm", m=m, k=k, n=n)
-    for name, v, q in (("m", m, MMUL_M), ("k", k, MMUL_K), ("n", n, MMUL_N)):
-        if v % q:
-            raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul intrinsic "
-                             f"{MMUL_M}x{MMUL_K}x{MMUL_N}); use gemv for single-row products")
-    edge = [t for t in range(MAX_GEMM_TILE, 0, -MMUL_M)]
+    # each tile stores its rows once: rows_per_tile * 2 bytes must be a whole number of 32-bit words
+    herds = [h for h in _divisors_desc(m, NPU2_COLS) if (m // h) % 2 == 0]
+    if not herds:
+        raise ValueError(f"gemv: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
+    herd = herds[0]
+    chunks = [c for c in _divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
     best, best_key = None, None
-    for tile_k in (64, 32, 16, 8):
-        if k % tile_k:
-            continue
-        for tile_m in edge:
-            if m % tile_m:
-                continue
-            herd_m = _herd(m // tile_m, NPU2_COLS)
-            for tile_n in edge:
-                if n % tile_n:
+    for launch in [d for d in range(1, m // herd + 1) if (m // herd) % d == 0 and (m // herd // d) % 2 == 0]:
+        rows = m // herd // launch
+        for tile_m in _divisors_desc(rows, MAX_GEMV_TILE_M):
+            for kc in chunks:
+                if kc < k and kc > SHIM_BD_MAX_WRAP and tile_m > 1:
+                    continue  # a [tile_m, kc] block of longer rows is strided: its inner run must fit one BD wrap
+                plan = GemvPlan(m, k, herd, tile_m, kc, launch)
+                if plan.l1_bytes() > L1_BUDGET or not _gemv_streams_fit(plan):
                     continue
-                plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, _herd(n // tile_n, NPU2_ROWS))
-                # all L2 panels (double-buffered) must fit one memory tile: the segment's panels are
-                # allocated together and AIR places a segment's L2 buffers per memory tile
-                if plan.l1_bytes() > L1_BUDGET or plan.l2_bytes() > MEMTILE_BYTES:
-                    continue
-                # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/B tiles
-                # arrive every K step: (tile_m + tile_n) / (tile_m * tile_n); with a full herd this also
-                # minimises DDR reads, 1/BM + 1/BN per MAC), then more MACs per tile
-                key = (plan.herd_m * plan.herd_n, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
+                # prefer: a safe ping-pong trip count, then the most weight bytes per step (fewer steps), then
+                # longer K chunks (whole rows: contiguous weight DMAs, no partial-sum round trip), then more rows
+                # per step
+                key = (_even_or_one(plan.steps), tile_m * kc, kc, tile_m)
                 if best_key is None or key > best_key:
                     best, best_key = plan, key
         if best is not None:
-            return best
-    raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
-                     f"2x B bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile and whose "
-                     f"double-buffered L2 A/B panels fit one {_kib(MEMTILE_BYTES)} memory tile")
+            return best  # the fewest launch iterations that fit
+    rows = m // herd
+    need = GemvPlan(m, k, herd, 1, GEMV_K_MULTIPLE).l1_bytes()
+    raise ValueError(f"gemv: m={m} needs {_kib(need)} of L1 per tile ({rows} output rows per tile stay in L1); "
+                     f"the NPU2 limit is {_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus "
+                     f"{L1_STACK_RESERVE // KiB} KiB stack reserve): split m into partitions")
 
 
-def plan_rmsnorm(rows: int, dim: int) -> RowPlan:
+def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,
+               max_chunk: int, unit: str) -> RowPlan | None:
+    """The best RowPlan over n_units units of `group` elements; `inputs` = (name, elements per unit) of the
+    DMA-filled input buffers. Chunks hold a multiple of `multiple` elements (vector width)."""
+    best, best_key = None, None
+    for herd in _divisors_desc(n_units, NPU2_COLS):
+        per = n_units // herd
+        for chunk in _divisors_desc(per, max(1, max_chunk // group)):
+            elems = chunk * group
+            if elems % multiple:
+                continue
+            plan = RowPlan(herd, per, chunk, unit, group, tuple((nm, chunk * e) for nm, e in inputs))
+            if plan.l1_bytes() > L1_BUDGET:
+                continue
+            # prefer: a safe ping-pong trip count, chunks that amortise a DMA, then the widest herd, then the
+            # biggest chunk
+            key = (_even_or_one(plan.steps), elems >= min(MIN_ELEMWISE_CHUNK, group * n_units), herd, elems)
+            if best_key is None or key > best_key:
+                best, best_key = plan, key
+    return best
+
+
+def plan_rmsnorm(rows: int, dim: int, group: int = 0) -> RowPlan:
     check_positive("rmsnorm", rows=rows, dim=dim)
-    herd = _herd(rows)
-    per_tile = rows // herd
-    for chunk in _divisors_desc(per_tile, per_tile):
-        if 2 * 2 * BF16 * chunk * dim + BF16 * dim <= L1_BUDGET:  # x and y double-buffered + weight
-            return RowPlan(herd, per_tile, chunk, "rows")
-    need = 2 * 2 * BF16 * dim + BF16 * dim
-    raise ValueError(f"rmsnorm: dim={dim} needs {_kib(need)} of L1 per tile for one row; "
-                     f"the NPU2 limit is {_kib(L1_BUDGET)}")
+    g = group or dim
+    if dim % g:
+        raise ValueError(f"rmsnorm: group={group} does not divide dim={dim}")
+    if g % RMSNORM_GROUP_MULTIPLE:
+        raise ValueError(f"rmsnorm: group={g} must be a multiple of {RMSNORM_GROUP_MULTIPLE} "
+                         f"(32-lane bf16 vector path of the external kernel)")
+    plan = _flat_plan("rmsnorm", rows * (dim // g), g, (("x", g), ("w", 0)), RMSNORM_GROUP_MULTIPLE,
+                      max(g, MAX_ELEMWISE_CHUNK), "groups")
+    if plan is None:
+        raise ValueError(f"rmsnorm: dim={dim} needs {_kib(5 * BF16 * g)} of L1 per tile for one group of {g} "
+                         f"elements (x and w double-buffered, y); the NPU2 limit is {_kib(L1_BUDGET)}")
+    # the weight is one [group] buffer per step, not chunk-sized
+    return RowPlan(plan.herd, plan.units_per_tile, plan.chunk, plan.unit, g, (("x", plan.chunk * g), ("w", g)))
 
 
-def _plan_elementwise(kernel: str, rows: int, dim: int, n_buffers: int, multiple: int) -> RowPlan:
+def _plan_elementwise(kernel: str, rows: int, dim: int, inputs: tuple[str, ...], multiple: int) -> RowPlan:
     check_positive(kernel, rows=rows, dim=dim)
-    cap = min(MAX_ELEMWISE_CHUNK, L1_BUDGET // (2 * n_buffers * BF16))  # all buffers double-buffered
-    chunks = [c for c in _divisors_desc(dim, cap) if c % multiple == 0]
-    if not chunks:
-        raise ValueError(f"{kernel}: dim={dim} has no divisor that is a multiple of {multiple} "
-                         f"(vector width) and at most {cap} elements (L1 limit {_kib(L1_BUDGET)} for "
-                         f"{n_buffers} double-buffered bf16 buffers)")
-    # prefer full 32-lane vectors when a divisor allows it; then the widest herd among chunks that still
-    # amortise a DMA (>= MIN_ELEMWISE_CHUNK elements); then the biggest chunk
-    vec = [c for c in chunks if c % VECTOR_LANES_BF16 == 0] or chunks
-    big = [c for c in vec if c >= MIN_ELEMWISE_CHUNK] or vec[:1]
-    chunk = max(big, key=lambda c: (_herd(rows * dim // c), c))
-    n_chunks = rows * dim // chunk
-    herd = _herd(n_chunks)
-    return RowPlan(herd, n_chunks // herd, chunk, "elements")
+    plan = _flat_plan(kernel, rows * dim, 1, tuple((nm, 1) for nm in inputs), multiple, MAX_ELEMWISE_CHUNK,
+                      "elements")
+    if plan is None:
+        raise ValueError(f"{kernel}: dim={dim} x rows={rows} has no chunk that is a multiple of {multiple} "
+                         f"(vector width) and at most {MAX_ELEMWISE_CHUNK} elements with "
+                         f"{len(inputs)} double-buffered inputs and one output in {_kib(L1_BUDGET)} of L1")
+    return plan
 
 
 def plan_add(rows: int, dim: int) -> RowPlan:
-    return _plan_elementwise("add", rows, dim, 3, 1)
+    return _plan_elementwise("add", rows, dim, ("a", "b"), ADD_N_MULTIPLE)
 
 
 def plan_swiglu(rows: int, dim: int) -> RowPlan:
-    return _plan_elementwise("swiglu", rows, dim, 3, SWIGLU_N_MULTIPLE)
+    return _plan_elementwise("swiglu", rows, dim, ("gate", "up"), SWIGLU_N_MULTIPLE)
 
 
-def plan_rope(rows: int, heads: int, head_dim: int) -> RowPlan:
+def plan_rope(rows: int, heads: int, head_dim: int) -> RopePlan:
     check_positive("rope", rows=rows, heads=heads, head_dim=head_dim)
     if head_dim % 2:
         raise ValueError(f"rope: head_dim={head_dim} must be even (half-split rotation)")
     if head_dim % ROPE_HEAD_DIM_MULTIPLE:
         raise ValueError(f"rope: head_dim={head_dim} must be a multiple of {ROPE_HEAD_DIM_MULTIPLE} "
                          f"(16-lane bf16 vector halves of the external kernel)")
-    herd = _herd(rows)
-    for hc in _divisors_desc(heads, heads):
-        if 2 * 2 * BF16 * hc * head_dim + 2 * BF16 * head_dim <= L1_BUDGET:  # x, y, lut double-buffered
-            return RowPlan(herd, rows // herd, hc, "heads")
-    raise ValueError(f"rope: head_dim={head_dim} needs more than {_kib(L1_BUDGET)} of L1 per tile for one head")
-
-
-def _attention_checks(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> None:
-    check_positive("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
-    if heads % kv_heads:
-        raise ValueError(f"attention: heads={heads} must be divisible by kv_heads={kv_heads} (GQA groups)")
-    if head_dim % 2:
-        raise ValueError(f"attention: head_dim={head_dim} must be even")
-    if head_dim % ATTN_HEAD_DIM_MULTIPLE:
-        raise ValueError(f"attention: head_dim={head_dim} must be a multiple of {ATTN_HEAD_DIM_MULTIPLE} "
-                         f"(32-lane bf16 vector path of the external kernel)")
-    if rows > kv_rows:
-        raise ValueError(f"attention: rows={rows} exceed the KV window kv_rows={kv_rows} (the chunk's own keys "
-                         f"are part of the window)")
-    if kv_rows % ATTN_LK_MULTIPLE:
-        raise ValueError(f"attention: kv_rows={kv_rows} must be a multiple of {ATTN_LK_MULTIPLE} (K/V tiles "
-                         f"of 16-lane softmax vectors)")
-
-
-def _attention_fits(p: AttentionPlan) -> bool:
-    return (p.l1_bytes() <= L1_BUDGET and all(b <= MEMTILE_BYTES for b in p.l2_buffers().values())
-            and p.l2_bytes() <= L2_BUDGET and p.channels()["shim_mm2s"] <= SHIM_MM2S
-            and p.channels()["shim_s2mm"] <= SHIM_S2MM and p.cores <= NPU2_COLS * NPU2_ROWS)
-
-
-def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> AttentionPlan:
-    """Tiling of causal GQA attention of `rows` query rows over a `kv_rows` KV window (rows == 1: decode)."""
-    _attention_checks(rows, kv_rows, heads, kv_heads, head_dim)
-    args = (rows, kv_rows, heads, kv_heads, head_dim)
-    group = heads // kv_heads
-    best, best_key = None, None
-    if rows == 1:
-        # decode: herd_x splits of the window, each one column's K, V and q DMA streams (3 per split + pos
-        # must fit the shim's MM2S channels), plus the merge core
-        for herd_x in (8, 4, 2, 1):
-            if kv_rows % (herd_x * ATTN_LK_MULTIPLE) or 3 * herd_x + 1 > SHIM_MM2S:
-                continue
-            for lk in ATTN_DECODE_LK:
-                if (kv_rows // herd_x) % lk:
-                    continue
-                p = AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=1)
-                if _attention_fits(p):
-                    return p
+    if rows >= NPU2_COLS:
+        herd = _herd(rows)
+        cands = [RopePlan(herd, "rows", rows // herd, heads, cr, heads, head_dim)
+                 for cr in _divisors_desc(rows // herd, rows // herd)]
     else:
-        herd_y = _herd(group, NPU2_ROWS)
-        for lq in _divisors_desc(rows, ATTN_MAX_LQ):
-            if lq % ATTN_LQ_MULTIPLE:
-                continue
-            for lk in ATTN_PREFILL_LK:
-                if kv_rows % lk:
-                    continue
-                p = AttentionPlan(*args, lq=lq, lk=lk, herd_x=_herd(rows // lq, NPU2_COLS), herd_y=herd_y)
-                if not _attention_fits(p):
-                    continue
-                # prefer more busy cores, then bigger tiles (fewer Q re-streams and steps)
-                key = (p.cores, lq, lk)
-                if best_key is None or key > best_key:
-                    best, best_key = p, key
-    if best is None:
-        what = "decode" if rows == 1 else f"prefill (query tiles must divide rows={rows} in multiples of " \
-                                          f"{ATTN_LQ_MULTIPLE})"
-        raise ValueError(f"attention: no {what} tiling of rows={rows}, kv_rows={kv_rows}, head_dim={head_dim} fits "
-                         f"{_kib(L1_BUDGET)} of L1 per tile, one {_kib(MEMTILE_BYTES)} memory tile per L2 buffer and "
-                         f"{SHIM_MM2S} shim MM2S channels")
-    return best
+        # decode: split the heads of each row, as many tiles as keep >= MIN_ELEMWISE_CHUNK elements per tile
+        split = [h for h in _divisors_desc(heads, NPU2_COLS) if (heads // h) * head_dim >= MIN_ELEMWISE_CHUNK]
+        herd = split[0] if split else 1
+        cands = [RopePlan(herd, "heads", rows, heads // herd, cr, heads // herd, head_dim)
+                 for cr in _divisors_desc(rows, rows)]
+    fits = [p for p in cands if p.l1_bytes() <= L1_BUDGET
+            and (p.step_rows == 1 or p.step_rows * p.step_heads * head_dim <= MAX_ELEMWISE_CHUNK)]
+    if not fits:
+        raise ValueError(f"rope: {heads} heads of head_dim={head_dim} need more than {_kib(L1_BUDGET)} of L1 "
+                         f"per tile for one row")
+    return max(fits, key=lambda p: (_even_or_one(p.steps), p.step_rows))
 
 
 def plan_lm_head(vocab: int, hidden: int) -> LmHeadPlan:
@@ -435,7 +326,7 @@ def plan_lm_head(vocab: int, hidden: int) -> LmHeadPlan:
     check_positive("lm_head", vocab=vocab, hidden=hidden)
     # round each partition up so it splits evenly over a full herd of max-size GEMV tiles; tiny vocabularies
     # (tests) use fewer partitions so the zero padding stays below one quantum per partition
-    quantum = NPU2_COLS * MAX_GEMV_TILE_M
+    quantum = LM_HEAD_ROW_QUANTUM
     n_parts = max(1, min(NPU2_COLS, vocab // quantum))
     part_rows = -(-vocab // n_parts)
     part_rows = -(-part_rows // quantum) * quantum

@@ -65,24 +65,25 @@ def rmsnorm(x, w, *, rows: int, dim: int, eps: float, group: int = 0) -> np.ndar
 _GEMM_ROW_BLOCK = 64
 
 
-def gemm(a, b, *, m: int, k: int, n: int) -> np.ndarray:
-    """c[m, n] = a[m, k] @ b[k, n], f32 accumulation, one bf16 rounding.
+def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
+    """c[m, n] = a[m, k] @ w[n, k]^T (w in the Hugging Face [out, in] layout, like gemv), f32 accumulation,
+    one bf16 rounding.
 
-    BLAS sgemm picks its micro-kernel (and so the summation order) by matrix height, so a plain `a @ b`
+    BLAS sgemm picks its micro-kernel (and so the summation order) by matrix height, so a plain `a @ w.T`
     would make a prompt row's result depend on the prefill bucket. On the NPU a row's accumulation order is
     fixed by the tiling, never by the other rows; computing in fixed 64-row blocks (zero-padded) restores
     that row independence (padding invariance is bit-exact, tested) at f32 speed.
     """
     _dims("gemm", m=m, k=k, n=n)
     af = _input("gemm", "a", a, (m, k))
-    bf = _input("gemm", "b", b, (k, n))
+    wt = _input("gemm", "w", w, (n, k)).T  # a view: BLAS reads the [n, k] rows as the transposed operand
     blk = _GEMM_ROW_BLOCK
     padded = -(-m // blk) * blk
     if padded != m:
         af = np.concatenate([af, np.zeros((padded - m, k), dtype=F32)])
     c = np.empty((padded, n), dtype=F32)
     for r in range(0, padded, blk):
-        np.matmul(af[r:r + blk], bf, out=c[r:r + blk])
+        np.matmul(af[r:r + blk], wt, out=c[r:r + blk])
     return to_bf16(c[:m])
 
 

@@ -202,43 +202,66 @@ def test_single_kernel_matches_reference(tmp_path, case):
 # ---------------------------------------------------------------------------------------- channels
 
 def _gemm_program(m, k, n):
-    from kernel_builder import planner
+    from kernel_builder import gemm_plan
     from kernel_builder.kernels import gemm
-    return planner.plan_gemm(m, k, n), gemm.build(m, k, n)
+    return gemm_plan.plan_gemm(m, k, n), gemm.build(m, k, n)
 
 
 def _gemm_inputs(m, k, n, seed=3):
     rng = np.random.default_rng(seed)
     a = (rng.standard_normal((m, k)) * 0.5).astype(BF16)
-    b = (rng.standard_normal((k, n)) * 0.5).astype(BF16)
-    return a, b, np.zeros((m, n), BF16)
+    w = (rng.standard_normal((n, k)) * 0.5).astype(BF16)   # HF [out, in]
+    return a, w, np.zeros((m, n), BF16)
 
 
-def test_gemm_channel_broadcast_traffic_and_result():
-    """Every K step the segment puts one slice per herd row (A) and column (B); each put reaches the whole
-    row/column, so each tile gets exactly its two tiles per step; DDR traffic = panels + output."""
-    m, k, n = 64, 256, 256
+@pytest.mark.parametrize("m,k,n", [(64, 256, 256), (16, 192, 96), (32, 1024, 64)])
+def test_gemm_channel_traffic_and_result(m, k, n):
+    """Per K step the segment puts one slice per herd row (A) and column (W), each reaching the whole
+    row/column; every tile gets exactly its two tiles per step and puts its C tile once; the segment gets the
+    C tiles into one L2 panel per herd row and writes each panel with one DMA. DDR traffic = panels + output;
+    the result is a @ w^T (w in the HF [out, in] layout) within 2 bf16 ulps."""
     p, text = _gemm_program(m, k, n)
-    bm, bn = p.herd_m * p.tile_m, p.herd_n * p.tile_n
-    launches = (m // bm) * (n // bn)
-    steps = k // p.tile_k
-    a, b, c = _gemm_inputs(m, k, n)
-    stats = air_interp.compile_module(text).run([a, b, c])
-    assert stats.channel_puts == launches * steps * (p.herd_m + p.herd_n)
-    assert stats.channel_gets == stats.tiles * steps * 2 == launches * p.herd_m * p.herd_n * steps * 2
+    launches = (m // p.bm) * (n // p.bn)
+    steps, l2_steps = k // p.tile_k, k // p.tile_k_l2
+    tiles = p.herd_m * p.herd_n
+    a, w, c = _gemm_inputs(m, k, n)
+    stats = air_interp.compile_module(text).run([a, w, c])
+    assert stats.tiles == launches * tiles
+    assert stats.channel_puts == launches * (steps * (p.herd_m + p.herd_n) + tiles)
+    assert stats.channel_gets == launches * tiles * (2 * steps + 1)
+    assert stats.dmas == launches * (l2_steps * (p.herd_m + p.herd_n) + p.herd_m)
     assert stats.dma_bytes == p.ddr_read_bytes(m, k, n) + 2 * m * n
-    ref = a.astype(np.float32) @ b.astype(np.float32)
+    assert stats.calls_by_symbol == {f"gemm_{part}_bf16_m{p.tile_m}_k{p.tile_k}_n{p.tile_n}": launches * tiles * times
+                                     for part, times in (("zero", 1), ("mac", steps), ("out", 1))}
+    ref = KERNELS["gemm"](a, w, m=m, k=k, n=n).astype(np.float32)
     _assert_close([c.astype(np.float32)], [ref], "gemm")
+    _assert_close([c.astype(np.float32)], [a.astype(np.float32) @ w.astype(np.float32).T], "gemm vs a @ w.T")
 
 
-def test_gemm_put_offset_mutation_is_detected(stitched, tmp_path):
-    # herd row 1 of the q projection is sent row 0's slice of the A panel
+def _q_gemm_ops(text: str, op: str, chan: str):
+    return list(re.finditer(rf"air\.channel\.{op} @q_gemm_{chan}\[(%\w+), (%\w+)\] \((%\w+)\[([^\]]*)\]", text))
+
+
+def test_gemm_broadcast_index_mutation_is_detected(stitched, tmp_path):
+    # the A panels of herd rows 0 and 1 of the q projection go out on each other's broadcast index
     text = stitched["qkv_s16"]
-    puts = list(re.finditer(r"air\.channel\.put @q_gemm_a\[%\w+, %\w+\] \(%\w+\[(%\w+), ", text))
+    puts = _q_gemm_ops(text, "put", "a")
     assert len(puts) >= 2, "the q GEMM should broadcast to at least two herd rows"
-    second = puts[1]
-    mutated = text[:second.start(1)] + puts[0].group(1) + text[second.end(1):]
+    (r0, r1) = puts[0].span(1), puts[1].span(1)
+    i0, i1 = puts[0].group(1), puts[1].group(1)
+    mutated = text[:r0[0]] + i1 + text[r0[1]:r1[0]] + i0 + text[r1[1]:]
     _check_mutation_detected(tmp_path, "qkv_s16", text, mutated, seed=13)
+
+
+def test_gemm_drain_offset_mutation_is_detected(stitched, tmp_path):
+    # herd column 1's C tile is drained onto herd column 0's columns of the L2 row panel
+    text = stitched["qkv_s16"]
+    gets = [g for g in _q_gemm_ops(text, "get", "c") if g.group(3).startswith("%q_c_l2")]
+    assert len(gets) >= 2, "the q GEMM should drain at least two herd columns per row"
+    second = gets[1]
+    mutated = text[:second.start(4)] + gets[0].group(4) + text[second.end(4):]
+    assert mutated != text
+    _check_mutation_detected(tmp_path, "qkv_s16", text, mutated, seed=14)
 
 
 def test_channel_get_without_put_and_unconsumed_put_fail():

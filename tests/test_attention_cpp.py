@@ -22,7 +22,7 @@ from kernel_builder.external_models import attention_model
 from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_tool
 
-PREFILL = [(64, 16, 32), (128, 32, 16)]          # head_dim, lq, lk
+PREFILL = [(64, 64, 32), (64, 32, 32), (128, 16, 16), (128, 24, 16)]   # head_dim, lq, lk (lk <= lq <= 2 lk)
 DECODE = [(64, 4, 32, 4), (32, 3, 16, 2)]        # head_dim, group rows, lk, parts
 
 
@@ -76,62 +76,81 @@ def _assert_close(got, want, what):
 
 
 class Prefill:
-    """One core's schedule: init, the Q items of its group (n_q of 2*lk rows), the K/V items of the window."""
+    """One core's schedule: init, the Q items of its group (one per core: item rows [0, lk) are Q rows
+    [0, lk), rows [lk, 2lk) are Q rows [lq - lk, lq)), then the K/V items of the window."""
 
     def __init__(self, lib, hd, lq, lk):
         ks = ext.attention_prefill_kernels(hd, lq, lk)
         self.hd, self.lq, self.lk = hd, lq, lk
-        self.init, self.item, self.finish = _fn(lib, ks.init.symbol, 1), _fn(lib, ks.update.symbol, 3, 4), \
+        self.init, self.item, self.finish = _fn(lib, ks.init.symbol, 2), _fn(lib, ks.update.symbol, 3, 4), \
             _fn(lib, ks.out.symbol, 2)
 
-    def run(self, q_stack, slot, k, v, q_pos0):
-        """q_stack: the stacked Q tiles of the cores sharing the stream ([cores*lq, hd]); this core is `slot`."""
-        ir, hd, lq, lk = 2 * self.lk, self.hd, self.lq, self.lk
-        n_q = -(-q_stack.shape[0] // ir)
-        padded = np.full((n_q * ir, hd), np.nan, np.float32).astype(BF16)   # stack padding is never read
-        padded[:q_stack.shape[0]] = q_stack
-        state = np.empty(lq * (hd + 2), np.float32)
-        q = np.empty((lq, hd), BF16)
-        self.init(_ptr(state))
-        for t in range(n_q):
-            self.item(_ptr(np.ascontiguousarray(padded[t * ir:(t + 1) * ir])), _ptr(q), _ptr(state), t, n_q,
-                      slot * lq, q_pos0)
+    def q_item(self, tile):
+        return np.ascontiguousarray(np.concatenate([tile[:self.lk], tile[self.lq - self.lk:]]))
+
+    def run(self, q_tiles, slot, k, v, q_pos0, state=None, q=None):
+        """q_tiles: the Q tiles of the cores sharing the stream; this core is `slot`. state/q: reuse the
+        buffers of an earlier query block (finish empties the state) instead of a fresh init."""
+        hd, lq, lk = self.hd, self.lq, self.lk
+        if state is None:
+            state, q = np.empty(lq * (hd + 2), np.float32), np.empty((lq, hd), BF16)
+            self.init(_ptr(state), _ptr(q))
+        n_q = len(q_tiles)
+        for t, tile in enumerate(q_tiles):
+            self.item(_ptr(self.q_item(tile)), _ptr(q), _ptr(state), t, n_q, slot, q_pos0)
         for t in range(k.shape[0] // lk):
             it = np.ascontiguousarray(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
-            self.item(_ptr(it), _ptr(q), _ptr(state), n_q + t, n_q, slot * lq, q_pos0)
+            self.item(_ptr(it), _ptr(q), _ptr(state), n_q + t, n_q, slot, q_pos0)
         self.finish(_ptr(state), _ptr(q))
-        return q
+        return q.copy(), state, q
 
 
 @pytest.mark.parametrize("cfg", PREFILL, ids=lambda c: f"hd{c[0]}_q{c[1]}_k{c[2]}")
 @pytest.mark.parametrize("pos", [0, 40, 77])
 def test_prefill_schedule_matches_reference(lib, rng, cfg, pos):
-    """Three cores share a stream (Q stacked over items, padding NaN); each one's output is the reference's
-    rows for its head. Keys past the last query hold NaN/inf (a KV window beyond the chunk): never read."""
+    """Three cores share a stream; each one's output is the reference's rows for its head. Query blocks
+    follow each other on the same buffers (finish leaves an empty state). Keys past the last query hold
+    NaN/inf (a KV window beyond the chunk): never read."""
     p = Prefill(lib, *cfg)
     hd, lq = p.hd, p.lq
-    rows, heads, window = 2 * lq, 3, 4 * p.lk * 2 + 2 * lq + pos
-    window = -(-window // p.lk) * p.lk
+    rows, heads = 2 * lq, 3
+    window = -(-(8 * p.lk + 2 * lq + pos) // p.lk) * p.lk
     q = _rand(rng, (rows, heads * hd), 1.5)
     k, v = _rand(rng, (window, hd), 1.5), _rand(rng, (window, hd))
     k[pos + rows:], v[pos + rows:] = np.inf, np.nan
     want = ref.attention(q, k, v, pos, rows=rows, kv_rows=window, heads=heads, kv_heads=1, head_dim=hd)
-    for qb in range(rows // lq):
-        stack = np.concatenate([q[qb * lq:(qb + 1) * lq, h * hd:(h + 1) * hd] for h in range(heads)])
-        for h in range(heads):
-            got = p.run(stack, h, k, v, pos + qb * lq)
+    for h in range(heads):
+        state = buf = None
+        for qb in range(rows // lq):
+            tiles = [q[qb * lq:(qb + 1) * lq, y * hd:(y + 1) * hd] for y in range(heads)]
+            got, state, buf = p.run(tiles, h, k, v, pos + qb * lq, state, buf)
             _assert_close(got, want[qb * lq:(qb + 1) * lq, h * hd:(h + 1) * hd], f"pos {pos} block {qb} head {h}")
+
+
+def test_prefill_init_and_finish_leave_an_empty_state(lib, rng):
+    hd, lq, lk = PREFILL[0]
+    p = Prefill(lib, hd, lq, lk)
+    state, q = np.full(lq * (hd + 2), 7.0, np.float32), _rand(rng, (lq, hd))
+    p.init(_ptr(state), _ptr(q))
+    empty = state.copy()
+    np.testing.assert_array_equal(q.astype(np.float32), 0.0)
+    assert np.all(empty[:lq * hd] == 0) and np.all(empty[lq * hd + lq:] == 0) and np.all(empty[lq * hd:lq * hd + lq] < -1e38)
+    out = np.ones((lq, hd), BF16)
+    p.finish(_ptr(state), _ptr(out))                   # nothing seen: l == 0 -> zeros, not NaN
+    np.testing.assert_array_equal(out.astype(np.float32), 0.0)
+    item = _rand(rng, (2 * lk, hd))
+    p.item(_ptr(item), _ptr(q), _ptr(state), 1, 1, 0, 5)    # keys 0..lk-1 for queries at 5..
+    assert not np.array_equal(state, empty)
+    p.finish(_ptr(state), _ptr(out))
+    np.testing.assert_array_equal(state, empty)
 
 
 def test_prefill_tile_past_the_queries_leaves_state_unchanged(lib, rng):
     hd, lq, lk = PREFILL[0]
     p = Prefill(lib, hd, lq, lk)
-    state = np.empty(lq * (hd + 2), np.float32)
-    q = _rand(rng, (lq, hd))
-    p.init(_ptr(state))
-    out = np.ones((lq, hd), BF16)
-    p.finish(_ptr(state.copy()), _ptr(out))             # nothing seen: l == 0 -> zeros, not NaN
-    np.testing.assert_array_equal(out.astype(np.float32), 0.0)
+    state, q = np.empty(lq * (hd + 2), np.float32), np.empty((lq, hd), BF16)
+    p.init(_ptr(state), _ptr(q))
+    q[:] = _rand(rng, (lq, hd))
     item = _rand(rng, (2 * lk, hd))
     p.item(_ptr(item), _ptr(q), _ptr(state), 1, 1, 0, 5)   # keys 0..lk-1 for queries at 5..: row 0 sees 6 keys
     before = state.copy()

@@ -191,6 +191,16 @@ def test_prompt_files_are_validated(tmp_path):
         load_prompts(tmp_path / "nope")
 
 
+def test_prompt_file_is_placed_before_the_prompt(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"name": "a", "prompt": " Q?", "chat": True,
+                                                 "prompt_file": "doc.txt", "quick": True}))
+    with pytest.raises(ValueError, match="prompt_file 'doc.txt' does not exist"):
+        load_prompts(tmp_path)
+    (tmp_path / "doc.txt").write_text("A long document.")
+    (p,) = load_prompts(tmp_path)
+    assert p.text == "A long document. Q?"
+
+
 def test_prompt_token_ids_use_template_or_raw_encoding():
     class Tok:
         def apply_chat_template(self, messages, add_generation_prompt=True):

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from kernel_builder import planner
+from kernel_builder import gemm_plan, planner
 from kernel_builder.kernels import add, attention, gemm, gemv, rmsnorm, rope, swiglu
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 from tests import air_checks
@@ -73,6 +73,11 @@ def test_builder_structure(case, s, seq, i):
     # every herd gets its data through operands or channels
     for h in rep.herds:
         assert h.types or rep.channel_ops, "herd without operands or channels"
+    # the herd of every kernel fits the 8x4 array
+    consts = {name: int(v) for name, v in re.findall(r"(%\S+) = arith\.constant (\d+) : index", text)}
+    for h in rep.herds:
+        x, y = (consts[v] for v in h.sizes)
+        assert 1 <= x <= planner.NPU2_COLS and 1 <= y <= planner.NPU2_ROWS, (h.symbol, x, y)
 
 
 @pytest.mark.parametrize("case,s,seq,i", [c for c in CASES if c[2] in (1, 64)], ids=[c[0] for c in CASES
@@ -107,8 +112,10 @@ def test_signature_and_arg_types():
 
 
 def test_bare_herds_and_launches():
-    rms = air_checks.check_module(rmsnorm.build(64, 2048, 1e-5))
-    assert [op.kind for op in rms.air_ops] == ["air.herd"] and rms.air_ops[0].func_level
+    a = air_checks.check_module(add.build(64, 2048))
+    assert [op.kind for op in a.air_ops] == ["air.herd"] and a.air_ops[0].func_level
+    rms = air_checks.check_module(rmsnorm.build(64, 2048, 1e-5))   # the segment stages the weight in L2
+    assert [op.kind for op in rms.air_ops] == ["air.launch", "air.segment", "air.herd"]
     g = air_checks.check_module(gemm.build(64, 2048, 512))
     assert [op.kind for op in g.air_ops] == ["air.launch", "air.segment", "air.herd"]
 
@@ -117,109 +124,87 @@ def _body(text: str, op) -> str:
     return text[op.header_span[1]:op.body_close]
 
 
-GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072, 1024), (16, 576, 1536)]
+GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072, 1024), (16, 576, 1536),
+               (256, 2048, 512)]
 
 
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
-def test_gemm_accumulates_in_l1_with_k_loop_in_herd(m, k, n):
-    p = planner.plan_gemm(m, k, n)
-    bm, bn = p.herd_m * p.tile_m, p.herd_n * p.tile_n
+def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n):
+    p = gemm_plan.plan_gemm(m, k, n)
+    k2, tm, tn, tk = p.tile_k_l2, p.tile_m, p.tile_n, p.tile_k
     text = gemm.build(m, k, n)
     rep = air_checks.check_module(text)
     assert rep.errors == []
+    assert rep.public[0][2] == [f"memref<{m}x{k}xbf16>", f"memref<{n}x{k}xbf16>", f"memref<{m}x{n}xbf16>"]
     launch, seg, herd = rep.air_ops
     seg_body, herd_body = _body(text, seg), _body(text, herd)
-    # the herd never sees A or B in L3: its only L3 operand is c
-    assert [t for t in herd.types if t.startswith("memref")] == [f"memref<{m}x{n}xbf16>"]
-    # L2 holds only the bf16 A row panel and B column panel (no f32 accumulator round-tripping through L2)
-    l2 = sorted(set(re.findall(r"memref<([0-9x]+)x(\w+), 1 : i32>", text)))
-    assert l2 == sorted({(f"{bm}x{p.tile_k}", "bf16"), (f"{p.tile_k}x{bn}", "bf16")})
-    # broadcast channels: A per herd row fans out over the herd's columns, B per column over its rows
+    seg_outside_herd = seg_body.replace(herd_body, "")
+    # the herd touches no L3 buffer: it has no operands at all (A/W arrive and C leaves over channels)
+    assert herd.types == []
+    assert "air.dma_memcpy_nd" not in herd_body
+    # no linalg op is left anywhere (aircc would lower it to scalar loops): the micro-kernel does the math
+    assert "linalg." not in text
+    # L2: one A panel per herd row, one W panel per herd column, one C row panel per herd row; each its own
+    # allocation, each within one memory tile
+    l2 = re.findall(r"memref\.alloc\(\) : memref<(\d+)x(\d+)xbf16, 1 : i32>", text)
+    assert sorted(l2) == sorted([(str(tm), str(k2))] * p.herd_m + [(str(tn), str(k2))] * p.herd_n
+                                + [(str(tm), str(p.bn))] * p.herd_m)
+    assert all(2 * 2 * int(r) * int(c) <= planner.MEMTILE_BYTES for r, c in l2)
+    # channels: A per herd row fans out over the herd's columns, W per column over its rows, C per tile
     ch = rep.channels
     assert (ch["gemm_a"].size, ch["gemm_a"].broadcast_shape) == \
         ([p.herd_m, 1], None if p.herd_n == 1 else [p.herd_m, p.herd_n])
     assert (ch["gemm_b"].size, ch["gemm_b"].broadcast_shape) == \
         ([1, p.herd_n], None if p.herd_m == 1 else [p.herd_m, p.herd_n])
-    # segment: one K loop over [0, k) in tile_k steps: two L3 -> L2 panel DMAs, then one put per herd row
-    # (A) and per herd column (B), each slicing its own tile_m rows / tile_n columns of the panel
-    seg_outside_herd = seg_body.replace(herd_body, "")
-    seg_consts = {n_: int(v) for n_, v in re.findall(r"(%\S+) = arith\.constant (-?\d+) : index", seg_body)}
+    assert (ch["gemm_c"].size, ch["gemm_c"].broadcast_shape) == ([p.herd_m, p.herd_n], None)
+    # segment: K loop over [0, k) in K2 steps with herd_m + herd_n panel DMAs from L3, a slice loop over the
+    # panel in tile_k steps (in 8-element blocks) with one put per panel; after the herd, one DMA per C row
+    consts = {n_: int(v) for n_, v in re.findall(r"(%\S+) = arith\.constant (-?\d+) : index", text)}
     seg_loops = re.findall(r"scf\.for %\S+ = %\S+ to (%\S+) step (%\S+) \{", seg_outside_herd)
-    assert [(seg_consts[a], seg_consts[b]) for a, b in seg_loops] == [(k, p.tile_k)]
-    assert seg_outside_herd.count("air.dma_memcpy_nd") == 2
+    assert [(consts[a], consts[b]) for a, b in seg_loops] == [(k, k2), (k2 // 8, tk // 8)]
+    assert seg_outside_herd.count("air.dma_memcpy_nd") == 2 * p.herd_m + p.herd_n
     puts = [a for a in rep.channel_ops if a.kind == "put"]
-    assert all(a.region == "air.segment" for a in puts)
-    a_puts = sorted((seg_consts[a.indices[0]], seg_consts[a.indices[1]], seg_consts[a.lists[0][0]])
-                    for a in puts if a.symbol == "gemm_a")
-    b_puts = sorted((seg_consts[a.indices[0]], seg_consts[a.indices[1]], seg_consts[a.lists[0][1]])
-                    for a in puts if a.symbol == "gemm_b")
-    assert a_puts == [(i, 0, i * p.tile_m) for i in range(p.herd_m)]
-    assert b_puts == [(0, j, j * p.tile_n) for j in range(p.herd_n)]
-    # herd: the whole K reduction in one scf.for holding the only linalg.matmul, fed by two channel gets
-    # indexed by the tile ids (no DMA from L3 inside the loop)
+    assert {a.symbol: a.region for a in puts} == {"gemm_a": "air.segment", "gemm_b": "air.segment",
+                                                  "gemm_c": "air.herd"}
+    a_puts = sorted(tuple(consts[v] for v in a.indices) for a in puts if a.symbol == "gemm_a")
+    b_puts = sorted(tuple(consts[v] for v in a.indices) for a in puts if a.symbol == "gemm_b")
+    assert a_puts == [(i, 0) for i in range(p.herd_m)] and b_puts == [(0, j) for j in range(p.herd_n)]
+    for a in puts:
+        if a.symbol != "gemm_c":  # 8x8 re-blocking of a [rows, tile_k] slice; innermost run 8 contiguous bf16
+            rows = tm if a.symbol == "gemm_a" else tn
+            assert [consts[v] for v in a.lists[1]] == [rows // 8, tk // 8, 8, 8]
+            assert [consts[v] for v in a.lists[2]] == [8 * k2, 8, k2, 1]
+    # herd: zero, the whole K reduction in one loop (two gets + one mac call), out, one C put
     loops = re.findall(r"scf\.for %\S+ = %\S+ to (%\S+) step (%\S+) \{", herd_body)
-    assert len(loops) == 1
-    consts = dict(re.findall(r"(%\S+) = arith\.constant (-?\d+) : index", herd_body))
-    assert (int(consts[loops[0][0]]), int(consts[loops[0][1]])) == (k, p.tile_k)
-    loop_body = herd_body[herd_body.index("scf.for"):]
-    assert herd_body.count("linalg.matmul") == 1 and "linalg.matmul" in loop_body
+    assert [(consts[a], consts[b]) for a, b in loops] == [(k, tk)]
+    calls = re.findall(r"func\.call @(\w+)\(", herd_body)
+    tag = f"m{tm}_k{tk}_n{tn}"
+    assert calls == [f"gemm_zero_bf16_{tag}", f"gemm_mac_bf16_{tag}", f"gemm_out_bf16_{tag}"]
+    loop_body = herd_body[herd_body.index("scf.for"):herd_body.index("func.call @gemm_out")]
+    assert f"func.call @gemm_mac_bf16_{tag}" in loop_body and "gemm_zero" not in loop_body
     gets = [a for a in rep.channel_ops if a.kind == "get"]
-    a_ty = f"memref<{p.tile_m}x{p.tile_k}xbf16,2:i32>"
-    b_ty = f"memref<{p.tile_k}x{p.tile_n}xbf16,2:i32>"
-    assert [(a.symbol, a.indices, a.type, a.region) for a in gets] == \
-        [("gemm_a", herd.ids, a_ty, "air.herd"), ("gemm_b", herd.ids, b_ty, "air.herd")]
-    # f32 accumulator in L1: zero-filled once before the loop, never DMA'd anywhere
-    acc_ty = f"memref<{p.tile_m}x{p.tile_n}xf32, 2 : i32>"
-    before_loop = herd_body[:herd_body.index("scf.for")]
-    assert f"%acc_l1 = memref.alloc() : {acc_ty}" in before_loop
-    assert f"linalg.fill ins(%cst : f32) outs(%acc_l1 : {acc_ty})" in before_loop
-    assert not re.search(r"air\.dma_memcpy_nd \([^)]*%acc_l1", text)
-    assert "air.dma_memcpy_nd" not in loop_body[:loop_body.index("}")]
-    assert f"outs(%acc_l1 : {acc_ty})" in loop_body
-    # after the loop one bf16 tile goes out to c
-    out = re.findall(r"air\.dma_memcpy_nd \((%ha)\[.*\(memref<" + f"{m}x{n}" + r"xbf16>, memref<(\d+)x(\d+)xbf16, 2", text)
-    assert out == [("%ha", str(p.tile_m), str(p.tile_n))]
-    assert "arith.truncf %in : f32 to bf16" in herd_body
+    assert [(a.symbol, a.indices, a.type) for a in gets if a.region == "air.herd"] == \
+        [("gemm_a", herd.ids, f"memref<{tm * tk}xbf16,2:i32>"), ("gemm_b", herd.ids, f"memref<{tn * tk}xbf16,2:i32>")]
+    assert herd.attrs["link_with"] == f"gemm_{tag}.o"
+    # drain: the segment gets tile (i, j) into row panel i at column block j*tile_n/8, un-blocking 8x8
+    drains = [a for a in gets if a.symbol == "gemm_c"]
+    assert sorted(tuple(consts[v] for v in a.indices) for a in drains) == \
+        [(i, j) for i in range(p.herd_m) for j in range(p.herd_n)]
+    for a in drains:
+        assert a.region == "air.segment"
+        assert [consts[v] for v in a.lists[0]] == [0, consts[a.indices[1]] * tn // 8, 0, 0]
+        assert [consts[v] for v in a.lists[2]] == [8 * p.bn, 8, p.bn, 1]
+    out = re.findall(r"air\.dma_memcpy_nd \((%sa_2)\[[^\]]*\] \[(%\w+), (%\w+)\] \[(%\w+), %\w+\], %c_l2", text)
+    assert [(consts[r], consts[c], consts[st]) for _, r, c, st in out] == [(tm, p.bn, n)] * p.herd_m
 
 
 def test_gemm_panels_cut_ddr_reads():
-    """Broadcasting the L2 panels reads A n/BN times and B m/BM times (was n/tile_n and m/tile_m)."""
+    """Broadcasting the L2 panels reads A n/BN times and W m/BM times (was n/tile_n and m/tile_m)."""
     m, k, n = 2048, 2048, 8192
-    p = planner.plan_gemm(m, k, n)
-    bm, bn = p.herd_m * p.tile_m, p.herd_n * p.tile_n
-    assert p.ddr_read_bytes(m, k, n) == 2 * (m * k * (n // bn) + k * n * (m // bm))
+    p = gemm_plan.plan_gemm(m, k, n)
+    assert p.ddr_read_bytes(m, k, n) == 2 * (m * k * (n // p.bn) + k * n * (m // p.bm))
     per_tile = 2 * (m * k * (n // p.tile_n) + k * n * (m // p.tile_m))
     assert p.ddr_read_bytes(m, k, n) * min(p.herd_m, p.herd_n) <= per_tile
-
-
-def test_gemm_transform_script_vectorizes_l1_matmul(mlir_opt, tmp_path):
-    """The transform script really applies: on the herd body's L1 linalg.matmul it leaves 8x8x8 bf16
-    vector.contract ops (no linalg.matmul left)."""
-    for shape in ((64, 576, 192), (2048, 2048, 8192)):
-        p = planner.plan_gemm(*shape)
-        a_ty = f"memref<{p.tile_m}x{p.tile_k}xbf16, 2 : i32>"
-        b_ty = f"memref<{p.tile_k}x{p.tile_n}xbf16, 2 : i32>"
-        acc_ty = f"memref<{p.tile_m}x{p.tile_n}xf32, 2 : i32>"
-        matmul = next(line.strip() for line in gemm.build(*shape).splitlines() if "linalg.matmul" in line)
-        assert f"{a_ty}, {b_ty}" in matmul and acc_ty in matmul
-        payload = (f"module {{\n  func.func @herd_body() {{\n"
-                   f"    %a_l1 = memref.alloc() : {a_ty}\n    %b_l1 = memref.alloc() : {b_ty}\n"
-                   f"    %acc_l1 = memref.alloc() : {acc_ty}\n    {matmul}\n    return\n  }}\n}}\n")
-        script = tmp_path / "gemm_transform.mlir"
-        script.write_text(gemm.transform_script(p))
-        res = subprocess.run([mlir_opt, f"--transform-preload-library=transform-library-paths={script}",
-                              "--transform-interpreter"], input=payload, capture_output=True, text=True,
-                             timeout=120)
-        assert res.returncode == 0, res.stderr
-        assert "linalg.matmul" not in res.stdout
-        contracts = [line for line in res.stdout.splitlines() if "vector.contract" in line]
-        assert contracts and all("vector<8x8xbf16>, vector<8x8xbf16> into vector<8x8xf32>" in c
-                                 for c in contracts), res.stdout
-
-
-def test_gemm_transform_script_rejects_off_intrinsic_tiles():
-    with pytest.raises(ValueError):
-        gemm.transform_script(planner.GemmPlan(12, 64, 64, 1, 1))
 
 
 def test_gemv_k_variants_have_distinct_symbols():
@@ -237,7 +222,7 @@ def test_attention_prefill_and_decode_are_distinct_designs():
     dec = air_checks.check_module(attention.build(1, 2048, 32, 8, 64))
     assert [h.symbol for h in pre.herds] == ["attention_herd"]
     assert [h.symbol for h in dec.herds] == ["attention_herd", "attention_merge"]
-    assert pre.channels["attn_in"].broadcast_shape == [8, 4] and pre.channels["attn_in"].size == [8, 1]
+    assert pre.channels["attn_in"].broadcast_shape == [4, 4] and pre.channels["attn_in"].size == [4, 1]
     assert dec.channels["attn_in"].broadcast_shape is None
     for rep in (pre, dec):
         assert rep.errors == [] and rep.kernels[0]["kind"] == "attention"
@@ -294,7 +279,8 @@ def test_checker_catches_errors():
 
 def test_mlir_opt_catches_type_errors(mlir_opt):
     good = gemm.build(64, 576, 192)
-    bad = _mutate(good, "outs(%acc_l1 : memref<8x48xf32, 2 : i32>)", "outs(%acc_l1 : memref<8x40xf32, 2 : i32>)")
+    bad = _mutate(good, "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<384xf32",
+                  "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<380xf32")
     with pytest.raises(AssertionError):
         _generic_parse(mlir_opt, bad)
 
@@ -319,7 +305,7 @@ def test_checker_catches_channel_mistakes(mlir_opt):
     assert '"air.channel"() {sym_name = "gemm_a"' in generic and '"air.channel.get"(%tx, %ty, %a_l1)' in generic
     air_checks.mlir_opt_verify(mlir_opt, generic)
     mutations = {
-        "undeclared channel": good.replace("air.channel.put @gemm_b[", "air.channel.put @gemm_c[", 1),
+        "undeclared channel": good.replace("air.channel.put @gemm_b[", "air.channel.put @gemm_x[", 1),
         "wrong rank": re.sub(r"air\.channel\.get @gemm_a\[%tx, %ty\]", "air.channel.get @gemm_a[%tx]", good),
         "no get": re.sub(r"\n\s*air\.channel\.get @gemm_b\[[^\n]*", "", good),
         "bad broadcast": good.replace("air.channel @gemm_a [", "air.channel @gemm_a [3, ", 1),
@@ -338,6 +324,6 @@ def test_mlir_check_lifts_gemm_herd_with_channel_gets(mlir_opt):
     text = gemm.build(64, 576, 192)
     funcs, notes = mlir_check.herd_functions(text)
     assert notes == [] and len(funcs) == 1
-    assert "air." not in funcs[0] and "linalg.matmul" in funcs[0]
+    assert "air." not in funcs[0] and "func.call @gemm_mac_bf16_m8_k64_n48" in funcs[0]
     res = mlir_check.check_text(text, tool=mlir_opt)
     assert res.ok and res.checked_herds == 1, res.stderr

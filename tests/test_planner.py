@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from kernel_builder import gemm_plan as G
+from kernel_builder import attention_plan as A
 from kernel_builder import planner as P
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 
@@ -19,81 +21,139 @@ def _projections(s):
 @pytest.mark.parametrize("seq", SEQS)
 def test_gemm_plans_fit_and_divide(s, seq):
     for k, n in _projections(s):
-        p = P.plan_gemm(seq, k, n)
-        assert seq % (p.tile_m * p.herd_m) == 0 and n % (p.tile_n * p.herd_n) == 0
-        assert k % p.tile_k == 0
-        assert p.tile_m % P.MMUL_M == 0 and p.tile_n % P.MMUL_N == 0 and p.tile_k % P.MMUL_K == 0
+        p = G.plan_gemm(seq, k, n)
+        assert seq % p.bm == 0 and n % p.bn == 0
+        assert k % p.tile_k_l2 == 0 and p.tile_k_l2 % p.tile_k == 0 and p.tile_k_l2 <= G.MAX_GEMM_L2_K
+        assert p.tile_m % 8 == 0 and p.tile_n % 16 == 0 and p.tile_k % 8 == 0  # micro-kernel blocks
         assert 1 <= p.herd_m <= P.NPU2_COLS and 1 <= p.herd_n <= P.NPU2_ROWS
         assert p.l1_bytes() <= P.L1_BUDGET
-        # double-buffered bf16 A/B panels in one memory tile; the accumulator stays in L1
-        l2 = p.l2_buffers()
-        assert set(l2) == {"a_panels", "b_panels"}
-        assert l2["a_panels"] == 2 * P.BF16 * p.herd_m * p.tile_m * p.tile_k
-        assert l2["b_panels"] == 2 * P.BF16 * p.tile_k * p.herd_n * p.tile_n
-        assert p.l2_bytes() <= P.MEMTILE_BYTES
+        # every L2 buffer is its own allocation; the fullest memory tile still fits
+        l2, c = p.l2_buffers(), p.copies(p.tile_k_l2)
+        assert l2 == {"a_panel": c * P.BF16 * p.tile_m * p.tile_k_l2, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
+                      "c_panel": P.BF16 * p.tile_m * p.bn}
+        assert max(l2.values()) <= p.memtile_bytes() <= P.MEMTILE_BYTES
+        # memory-tile BDs: each panel broadcast within its budget, the busiest tile within 48
+        bds = p.memtile_bds()
+        assert max(bds["a_put"], bds["w_put"]) <= G.MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= G.MEMTILE_BDS
+        # the W block stride folded into a shim BD under runtime loop tiling fits its 20-bit word count
+        assert p.bn * k <= G.SHIM_MAX_STRIDE_BF16
+        # channel budget: <= 2 MM2S + 2 S2MM per shim column, <= 6 S2MM / MM2S per memory tile, 2 + 1 per core
+        ch = p.channels()
+        assert ch["shim_mm2s"] <= 2 * P.NPU2_COLS and ch["shim_s2mm"] <= 2 * P.NPU2_COLS
+        assert ch["memtile_s2mm"] <= G.MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= G.MEMTILE_DMA_CHANNELS
+        assert (ch["core_s2mm"], ch["core_mm2s"]) == (2, 1)
+
+
+def test_gemm_ping_pong_copies_follow_the_trip_counts():
+    """aircc's ping-pong transform gives a loop of one trip no copy, an even trip count two, and (in the mlir-air
+    the lowering toolchain builds) an odd one a third: the plan budgets L1 and L2 accordingly."""
+    even = G.GemmPlan(64, 64, 64, 8, 4, 512, k=2048)     # 32 herd steps, 4 panel steps
+    odd = G.GemmPlan(64, 64, 48, 8, 4, 192, k=576)       # 9 herd steps, 3 panel steps
+    one = G.GemmPlan(64, 64, 64, 8, 4, 512, k=512)       # 8 herd steps, 1 panel step
+    assert (even.copies(64), even.copies(512)) == (2, 2)
+    assert (odd.copies(64), odd.copies(192)) == (3, 3)
+    assert one.copies(512) == 1 and one.l2_buffers()["a_panel"] == P.BF16 * 64 * 512
+    assert odd.l1_buffers()["a_tiles"] == 3 * P.BF16 * 64 * 64
+    # 64x1536x576: panel depth 512 would be 3 steps x 8 slices = 24 BDs for the W broadcast (what aiecc's
+    # aie-assign-bd-ids rejected); the planner takes 384 (4 steps, 2 copies x 6 slices)
+    p = G.plan_gemm(64, 1536, 576)
+    assert p.tile_k_l2 == 384 and p.memtile_bds()["w_put"] == 12
+    assert G.GemmPlan(8, 64, 48, 8, 4, 512, k=1536).memtile_bds()["w_put"] == 24 > G.MAX_GEMM_PUT_BDS
 
 
 def test_gemm_l1_accounting_covers_every_herd_buffer():
-    p = P.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4)
-    # f32 acc 16 KiB + 2x A 8 KiB + 2x B 8 KiB + bf16 out 8 KiB
-    assert p.l1_buffers() == {"acc_f32": 16384, "a_tiles": 16384, "b_tiles": 16384, "out_bf16": 8192}
+    p = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4)
+    # f32 acc 16 KiB + 2x A 8 KiB + 2x W 8 KiB + bf16 out 8 KiB
+    assert p.l1_buffers() == {"acc_f32": 16384, "a_tiles": 16384, "w_tiles": 16384, "out_bf16": 8192}
     assert p.l1_bytes() == 56 * 1024 <= P.L1_BUDGET
-    assert P.GemmPlan(128, 64, 64, 1, 1).l1_bytes() > P.L1_BUDGET  # 32+32+16+16 KiB
+    assert G.GemmPlan(128, 64, 64, 1, 1).l1_bytes() > P.L1_BUDGET  # 32+32+16+16 KiB
 
 
-def test_gemm_l2_accounting_and_ddr_reads():
-    p = P.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4)
-    # A panel 512x64 bf16 = 64 KiB, B panel 64x256 bf16 = 32 KiB, each double-buffered
-    assert p.l2_buffers() == {"a_panels": 128 * 1024, "b_panels": 64 * 1024}
-    # 2048x2048x8192: A (8 MiB) read 8192/256 = 32 times, B (32 MiB) 2048/512 = 4 times
+def test_gemm_l2_accounting_channels_and_ddr_reads():
+    p = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, tile_k_l2=512)
+    # A panel 64x512 bf16 = 64 KiB and W panel 64x512 = 64 KiB, each double-buffered; C row panel 64x256
+    assert p.l2_buffers() == {"a_panel": 128 * 1024, "w_panel": 128 * 1024, "c_panel": 32 * 1024}
+    assert p.l2_counts() == {"a_panel": 8, "w_panel": 4, "c_panel": 8}
+    assert p.l2_bytes() == 8 * 128 * 1024 + 4 * 128 * 1024 + 8 * 32 * 1024
+    # 20 buffers round-robin over 8 memory tiles: at most 3 on one, bounded by 3 x 128 KiB
+    assert p.memtile_bytes() == 384 * 1024
+    # 8 A + 4 W panels in, 8 C row panels out per launch point; a memory tile takes A + W + 4 drains
+    assert p.channels() == {"shim_mm2s": 12, "shim_s2mm": 8, "memtile_s2mm": 6, "memtile_mm2s": 3,
+                            "core_s2mm": 2, "core_mm2s": 1}
+    # 2048x2048x8192: A (8 MiB) read 8192/256 = 32 times, W (32 MiB) 2048/512 = 4 times
     assert p.ddr_read_bytes(2048, 2048, 8192) == 32 * 8 * 2**20 + 4 * 32 * 2**20
-    # the largest tiles the planner considers still fit one memory tile
-    assert P.GemmPlan(P.MAX_GEMM_TILE, 64, P.MAX_GEMM_TILE, P.NPU2_COLS, P.NPU2_ROWS).l2_bytes() <= P.MEMTILE_BYTES
+    assert G.GemmPlan(64, 64, 64, 8, 4).tile_k_l2 == 64  # default: one L1 step per L2 panel
+    with pytest.raises(ValueError, match="tile_k_l2=96 is not a multiple of tile_k=64"):
+        G.GemmPlan(64, 64, 64, 8, 4, 96)
 
 
-def test_gemm_prefers_square_tiles_for_ddr_reuse():
-    # tiles stream from L3 every K step: at equal occupancy the planner picks the tile with the fewest
-    # DDR bytes per MAC, i.e. 64x64 rather than 128x24-like slivers
-    p = P.plan_gemm(2048, 576, 576)
-    assert (p.tile_m, p.tile_n) == (64, 48)
-    big = P.plan_gemm(2048, 2048, 8192)
-    assert (big.tile_m, big.tile_n) == (64, 64)
+def test_gemm_prefers_square_tiles_and_deep_l2_panels():
+    # at equal occupancy the planner picks the tile with the fewest bytes streamed per MAC, i.e. 64x64
+    # rather than 128x24-like slivers; the L2 panel is the deepest divisor of k up to 512 that fits
+    p = G.plan_gemm(2048, 576, 576)
+    assert (p.tile_m, p.tile_n, p.tile_k, p.tile_k_l2) == (64, 48, 64, 192)
+    big = G.plan_gemm(2048, 2048, 8192)
+    assert (big.tile_m, big.tile_n, big.tile_k, big.tile_k_l2) == (64, 64, 64, 512)
 
 
 def test_gemm_uses_full_array_for_llama_prefill():
-    p = P.plan_gemm(2048, 2048, 8192)
-    assert (p.herd_m, p.herd_n) == (P.NPU2_COLS, P.NPU2_ROWS)
+    for m in (64, 256, 1024, 2048):
+        p = G.plan_gemm(m, 2048, 8192)
+        assert (p.herd_m, p.herd_n) == (P.NPU2_COLS, P.NPU2_ROWS), m
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
 def test_gemv_plans(s):
     for k, m in _projections(s):
         p = P.plan_gemv(m, k)
-        assert m % (p.herd_m * p.tile_m) == 0 and p.herd_m <= P.NPU2_COLS
-        assert p.l1_bytes(k) <= P.L1_BUDGET
+        assert m == p.launch_m * p.herd_m * p.rows_per_tile and p.rows_per_tile % p.tile_m == 0 and k % p.k_chunk == 0
+        assert p.k_steps == 1 or p.row_steps <= P.SHIM_BD_MAX_ITERATIONS
+        assert p.herd_m <= P.NPU2_COLS and p.tile_m <= P.MAX_GEMV_TILE_M and p.k_chunk % P.GEMV_K_MULTIPLE == 0
+        assert p.rows_per_tile * P.BF16 % 4 == 0          # one store of whole 32-bit words per tile
+        assert p.l1_bytes() <= P.L1_BUDGET
+        assert p.steps == 1 or p.steps % 2 == 0           # ping-ponged loop: even trip count
 
 
 @pytest.mark.parametrize("hidden,ffn", [(576, 1536), (2048, 8192), (3072, 8192), (4096, 14336)])
 def test_gemv_large_k(hidden, ffn):
-    p = P.plan_gemv(hidden, ffn)
-    assert p.l1_bytes(ffn) <= P.L1_BUDGET
-    assert P.plan_gemv(ffn, hidden).l1_bytes(hidden) <= P.L1_BUDGET
+    """K up to 14336 (8B-class down projections): K chunks keep the ping-ponged L1 tiles in budget."""
+    for m, k in ((hidden, ffn), (ffn, hidden)):
+        p = P.plan_gemv(m, k)
+        assert p.l1_bytes() <= P.L1_BUDGET and p.pingpong and p.tile_m >= 2
+
+
+def test_gemv_l1_counts_pingpong_only_for_streamed_buffers():
+    p = P.GemvPlan(m=2048, k=8192, herd_m=8, tile_m=2, k_chunk=4096)
+    assert (p.rows_per_tile, p.row_steps, p.k_steps, p.steps) == (256, 128, 2, 2)
+    assert p.l1_buffers() == {"w": 2 * 2 * 2 * 4096, "x": 2 * 2 * 4096, "acc_f32": 8, "y": 512}
+    one = P.GemvPlan(m=16, k=64, herd_m=8, tile_m=2, k_chunk=64)   # one step per tile: no loop, one copy
+    assert one.steps == 1 and not one.pingpong and one.l1_buffers()["w"] == 2 * 2 * 64
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
 @pytest.mark.parametrize("rows", [1] + SEQS)
 def test_row_plans(s, rows):
-    r = P.plan_rmsnorm(rows, s.hidden)
-    assert r.herd * r.units_per_tile == rows and r.units_per_tile % r.chunk == 0
+    for g in (0, s.head_dim):
+        dim = s.hidden if not g else s.q_dim
+        r = P.plan_rmsnorm(rows, dim, g)
+        assert r.herd * r.units_per_tile * r.group == rows * dim and r.units_per_tile % r.chunk == 0
+        assert r.group == (g or dim) and r.l1_bytes() <= P.L1_BUDGET and r.herd <= P.NPU2_COLS
     for kind, dim in (("add", s.hidden), ("swiglu", s.ffn)):
         e = getattr(P, f"plan_{kind}")(rows, dim)
-        assert dim % e.chunk == 0 and e.herd * e.units_per_tile * e.chunk == rows * dim
-        assert 3 * 2 * 2 * e.chunk <= P.L1_BUDGET
+        assert e.herd * e.units_per_tile == rows * dim and e.units_per_tile % e.chunk == 0
+        assert e.chunk % 32 == 0 and e.l1_bytes() <= P.L1_BUDGET and e.herd <= P.NPU2_COLS
+        assert e.steps == 1 or e.steps % 2 == 0
     for heads in (s.n_heads, s.n_kv_heads):
         ro = P.plan_rope(rows, heads, s.head_dim)
-        assert ro.herd * ro.units_per_tile == rows and heads % ro.chunk == 0
-    if rows == 1:
-        assert P.plan_rope(1, s.n_heads, s.head_dim).herd == 1
+        covered_rows = ro.herd * ro.rows_per_tile if ro.split == "rows" else ro.rows_per_tile
+        covered_heads = ro.heads_per_tile if ro.split == "rows" else ro.herd * ro.heads_per_tile
+        assert (covered_rows, covered_heads) == (rows, heads)
+        assert ro.rows_per_tile % ro.step_rows == 0 and ro.heads_per_tile % ro.step_heads == 0
+        assert ro.l1_bytes() <= P.L1_BUDGET and (ro.steps == 1 or ro.steps % 2 == 0)
+    if rows == 1:  # decode: the heads of the one row are spread over tiles when each keeps >= 256 elements
+        q = P.plan_rope(1, s.n_heads, s.head_dim)
+        assert q.split == "heads" and q.herd * q.heads_per_tile == s.n_heads
+        assert q.herd == 1 or q.heads_per_tile * s.head_dim >= P.MIN_ELEMWISE_CHUNK
 
 
 def _check_attention_plan(p, s, rows, window):
@@ -102,14 +162,15 @@ def _check_attention_plan(p, s, rows, window):
     assert all(b <= P.MEMTILE_BYTES for b in p.l2_buffers().values()) and p.l2_bytes() <= P.L2_BUDGET
     assert p.herd_x <= P.NPU2_COLS and p.herd_y <= P.NPU2_ROWS and p.cores <= P.NPU2_COLS * P.NPU2_ROWS
     ch = p.channels()
-    assert ch["shim_mm2s"] <= P.SHIM_MM2S and ch["shim_s2mm"] <= P.SHIM_S2MM
+    assert ch["shim_mm2s"] <= A.SHIM_MM2S and ch["shim_s2mm"] <= A.SHIM_S2MM
     assert ch["core_s2mm"] <= 2 and ch["core_mm2s"] <= 2 and p.core_bds() <= 16
-    assert window % p.lk == 0 and p.lk % P.ATTN_LK_MULTIPLE == 0
+    assert window % p.lk == 0 and p.lk % A.ATTN_LK_MULTIPLE == 0
     assert p.launch == s.n_kv_heads
     if p.decode:
         assert p.lq == g and p.kv_rows % (p.herd_x * p.lk) == 0 and p.herd_y == 1
     else:
-        assert rows % (p.lq * p.herd_x) == 0 and p.lq % P.ATTN_LQ_MULTIPLE == 0 and g % p.herd_y == 0
+        assert rows % (p.lq * p.herd_x) == 0 and p.lq % A.ATTN_LQ_MULTIPLE == 0 and g % p.herd_y == 0
+        assert p.lk <= p.lq <= 2 * p.lk
         # every query block of every head is computed exactly once
         assert p.launch * p.head_passes * p.rounds * p.herd_x * p.herd_y * p.lq == rows * s.n_heads
         assert p.q_items * p.item_rows >= p.herd_y * p.lq
@@ -119,24 +180,25 @@ def _check_attention_plan(p, s, rows, window):
 @pytest.mark.parametrize("seq", SEQS)
 def test_attention_prefill_plans(s, seq):
     for window in (seq, 8192):          # the first chunk; a chunk over a KV prefix (chunked prefill)
-        _check_attention_plan(P.plan_attention(seq, window, s.n_heads, s.n_kv_heads, s.head_dim), s, seq, window)
+        _check_attention_plan(A.plan_attention(seq, window, s.n_heads, s.n_kv_heads, s.head_dim), s, seq, window)
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
 @pytest.mark.parametrize("window", [256, 2048, 8192, 131072])
 def test_attention_decode_plans(s, window):
-    _check_attention_plan(P.plan_attention(1, window, s.n_heads, s.n_kv_heads, s.head_dim), s, 1, window)
+    _check_attention_plan(A.plan_attention(1, window, s.n_heads, s.n_kv_heads, s.head_dim), s, 1, window)
 
 
 def test_attention_plans_use_the_array():
-    """The 2048-row prefill at Llama-3.2-1B shapes runs on all 32 cores (8 query blocks x 4 heads per K/V
-    stream), so does the 64-row chunk (8-row query tiles); decode splits the window over 4 cores per kv head."""
+    """Prefill: 4 query blocks x 4 heads side by side (one output stream per core: 16 shim S2MM channels), two
+    feed streams per group; decode splits the window over 4 cores per kv head (3 streams each)."""
     s = LLAMA32_1B
-    p = P.plan_attention(2048, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 32, 8, 4, 32, 4)
-    p = P.plan_attention(64, 64, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (p.lq, p.herd_x, p.cores) == (8, 8, 32)
-    d = P.plan_attention(1, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
+    p = A.plan_attention(2048, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
+    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 32, 4, 4, 16, 8)
+    assert p.channels()["shim_mm2s"] == 9 and p.channels()["shim_s2mm"] == 16
+    p = A.plan_attention(64, 64, s.n_heads, s.n_kv_heads, s.head_dim)
+    assert (p.lq, p.lk, p.herd_x, p.cores) == (16, 16, 4, 16)
+    d = A.plan_attention(1, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
     assert (d.herd_x, d.herd_y, d.lq, d.cores, d.lk) == (4, 1, 4, 5, 64)
 
 
@@ -146,28 +208,30 @@ def test_lm_head_reference_partitioning():
     for vocab, hidden in ((49152, 576), (128256, 3072), (32000, 4096), (100, 576)):
         p = P.plan_lm_head(vocab, hidden)
         assert p.n_parts * p.part_rows >= vocab
-        assert p.n_parts * p.part_rows - vocab <= max(vocab // 8, p.n_parts * P.NPU2_COLS * P.MAX_GEMV_TILE_M)
+        assert p.n_parts * p.part_rows - vocab <= max(vocab // 8, p.n_parts * P.LM_HEAD_ROW_QUANTUM)
         assert p.gemv == P.plan_gemv(p.part_rows, hidden)
 
 
 @pytest.mark.parametrize("call,words", [
-    (lambda: P.plan_gemv(2048, 100000), ["gemv", "k=100000", "KiB", "limit"]),
+    (lambda: P.plan_gemv(7, 2048), ["gemv", "m=7", "even"]),
     (lambda: P.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
-    (lambda: P.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "8x8x8"]),
-    (lambda: P.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
+    (lambda: G.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "multiple of 16", "8x8x8"]),
+    (lambda: G.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
     (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
-    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 16"]),
+    (lambda: P.plan_rmsnorm(4, 2064, 48), ["rmsnorm", "group=48", "multiple of 32"]),
+    (lambda: P.plan_rmsnorm(4, 2048, 96), ["rmsnorm", "group=96", "does not divide"]),
+    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 32"]),
     (lambda: P.plan_rope(4, 8, 63), ["rope", "head_dim=63", "even"]),
     (lambda: P.plan_rope(4, 8, 48), ["rope", "head_dim=48", "multiple of 32"]),
-    (lambda: P.plan_attention(64, 64, 30, 8, 64), ["attention", "heads=30", "kv_heads=8"]),
-    (lambda: P.plan_attention(64, 64, 32, 8, 65), ["attention", "head_dim=65", "even"]),
-    (lambda: P.plan_attention(64, 64, 32, 8, 4096), ["attention", "head_dim=4096", "KiB"]),
-    (lambda: P.plan_attention(1, 4096 * 64, 32, 8, 4096), ["attention", "decode", "KiB"]),
-    (lambda: P.plan_attention(64, 32, 32, 8, 64), ["attention", "rows=64", "kv_rows=32"]),
+    (lambda: A.plan_attention(64, 64, 30, 8, 64), ["attention", "heads=30", "kv_heads=8"]),
+    (lambda: A.plan_attention(64, 64, 32, 8, 65), ["attention", "head_dim=65", "even"]),
+    (lambda: A.plan_attention(64, 64, 32, 8, 4096), ["attention", "head_dim=4096", "KiB"]),
+    (lambda: A.plan_attention(1, 4096 * 64, 32, 8, 4096), ["attention", "decode", "KiB"]),
+    (lambda: A.plan_attention(64, 32, 32, 8, 64), ["attention", "rows=64", "kv_rows=32"]),
     (lambda: P.plan_add(0, 2048), ["add", "rows", "positive"]),
     (lambda: P.plan_gemv(-5, 2048), ["gemv", "m", "positive"]),
     (lambda: P.plan_lm_head(128256, 0), ["lm_head", "hidden", "positive"]),
-    (lambda: P.plan_gemm(64, 2048.0, 64), ["gemm", "k", "positive int"]),
+    (lambda: G.plan_gemm(64, 2048.0, 64), ["gemm", "k", "positive int"]),
 ])
 def test_bad_shapes_name_kernel_dimension_and_limit(call, words):
     with pytest.raises(ValueError) as e:

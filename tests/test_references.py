@@ -49,10 +49,22 @@ def rng():
 @pytest.mark.parametrize("k", [2048, 8192])
 def test_gemm_matches_float64(rng, k):
     m, n = 8, 48
-    a, b = rand_bf16(rng, (m, k)), rand_bf16(rng, (k, n), 0.02)
-    out = ref.gemm(a, b, m=m, k=k, n=n)
+    a, w = rand_bf16(rng, (m, k)), rand_bf16(rng, (n, k), 0.02)   # w in the HF [out, in] layout
+    out = ref.gemm(a, w, m=m, k=k, n=n)
     assert out.shape == (m, n)
-    assert_bf16_close(out, f64(a) @ f64(b))
+    assert_bf16_close(out, f64(a) @ f64(w).T)
+
+
+def test_gemm_rows_do_not_depend_on_m(rng):
+    """A row's result is bit-identical whatever the number of rows around it (prefill padding invariance):
+    the reference computes in fixed 64-row blocks."""
+    k, n = 576, 192
+    w = rand_bf16(rng, (n, k), 0.05)
+    a = rand_bf16(rng, (200, k))
+    full = ref.gemm(a, w, m=200, k=k, n=n)
+    for m in (1, 7, 64, 65, 130):
+        part = ref.gemm(a[:m], w, m=m, k=k, n=n)
+        np.testing.assert_array_equal(part.view(np.uint16), full[:m].view(np.uint16))
 
 
 @pytest.mark.parametrize("k", [2048, 8192])
@@ -310,7 +322,7 @@ def test_decode_attn_is_the_causal_flash_attention_row(heads, kv_heads, hd):
 
 
 @pytest.mark.parametrize("kind,args,params", [
-    ("gemm", [(4, 8), (8, 3)], dict(m=4, k=8, n=4)),
+    ("gemm", [(4, 8), (3, 8)], dict(m=4, k=8, n=4)),
     ("gemv", [(6, 16), (15,)], dict(m=6, k=16)),
     ("rmsnorm", [(2, 8), (9,)], dict(rows=2, dim=8, eps=1e-5)),
     ("rope", [(2, 64), (2, 16)], dict(rows=2, heads=2, head_dim=32)),

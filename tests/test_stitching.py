@@ -312,7 +312,7 @@ def test_read_launch_program_of_an_unstitched_bare_herd_module():
 
 
 def test_stitched_gemms_get_distinct_channels_and_use_their_own():
-    """Every GEMM slice declares the same @gemm_a/@gemm_b channels; stitched, each slice's channels are
+    """Every GEMM slice declares the same @gemm_a/@gemm_b/@gemm_c channels; stitched, each slice's channels are
     renamed with its prefix, declared once, and only that slice's segment/herd put/get on them (two GEMMs
     sharing a channel would feed one GEMM's panels into the other's tiles)."""
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
@@ -323,7 +323,7 @@ def test_stitched_gemms_get_distinct_channels_and_use_their_own():
     declared = re.findall(r"^\s*air\.channel @(\S+) ", text, re.M)
     assert len(declared) == len(set(declared)) == len(rep.channels)
     n_gemms = len(re.findall(r'kind = "gemm"', text))
-    assert n_gemms >= 3 and len(declared) == 2 * n_gemms
+    assert n_gemms >= 3 and len(declared) == 3 * n_gemms
     # each launch's put/get only name channels of its own slice prefix
     launches = text.split("    // launch ")[1:]
     seen = set()
@@ -331,7 +331,7 @@ def test_stitched_gemms_get_distinct_channels_and_use_their_own():
         prefix = body.split(" = ", 1)[0].split(": ", 1)[1]
         used = set(re.findall(r"air\.channel\.(?:put|get) @(\S+?)\[", body))
         if 'kind = "gemm"' in body:
-            assert used == {f"{prefix}_gemm_a", f"{prefix}_gemm_b"}, (prefix, used)
+            assert used == {f"{prefix}_gemm_a", f"{prefix}_gemm_b", f"{prefix}_gemm_c"}, (prefix, used)
             assert not used & seen
             seen |= used
         else:

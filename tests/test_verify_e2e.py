@@ -71,6 +71,15 @@ def test_our_prompt_ids_equal_hf_autotokenizer(model_dir, torch_stack):
         assert p.token_ids(ours) == [int(i) for i in expected], p.name
 
 
+def test_full_set_holds_a_prompt_past_4096_tokens(model_dir):
+    """Long context (issue 14): `verify --full` crosses the old 4096-token limit with one prompt."""
+    from llama_npu.tokenizer import Tokenizer
+
+    tok = Tokenizer(model_dir)
+    longest = max(len(p.token_ids(tok)) for p in load_prompts(PROMPTS_DIR, full=True))
+    assert 4096 < longest <= 8192 - 64
+
+
 def test_hf_greedy_matches_transformers_generate(reference, model_dir):
     from llama_npu.tokenizer import Tokenizer
 
@@ -202,7 +211,7 @@ def test_swapped_wiring_fails_the_gate(model_dir, reference, monkeypatch, tmp_pa
     def swapped(self, rows):
         plan = original(self, rows)
         qkv = plan.steps[0].decl
-        rewired = {"k": ("h", "wv_t", "k"), "v_new": ("h", "wk_t", "v_new")}
+        rewired = {"k": ("h", "wv", "k"), "v_new": ("h", "wk", "v_new")}
         launches = tuple(dataclasses.replace(l, wiring=rewired.get(l.prefix, l.wiring)) for l in qkv.launches)
         assert launches != qkv.launches
         steps = (dataclasses.replace(plan.steps[0], decl=dataclasses.replace(qkv, launches=launches)),)

@@ -50,7 +50,7 @@ def _layer_math(w, x, pos, k_hist, v_hist, qk_norm):
     lut = rope_lut(np.arange(pos, pos + r), HD, 10000.0)
     t = {"h": K["rmsnorm"](x, w["attn_norm"], rows=r, dim=H, eps=EPS)}
     lin = (lambda a, wt, n, k: K["gemv"](wt, a, m=n, k=k)) if r == 1 else \
-        (lambda a, wt, n, k: K["gemm"](a, np.ascontiguousarray(wt.T), m=r, k=k, n=n))
+        (lambda a, wt, n, k: K["gemm"](a, wt, m=r, k=k, n=n))
     q, k, v = lin(t["h"], w["wq"], Q, H), lin(t["h"], w["wk"], KV, H), lin(t["h"], w["wv"], KV, H)
     if qk_norm:
         q = K["rmsnorm"](q, w["q_norm"], rows=r, dim=Q, eps=EPS, group=HD)

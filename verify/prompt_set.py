@@ -1,4 +1,5 @@
-"""The verify prompts: one JSON file per prompt in verify/prompts/ ({"name", "prompt", "chat", "quick"?})."""
+"""The verify prompts: one JSON file per prompt in verify/prompts/ ({"name", "prompt", "chat", "quick"?,
+"prompt_file"?: a text file next to it placed before the prompt, for long-context prompts})."""
 from __future__ import annotations
 
 import json
@@ -42,7 +43,13 @@ def load_prompt_file(path: Path) -> Prompt:
         raise ValueError(f"{path}: 'prompt' must be a non-empty string")
     if not isinstance(d["chat"], bool):
         raise ValueError(f"{path}: 'chat' must be true or false")
-    return Prompt(str(d["name"]), d["prompt"], d["chat"], bool(d.get("quick", False)))
+    text = d["prompt"]
+    if "prompt_file" in d:   # a long document next to the JSON file, placed before the prompt
+        doc = path.parent / str(d["prompt_file"])
+        if not doc.is_file():
+            raise ValueError(f"{path}: prompt_file {d['prompt_file']!r} does not exist next to it")
+        text = doc.read_text(encoding="utf-8") + text
+    return Prompt(str(d["name"]), text, d["chat"], bool(d.get("quick", False)))
 
 
 def load_prompts(directory: Path | str | None = None, full: bool = True) -> list[Prompt]:

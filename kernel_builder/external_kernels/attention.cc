@@ -10,12 +10,15 @@
 // acc = alpha * acc + sum_j exp(s_j - m') v_j, l = alpha * l + sum_j exp(s_j - m'), m = m'.
 //
 // ATTN_MODE 1 (prefill; a core's input stream is a sequence of "items" of 2*ATTN_LK rows):
-//   init(state)
-//   item(item, q, state, t, n_q, q_row0, q_pos0): items t < n_q carry the stacked Q tiles of the cores sharing
-//       the stream (item row r is stack row t*2*ATTN_LK + r); the core copies stack rows q_row0 ..
-//       q_row0+ATTN_LQ-1 into q. Item t >= n_q is the K/V tile (t - n_q): K = rows [0, ATTN_LK), V = rows
+//   init(state, q): empty state, q = 0 (once per launch iteration)
+//   item(item, q, state, t, n_q, slot, q_pos0): items t < n_q carry the Q tiles of the n_q cores sharing the
+//       stream, one per item: item rows [0, ATTN_LK) are Q rows [0, ATTN_LK), item rows [ATTN_LK, 2*ATTN_LK)
+//       are Q rows [ATTN_LQ - ATTN_LK, ATTN_LQ) (ATTN_LK <= ATTN_LQ <= 2*ATTN_LK; the halves overlap when
+//       ATTN_LQ < 2*ATTN_LK); the core copies item t == slot into q.
+//       Item t >= n_q is the K/V tile (t - n_q): K = rows [0, ATTN_LK), V = rows
 //       [ATTN_LK, 2*ATTN_LK), keys at (t - n_q)*ATTN_LK; one update of the rows at q_pos0 + i.
-//   finish(state, out): out = acc / l in bf16 (rows with l == 0 -> 0); out may be the q buffer.
+//   finish(state, out): out = acc / l in bf16 (rows with l == 0 -> 0); out may be the q buffer; the state is
+//       emptied again for the next query block.
 // ATTN_MODE 2 (decode; items of 2*ATTN_LK + ATTN_LQ rows: K, V, then the query rows of one GQA group):
 //   init(state)
 //   step(item, state, pos, k_pos0): one update of all ATTN_LQ rows at position pos.
@@ -31,9 +34,11 @@
 LLAMA_NPU_REQUIRE(ATTN_HEAD_DIM);
 LLAMA_NPU_REQUIRE(ATTN_LQ);
 LLAMA_NPU_REQUIRE(ATTN_LK);
-#if ATTN_MODE == 2
+#if ATTN_MODE == 1
+static_assert(ATTN_LK <= ATTN_LQ && ATTN_LQ <= 2 * ATTN_LK, "a Q tile travels in one item as two ATTN_LK-row halves");
+#elif ATTN_MODE == 2
 LLAMA_NPU_REQUIRE(ATTN_NPARTS);
-#elif ATTN_MODE != 1
+#else
 #error "ATTN_MODE must be 1 (prefill) or 2 (decode)"
 #endif
 
@@ -58,9 +63,10 @@ static inline int visible_keys(int32_t q_pos, int32_t k_pos0) {
 // Prefill: q.K^T and p.V run on the bf16 matrix unit (aie::mmul<4, 8, 8>, f32 accumulation); the softmax runs
 // on 16-lane f32/bf16 vectors (aie::exp2 returns bf16, so probabilities carry bf16 precision, as the mmul
 // operands must anyway). Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
-// Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core). Score and
-// probability scratch lives in static arrays (core data memory, < 1 KiB; the planner's L1 reserve holds it),
-// not on the stack, so the call chain stays within aircc's default 1 KiB stack.
+// Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core); the per-row
+// softmax statistics (max, sum, alpha) are computed in 16-lane vectors, one lane per row (no scalar float
+// arithmetic). Score/probability scratch and the statistics live in static arrays (core data memory, < 2 KiB;
+// the planner's L1 reserve holds it), not on the stack, so the call chain stays within aircc's default 1 KiB.
 static constexpr int kLanes = 16;
 static constexpr int kDotLanes = 32;
 static constexpr float kLog2e = 1.4426950408889634f;
@@ -89,11 +95,29 @@ static inline ::aie::vector<bfloat16, kLanes> exp16(::aie::vector<float, kLanes>
   return ::aie::exp2<bfloat16>(::aie::mul(a, kLog2e).template to_vector<float>());
 }
 
-static inline float exp_scalar(float a) {
-  return static_cast<float>(exp16(::aie::broadcast<float, kLanes>(a < kMaskedArg ? kMaskedArg : a)).get(0));
+// x > 0 for a float read as its bits (+0 and negatives are not): no scalar float compare (emulated)
+static inline bool positive(float x) { return __builtin_bit_cast(int32_t, x) > 0; }
+
+// f32 vector helpers through the accumulator (AIE2P adds/subtracts f32 in accfloat)
+static inline ::aie::vector<float, kLanes> vsub(::aie::vector<float, kLanes> a, ::aie::vector<float, kLanes> b) {
+  ::aie::accum<accfloat, kLanes> x, y;
+  x.from_vector(a);
+  y.from_vector(b);
+  return ::aie::sub(x, y).template to_vector<float>();
+}
+static inline ::aie::vector<float, kLanes> vadd(::aie::vector<float, kLanes> a, ::aie::vector<float, kLanes> b) {
+  ::aie::accum<accfloat, kLanes> x, y;
+  x.from_vector(a);
+  y.from_vector(b);
+  return ::aie::add(x, y).template to_vector<float>();
+}
+static inline ::aie::vector<float, kLanes> bf16_to_f32_16(::aie::vector<bfloat16, kLanes> v) {
+  ::aie::accum<accfloat, kLanes> a;
+  a.from_vector(v);
+  return a.template to_vector<float>();
 }
 
-extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) {
+static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
   for (int i = 0; i < kLq * kHd; i += kLanes) ::aie::store_v(state + i, ::aie::zeros<float, kLanes>());
   float *m = state_m(state), *l = state_l(state);
   for (int i = 0; i < kLq; ++i) {
@@ -102,44 +126,73 @@ extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) {
   }
 }
 
-// Softmax of one row of raw scores s[kLk] (f32, unscaled) with `vis` visible keys: updates m/l of the row,
-// writes p[kLk] (bf16, masked keys 0) and returns alpha = exp(m_old - m_new).
-static inline float softmax_row(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, int vis, float *m,
-                                float *l) {
-  for (int j = 0; j < kLk; j += kLanes)
-    ::aie::store_v(s + j, ::aie::mul(::aie::load_v<kLanes>(s + j), kScale).template to_vector<float>());
-  for (int j = vis; j < kLk; ++j) s[j] = kLowest;  // masked keys never win the max
-  float row_max = kLowest;
-  for (int j = 0; j < kLk; j += kLanes) {
-    const float c = ::aie::reduce_max(::aie::load_v<kLanes>(s + j));
-    row_max = c > row_max ? c : row_max;
+// Softmax of n <= 16 rows of raw scores s[n][kLk] (f32, unscaled); row r has vis[r] >= 1 visible keys (a
+// prefix). Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and alpha[0, n) =
+// exp(m_old - m_new). The per-row statistics live in 16-lane vectors (one lane per row): no scalar float
+// arithmetic (the scalar unit would emulate it); scalars only move between vectors and memory.
+static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, int n, const int *vis,
+                         float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT alpha) {
+  alignas(::aie::vector_decl_align) static float rmax[kLanes], rsum[kLanes], mo[kLanes], lo[kLanes];
+  alignas(::aie::vector_decl_align) static float mn[kLanes], mk[kLanes], al[kLanes], ln[kLanes];
+  for (int r = 0; r < kLanes; ++r) {
+    rmax[r] = kLowest;
+    rsum[r] = 0.0f;
+    mo[r] = r < n ? m[r] : kLowest;
+    lo[r] = r < n ? l[r] : 0.0f;
   }
-  const float m_new = *m > row_max ? *m : row_max;
-  for (int j = vis; j < kLk; ++j) s[j] = m_new + kMaskedArg;  // masked keys: exp(kMaskedArg) ~ 0, then zeroed
-  ::aie::accum<accfloat, kLanes> sum = ::aie::zeros<accfloat, kLanes>();
+  for (int r = 0; r < n; ++r) {
+    float *sr = s + r * kLk;
+    for (int j = 0; j < kLk; j += kLanes)
+      ::aie::store_v(sr + j, ::aie::mul(::aie::load_v<kLanes>(sr + j), kScale).template to_vector<float>());
+    for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
+    ::aie::vector<float, kLanes> vmax = ::aie::load_v<kLanes>(sr);
+    for (int j = kLanes; j < kLk; j += kLanes) vmax = ::aie::max(vmax, ::aie::load_v<kLanes>(sr + j));
+    rmax[r] = ::aie::reduce_max(vmax);
+  }
+  const ::aie::vector<float, kLanes> vmo = ::aie::load_v<kLanes>(mo);
+  const ::aie::vector<float, kLanes> vmn = ::aie::max(vmo, ::aie::load_v<kLanes>(rmax));
+  ::aie::store_v(mn, vmn);
+  // exp argument of a masked key: m_new + kMaskedArg - m_new = kMaskedArg (exp ~ 0; zeroed below anyway)
+  ::aie::store_v(mk, vadd(vmn, ::aie::broadcast<float, kLanes>(kMaskedArg)));
   const ::aie::vector<bfloat16, kLanes> ones = ::aie::broadcast<bfloat16, kLanes>(static_cast<bfloat16>(1.0f));
-  for (int j = 0; j < kLk; j += kLanes) {
-    ::aie::accum<accfloat, kLanes> d;
-    d.from_vector(::aie::load_v<kLanes>(s + j));
-    ::aie::vector<bfloat16, kLanes> pj = exp16(::aie::sub(d, m_new).template to_vector<float>());
-    if (j + kLanes > vis) {  // the chunk holding the causal edge: zero the masked probabilities
-      alignas(::aie::vector_decl_align) bfloat16 tmp[kLanes];
-      ::aie::store_v(tmp, pj);
-      for (int r = 0; r < kLanes; ++r)
-        if (j + r >= vis) tmp[r] = static_cast<bfloat16>(0.0f);
-      pj = ::aie::load_v<kLanes>(tmp);
+  for (int r = 0; r < n; ++r) {
+    float *sr = s + r * kLk;
+    bfloat16 *pr = p + r * kLk;
+    for (int j = vis[r]; j < kLk; ++j) sr[j] = mk[r];
+    const ::aie::vector<float, kLanes> mr = ::aie::broadcast<float, kLanes>(mn[r]);
+    ::aie::accum<accfloat, kLanes> sum = ::aie::zeros<accfloat, kLanes>();
+    for (int j = 0; j < kLk; j += kLanes) {
+      ::aie::vector<bfloat16, kLanes> pj = exp16(vsub(::aie::load_v<kLanes>(sr + j), mr));
+      ::aie::store_v(pr + j, pj);
+      if (j + kLanes > vis[r]) {  // the chunk holding the causal edge: zero the masked probabilities
+        for (int c = vis[r] > j ? vis[r] - j : 0; c < kLanes; ++c) pr[j + c] = static_cast<bfloat16>(0.0f);
+        pj = ::aie::load_v<kLanes>(pr + j);
+      }
+      sum = ::aie::mac(sum, pj, ones);
     }
-    ::aie::store_v(p + j, pj);
-    sum = ::aie::mac(sum, pj, ones);
+    rsum[r] = ::aie::reduce_add(sum.template to_vector<float>());
   }
-  const float alpha = exp_scalar(*m - m_new);
-  *l = alpha * *l + ::aie::reduce_add(sum.template to_vector<float>());
-  *m = m_new;
-  return alpha;
+  // alpha = exp(max(m_old - m_new, kMaskedArg)); l = alpha * l + sum
+  const ::aie::vector<float, kLanes> va =
+      bf16_to_f32_16(exp16(::aie::max(vsub(vmo, vmn), ::aie::broadcast<float, kLanes>(kMaskedArg))));
+  ::aie::store_v(al, va);
+  ::aie::accum<accfloat, kLanes> lacc;
+  lacc.from_vector(::aie::load_v<kLanes>(rsum));
+  ::aie::store_v(ln, ::aie::mac(lacc, va, ::aie::load_v<kLanes>(lo)).template to_vector<float>());
+  for (int r = 0; r < n; ++r) {
+    m[r] = mn[r];
+    l[r] = ln[r];
+    alpha[r] = al[r];
+  }
 }
 
 #if ATTN_MODE == 1
 static_assert(kLq % 4 == 0 && kLk % 8 == 0 && kHd % 8 == 0, "prefill tiles must be whole 4x8x8 mmul blocks");
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (int i = 0; i < kLq * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::zeros<bfloat16, kDotLanes>());
+}
 
 // Loads a [rows x 8] block (row stride `stride` elements) as one row-major vector.
 static inline ::aie::vector<bfloat16, 32> load_4x8(const bfloat16 *p, int stride) {
@@ -180,15 +233,19 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
       for (int r = 0; r < 4; ++r) ::aie::store_v(s + r * kLk + j0, c.template extract<8>(r));
     }
     alignas(::aie::vector_decl_align) float alpha[4];
+    int vis[4], live[4], n_live = 0;
     for (int r = 0; r < 4; ++r) {
-      const int vis = visible_keys(q_pos0 + i0 + r, k_pos0);
-      if (vis == 0) {  // row unchanged: zero probabilities, alpha 1
+      vis[r] = visible_keys(q_pos0 + i0 + r, k_pos0);
+      if (vis[r] == 0) {  // row unchanged: zero probabilities, alpha 1
         for (int j = 0; j < kLk; j += kLanes) ::aie::store_v(p + r * kLk + j, ::aie::zeros<bfloat16, kLanes>());
         alpha[r] = 1.0f;
-        continue;
+      } else {
+        live[n_live++] = r;
       }
-      alpha[r] = softmax_row(s + r * kLk, p + r * kLk, vis, m + i0 + r, l + i0 + r);
     }
+    // the rows that see keys are a suffix of the block (positions grow with the row)
+    const int r0 = live[0];
+    softmax_rows(s + r0 * kLk, p + r0 * kLk, n_live, vis + r0, m + i0 + r0, l + i0 + r0, alpha + r0);
     // acc (4 rows x 8 dims blocks) = alpha * acc + P . V
     for (int d = 0; d < kHd; d += 8) {
       float *a = state + i0 * kHd + d;
@@ -206,14 +263,13 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
 }
 
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
-                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t q_row0,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
                                    int32_t q_pos0) {
-  if (t < n_q) {  // a Q item: keep the stack rows of this core
-    for (int r = 0; r < 2 * kLk; ++r) {
-      const int32_t dst = t * 2 * kLk + r - q_row0;
-      if (dst < 0 || dst >= kLq) continue;
-      for (int d = 0; d < kHd; d += kDotLanes)
-        ::aie::store_v(q + dst * kHd + d, ::aie::load_v<kDotLanes>(item + r * kHd + d));
+  if (t < n_q) {  // a Q item: keep the one of this core
+    if (t == slot) {
+      for (int i = 0; i < kLk * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i));
+      for (int i = kLk * kHd; i < kLq * kHd; i += kDotLanes)
+        ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i + (2 * kLk - kLq) * kHd));
     }
     return;
   }
@@ -226,18 +282,21 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA
   alignas(::aie::vector_decl_align) float inv[kLanes];
   for (int i0 = 0; i0 < kLq; i0 += kLanes) {
     alignas(::aie::vector_decl_align) float lv[kLanes];
-    for (int r = 0; r < kLanes; ++r) lv[r] = i0 + r < kLq && l[i0 + r] > 0.0f ? l[i0 + r] : 1.0f;
+    for (int r = 0; r < kLanes; ++r) lv[r] = i0 + r < kLq && positive(l[i0 + r]) ? l[i0 + r] : 1.0f;
     ::aie::store_v(inv, reciprocal16(::aie::load_v<kLanes>(lv)));
     for (int r = 0; r < kLanes && i0 + r < kLq; ++r) {
-      const float w = l[i0 + r] > 0.0f ? inv[r] : 0.0f;
+      const float w = positive(l[i0 + r]) ? inv[r] : 0.0f;
       for (int d = 0; d < kHd; d += kLanes)
         ::aie::store_v(out + (i0 + r) * kHd + d,
                        ::aie::mul(::aie::load_v<kLanes>(state + (i0 + r) * kHd + d), w).template to_vector<bfloat16>());
     }
   }
+  reset_state(state);  // ready for the next query block
 }
 
 #else  // ATTN_MODE == 2
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
 
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
                                    int32_t k_pos0) {
@@ -245,57 +304,69 @@ extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLA
   const int vis = visible_keys(pos, k_pos0);
   if (vis == 0) return;
   const bfloat16 *k = item, *v = item + kLk * kHd, *q = item + 2 * kLk * kHd;
-  alignas(::aie::vector_decl_align) static float s[kLk];
-  alignas(::aie::vector_decl_align) static bfloat16 p[kLk];
+  alignas(::aie::vector_decl_align) static float s[4 * kLk];
+  alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
   float *m = state_m(state), *l = state_l(state);
-  for (int i = 0; i < kLq; ++i) {
-    for (int j = 0; j < vis; ++j) {
-      ::aie::accum<accfloat, kDotLanes> dot = ::aie::zeros<accfloat, kDotLanes>();
-      for (int d = 0; d < kHd; d += kDotLanes)
-        dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + i * kHd + d), ::aie::load_v<kDotLanes>(k + j * kHd + d));
-      s[j] = ::aie::reduce_add(dot.template to_vector<float>());
-    }
-    for (int j = vis; j < kLk; ++j) s[j] = 0.0f;
-    const float alpha = softmax_row(s, p, vis, m + i, l + i);
-    float *acc_i = state + i * kHd;
-    for (int d = 0; d < kHd; d += kLanes) {
-      ::aie::accum<accfloat, kLanes> o = ::aie::mul(::aie::load_v<kLanes>(acc_i + d), alpha);
-      for (int j = 0; j < vis; ++j)
-        o = ::aie::mac(o, ::aie::load_v<kLanes>(v + j * kHd + d), ::aie::broadcast<bfloat16, kLanes>(p[j]));
-      ::aie::store_v(acc_i + d, o.template to_vector<float>());
+  const int visv[4] = {vis, vis, vis, vis};          // every row is at the position
+  for (int i0 = 0; i0 < kLq; i0 += 4) {
+    const int n = kLq - i0 < 4 ? kLq - i0 : 4;
+    for (int r = 0; r < n; ++r)
+      for (int j = 0; j < vis; ++j) {
+        ::aie::accum<accfloat, kDotLanes> dot = ::aie::zeros<accfloat, kDotLanes>();
+        for (int d = 0; d < kHd; d += kDotLanes)
+          dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + (i0 + r) * kHd + d),
+                           ::aie::load_v<kDotLanes>(k + j * kHd + d));
+        s[r * kLk + j] = ::aie::reduce_add(dot.template to_vector<float>());
+      }
+    alignas(::aie::vector_decl_align) float alpha[4];
+    softmax_rows(s, p, n, visv, m + i0, l + i0, alpha);
+    for (int r = 0; r < n; ++r) {
+      float *acc_r = state + (i0 + r) * kHd;
+      for (int d = 0; d < kHd; d += kLanes) {
+        ::aie::accum<accfloat, kLanes> o = ::aie::mul(::aie::load_v<kLanes>(acc_r + d), alpha[r]);
+        for (int j = 0; j < vis; ++j)
+          o = ::aie::mac(o, ::aie::load_v<kLanes>(v + j * kHd + d),
+                         ::aie::broadcast<bfloat16, kLanes>(p[r * kLk + j]));
+        ::aie::store_v(acc_r + d, o.template to_vector<float>());
+      }
     }
   }
 }
 
-static_assert(ATTN_NPARTS <= kLanes, "merge weights are computed in one 16-lane vector");
-
 extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA_NPU_RESTRICT out) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
   constexpr int kState = kLq * (kHd + 2);
-  for (int i = 0; i < kLq; ++i) {
-    float mx = kLowest;
-    for (int s = 0; s < ATTN_NPARTS; ++s) {
-      const float ms = state_m(parts + s * kState)[i];
-      mx = ms > mx ? ms : mx;
+  static_assert(kLq <= kLanes, "the merge keeps one lane per query row");
+  // per part s: m_s and l_s of the kLq rows in lanes; M = max_s m_s, w_s = exp(m_s - M), L = sum_s w_s l_s
+  alignas(::aie::vector_decl_align) static float ms[ATTN_NPARTS][kLanes], ls[ATTN_NPARTS][kLanes];
+  for (int p = 0; p < ATTN_NPARTS; ++p)
+    for (int r = 0; r < kLanes; ++r) {
+      ms[p][r] = r < kLq ? state_m(parts + p * kState)[r] : kLowest;
+      ls[p][r] = r < kLq ? state_l(parts + p * kState)[r] : 0.0f;
     }
-    alignas(::aie::vector_decl_align) float arg[kLanes];
-    for (int s = 0; s < kLanes; ++s) {
-      const float d = s < ATTN_NPARTS ? state_m(parts + s * kState)[i] - mx : kMaskedArg;
-      arg[s] = d < kMaskedArg ? kMaskedArg : d;
-    }
-    alignas(::aie::vector_decl_align) bfloat16 w[kLanes];
-    ::aie::store_v(w, exp16(::aie::load_v<kLanes>(arg)));
-    float total = 0.0f;
-    for (int s = 0; s < ATTN_NPARTS; ++s) total += static_cast<float>(w[s]) * state_l(parts + s * kState)[i];
-    alignas(::aie::vector_decl_align) float tv[kLanes];
-    for (int r = 0; r < kLanes; ++r) tv[r] = total > 0.0f ? total : 1.0f;
-    const float inv = total > 0.0f ? reciprocal16(::aie::load_v<kLanes>(tv)).get(0) : 0.0f;
+  ::aie::vector<float, kLanes> vm = ::aie::load_v<kLanes>(ms[0]);
+  for (int p = 1; p < ATTN_NPARTS; ++p) vm = ::aie::max(vm, ::aie::load_v<kLanes>(ms[p]));
+  alignas(::aie::vector_decl_align) static float w[ATTN_NPARTS][kLanes];
+  ::aie::accum<accfloat, kLanes> total = ::aie::zeros<accfloat, kLanes>();
+  for (int p = 0; p < ATTN_NPARTS; ++p) {
+    const ::aie::vector<float, kLanes> d =
+        ::aie::max(vsub(::aie::load_v<kLanes>(ms[p]), vm), ::aie::broadcast<float, kLanes>(kMaskedArg));
+    const ::aie::vector<float, kLanes> wp = bf16_to_f32_16(exp16(d));
+    ::aie::store_v(w[p], wp);
+    total = ::aie::mac(total, wp, ::aie::load_v<kLanes>(ls[p]));
+  }
+  alignas(::aie::vector_decl_align) static float tot[kLanes], inv[kLanes];
+  ::aie::store_v(tot, total.template to_vector<float>());
+  for (int r = 0; r < kLanes; ++r) inv[r] = r < kLq && positive(tot[r]) ? tot[r] : 1.0f;
+  ::aie::store_v(inv, reciprocal16(::aie::load_v<kLanes>(inv)));
+  for (int r = 0; r < kLq; ++r) {
+    const float scale = positive(tot[r]) ? inv[r] : 0.0f;
     for (int d = 0; d < kHd; d += kLanes) {
       ::aie::accum<accfloat, kLanes> o = ::aie::zeros<accfloat, kLanes>();
-      for (int s = 0; s < ATTN_NPARTS; ++s)
-        o = ::aie::mac(o, ::aie::load_v<kLanes>(parts + s * kState + i * kHd + d),
-                       ::aie::broadcast<float, kLanes>(static_cast<float>(w[s])));
-      ::aie::store_v(out + i * kHd + d, ::aie::mul(o.template to_vector<float>(), inv).template to_vector<bfloat16>());
+      for (int p = 0; p < ATTN_NPARTS; ++p)
+        o = ::aie::mac(o, ::aie::load_v<kLanes>(parts + p * kState + r * kHd + d),
+                       ::aie::broadcast<float, kLanes>(w[p][r]));
+      ::aie::store_v(out + r * kHd + d, ::aie::mul(o.template to_vector<float>(), scale).template to_vector<bfloat16>());
     }
   }
 }
@@ -304,7 +375,7 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA
 
 #else  // ------------------------------------------------------------ host scalar path: plain f32, exact exp
 
-extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) {
+static void reset_state(float *state) {
   for (int i = 0; i < kLq * kHd; ++i) state[i] = 0.0f;
   for (int i = 0; i < kLq; ++i) {
     state_m(state)[i] = kLowest;
@@ -348,15 +419,18 @@ static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, floa
 
 #if ATTN_MODE == 1
 
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i) q[i] = bfloat16{0};
+}
+
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
-                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t q_row0,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
                                    int32_t q_pos0) {
   if (t < n_q) {
-    for (int r = 0; r < 2 * kLk; ++r) {
-      const int32_t dst = t * 2 * kLk + r - q_row0;
-      if (dst < 0 || dst >= kLq) continue;
-      for (int d = 0; d < kHd; ++d) q[static_cast<long>(dst) * kHd + d] = item[static_cast<long>(r) * kHd + d];
-    }
+    if (t == slot)
+      for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i)
+        q[i] = item[i < static_cast<long>(kLk) * kHd ? i : i + static_cast<long>(2 * kLk - kLq) * kHd];
     return;
   }
   update(item, item + kLk * kHd, q, state, q_pos0, 1, (t - n_q) * kLk);
@@ -369,9 +443,12 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA
       const long idx = static_cast<long>(i) * kHd + d;
       out[idx] = f32_to_bf16(l[i] > 0.0f ? state[idx] / l[i] : 0.0f);
     }
+  reset_state(state);  // ready for the next query block
 }
 
 #else  // ATTN_MODE == 2
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
 
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
                                    int32_t k_pos0) {

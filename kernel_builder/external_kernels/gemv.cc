@@ -1,49 +1,72 @@
-// GEMV tile: y[GEMV_TILE_M] = w[GEMV_TILE_M][GEMV_K] (row-major) . x[GEMV_K]
-// f32 accumulation, one bf16 round-to-nearest-even per output.
+// GEMV step: rows [row, row + GEMV_TILE_M) of one herd tile's output, K chunk [k0, k0 + GEMV_KC):
+//   s[m] = (k0 == 0 ? 0 : acc[m]) + sum_c w[m][c] * x[c]          (f32)
+//   k0 + GEMV_KC == GEMV_K (last chunk): y[row + m] = bf16_rne(s[m]), else acc[m] = s[m]
+// w[GEMV_TILE_M][GEMV_KC] row-major (a [tile_m, kc] block of the HF [out, in] weight), x[GEMV_KC] the matching
+// chunk of the input vector, acc[GEMV_TILE_M] an f32 scratch carrying partial sums across K chunks, y[GEMV_ROWS]
+// the tile's whole output (accumulated in L1, stored to L3 once by the caller).
 //
-// Compiled once per (K, tile_m) with -DGEMV_K=.. -DGEMV_TILE_M=.. -DGEMV_SYMBOL=mv_bf16_k<K>_m<M>, so
-// variants for different K (e.g. the 2048-wide projections and the 8192-wide down projection) coexist in one
-// linked module.
+// Compiled once per (K, KC, tile_m, rows) with -DGEMV_K -DGEMV_KC -DGEMV_TILE_M -DGEMV_ROWS
+// -DGEMV_SYMBOL=mv_bf16_k<K>_c<KC>_m<M>_r<R> (kernel_builder/externals.py): the memref types of the call
+// depend on all four, so each gets its own symbol and object.
 #include "kernel_common.h"
 
-#if !defined(GEMV_K) || !defined(GEMV_TILE_M) || !defined(GEMV_SYMBOL)
-#error "compile with -DGEMV_K=<k> -DGEMV_TILE_M=<rows> -DGEMV_SYMBOL=<name> (kernel_builder/externals.py)"
+#if !defined(GEMV_K) || !defined(GEMV_KC) || !defined(GEMV_TILE_M) || !defined(GEMV_ROWS) || !defined(GEMV_SYMBOL)
+#error "compile with -DGEMV_K -DGEMV_KC -DGEMV_TILE_M -DGEMV_ROWS -DGEMV_SYMBOL (kernel_builder/externals.py)"
 #endif
 LLAMA_NPU_REQUIRE(GEMV_K);
+LLAMA_NPU_REQUIRE(GEMV_KC);
 LLAMA_NPU_REQUIRE(GEMV_TILE_M);
+LLAMA_NPU_REQUIRE(GEMV_ROWS);
+static_assert(GEMV_K % GEMV_KC == 0, "GEMV_KC must divide GEMV_K");
+static_assert(GEMV_ROWS % GEMV_TILE_M == 0, "GEMV_TILE_M must divide GEMV_ROWS");
 
 #if defined(__AIENGINE__)
 
-// 32 bf16 lanes per mac; two independent accumulators hide the mac latency when K allows it.
+// 32 bf16 lanes per mac (bf16 x bf16 products are exact in the accfloat accumulator); two independent
+// accumulators hide the mac latency when the chunk allows it.
 static constexpr int kLanes = 32;
-static_assert(GEMV_K % kLanes == 0, "GEMV_K must be a multiple of 32 on AIE2P");
+static_assert(GEMV_KC % kLanes == 0, "GEMV_KC must be a multiple of 32 on AIE2P");
 
 extern "C" void GEMV_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RESTRICT x,
-                            bfloat16 *LLAMA_NPU_RESTRICT y) {
+                            float *LLAMA_NPU_RESTRICT acc, bfloat16 *LLAMA_NPU_RESTRICT y, int32_t row,
+                            int32_t k0) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const bool first = k0 == 0;
+  const bool last = k0 + GEMV_KC >= GEMV_K;
   for (int m = 0; m < GEMV_TILE_M; ++m) {
-    const bfloat16 *LLAMA_NPU_RESTRICT row = w + m * GEMV_K;
-    ::aie::accum<accfloat, kLanes> acc0 = ::aie::zeros<accfloat, kLanes>();
-    ::aie::accum<accfloat, kLanes> acc1 = ::aie::zeros<accfloat, kLanes>();
+    const bfloat16 *LLAMA_NPU_RESTRICT wr = w + m * GEMV_KC;
+    ::aie::accum<accfloat, kLanes> a0 = ::aie::zeros<accfloat, kLanes>();
+    ::aie::accum<accfloat, kLanes> a1 = ::aie::zeros<accfloat, kLanes>();
     int c = 0;
-    for (; c + 2 * kLanes <= GEMV_K; c += 2 * kLanes) {
-      acc0 = ::aie::mac(acc0, ::aie::load_v<kLanes>(row + c), ::aie::load_v<kLanes>(x + c));
-      acc1 = ::aie::mac(acc1, ::aie::load_v<kLanes>(row + c + kLanes), ::aie::load_v<kLanes>(x + c + kLanes));
+    for (; c + 2 * kLanes <= GEMV_KC; c += 2 * kLanes) {
+      a0 = ::aie::mac(a0, ::aie::load_v<kLanes>(wr + c), ::aie::load_v<kLanes>(x + c));
+      a1 = ::aie::mac(a1, ::aie::load_v<kLanes>(wr + c + kLanes), ::aie::load_v<kLanes>(x + c + kLanes));
     }
-    if (c < GEMV_K) acc0 = ::aie::mac(acc0, ::aie::load_v<kLanes>(row + c), ::aie::load_v<kLanes>(x + c));
-    y[m] = static_cast<bfloat16>(::aie::reduce_add(::aie::add(acc0, acc1).template to_vector<float>()));
+    if (c < GEMV_KC) a0 = ::aie::mac(a0, ::aie::load_v<kLanes>(wr + c), ::aie::load_v<kLanes>(x + c));
+    float s = ::aie::reduce_add(::aie::add(a0, a1).template to_vector<float>());
+    if (!first) s += acc[m];
+    if (last)
+      y[row + m] = static_cast<bfloat16>(s);
+    else
+      acc[m] = s;
   }
 }
 
-#else  // host scalar path: sequential f32 accumulation
+#else  // host scalar path: sequential f32 accumulation across the whole K (chunks continue the same sum)
 
 extern "C" void GEMV_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RESTRICT x,
-                            bfloat16 *LLAMA_NPU_RESTRICT y) {
+                            float *LLAMA_NPU_RESTRICT acc, bfloat16 *LLAMA_NPU_RESTRICT y, int32_t row,
+                            int32_t k0) {
+  const bool first = k0 == 0;
+  const bool last = k0 + GEMV_KC >= GEMV_K;
   for (int m = 0; m < GEMV_TILE_M; ++m) {
-    const bfloat16 *row = w + static_cast<long>(m) * GEMV_K;
-    float acc = 0.0f;
-    for (int c = 0; c < GEMV_K; ++c) acc += bf16_to_f32(row[c]) * bf16_to_f32(x[c]);
-    y[m] = f32_to_bf16(acc);
+    const bfloat16 *wr = w + static_cast<long>(m) * GEMV_KC;
+    float s = first ? 0.0f : acc[m];
+    for (int c = 0; c < GEMV_KC; ++c) s += bf16_to_f32(wr[c]) * bf16_to_f32(x[c]);
+    if (last)
+      y[row + m] = f32_to_bf16(s);
+    else
+      acc[m] = s;
   }
 }
 

@@ -1,10 +1,11 @@
 """The cost model: per launch max(compute, data movement) + a per-launch overhead; per module the sum of its
 launches + one dispatch. All parameters live in `CostParams` (one frozen dataclass); `PARAMS` holds the
-values calibrated on the reference design's published Strix figures (kernel_builder.hw.calibration), and
+values calibrated on the reference design's published Strix figures (benchmarks/hw_calibration.py), and
 `calibrate(points)` refits them from any list of measured points (e.g. a real NPU run).
 
 - compute of a launch = its busiest herd tile: external kernels' vector cycles / vector_efficiency
-  + matmul MACs (scalar loops today: scalar_cycles_per_op per multiply and per add; or, for a design that
+  + their matrix-unit MACs (aie::mmul) at the bf16 mmul rate x gemm_efficiency
+  + linalg.matmul MACs (scalar loops: scalar_cycles_per_op per multiply and per add; or, for a design that
   vectorises them, at the bf16 mmul rate x gemm_efficiency) + scalar float ops x scalar_cycles_per_op;
 - data movement = the busiest shim channel (bytes / shim_channel_bytes_per_s + DMA tasks x shim_task_s),
   and at least all shim bytes / ddr_bytes_per_s;
@@ -40,8 +41,8 @@ class CostParams:
 
 
 # Calibrated on the reference design's published figures and the kernel registry's measurements
-# (kernel_builder.hw.calibration.all_points());
-# regenerate with `python -m kernel_builder.hw.calibration` (docs/hardware-model.md, "Calibration").
+# (benchmarks.hw_calibration.all_points());
+# regenerate with `python -m benchmarks.hw_calibration` (docs/hardware-model.md, "Calibration").
 PARAMS = CostParams(gemm_efficiency=1.0, vector_efficiency=0.08712, softmax_cycles_per_score=6.039,
                     shim_channel_bytes_per_s=4.227e9, ddr_bytes_per_s=77.92e9, launch_overhead_s=17.91e-6)
 
@@ -72,6 +73,7 @@ def launch_cost(work, params: CostParams = PARAMS, vectorized_matmul: bool = Fal
         mm_cycles = work.tile_matmul_macs / (p.mmul_macs_per_cycle * p.gemm_efficiency)
     else:
         mm_cycles = work.tile_matmul_macs * 2 * p.scalar_cycles_per_op
+    mm_cycles += getattr(work, "tile_mmul_macs", 0) / (p.mmul_macs_per_cycle * p.gemm_efficiency)
     cycles = (work.tile_vector_cycles / p.vector_efficiency + mm_cycles + work.tile_scalar_ops * p.scalar_cycles_per_op
               + getattr(work, "tile_scores", 0) * p.softmax_cycles_per_score)
     compute = cycles / p.clock_hz

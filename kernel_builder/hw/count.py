@@ -11,7 +11,6 @@ import itertools
 from collections import Counter
 
 from kernel_builder.hw.ir import Block, HwParseError, Loop, Node, Region
-from kernel_builder.hw.symbolic import Expr
 
 MAX_ENUMERATED = 2_000_000   # loop iterations enumerated per count (a guard against pathological texts)
 
@@ -114,22 +113,3 @@ def loop_paths(block: Block, path: tuple = (), out: dict | None = None) -> dict:
         if isinstance(n, Loop):
             loop_paths(n.body, path + (n,), out)
     return out
-
-
-def deps_through_loops(exprs: list[Expr], loops: tuple[Loop, ...]) -> frozenset[str]:
-    """Variables the expressions depend on, following loop ivs to the variables of their bounds (an access in a
-    loop whose trip count depends on a tile id depends on that tile id)."""
-    by_iv = {lp.iv: lp for lp in loops}
-    out: set[str] = set()
-    todo = [v for e in exprs for v in e.variables]
-    for lp in loops:
-        todo += [v for e in (lp.lb, lp.ub, lp.step) for v in e.variables]
-    while todo:
-        v = todo.pop()
-        if v in out:
-            continue
-        out.add(v)
-        lp = by_iv.get(v)
-        if lp is not None:
-            todo += [w for e in (lp.lb, lp.ub, lp.step) for w in e.variables]
-    return frozenset(out)

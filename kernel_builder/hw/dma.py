@@ -39,54 +39,63 @@ def _largest_factor(n: int, cap: int) -> int:
 
 
 def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tuple[int, ...],
-              facts: NPU2Facts) -> tuple[int, int, bool, int]:
-    """(pieces per task, loop iterations folded into one task, non-affine, largest stride in elements) for the
-    DDR side of a transfer:
-    enclosing loops are folded into the BD's wrap/stride dims innermost first while the offset is affine in
-    the iv and at most 3 dims are in use (air-opt-shim-dma-bds); the launch grid folds only under runtime
-    loop tiling (by the tile factors); dims beyond 4 and wraps beyond 1023 become extra BDs (airrt-to-npu)."""
+              facts: NPU2Facts, chained_write: bool = False) -> tuple[int, int, bool, int, int]:
+    """How the DDR side of a transfer becomes shim DMA tasks (air-opt-shim-dma-bds, airrt-to-npu):
+    (tasks in flight per wait, loop iterations folded into one task, non-affine, largest stride in elements,
+    BD dimensions of the access itself).
+
+    The enclosing loops, then the launch grid (innermost dim first), fold into the BD as extra wrap/stride
+    dims while the offset is affine in the iv, the trip count is static and at most 3 dims are in use before
+    the fold (AIRSpecializeChannelWrapAndStrideInScfFor); the first one that does not fold stops the folding.
+    A loop of the herd or segment that does not fold becomes one task per iteration, each waited for. A
+    launch dim that does not fold is unrolled with no wait in between, so its tasks stay in flight until the
+    launch ends - or, under runtime loop tiling (--air-runtime-loop-tiling-sizes), until the end of one tile
+    of the launch grid (the tile factor is the largest divisor of the extent not above the tiling size).
+    A DDR write that shares its output with other writes of the launch (`chained_write`) folds no launch dim:
+    AIR chains them by write-after-write dependencies and each stays one task per launch iteration (the GEMM's
+    8 C row-panel writes through /work/tools/air-lower.sh: one task per launch iteration, untiled and with
+    tiling 2,2, while its A / W panel loads folded the grid; untiled, a 1 x 16 launch exhausted the shim BD
+    IDs); a lone store folds like a load."""
     dims = canonical_dims(acc)
+    own_dims = len(dims)
     off = linear_offset(acc)
     folded = 1
     non_affine = False
     stop = False
+
+    def fold(var: str, trip: int | None, step: int) -> bool:
+        nonlocal folded
+        if trip is None or not off.affine_in(var) or sum(1 for s, _ in dims if s > 1) > 3:
+            return False
+        dims.insert(0, (trip, (off.coefficient(var) if off.is_affine else 0) * step))
+        folded *= trip
+        return True
+
     for lp in reversed(loops):
         trip = cnt.static_trip(lp)
         if trip is not None and trip <= 1:
             continue
-        affine = off.affine_in(lp.iv)
-        if not affine:
+        if not off.affine_in(lp.iv):
             non_affine = True
-        if stop or not affine or trip is None or sum(1 for s, _ in dims if s > 1) > 3:
+        step = lp.step.value
+        if stop or step is None or not fold(lp.iv, trip, step):
             stop = True
+    # a loop of the herd or segment that did not fold is waited for at every iteration: nothing accumulates
+    waits_inside = stop
+    in_flight = 1
+    for i in reversed(range(len(launch.ids))):
+        extent = launch.sizes[i]
+        if extent <= 1:
             continue
-        coef = off.coefficient(lp.iv) if off.is_affine else 0
-        dims.insert(0, (trip, coef))
-        folded *= trip
-    if tiling and not stop:
-        for i in reversed(range(len(launch.ids))):
-            t = tiling[i] if i < len(tiling) else 1
-            f = _largest_factor(launch.sizes[i], t)
-            if f <= 1 or not off.affine_in(launch.ids[i]) or sum(1 for s, _ in dims if s > 1) > 3:
-                break
-            dims.insert(0, (f, off.coefficient(launch.ids[i]) if off.is_affine else 0))
-            folded *= f
-    # merge contiguous neighbours again, split wraps beyond the BD size field (unless linear)
+        t = tiling[i] if i < len(tiling) else 1
+        inner = _largest_factor(extent, t) if tiling else extent
+        if stop or chained_write or not fold(launch.ids[i], inner, 1):
+            stop = True
+            if not waits_inside:
+                in_flight *= inner
     merged = Access(acc.buffer, [sym.const(0)] * len(dims), [s for s, _ in dims], [t for _, t in dims])
     dims = canonical_dims(merged)
-    if not (len(dims) == 1 and dims[0][1] == 1):
-        split = []
-        for s, t in dims:
-            if s > facts.shim_bd_max_size:
-                f = _largest_factor(s, facts.shim_bd_max_size)
-                split += [(s // f, t * f), (f, t)]
-            else:
-                split.append((s, t))
-        dims = split
-    pieces = 1
-    for s, _ in dims[:max(0, len(dims) - facts.shim_bd_dims)]:
-        pieces *= s
-    return pieces, folded, non_affine, max((t for s, t in dims if s > 1), default=1)
+    return in_flight, folded, non_affine, max((t for s, t in dims if s > 1), default=1), own_dims
 
 
 def iteration_space(e: sym.Expr, loops: tuple[Loop, ...]) -> sym.Expr:

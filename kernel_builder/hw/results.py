@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STAGES = ("air-dma-to-channel", "air-to-aie", "airrt-to-npu", "aiecc", "runtime")
+# The lowering stages in the order aircc runs them (the first violation is the one the real compile meets).
+DMA_TO_CHANNEL, PING_PONG, AIR_TO_AIE, AIRRT_TO_NPU, AIECC, RUNTIME = (
+    "air-dma-to-channel", "air-ping-pong-transform", "air-to-aie", "airrt-to-npu", "aiecc", "runtime")
+STAGES = (DMA_TO_CHANNEL, PING_PONG, AIR_TO_AIE, AIRRT_TO_NPU, AIECC, RUNTIME)
 
 
 @dataclass
@@ -40,7 +43,7 @@ class Flow:
     what: str
     bytes: int           # over the whole launch
     tasks: int           # DMA tasks (BD chains) issued over the whole launch
-    pieces: int          # BDs one task needs (dims beyond the shim's 4 are unrolled)
+    pieces: int          # BDs the flow holds at once: launch iterations its BD cannot fold, issued before a wait
     non_affine: bool = False
     column: int = -1
 
@@ -78,6 +81,7 @@ class Work:
     tile_matmul_macs: int = 0         # linalg.matmul MACs (lowered to scalar loops by aircc today)
     tile_scalar_ops: int = 0          # scalar float ops (codegen loops, linalg.generic/fill, externals' scalar part)
     tile_scores: int = 0              # attention scores through an online-softmax step
+    tile_mmul_macs: int = 0           # MACs of external kernels on the matrix unit (aie::mmul)
     vector_macs: int = 0              # totals over the launch
     scalar_macs: int = 0
     flows: list[Flow] = field(default_factory=list)

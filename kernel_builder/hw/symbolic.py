@@ -152,22 +152,27 @@ def mul(a: Expr, b: Expr) -> Expr:
     return _node("mul", a, b)
 
 
+def _consts(a: Expr, b: Expr) -> tuple[int, int] | None:
+    x, y = a.value, b.value
+    return (x, y) if x is not None and y not in (None, 0) else None
+
+
+# arith.divui / remui of a non-constant stay non-affine even when they could cancel ((g*576)/576): the
+# lowering does not simplify them either (air-opt-shim-dma-bds reports 'unknown ssa offset producer, NYI' on
+# exactly that offset, and a 64-row add / SwiGLU whose row loop computes (row, col) that way gets a shim task
+# that repeats its first row: docs/hardware-model.md, "Rules").
 def div(a: Expr, b: Expr) -> Expr:
-    if b.value == 1:
-        return a
-    return _node("div", a, b)
+    c = _consts(a, b)
+    return const(c[0] // c[1]) if c else _node("div", a, b)
 
 
 def floordiv(a: Expr, b: Expr) -> Expr:
-    if b.value == 1:
-        return a
-    return _node("floordiv", a, b)
+    return div(a, b) if _consts(a, b) else _node("floordiv", a, b)
 
 
 def rem(a: Expr, b: Expr) -> Expr:
-    if b.value == 1:
-        return const(0)
-    return _node("rem", a, b)
+    c = _consts(a, b)
+    return const(c[0] % c[1]) if c else _node("rem", a, b)
 
 
 def minimum(a: Expr, b: Expr) -> Expr:

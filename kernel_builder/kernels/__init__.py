@@ -42,7 +42,7 @@ class KernelSig:
 
 SIGNATURES: dict[str, KernelSig] = {s.kind: s for s in (
     KernelSig("rmsnorm", ("x", "w", "y")),
-    KernelSig("gemm", ("a", "b", "c")),
+    KernelSig("gemm", ("a", "w", "c")),
     KernelSig("gemv", ("w", "x", "y")),
     KernelSig("rope", ("x", "lut", "y")),
     KernelSig("swiglu", ("gate", "up", "y")),

@@ -151,6 +151,17 @@ class Block:
         self.op(f"air.channel.get @{sym}[{', '.join(self.idx(v) for v in indices)}] "
                 f"({self._access(buf, access)}) : ({ty})")
 
+    def pin_to_scope(self, buf: str, ty: str) -> None:
+        """Keep an L1 buffer allocated in this block although all its other uses are inside a loop: one store of
+        0 to its first element. mlir-air's air-fuse-alloc-dealloc moves an alloc whose every use lies in a loop
+        into that loop, where the ping-pong transform doubles it (a buffer an external call writes, or carries
+        from one iteration to the next, must stay single: with two alternating copies the call would read the
+        other copy; mlir-air with the ping-pong candidate check would instead drop ping-pong for the whole loop)."""
+        dtype = ty.split("x")[-1].split(",")[0].rstrip(">").strip()
+        zero = self._const(0.0, dtype, "0.000000e+00", "zero")
+        index = ", ".join(self.idx(0) for _ in ty.split("<", 1)[1].split("x")[:-1])
+        self.op(f"memref.store {zero}, {buf}[{index}] : {ty}")
+
     def call(self, sym: str, operands: list[tuple[str, str]]) -> None:
         names = ", ".join(v for v, _ in operands)
         types = ", ".join(t for _, t in operands)

@@ -4,29 +4,31 @@
 (memref<1xi32>) that every core reads from L1.
 
 Arguments (SIGNATURES["attention"]): q [rows, heads*hd], k/v [kv_rows, kv_heads*hd] (position-major: row p =
-every kv head's vector of position p), pos [1] i32, o [rows, heads*hd]. Plans: planner.plan_attention.
+every kv head's vector of position p), pos [1] i32, o [rows, heads*hd]. Plans: kernel_builder.attention_plan.plan_attention.
 
 Every core has two inbound streams (the position, once; its item stream) and one outbound stream, and all
 DMAs are static: the K/V window is streamed whole; the cores skip the compute of tiles past the causal
 bound using pos (the tile primitives, external_kernels/attention.cc, leave fully masked rows unchanged).
 
-Prefill: a herd of herd_x groups x herd_y cores; the cores of group x work on the same query block and kv
-head (herd_y query heads of its GQA group). Per launch iteration (a block of xh kv heads), per head pass and
-round, the segment
-  - DMAs the Q tiles of every core L3 -> L2 (one DMA) and puts each group's stacked Q tiles on its item
-    channel @attn_in[x, 0], broadcast to the group's herd_y cores (each keeps its own rows: q_row0);
-  - streams the window: per K/V tile, K and V of the xh kv heads L3 -> one L2 buffer (two DMAs) and one put
-    per group of its kv head's [K; V] rows on @attn_in[x, 0];
-  - gathers the output tiles (@attn_out[x, y], L1 -> L2) and writes each group's block to L3 (one DMA).
-Decode: herd_x splits of the window x herd_y kv heads. Per K/V tile step the segment DMAs, per split x, the
-K and V tiles and the query rows of the herd_y kv heads into one L2 buffer and puts each core's
-[K; V; q] item on @attn_in[x, y]; each core folds its share into an online-softmax partial and sends it to L2
-(@attn_part); a merge herd (herd_y cores) receives a kv head's herd_x partials (@attn_merge), combines them
-and writes the group's output rows.
+Prefill: a herd of herd_x groups x herd_y cores; the cores of group x run herd_y query heads of the kv head
+on query block round*herd_x + x. Launch grid [kv heads, head passes, rounds]; per launch iteration
+  - launch level: per group, two feed channels (@attn_fk, @attn_fv: one shim stream each) get one put of the
+    group's Q tile halves (and the pad half when the item count would be odd) and one put of the whole K (V)
+    window of the kv head, straight from L3;
+  - segment: pos L3 -> L2 -> @attn_pos (broadcast); one uniform loop of q_items + kv_tiles items per group:
+    two gets (K rows / V rows, or the Q halves) into an L2 item, one put on @attn_in[x, 0] (broadcast to the
+    group's cores);
+  - herd: init; per item: the Q tile kept by core `slot` (t < n_q), else an online-softmax update; finish; the
+    output tile DMA'd straight to o.
+Decode: herd_x splits of the window (herd_y = 1) and a one-core merge herd; launch grid [kv heads]. Per K/V
+tile step the segment DMAs, per split x, the K and V tiles and the group's query rows into one L2 item and
+puts it on @attn_in[x, 0]; each core folds its share into an online-softmax partial and sends it to L2
+(@attn_part); the merge core receives the herd_x partials (@attn_merge), combines them and writes the group's
+output rows. docs/kernels.md "attention" has the budgets and the reasons.
 """
 from __future__ import annotations
 
-from .. import planner
+from .. import attention_plan as planner
 from ._emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 
 KIND = "attention"
@@ -43,9 +45,15 @@ def _module(p: planner.AttentionPlan):
     types = [q_ty, kv_ty, kv_ty, memref([1], "i32"), q_ty]
     mod = Module(KIND, types)
     params = {"rows": p.rows, "kv_rows": p.kv_rows, "heads": p.heads, "kv_heads": p.kv_heads, "head_dim": hd}
-    la = launch(mod.body, [p.launch], list(zip(mod.args, types)), [attr_dict(KIND, params)])
-    seg = segment(la.body, "attention_seg", list(zip(la.args, types)) + [(la.ids[0], "index")])
-    return mod, types, seg
+    grid = [p.launch] if p.decode else [p.launch, p.head_passes, p.rounds]
+    la = launch(mod.body, grid, list(zip(mod.args, types)), [attr_dict(KIND, params)])
+    return mod, types, la
+
+
+def _segment(la, types):
+    """The segment (after any launch-level ops already emitted into the launch body); its trailing operands
+    are the launch ids."""
+    return segment(la.body, "attention_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
 
 
 def _send_position(s, ch_pos: str, pos_l3: str) -> None:
@@ -75,83 +83,75 @@ def _prefill(p: planner.AttentionPlan) -> str:
     X, Y, G = p.herd_x, p.herd_y, p.group
     qw, kw = p.heads * hd, p.kv_heads * hd
     ext = externals.attention_prefill_kernels(hd, lq, lk)
-    mod, types, seg = _module(p)
+    mod, types, la = _module(p)
     q_ty, kv_ty = types[0], types[1]
     item_ty, qt_ty = memref([ir, hd], "bf16", L1), memref([lq, hd], "bf16", L1)
     st_ty = memref([p.state_floats], "f32", L1)
-    mod.declare(ext.init.symbol, ext.obj, [st_ty])
+    mod.declare(ext.init.symbol, ext.obj, [st_ty, qt_ty])
     mod.declare(ext.update.symbol, ext.obj, [item_ty, qt_ty, st_ty, "i32", "i32", "i32", "i32"])
     mod.declare(ext.out.symbol, ext.obj, [st_ty, qt_ty])
+    ch_fk = mod.channel("attn_fk", [X, 1])             # group x's feed of item rows [0, lk): Q heads, then K
+    ch_fv = mod.channel("attn_fv", [X, 1])             # ... of item rows [lk, 2lk): Q heads, then V
     ch_pos = mod.channel("attn_pos", [1, 1], [X, Y])
     ch_in = mod.channel("attn_in", [X, 1], [X, Y])     # a group's item stream reaches its herd_y cores
-    ch_out = mod.channel("attn_out", [X, Y])
 
+    # ---- launch (iteration = kv head g, head pass hs, round rd): per group, on each of its two feed channels
+    # (one shim stream each), one put of the group's Q tile halves (herd_y heads) and one put of the whole
+    # K (V) window; the segment's gets take them an item half at a time. No loops here: each put is one shim BD
+    # (air-opt-shim-dma-bds folds a loop into a BD only when the loop variable is an offset by itself).
+    rl = la.body
+    q, k, v, pos, o = la.args
+    g, hs, rd = la.ids
+    head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # the query head of core y = 0
+    for x in range(X):
+        row0 = rl.muli(rl.addi(rl.muli(rd, X), x), lq)   # the group's query block: rd*X + x
+        row1 = rl.addi(row0, lq - lk)                    # the second half's first row
+        for ch, row, src in ((ch_fk, row0, k), (ch_fv, row1, v)):
+            rl.channel_put(ch, [x, 0], q, q_ty, ([head0, row, 0], [Y, lk, hd], [hd, qw, 1]))
+            if p.q_items > Y:   # the pad item (no core keeps it): the item loops get an even trip count
+                rl.channel_put(ch, [x, 0], q, q_ty, ([head0, row, 0], [1, lk, hd], [hd, qw, 1]))
+            rl.channel_put(ch, [x, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
+
+    # ---- segment: one uniform item loop per group: both halves from the feeds into one L2 item, one put
+    seg = _segment(la, types)
     s = seg.body
-    q, k, v, pos, o, g = seg.args                        # g: the kv head of this launch iteration
-    _send_position(s, ch_pos, pos)
-
-    # ---- segment, producer side: per head pass and round, the Q tiles, then the whole K/V window
-    hl, hs = s.for_(0, p.head_passes, 1, "hs")
-    rl, rd = hl.for_(0, p.rounds, 1, "rd")
-    q2_ty = memref([p.q_stack_rows, hd], "bf16", L2)
-    q2 = rl.alloc("q_l2", q2_ty)
-    head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # query head of the groups' core y = 0
-    if X > 1:   # dims: query-block slot, head y, row, column (the stack of group x at row x*Y*lq)
-        l3 = ([rl.muli(rd, X), head0, 0, 0], [X, Y, lq, hd], [lq * qw, hd, qw, 1])
-    else:
-        l3 = ([head0, rl.muli(rd, lq), 0], [Y, lq, hd], [hd, qw, 1])
-    rl.dma(q2, q2_ty, ([0], [X * Y * lq * hd], [1]), q, q_ty, l3)
+    sq, sk, sv, spos, so, sg, shs, srd = seg.args
+    _send_position(s, ch_pos, spos)
+    item2_ty = memref([ir, hd], "bf16", L2)
+    sl, _ = s.for_(0, p.steps, 1, "t")
     for x in range(X):
-        jl, j = rl.for_(0, p.q_items, 1, "j")
-        row = jl.addi(jl.muli(j, ir), x * Y * lq)
-        jl.channel_put(ch_in, [x, 0], q2, q2_ty, ([row, 0], [ir, hd], [hd, 1]))
-    rl.dealloc(q2, q2_ty)
-    tl, t = rl.for_(0, p.kv_tiles, 1, "t")
-    kv2_ty = memref([ir, hd], "bf16", L2)
-    kv2 = tl.alloc("kv_l2", kv2_ty)
-    key0 = tl.muli(t, lk)
-    for half, src in ((0, k), (lk, v)):                  # K rows, then V rows
-        tl.dma(kv2, kv2_ty, ([half, 0], [lk, hd], [hd, 1]), src, kv_ty, ([key0, tl.muli(g, hd)], [lk, hd], [kw, 1]))
-    for x in range(X):
-        tl.channel_put(ch_in, [x, 0], kv2, kv2_ty, None)
-    tl.dealloc(kv2, kv2_ty)
+        it2 = sl.alloc("item_l2", item2_ty)
+        sl.channel_get(ch_fk, [x, 0], it2, item2_ty, ([0, 0], [lk, hd], [hd, 1]))
+        sl.channel_get(ch_fv, [x, 0], it2, item2_ty, ([lk, 0], [lk, hd], [hd, 1]))
+        sl.channel_put(ch_in, [x, 0], it2, item2_ty, None)
+        sl.dealloc(it2, item2_ty)
 
-    # ---- herd: per head pass and round, Q capture, the window's tiles, finish, output tile to L2
-    h = herd(s, "attention_herd", (X, Y), [], [f'link_with = "{ext.obj}"'])
+    # ---- herd: per head pass and round, Q capture, the window's tiles, finish, the output tile to L3
+    h = herd(s, "attention_herd", (X, Y), [(so, q_ty), (sg, "index"), (shs, "index"), (srd, "index")],
+             [f'link_with = "{ext.obj}"'])
     hb = h.body
     tx, ty = h.ids
+    o_l3, hg, hhs, hrd = h.args
     pos_i32 = _receive_position(hb, ch_pos, tx, ty)
-    q_row0 = _i32(hb, hb.muli(ty, lq))
+    slot = _i32(hb, ty)
     n_q = hb.i32(p.q_items)
-    hhl, _ = hb.for_(0, p.head_passes, 1, "hs")
-    hrl, hrd = hhl.for_(0, p.rounds, 1, "rd")
+    # the Q/output tile and the state live outside the item loop (the only loop aircc should ping-pong)
+    hrl = hb
     qt, st = hrl.alloc("q_l1", qt_ty), hrl.alloc("state_l1", st_ty)
-    hrl.call(ext.init.symbol, [(st, st_ty)])
+    hrl.call(ext.init.symbol, [(st, st_ty), (qt, qt_ty)])
     qb = hrl.addi(hrl.muli(hrd, X), tx)                  # this group's query block
     q_pos0 = hrl.value("i", f"arith.addi {pos_i32}, {_i32(hrl, hrl.muli(qb, lq))} : i32")
-    il, it = hrl.for_(0, p.q_items + p.kv_tiles, 1, "t")
+    il, it = hrl.for_(0, p.steps, 1, "t")
     item = il.alloc("item_l1", item_ty)
     il.channel_get(ch_in, [tx, ty], item, item_ty, None)
     il.call(ext.update.symbol, [(item, item_ty), (qt, qt_ty), (st, st_ty), (_i32(il, it), "i32"), (n_q, "i32"),
-                                (q_row0, "i32"), (q_pos0, "i32")])
+                                (slot, "i32"), (q_pos0, "i32")])
     il.dealloc(item, item_ty)
     hrl.call(ext.out.symbol, [(st, st_ty), (qt, qt_ty)])  # the output tile replaces the Q tile
-    hrl.channel_put(ch_out, [tx, ty], qt, qt_ty, None)
+    head = hrl.addi(hrl.addi(hrl.muli(hg, G), hrl.muli(hhs, Y)), ty)
+    hrl.dma(o_l3, q_ty, ([hrl.muli(qb, lq), head, 0], [lq, 1, hd], [qw, hd, 1]), qt, qt_ty, None)
     hrl.dealloc(qt, qt_ty)
     hrl.dealloc(st, st_ty)
-
-    # ---- segment, consumer side: each group's output block L1 -> L2 -> L3
-    ol, ohs = s.for_(0, p.head_passes, 1, "hs")
-    orl, ord_ = ol.for_(0, p.rounds, 1, "rd")
-    o2_ty = memref([Y * lq, hd], "bf16", L2)
-    ohead0 = orl.addi(orl.muli(g, G), orl.muli(ohs, Y))
-    for x in range(X):
-        o2 = orl.alloc("o_l2", o2_ty)
-        for y in range(Y):
-            orl.channel_get(ch_out, [x, y], o2, o2_ty, ([y * lq, 0], [lq, hd], [hd, 1]))
-        row0 = orl.muli(orl.addi(orl.muli(ord_, X), x), lq)
-        orl.dma(o, q_ty, ([ohead0, row0, 0], [Y, lq, hd], [hd, qw, 1]), o2, o2_ty, None)
-        orl.dealloc(o2, o2_ty)
     return mod.text()
 
 
@@ -162,7 +162,8 @@ def _decode(p: planner.AttentionPlan) -> str:
     X, G = p.herd_x, p.group
     qw, kw = p.heads * hd, p.kv_heads * hd
     ext = externals.attention_decode_kernels(hd, lq, lk, X)
-    mod, types, seg = _module(p)
+    mod, types, la = _module(p)
+    seg = _segment(la, types)
     q_ty, kv_ty = types[0], types[1]
     item_ty, st_ty = memref([ir, hd], "bf16", L1), memref([p.state_floats], "f32", L1)
     parts_ty, out_ty = memref([X * p.state_floats], "f32", L1), memref([lq, hd], "bf16", L1)
@@ -179,16 +180,17 @@ def _decode(p: planner.AttentionPlan) -> str:
     _send_position(s, ch_pos, pos)
 
     # ---- segment: per K/V tile step, per split x: its K and V tiles and the group's query rows -> L2 -> core x
-    tl, t = s.for_(0, p.kv_tiles, 1, "t")
+    # the loop variable is the first key of the tile within a split; the split is its own dimension (see
+    # _prefill: loop variables appear as offsets of their own dimension for the shim BD folding)
+    tl, key = s.for_(0, p.share, lk, "key")
     kv2_ty = memref([ir, hd], "bf16", L2)
-    col = tl.muli(g, hd)
     for x in range(X):
         kv2 = tl.alloc("kv_l2", kv2_ty)
-        key0 = tl.addi(tl.muli(t, lk), x * p.share)
         for half, src in ((0, k), (lk, v)):
-            tl.dma(kv2, kv2_ty, ([half, 0], [lk, hd], [hd, 1]), src, kv_ty, ([key0, col], [lk, hd], [kw, 1]))
-        tl.dma(kv2, kv2_ty, ([2 * lk, 0], [lq, hd], [hd, 1]), q, q_ty, ([0, tl.muli(g, G * hd)], [1, G * hd], [qw, 1]))
-        tl.channel_put(ch_in, [x, 0], kv2, kv2_ty, None)
+            tl.dma(kv2, kv2_ty, ([half, 0], [lk, hd], [hd, 1]), src, kv_ty,
+                   ([x, key, g, 0], [1, lk, 1, hd], [p.share * kw, kw, hd, 1]))
+        tl.dma(kv2, kv2_ty, ([2 * lk, 0], [lq, hd], [hd, 1]), q, q_ty, ([0, g, 0], [1, 1, G * hd], [qw, G * hd, 1]))
+        tl.channel_put(ch_in, [x, 0], kv2, kv2_ty, ([0, 0], [ir, hd], [hd, 1]))
         tl.dealloc(kv2, kv2_ty)
 
     # ---- herd: each core's share of the window into an online-softmax partial

@@ -1,12 +1,19 @@
 """RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w   (bf16 in/out, f32 math).
 
-MLIR-only (codegen). Emits a bare `air.herd` in the func body (the stitcher wraps it in launch/segment);
-the herd's tiles split the rows, each tile streams `chunk` rows at a time through L1.
+MLIR + external C++ (kernel_builder.externals.rmsnorm_kernel, AIE2P vector path). launch -> segment -> herd
+[herd, 1]. The data is read as 1-D: `rows*dim/group` groups of `group` consecutive elements (a row, or with
+`group` one head of a row), each normalised with the [group] weight. The segment stages the weight once in a
+memory-tile buffer; tile t owns a contiguous range of groups and per step DMAs `chunk` groups of x (L3) and the
+weight (from L2: the same bytes for every tile, one broadcast; re-sent every step because an L1 buffer loaded
+once outside the loop of a multi-tile herd fails mlir-air's air-dma-to-channel, and from L2 because a shim DMA
+task repeats at most 256 times), calls the kernel into `y_l1` (allocated once at the top of the herd: the call
+writes it) and stores the chunk. Offsets are affine in the tile id and the loop iv (no div/rem); a loop of one
+trip is not emitted.
 """
 from __future__ import annotations
 
 from .. import planner
-from ._emit import L1, Module, attr_dict, herd, memref
+from ._emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 
 KIND = "rmsnorm"
 
@@ -14,67 +21,49 @@ KIND = "rmsnorm"
 def build(rows: int, dim: int, eps: float, group: int = 0) -> str:
     """`group` (a divisor of dim): normalise every `group` consecutive elements of a row on their own, with a
     [group] weight (per-head q/k norm); 0 = the whole row."""
-    plan = planner.plan_rmsnorm(rows, dim)
+    from .. import externals
+
     eps = float(eps)
     if not eps > 0.0:
         raise ValueError(f"rmsnorm: eps must be a positive float, got {eps!r}")
-    g = group or dim
-    if dim % g:
-        raise ValueError(f"rmsnorm: group={group} does not divide dim={dim}")
+    plan = planner.plan_rmsnorm(rows, dim, group)
+    g = plan.group
+    n = plan.chunk_elements
+    ext = externals.rmsnorm_kernel(g, plan.chunk)
     x_ty, w_ty = memref([rows, dim]), memref([g])
+    xl_ty, wl_ty = memref([n], "bf16", L1), memref([g], "bf16", L1)
     mod = Module(KIND, [x_ty, w_ty, x_ty])
+    mod.declare(ext.symbol, ext.obj, [xl_ty, wl_ty, xl_ty, "f32"])
     params = {"rows": rows, "dim": dim, "eps": eps}
     if group:
         params["group"] = group
-    attrs = [attr_dict(KIND, params)]
-    h = herd(mod.body, "rmsnorm_herd", (plan.herd, 1),
-             [(mod.args[0], x_ty), (mod.args[1], w_ty), (mod.args[2], x_ty)], attrs)
+    types = [x_ty, w_ty, x_ty]
+    w2_ty = memref([g], "bf16", L2)
+    la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(KIND, params)])
+    seg = segment(la.body, "rmsnorm_seg", list(zip(la.args, types)))
+    sb = seg.body
+    w2 = sb.alloc("w_l2", w2_ty)
+    sb.dma(w2, w2_ty, None, seg.args[1], w_ty, ([0], [g], [1]))
+    h = herd(sb, "rmsnorm_herd", (plan.herd, 1), [(seg.args[0], x_ty), (w2, w2_ty), (seg.args[2], x_ty)],
+             [f'link_with = "{ext.obj}"'])
+    sb.dealloc(w2, w2_ty)
     b = h.body
     x, w, y = h.args
-    tx = h.ids[0]
-    chunk = plan.chunk
-    wl_ty, rl_ty = memref([g], "bf16", L1), memref([chunk, dim], "bf16", L1)
+    per_tile = plan.units_per_tile * g
 
-    wl = b.alloc("w_l1", wl_ty)
-    b.dma(wl, wl_ty, None, w, w_ty, ([0], [g], [1]))
-    row0 = b.muli(tx, plan.units_per_tile)
-    loop, i = b.for_(0, plan.units_per_tile, chunk, "r")
-    r = loop.addi(row0, i)
-    xl = loop.alloc("x_l1", rl_ty)
-    yl = loop.alloc("y_l1", rl_ty)
-    loop.dma(xl, rl_ty, None, x, x_ty, ([r, 0], [chunk, dim], [dim, 1]))
-
-    rows_loop, rr = loop.for_(0, chunk, 1, "rr")
-    groups_loop, g0 = rows_loop.for_(0, dim, g, "g0")
-    rows_loop = groups_loop
-    zero = rows_loop.f32(0.0)
-    ss = rows_loop.names.fresh("sumsq")
-    j, acc = rows_loop.names.fresh("j"), rows_loop.names.fresh("acc")
-    red = rows_loop.nested(f"{ss} = scf.for {j} = {rows_loop.idx(0)} to {rows_loop.idx(g)} step "
-                           f"{rows_loop.idx(1)} iter_args({acc} = {zero}) -> (f32) {{")
-    jc = red.addi(g0, j)
-    v = red.value("xv", f"memref.load {xl}[{rr}, {jc}] : {rl_ty}")
-    f = red.value("xf", f"arith.extf {v} : bf16 to f32")
-    sq = red.value("sq", f"arith.mulf {f}, {f} : f32")
-    nxt = red.value("acc_next", f"arith.addf {acc}, {sq} : f32")
-    red.op(f"scf.yield {nxt} : f32")
-    mean = rows_loop.value("mean", f"arith.divf {ss}, {rows_loop.f32(float(g))} : f32")
-    var = rows_loop.value("var_eps", f"arith.addf {mean}, {rows_loop.f32(eps)} : f32")
-    inv = rows_loop.value("inv_rms", f"math.rsqrt {var} : f32")
-
-    scale, jj = rows_loop.for_(0, g, 1, "j")
-    jx = scale.addi(g0, jj)
-    xv = scale.value("xv", f"memref.load {xl}[{rr}, {jx}] : {rl_ty}")
-    wv = scale.value("wv", f"memref.load {wl}[{jj}] : {wl_ty}")
-    xf = scale.value("xf", f"arith.extf {xv} : bf16 to f32")
-    wf = scale.value("wf", f"arith.extf {wv} : bf16 to f32")
-    n = scale.value("xn", f"arith.mulf {xf}, {inv} : f32")
-    o = scale.value("yf", f"arith.mulf {n}, {wf} : f32")
-    ob = scale.value("yb", f"arith.truncf {o} : f32 to bf16")
-    scale.op(f"memref.store {ob}, {yl}[{rr}, {jx}] : {rl_ty}")
-
-    loop.dma(y, x_ty, ([r, 0], [chunk, dim], [dim, 1]), yl, rl_ty, None)
-    loop.dealloc(xl, rl_ty)
-    loop.dealloc(yl, rl_ty)
-    b.dealloc(wl, wl_ty)
+    yl = b.alloc("y_l1", xl_ty)
+    if plan.steps > 1:
+        b.pin_to_scope(yl, xl_ty)  # written by the call: one copy, outside the ping-ponged loop
+    first = b.muli(h.ids[0], per_tile)
+    loop, i = b.for_(0, per_tile, n, "e") if plan.steps > 1 else (b, 0)
+    off = loop.addi(first, i) if plan.steps > 1 else first
+    xl = loop.alloc("x_l1", xl_ty)
+    wl = loop.alloc("w_l1", wl_ty)
+    loop.dma(wl, wl_ty, None, w, w2_ty, ([0], [g], [1]))
+    loop.dma(xl, xl_ty, None, x, x_ty, ([off], [n], [1]))
+    loop.call(ext.symbol, [(xl, xl_ty), (wl, wl_ty), (yl, xl_ty), (loop.f32(eps), "f32")])
+    loop.dma(y, x_ty, ([off], [n], [1]), yl, xl_ty, None)
+    loop.dealloc(xl, xl_ty)
+    loop.dealloc(wl, wl_ty)
+    b.dealloc(yl, xl_ty)
     return mod.text()

@@ -6,15 +6,16 @@ RoPE) adds two ops and two weights; nothing else in the code base changes for it
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 from kernel_builder.decl import ModuleDecl
+from kernel_builder.hw.tune import preset_for_kernels
 from kernel_builder.planner import plan_lm_head
-from kernel_builder.presets import AirccPreset
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower
-from .lowering import RULES, TRANSPOSED
+from .lowering import RULES
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,10 @@ HEAD_FAMILY = "lm_head"
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Where a static argument's bytes come from: an HF tensor (shape as stored), optionally transposed,
-    or a block of its rows `[row0, row0 + rows)` zero-padded past the tensor's end (LM-head partitions)."""
+    """Where a static argument's bytes come from: an HF tensor (shape as stored), or a block of its rows `[row0, row0 + rows)` zero-padded past the tensor's end (LM-head partitions)."""
 
     name: str
     shape: tuple[int, ...]
-    transpose: bool = False
     row0: int = 0
     rows: int = 0
 
@@ -113,10 +112,8 @@ class LlamaModel:
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
             raise KeyError(f"no tensor for LM-head argument {arg!r}")
-        transpose = arg.endswith(TRANSPOSED)
-        base = arg[: -len(TRANSPOSED)] if transpose else arg
-        hf, shape = self.layer_tensors()[base]
-        return TensorSpec(f"model.layers.{layer}.{hf}", shape, transpose)
+        hf, shape = self.layer_tensors()[arg]
+        return TensorSpec(f"model.layers.{layer}.{hf}", shape)
 
     # ------------------------------------------------------------------------------ the layer graph
     @functools.cached_property
@@ -178,7 +175,7 @@ class LlamaModel:
                               ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}"), "attn"),
                               ("ffn", f"ffn_s{rows}", None))
         phase = Phase("prefill", rows, window)
-        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, presets=self.presets(phase))
+        return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY))
 
     def decode(self, kv_rows: int | None = None) -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
@@ -187,26 +184,30 @@ class LlamaModel:
         if kv_rows:
             segs = self._segments(("layer", f"layer_kv{kv_rows}", None))
             phase = Phase("decode", 1, kv_rows)
-            return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, presets=self.presets(phase))
+            return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY))
         segs = self._segments(("qkv", "qkv_dec", "k_new"), ("attn", "attn_host", "attn"), ("ffn", "ffn_dec", None))
         phase = Phase("decode", 1, 0)
-        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}),
-                     presets=self.presets(phase))
+        return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"})))
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
         phase = Phase("decode", 1, 0)
-        return lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY,
-                     presets=self.presets(phase))
+        return self.presets(lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY))
 
-    def presets(self, phase: Phase) -> dict[str, AirccPreset]:
-        """aircc options per segment (docs/npu-setup.md): decode GEMV modules tile the shim BD loop; the FFN
-        tail's K=ffn GEMV leaves no L1 room for ping-pong."""
-        if phase.name != "decode":
-            return {}
-        gemv = AirccPreset(runtime_loop_tiling_sizes=(16, 16))
-        tight = AirccPreset(runtime_loop_tiling_sizes=(16, 16), omit_pingpong="all")
-        return {"qkv": gemv, "lm_head": gemv, "ffn": tight, "layer": tight}
+    @staticmethod
+    def presets(plan: PhasePlan) -> PhasePlan:
+        """The plan with each module's aircc preset taken from the hardware model's numbers for its kernels
+        (kernel_builder.hw.tune.preset_for_kernels): the stack the kernels' core code needs (RMSNorm's scalar
+        invsqrt, attention's division: 1152 bytes -> `--stack-size 1280`). The planners keep every kernel in L1
+        with its ping-pong copies and its shim BDs in budget, so no module omits ping-pong or tiles the runtime
+        loop; tests/test_hw_modules.py checks every declared module against the model with this preset."""
+        steps = []
+        for st in plan.steps:
+            if st.decl is not None:
+                preset = preset_for_kernels([launch.build() for launch in st.decl.launches])
+                st = dataclasses.replace(st, decl=dataclasses.replace(st.decl, preset=preset))
+            steps.append(st)
+        return dataclasses.replace(plan, steps=tuple(steps))
 
     WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
 

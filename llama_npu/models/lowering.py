@@ -1,9 +1,9 @@
 """Lowering rules: which kernel computes a graph op in a phase, how it is wired, which arguments it adds.
 
 One rule per op kind (`RULES[kind](op, phase, graph) -> (kernel factory, wiring, extra Args)`); wiring names
-follow the kernel's canonical argument order (kernel_builder.kernels.SIGNATURES). Weight arguments carry
-their layout in their name: `<w>` is the Hugging Face `[out, in]` tensor, `<w>_t` its transpose `[in, out]`
-(what today's GEMM reads); the weight loader (llama_npu.weights) fills either from the same tensor.
+follow the kernel's canonical argument order (kernel_builder.kernels.SIGNATURES). Weight arguments are the
+Hugging Face `[out, in]` tensors as stored: both `linear` kernels (GEMV for one row, GEMM for more: c = a·wᵀ)
+read `<w>`, so prefill and decode share one device buffer per weight.
 """
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from kernel_builder.decl import Arg, Role
 from kernel_builder.kernels import kernel
 
 from .graph import POS, LayerGraph, Op, Phase
-
-TRANSPOSED = "_t"   # suffix of a weight argument holding the transposed [in, out] layout
-
 
 def _static(name: str, shape, graph: LayerGraph) -> Arg:
     return Arg(name, tuple(shape), Role.STATIC, graph.dtype)
@@ -27,13 +24,13 @@ def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def linear(op: Op, phase: Phase, graph: LayerGraph):
-    """One row: GEMV on the [out, in] weight; more rows: GEMM on the [in, out] transpose."""
+    """One row: GEMV, more rows: GEMM, both on the HF [out, in] weight (one buffer for both phases)."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
+    weight = [_static(w[2:], (n, k), graph)]
     if phase.rows == 1:
-        return kernel("gemv", n, k), (w[2:], x, op.out), [_static(w[2:], (n, k), graph)]
-    wt = w[2:] + TRANSPOSED
-    return kernel("gemm", phase.rows, k, n), (x, wt, op.out), [_static(wt, (k, n), graph)]
+        return kernel("gemv", n, k), (w[2:], x, op.out), weight
+    return kernel("gemm", phase.rows, k, n), (x, w[2:], op.out), weight
 
 
 def rope(op: Op, phase: Phase, graph: LayerGraph):

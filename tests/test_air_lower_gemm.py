@@ -1,0 +1,47 @@
+"""The GEMM through the real lowering (mlir-air aircc's npu2 passes + the mlir-aie aiecc passes up to the NPU
+instructions), when LLAMA_NPU_AIR_LOWER points to a driver script with `/work/tools/air-lower.sh`'s interface
+(`air-lower.sh [--whole] [-q] [aircc options] MODULE.mlir OUTDIR`, last line `OK ...` or `FAIL <stage>/<pass>:
+...`); skipped otherwise (no such toolchain in CI). Each case also asks the hardware model, whose verdict must
+agree with the lowering's (docs/hardware-model.md "Agreement with the real lowering")."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from kernel_builder.hw import analyze_module
+from kernel_builder.kernels import kernel_text
+from kernel_builder.presets import AirccPreset
+
+LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")
+
+pytestmark = pytest.mark.skipif(not LOWER, reason="LLAMA_NPU_AIR_LOWER not set (no mlir-air/mlir-aie lowering here)")
+
+TILED = AirccPreset(runtime_loop_tiling_sizes=(2, 2))
+
+CASES = [
+    # (m, k, n), preset, expected last line prefix
+    ((64, 576, 576), AirccPreset(), "OK"),          # SmolLM2 Q/O at 64 rows: 1 x 3 launch, lowers untiled
+    ((64, 1536, 576), TILED, "OK"),                 # SmolLM2 down: 4 panel steps of 384 (16-BD broadcasts)
+    ((256, 2048, 512), TILED, "OK"),                # Llama-3.2-1B K/V
+    ((64, 2048, 8192), TILED, "OK"),                # Llama-3.2-1B gate/up at 64 rows: 1 x 16 launch
+    ((64, 2048, 8192), AirccPreset(), "FAIL"),      # ... untiled: 16 chained C writes per shim tile in flight
+]
+
+
+@pytest.mark.parametrize("shape,preset,expected", CASES, ids=lambda c: str(c))
+def test_gemm_lowers_as_the_hardware_model_says(tmp_path, shape, preset, expected):
+    text = kernel_text("gemm", *shape)
+    src = tmp_path / ("gemm_%d_%d_%d.mlir" % shape)
+    src.write_text(text)
+    res = subprocess.run([LOWER, "--whole", "-q", *preset.flags(), str(src), str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=1800)
+    last = (res.stdout.strip().splitlines() or [""])[-1]
+    assert last.startswith(expected), last
+    if expected == "FAIL":
+        assert "aie-assign-runtime-sequence-bd-ids" in last and "buffer descriptor IDs" in last
+    rep = analyze_module(text, preset=preset)
+    assert rep.ok == (expected == "OK"), rep.first_violation()
+    if not rep.ok:
+        assert rep.resources() == {"shim BDs"}

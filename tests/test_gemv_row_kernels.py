@@ -1,0 +1,283 @@
+"""GEMV, RMSNorm, add, SwiGLU and RoPE: emu-interp at reduced shapes against the numpy references, mutations a
+test must catch (a wrong DMA offset changes the interpreter's result or fails it out of bounds), and the
+data-movement rules the builders keep at every reference shape (offsets affine - no div/rem -, every L3 load of a
+multi-tile herd inside the loop that reads it, buffers an external call writes allocated outside the loops and
+kept there, 4-byte transfers, even trip counts)."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from kernel_builder import air_interp, planner
+from kernel_builder.kernels import add, gemv, rmsnorm, rope, swiglu
+from kernel_builder.numerics import BF16
+from kernel_builder.reference import KERNELS
+from llama_npu.rope import rope_lut
+from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M, LlamaModel
+
+ULPS = 2
+
+
+def _rand(rng, shape, scale=0.5):
+    return (rng.standard_normal(math.prod(shape)) * scale).astype(np.float32).astype(BF16).reshape(shape)
+
+
+def _inputs(kind: str, params: dict, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if kind == "gemv":
+        m, k = params["m"], params["k"]
+        return [_rand(rng, (m, k), 0.05), _rand(rng, (1, k)), np.zeros((1, m), BF16)]
+    if kind == "rmsnorm":
+        rows, dim, g = params["rows"], params["dim"], params.get("group", 0) or params["dim"]
+        return [_rand(rng, (rows, dim), 2.0), _rand(rng, (g,)), np.zeros((rows, dim), BF16)]
+    if kind == "rope":
+        rows, heads, hd = params["rows"], params["heads"], params["head_dim"]
+        lut = rope_lut(np.arange(rows) + 3, hd, 10000.0)
+        return [_rand(rng, (rows, heads * hd), 2.0), lut, np.zeros((rows, heads * hd), BF16)]
+    rows, dim = params["rows"], params["dim"]
+    out = (rows * dim,) if params.get("flat_out") else (rows, dim)
+    return [_rand(rng, (rows, dim), 4.0), _rand(rng, (rows, dim)), np.zeros(out, BF16)]
+
+
+def _interp(text: str, data: list[np.ndarray]) -> tuple[np.ndarray, air_interp.Stats]:
+    args = [a.copy() for a in data]
+    stats = air_interp.compile_module(text).run(args)
+    return args[-1].astype(np.float32), stats
+
+
+def _reference(kind: str, params: dict, data: list[np.ndarray]) -> np.ndarray:
+    return np.asarray(KERNELS[kind](*data[:-1], **params)).astype(np.float32).reshape(data[-1].shape)
+
+
+def _assert_close(got, want, what):
+    scale = float(np.abs(want).max())
+    tol = ULPS * 2.0 ** (math.floor(math.log2(scale)) - 7) if scale else 0.0
+    assert np.isfinite(got).all(), f"{what}: non-finite output"
+    err = float(np.abs(got - want).max())
+    assert err <= tol, f"{what}: differs by {err} (> {ULPS} bf16 ulps of {scale})"
+
+
+# ------------------------------------------------------------------------------- reduced shapes vs reference
+
+CASES = [
+    # GEMV: one step per tile / several row blocks / K chunks (f32 partial sums) and row blocks together
+    ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96)),
+    ("gemv", dict(m=512, k=640), lambda: gemv.build(512, 640)),
+    ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384)),
+    # RMSNorm: rows over 8 tiles with several steps, decode (one tile, one row), per-head groups
+    ("rmsnorm", dict(rows=64, dim=576, eps=1e-5), lambda: rmsnorm.build(64, 576, 1e-5)),
+    ("rmsnorm", dict(rows=1, dim=576, eps=1e-5), lambda: rmsnorm.build(1, 576, 1e-5)),
+    ("rmsnorm", dict(rows=4, dim=256, eps=1e-6, group=32), lambda: rmsnorm.build(4, 256, 1e-6, 32)),
+    ("rmsnorm", dict(rows=1, dim=2048, eps=1e-5, group=64), lambda: rmsnorm.build(1, 2048, 1e-5, 64)),
+    # elementwise, flattened to 1-D: several chunks per tile, decode shapes, flat output
+    ("add", dict(rows=64, dim=576), lambda: add.build(64, 576)),
+    ("add", dict(rows=1, dim=576), lambda: add.build(1, 576)),
+    ("add", dict(rows=16, dim=64, flat_out=1), lambda: add.build(16, 64, flat_out=True)),
+    ("swiglu", dict(rows=64, dim=1536), lambda: swiglu.build(64, 1536)),
+    ("swiglu", dict(rows=1, dim=1536), lambda: swiglu.build(1, 1536)),
+    # RoPE: split over rows (several rows per step) and over heads (decode)
+    ("rope", dict(rows=64, heads=9, head_dim=64), lambda: rope.build(64, 9, 64)),
+    ("rope", dict(rows=16, heads=4, head_dim=32), lambda: rope.build(16, 4, 32)),
+    ("rope", dict(rows=1, heads=32, head_dim=64), lambda: rope.build(1, 32, 64)),
+    ("rope", dict(rows=3, heads=16, head_dim=32), lambda: rope.build(3, 16, 32)),
+]
+
+
+@pytest.mark.parametrize("kind,params,build", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_interpreter_matches_reference(kind, params, build):
+    text = build()
+    data = _inputs(kind, params, seed=len(text) % 97)
+    got, stats = _interp(text, data)
+    _assert_close(got, _reference(kind, params, data), f"{kind} {params}")
+    assert stats.calls > 0 and stats.tiles >= 1
+
+
+def test_gemv_launch_grid_over_row_blocks(monkeypatch):
+    """A chunked weight stream walks at most SHIM_BD_MAX_ITERATIONS row blocks per launch iteration; beyond, the
+    launch grid splits the rows (forced here with a limit of 1 at a small shape). The launch id reaches the herd:
+    a herd that ignores it computes the first launch iteration's rows twice."""
+    monkeypatch.setattr(planner, "SHIM_BD_MAX_ITERATIONS", 1)
+    p = planner.plan_gemv(256, 8192)
+    assert p.launch_m == 2 and p.k_steps > 1 and p.row_steps == 1
+    params = dict(m=256, k=8192)
+    text = gemv.build(256, 8192)
+    data = _inputs("gemv", params, seed=3)
+    want = _reference("gemv", params, data)
+    got, stats = _interp(text, data)
+    _assert_close(got, want, "gemv launch grid")
+    assert stats.tiles == 2 * p.herd_m
+    bad = _mutate(text, r"(%t_1 = arith\.addi )%t(, %tx : index)", lambda m: m.group(1) + _const(text, 0) + m.group(2))
+    got_bad, _ = _interp(bad, data)
+    assert np.abs(got_bad - want).max() > 0.5
+
+
+def test_gemv_chunked_plan_really_chunks_and_steps():
+    p = planner.plan_gemv(32, 16384)
+    assert p.k_steps > 1 and p.row_steps > 1 and p.pingpong and p.launch_m == 1
+    text = gemv.build(32, 16384)
+    _, stats = _interp(text, _inputs("gemv", dict(m=32, k=16384), 1))
+    # x staged once in L2; per tile: one x (from L2) and one w DMA per (row block, K chunk) step, one y store
+    assert stats.dmas == 1 + p.herd_m * (2 * p.row_steps * p.k_steps + 1)
+    assert stats.calls == p.herd_m * p.row_steps * p.k_steps
+
+
+# ------------------------------------------------------------------------------- mutations
+
+def _mutate(text: str, pattern: str, repl) -> str:
+    out, n = re.subn(pattern, repl, text, count=1)
+    assert n == 1, f"mutation pattern {pattern!r} did not match the builder output"
+    return out
+
+
+def _offsets(dst: str, src: str | None = None) -> str:
+    """Regex of a DMA into L1 buffer `dst` (or from L1 `src` to L3), capturing the L3 offset list."""
+    if src is None:
+        return rf"(air\.dma_memcpy_nd \(%{dst}\[\] \[\] \[\], %\w+\[)([^\]]*)(\])"
+    return rf"(air\.dma_memcpy_nd \(%\w+\[)([^\]]*)(\] \[[^\]]*\] \[[^\]]*\], %{src}\[\] \[\] \[\]\))"
+
+
+def _first_offset_to(value: str):
+    return lambda m: m.group(1) + ", ".join([value] + m.group(2).split(", ")[1:]) + m.group(3)
+
+
+def _last_offset_to(value: str):
+    return lambda m: m.group(1) + ", ".join(m.group(2).split(", ")[:-1] + [value]) + m.group(3)
+
+
+def _const(text: str, value: int) -> str:
+    """The name of an index constant in the (first) herd body."""
+    herd = text[text.index("air.herd"):]
+    return re.search(rf"(%\w+) = arith\.constant {value} : index", herd).group(1)
+
+
+MUTATIONS = [
+    # GEMV: x chunk always the first one / w rows of the first row block only / every tile stores at row 0
+    ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384),
+     lambda t: _mutate(t, _offsets("x_l1"), _last_offset_to(_const(t, 0)))),
+    ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384),
+     lambda t: _mutate(t, _offsets("w_l1"), _first_offset_to("%t"))),
+    ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96),
+     lambda t: _mutate(t, _offsets("", "y_l1"), _last_offset_to(_const(t, 0)))),
+    # RMSNorm: x of the tile's first chunk for every step
+    ("rmsnorm", dict(rows=64, dim=576, eps=1e-5), lambda: rmsnorm.build(64, 576, 1e-5),
+     lambda t: _mutate(t, _offsets("x_l1"), _first_offset_to("%t"))),
+    # add: b read one chunk late within the tile / y stored at the chunk of the previous tile
+    ("add", dict(rows=64, dim=576), lambda: add.build(64, 576),
+     lambda t: _mutate(t, _offsets("b_l1"), _first_offset_to("%t"))),
+    # SwiGLU: up read at the tile's first chunk for every step
+    ("swiglu", dict(rows=64, dim=1536), lambda: swiglu.build(64, 1536),
+     lambda t: _mutate(t, _offsets("up_l1"), _first_offset_to("%t"))),
+    # RoPE: every step of a tile reads the LUT rows of its first step / decode heads: every tile rotates head 0
+    ("rope", dict(rows=64, heads=9, head_dim=64), lambda: rope.build(64, 9, 64),
+     lambda t: _mutate(t, _offsets("lut_l1"), _first_offset_to("%t"))),
+    ("rope", dict(rows=1, heads=32, head_dim=64), lambda: rope.build(1, 32, 64),
+     lambda t: _mutate(t, _offsets("x_l1"), _last_offset_to(_const(t, 0)))),
+]
+
+
+@pytest.mark.parametrize("kind,params,build,mutate", MUTATIONS, ids=[f"{m[0]}-{i}" for i, m in enumerate(MUTATIONS)])
+def test_wrong_offset_is_caught(kind, params, build, mutate):
+    text = build()
+    bad = mutate(text)
+    assert bad != text
+    data = _inputs(kind, params, seed=5)
+    want = _reference(kind, params, data)
+    good, _ = _interp(text, data)
+    _assert_close(good, want, f"{kind} unmutated")
+    try:
+        got, _ = _interp(bad, data)
+    except air_interp.InterpError:
+        return  # caught as an out-of-bounds access or a call-shape error
+    assert np.abs(got - want).max() > 0.5, f"{kind}: the interpreter did not notice the wrong offset"
+
+
+# ------------------------------------------------------------------------------- data-movement rules
+
+MODELS = {"smollm2": SMOLLM2_135M, "llama32-1b": LLAMA32_1B, "llama32-3b": LLAMA32_3B}
+
+
+def _model_kernels(s):
+    lm_rows = LlamaModel(s).lm_rows
+    out = {}
+    for rows in (1, 64, 2048):
+        out[f"rmsnorm-{rows}"] = rmsnorm.build(rows, s.hidden, s.rms_eps)
+        out[f"qknorm-{rows}"] = rmsnorm.build(rows, s.q_dim, s.rms_eps, s.head_dim)
+        out[f"add-{rows}"] = add.build(rows, s.hidden)
+        out[f"swiglu-{rows}"] = swiglu.build(rows, s.ffn)
+        out[f"rope-q-{rows}"] = rope.build(rows, s.n_heads, s.head_dim)
+        out[f"rope-k-{rows}"] = rope.build(rows, s.n_kv_heads, s.head_dim)
+    for m, k in ((s.q_dim, s.hidden), (s.kv_dim, s.hidden), (s.hidden, s.q_dim), (s.ffn, s.hidden),
+                 (s.hidden, s.ffn), (lm_rows, s.hidden)):
+        out[f"gemv-{m}x{k}"] = gemv.build(m, k)
+    return out
+
+
+def _herd_body(text: str) -> tuple[str, int]:
+    m = re.search(r"air\.herd @\w+ tile \(%\w+, %\w+\) in \(%\w+=(%\w+), %\w+=(%\w+)\)", text)
+    consts = dict(re.findall(r"(%\w+) = arith\.constant (\d+) : index", text))
+    tiles = int(consts[m.group(1)]) * int(consts[m.group(2)])
+    return text[m.start():], tiles
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_builders_keep_the_data_movement_rules(model):
+    for name, text in _model_kernels(MODELS[model]).items():
+        assert not re.search(r"arith\.(divui|remui|divsi|remsi|floordivsi|ceildivui)", text), \
+            f"{name}: DMA offsets must be affine (no div/rem)"
+        body, tiles = _herd_body(text)
+        lines = body.splitlines()
+        depth, alloc_depth, loads, pinned = 0, {}, [], set()
+        has_loop = "scf.for" in body
+        for line in lines:
+            s = line.strip()
+            a = re.match(r"(%\w+) = memref\.alloc\(\) : (memref<[^>]*>)", s)
+            if a:
+                alloc_depth[a.group(1)] = depth
+            p = re.match(r"memref\.store %\w+, (%\w+)\[", s)
+            if p and depth == 1:
+                pinned.add(p.group(1))
+            d = re.match(r"air\.dma_memcpy_nd \((%\w+)\[\] \[\] \[\], %ha", s)
+            if d:
+                loads.append((d.group(1), depth))
+            c = re.match(r"func\.call @\w+\(([^)]*)\)", s)
+            if c:
+                for operand in c.group(1).split(", "):
+                    if operand in alloc_depth and not any(operand == ld for ld, _ in loads):
+                        # written by the call: allocated once, outside the loops (ping-pong eligibility), and
+                        # kept there (air-fuse-alloc-dealloc moves an alloc used only inside a loop into it)
+                        assert alloc_depth[operand] == 1, f"{name}: {operand} (call output) allocated in a loop"
+                        out_of_loop_use = operand in pinned or re.search(
+                            rf"^\s{{10}}air\.dma_memcpy_nd \(%\w+\[[^\]]*\] \[[^\]]*\] \[[^\]]*\], {operand}\[",
+                            body, re.M)
+                        assert not has_loop or out_of_loop_use, f"{name}: {operand} has no use outside the loop"
+            depth += s.count("{") - s.count("}")
+        for buf, d in loads:
+            # an L3 load is at the depth of its buffer's allocation: never loaded once outside a loop that uses it
+            assert d == alloc_depth[buf], f"{name}: {buf} loaded outside the loop it is allocated in"
+        for size in re.findall(r"memref<(\d+)xbf16, 2 : i32>", body):
+            assert int(size) * 2 % 4 == 0, f"{name}: L1 buffer of {size} bf16 is not whole 32-bit words"
+        # loops that hold DMA-filled buffers run an even number of times (ping-pong safe) or are not emitted
+        consts = dict(re.findall(r"(%\w+) = arith\.constant (\d+) : index", body))
+        for lo, hi, st in re.findall(r"scf\.for %\w+ = (%\w+) to (%\w+) step (%\w+)", body):
+            trips = (int(consts[hi]) - int(consts[lo])) // int(consts[st])
+            assert trips >= 2 and trips % 2 == 0, f"{name}: a loop of {trips} trip(s) is emitted"
+
+
+def test_plans_at_llama_1b_shapes():
+    s = LLAMA32_1B
+    p = planner.plan_gemv(s.hidden, s.ffn)   # down projection, K = 8192
+    assert p.rows_per_tile * 2 % 4 == 0 and p.tile_m >= 2 and p.pingpong
+    assert p.l1_bytes() == sum(p.l1_buffers().values()) <= planner.L1_BUDGET
+    b = p.l1_buffers()
+    assert b["w"] == 2 * 2 * p.tile_m * p.k_chunk and b["x"] == 2 * 2 * p.k_chunk   # ping-pong copies
+    assert b["y"] == 2 * p.rows_per_tile and b["acc_f32"] == 4 * p.tile_m           # one copy each
+    lm = planner.plan_gemv(LlamaModel(s).lm_rows, s.hidden)   # 16384 x 2048: whole rows, one contiguous stream
+    assert (lm.launch_m, lm.herd_m, lm.k_steps) == (1, 8, 1) and lm.l1_bytes() <= planner.L1_BUDGET
+    r = planner.plan_rmsnorm(2048, s.hidden)
+    assert r.herd == 8 and r.steps % 2 == 0 and r.l1_buffers()["w"] == 2 * 2 * s.hidden
+    assert planner.plan_rmsnorm(1, s.hidden).l1_buffers() == {"x": 4096, "w": 4096, "y": 4096}  # no loop
+    e = planner.plan_swiglu(2048, s.ffn)
+    assert e.herd == 8 and e.chunk_elements == 4096 and e.l1_bytes() == 5 * 2 * 4096
