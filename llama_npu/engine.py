@@ -18,11 +18,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from kernel_builder.decl import Role
-from kernel_builder.numerics import BF16
+from kernel_builder.numerics import BF16, to_bf16
 
 from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-exported)
 from .errors import PromptError
-from .kv_cache import K_CACHE, V_CACHE, HostAttention, grown_capacity
+from .kv_cache import K_CACHE, V_CACHE, HostAttention
 from .model_source import resolve_model
 from .models.graph import POS, PhasePlan
 from .models.llama import ROPE_TABLE
@@ -33,6 +33,10 @@ from .weights import ModelWeights
 
 DEFAULT_BUCKETS = (64, 256, 1024, 2048)
 HANDOFFS = ("device", "host")
+DECODE_ATTENTION = ("npu", "host")
+# A chat turn that extends the cached conversation by at most this many tokens is fed through decode
+# (one pass per token); a longer one runs as a prefill chunk on top of the cache.
+DECODE_FEED_TOKENS = 4
 
 
 @dataclass
@@ -57,11 +61,6 @@ class GenerationResult:
     prompt_computed: int = 0             # prompt tokens computed by this call (the rest came from the KV cache)
 
 
-# A chat turn that extends the cached conversation by at most this many tokens is fed through decode
-# (one pass per token) instead of re-prefilling the whole history in a bucket.
-MAX_EXTEND_TOKENS = 64
-
-
 def check_budget(n_prompt: int, max_new_tokens: int, context: int, what: str = "the model's context") -> None:
     """Prompt + new tokens fit the context (PromptError). Shared by the CLI's cheap pre-checks (before any
     weight is read) and Engine.generate."""
@@ -72,11 +71,6 @@ def check_budget(n_prompt: int, max_new_tokens: int, context: int, what: str = "
     if n_prompt + max_new_tokens > context:
         raise PromptError(f"prompt ({n_prompt} tokens) + N_TOKENS ({max_new_tokens}) = "
                           f"{n_prompt + max_new_tokens} exceeds {what} of {context} tokens")
-
-
-def _too_long(n_prompt: int, buckets: Sequence[int]) -> PromptError:
-    return PromptError(f"prompt has {n_prompt} tokens but the largest compiled prefill bucket is "
-                       f"{max(buckets)} (add a larger one with --buckets)")
 
 
 def layer_key(layer: int) -> str:
@@ -124,16 +118,20 @@ def run_layers(cache, plan: PhasePlan, x: np.ndarray, pos: int, n_layers: int, h
 
 class Engine:
     def __init__(self, cfg: ModelConfig, tokenizer: Tokenizer, weights: ModelWeights, cache, buckets,
-                 context: int | None = None):
+                 context: int | None = None, decode_attention: str = "npu"):
+        if decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"decode_attention must be one of {DECODE_ATTENTION}, got {decode_attention!r}")
         self.config = cfg
         self.context = context or cfg.max_position   # positions this run may hold (--context)
+        self.decode_attention = decode_attention
         self.shapes = cfg.shapes
         self.tokenizer = tokenizer
         self.weights = weights
         self.model = weights.model
         self.cache = cache
         self.buckets = tuple(buckets)
-        self.plans = self.model.plans(self.buckets)
+        self.windows = self.model.kv_windows(self.context)        # KV-cache windows attention is built for
+        self.plans = self.model.plans(self.buckets, self.context, decode_attention)
         self._embed = weights.embed()
         self.rope = RopeTable(self.shapes.head_dim, cfg.rope)
         self.stop_ids = frozenset(cfg.eos_ids) | frozenset(tokenizer.eos_ids)
@@ -152,7 +150,7 @@ class Engine:
     @classmethod
     def load(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
              cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
-             handoff: str = "device", context: int | None = None) -> "Engine":
+             handoff: str = "device", context: int | None = None, decode_attention: str = "npu") -> "Engine":
         """Resolve the model, validate it (config before any weight), choose the context (--context, else
         what the machine's memory allows) and check the whole memory plan before anything is allocated,
         build or reuse every kernel module, read all weights straight into their device buffers and
@@ -174,14 +172,14 @@ class Engine:
         from .memory import available_bytes, choose_context
 
         avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
-        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail)
+        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
         bs = select_buckets(buckets, ctx)
-        decls = weights.model.modules(bs)
+        decls = weights.model.modules(bs, ctx, decode_attention)
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)
         cache = KernelCache(dev, report.artifacts, decls, handoff=handoff)
-        eng = cls(cfg, tokenizer, weights, cache, bs, ctx)
+        eng = cls(cfg, tokenizer, weights, cache, bs, ctx, decode_attention)
         eng.preload(progress=progress)
         if warmup:
             eng.warmup()
@@ -213,12 +211,6 @@ class Engine:
         self.cache.reset_counters()
 
     # ------------------------------------------------------------------------------------ helpers
-    def bucket_for(self, n: int) -> int:
-        for b in self.buckets:
-            if b >= n:
-                return b
-        raise _too_long(n, self.buckets)
-
     def _check_ids(self, token_ids: Sequence[int]) -> list[int]:
         ids = [int(t) for t in token_ids]
         if not ids:
@@ -237,7 +229,7 @@ class Engine:
         if needed <= self.kv_capacity:
             return
         old = self.kv_capacity
-        cap = grown_capacity(needed, old, self.context)
+        cap = min(w for w in self.windows if w >= needed)   # a window: every attention module fits the cache
         for name in (K_CACHE, V_CACHE):
             self.cache.define_state(name, cap)
         self.cache.define_state(ROPE_TABLE, cap, per_key=False)
@@ -275,41 +267,84 @@ class Engine:
         return logits[: self.shapes.vocab].astype(np.float32)
 
     # ------------------------------------------------------------------------------------ prefill
-    def prefill(self, token_ids: Sequence[int], return_hidden: bool = False,
-                bucket: int | None = None, kv_capacity: int | None = None) -> PrefillResult:
-        """Run the prompt from position 0 in the smallest bucket >= its length (or `bucket`); its K/V rows
-        land in the device cache; returns the logits of the last real row."""
-        ids = self._check_ids(token_ids)
+    def chunks(self, total: int, start: int, bucket: int | None = None) -> list[tuple[int, int]]:
+        """(position, rows) of the prefill chunks that compute positions [start, total).
+
+        Full chunks of the largest bucket while that many remain; then, for the rest r: the smallest bucket
+        >= r when it computes at most twice r rows (one more chunk, placed to END at `total`: it recomputes a
+        few rows before the start, which gives the same K/V bytes), else a full chunk of the largest bucket
+        <= r and again. Every chunk but a prompt shorter than its bucket is full: none needs rows past the
+        prompt, so the cache never needs more rows than the context."""
+        if bucket is not None:
+            if bucket not in self.buckets or bucket < total - start or (start and bucket > total):
+                raise PromptError(f"bucket {bucket} cannot hold positions [{start}, {total}) "
+                                  f"(compiled: {list(self.buckets)})")
+            return [(max(0, total - bucket), bucket)]
+        out, p = [], start
+        while p < total:
+            rest = total - p
+            up = min((b for b in self.buckets if b >= rest), default=None)
+            down = max((b for b in self.buckets if b <= rest), default=None)
+            if up is not None and (up <= 2 * rest or down is None):
+                out.append((max(0, total - up), up))
+                break
+            out.append((p, down))
+            p += down
+        return out
+
+    def _window(self, needed: int, rows: int | None = None) -> int:
+        """The smallest KV window holding positions [0, needed) (a prefill chunk may also use its own size)."""
+        return min(w for w in (*((rows,) if rows else ()), *self.windows) if w >= needed)
+
+    def _prefill_from(self, ids: list[int], start: int, return_hidden: bool = False,
+                      bucket: int | None = None) -> PrefillResult:
+        """Compute positions [start, len(ids)) on top of the cache (positions < start hold ids[:start]) in
+        bucket-sized chunks, each appending its K/V rows to the device cache; logits of the last token."""
         n = len(ids)
-        b = bucket if bucket is not None else self.bucket_for(n)
-        if b not in self.buckets or b < n:
-            raise PromptError(f"bucket {b} cannot hold a {n}-token prompt (compiled: {list(self.buckets)})")
-        self.reset()
-        self._ensure_capacity(min(max(b, kv_capacity or 0, n + 64), self.context))
-        padded = np.full(b, self.pad_id, dtype=np.int64)
-        padded[:n] = ids
-        x = np.asarray(self._embed[padded], dtype=BF16)  # [b, H] gather on the host
-        plan = self.plans[("prefill", b)]
-        outs = self._run_layers(plan, x, 0, read_hidden=return_hidden)
-        hidden = [o.reshape(b, -1)[:n].astype(np.float32) for o in outs] if return_hidden else None
-        last = np.array(outs[-1].reshape(b, -1)[n - 1]) if outs else None
+        plan_chunks = self.chunks(n, start, bucket)
+        self._ensure_capacity(max(p + r for p, r in plan_chunks))
+        hidden = [[] for _ in range(self.shapes.n_layers)] if return_hidden else None
+        done = start
+        for p, rows in plan_chunks:
+            toks = np.full(rows, self.pad_id, dtype=np.int64)
+            real = ids[p:p + rows]
+            toks[:len(real)] = real
+            x = np.asarray(self._embed[toks], dtype=BF16)          # [rows, H] gather on the host
+            plan = self.plans[("prefill", rows, self._window(p + rows, rows))]
+            outs = self._run_layers(plan, x, p, read_hidden=return_hidden)
+            if return_hidden:
+                new = slice(done - p, min(n, p + rows) - p)          # rows this chunk adds
+                for layer, o in enumerate(outs):
+                    hidden[layer].append(o.reshape(rows, -1)[new].astype(np.float32))
+            done = min(n, p + rows)
         self.pos = n
         self.tokens = list(ids)
-        self.last_hidden = last
         out_step, out_arg = plan.output
-        logits = self._lm_head(plan.steps[out_step].decl.name, out_arg, n - 1)
-        return PrefillResult(logits, hidden, last, n, b)
+        logits = self._lm_head(plan.steps[out_step].decl.name, out_arg, n - 1 - p)
+        hidden = [np.concatenate(h) for h in hidden] if return_hidden else None
+        self.last_hidden = to_bf16(hidden[-1][-1]) if return_hidden else None
+        return PrefillResult(logits, hidden, self.last_hidden, n, rows)
+
+    def prefill(self, token_ids: Sequence[int], return_hidden: bool = False,
+                bucket: int | None = None) -> PrefillResult:
+        """Run the prompt from position 0 (any length up to the context: bucket-sized chunks, or exactly one
+        chunk of `bucket`); its K/V rows land in the device cache; returns the logits of the last token."""
+        ids = self._check_ids(token_ids)
+        self.reset()
+        return self._prefill_from(ids, 0, return_hidden, bucket)
 
     # ------------------------------------------------------------------------------------ decode
     def decode_step(self, token_id: int) -> np.ndarray:
-        """Feed one token at the current position; returns f32 logits [vocab] and advances."""
+        """Feed one token at the current position; returns f32 logits [vocab] and advances. With NPU attention
+        the whole layer is one dispatch (the token's K/V appended and attended on the device)."""
         if self.pos == 0:
             raise PromptError("decode_step before prefill: run a prompt first")
         self._check_ids([token_id])
         pos = self.pos
         self._ensure_capacity(pos + 1)
         x = np.asarray(self._embed[int(token_id)], dtype=BF16).reshape(1, self.shapes.hidden)
-        plan = self.plans[("decode",)]
+        key = ("decode", None) if self.decode_attention == "host" else ("decode", self._window(pos + 1))
+        plan = self.plans[key]
         self._run_layers(plan, x, pos)
         self.pos = pos + 1
         self.tokens.append(int(token_id))
@@ -322,15 +357,10 @@ class Engine:
         check_budget(n_prompt, max_new_tokens, self.context, what)
 
     def reusable_prefix(self, token_ids: Sequence[int]) -> bool:
-        """True when `token_ids` extends the tokens already in the KV cache (a chat turn appended to the
-        conversation) by few enough tokens to feed them one by one through decode, instead of
-        re-prefilling the whole history; always true when the history no longer fits any bucket."""
+        """True when `token_ids` extends the tokens whose K/V are in the cache (a chat turn appended to the
+        conversation): only the new tokens are computed."""
         have, n = self.pos, len(token_ids)
-        if not 0 < have < n or list(token_ids[:have]) != self.tokens:
-            return False
-        # Feeding n - have tokens must not cost more decode passes than a fresh run would (which prefills
-        # max(buckets) tokens and decodes only the rest).
-        return n - have <= max(MAX_EXTEND_TOKENS, n - max(self.buckets))
+        return 0 < have < n and list(token_ids[:have]) == self.tokens
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,
                  on_token: Callable[[int, str], None] | None = None,
@@ -345,16 +375,14 @@ class Engine:
         stream = _TextStream(self.tokenizer, on_token)
         t0 = time.perf_counter()
         n_fed = len(ids) - self.pos if reuse else len(ids)  # prompt tokens actually computed now
-        if reuse:
-            self._ensure_capacity(len(ids) + max_new_tokens)
+        self._ensure_capacity(len(ids) + max_new_tokens)   # the cache grows once, not token by token
+        if reuse and n_fed <= DECODE_FEED_TOKENS:
             for t in ids[self.pos:]:
                 first_logits = self.decode_step(t)
+        elif reuse:
+            first_logits = self._prefill_from(ids, self.pos).logits
         else:
-            # A prompt longer than the largest bucket: prefill that much, feed the rest through decode.
-            big = max(self.buckets)
-            first_logits = self.prefill(ids[:big], kv_capacity=len(ids) + max_new_tokens).logits
-            for t in ids[big:]:
-                first_logits = self.decode_step(t)
+            first_logits = self.prefill(ids).logits
         if on_logits is not None:
             on_logits(0, first_logits)
         tok = sampler(first_logits)

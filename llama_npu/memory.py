@@ -31,7 +31,7 @@ class MemoryPlan:
         return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
 
 
-def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int) -> MemoryPlan:
+def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_attention: str = "npu") -> MemoryPlan:
     """Bytes a run of this model needs with these prefill buckets and device states of `context` positions.
 
     `cfg_or_shapes` is a ModelConfig (its family's description; buckets filtered to the model's context, as
@@ -51,7 +51,7 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int) -> MemoryPl
     statics: dict[tuple, int] = {}
     activations = 0
     head = model.head().decls[0].name
-    for decl in model.modules(bs):
+    for decl in model.modules(bs, context, decode_attention):
         bo_keys = [head] if decl.name == head else list(range(shapes.n_layers))   # one weight set per layer
         for a in decl.args:
             if a.role is Role.STATIC:
@@ -83,13 +83,13 @@ def fmt(n: int) -> str:
 
 
 def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
-                   available: int | None = None) -> int:
+                   available: int | None = None, decode_attention: str = "npu") -> int:
     """The context (KV-cache positions) of a run, checked against memory before any weight is read.
 
     `requested` (--context) is validated against the model's context and the available memory; without it,
     the largest power of two <= min(model context, DEFAULT_CONTEXT_CAP) whose KV cache takes at most KV_SHARE
     of what the weights and activations leave (the model's own context when it is smaller). ContextError
-    (one line, with a --context that fits) when even the request cannot fit."""
+    (one line, with a --context that fits) when even that cannot fit."""
     from .errors import ContextError
 
     limit = cfg.max_position
@@ -101,18 +101,16 @@ def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
         ctx = requested
     else:
         ctx = min(limit, DEFAULT_CONTEXT_CAP)
-        if available is not None:
-            base = plan_memory(cfg, buckets, 1)
-            room = KV_SHARE * (available - base.weights_bytes - base.activation_bytes)
-            per_pos = plan_memory(cfg, buckets, 2).kv_cache_bytes - base.kv_cache_bytes
-            while ctx > 256 and ctx * per_pos > room:
-                ctx = max(256, 1 << ((ctx - 1).bit_length() - 1)) if ctx & (ctx - 1) else ctx // 2
+        while available is not None and ctx > 256:
+            plan = plan_memory(cfg, buckets, ctx, decode_attention)
+            if plan.kv_cache_bytes <= KV_SHARE * (available - plan.weights_bytes - plan.activation_bytes):
+                break
+            ctx = 1 << ((ctx - 1).bit_length() - 1)        # the next smaller power of two
     if available is not None:
-        plan = plan_memory(cfg, buckets, ctx)
+        plan = plan_memory(cfg, buckets, ctx, decode_attention)
         if plan.total > available:
-            per_pos = plan_memory(cfg, buckets, 2).kv_cache_bytes - plan_memory(cfg, buckets, 1).kv_cache_bytes
             fixed = plan.weights_bytes + plan.activation_bytes
-            fits = (available - fixed) // per_pos if available > fixed else 0
+            fits = (available - fixed) * ctx // plan.kv_cache_bytes if available > fixed else 0
             hint = f"pass --context {fits}" if fits >= 64 else "use a smaller model or fewer prefill buckets"
             raise ContextError(
                 f"the model needs {fmt(plan.total)} (weights {fmt(plan.weights_bytes)} + KV cache "

@@ -1,8 +1,7 @@
 """Safetensors checkpoints: headers validated before any weight is read; tensors read straight from the
 file into the device buffers that hold them (no second host copy: the reference design's "the BO IS the
-weight storage"), in the layout each static argument names (llama_npu.models.lowering: `<w>` is the HF
-[out, in] tensor, `<w>_t` its transpose, which needs one tensor in flight; LM-head partitions are row blocks
-zero-padded past the vocabulary).
+weight storage"), as each static argument's TensorSpec says (projection weights: the HF [out, in] tensor as stored, one buffer
+for prefill and decode; LM-head partitions: row blocks zero-padded past the vocabulary).
 """
 from __future__ import annotations
 
@@ -179,10 +178,6 @@ class ModelWeights:
                 if n:
                     self.ckpt.read_into(spec.name, view[:n], lo * hidden, (hi - lo) * hidden)
                 view[n:] = 0
-            elif spec.transpose:              # one tensor in flight: read, transpose, copy in
-                src = np.empty(view.nbytes, dtype=np.uint8)
-                self.ckpt.read_into(spec.name, src, 0, int(np.prod(spec.shape)))
-                np.copyto(view.view(BF16).reshape(spec.shape[::-1]), src.view(BF16).reshape(spec.shape).T)
             else:
                 self.ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
         return fill

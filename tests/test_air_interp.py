@@ -31,7 +31,9 @@ ULPS = 2
 @pytest.fixture(scope="module")
 def stitched():
     from kernel_builder.stitching import stitch
-    return {d.name: stitch(d) for d in LlamaModel(TINY).modules([SEQ])}
+    m = LlamaModel(TINY)
+    decls = m.modules([SEQ]) + m.modules([SEQ], decode_attention="host")
+    return {d.name: stitch(d) for d in decls}
 
 
 def _artifact(tmp_path, name: str, text: str) -> Artifact:
@@ -82,7 +84,7 @@ def _shapes_of(text: str) -> list[tuple[int, ...]]:
 
 # ---------------------------------------------------------------------------------------- stitched modules
 
-MODULES = ["qkv_s16", "attn_s16", "ffn_s16", "qkv_dec", "ffn_dec", "lm_head"]
+MODULES = ["qkv_s16", "attn_s16", "attn_s16_kv64", "ffn_s16", "qkv_dec", "ffn_dec", "layer_kv64", "lm_head"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -254,7 +254,7 @@ def test_compile_cli_builds_and_reports(tmp_path, capsys, tiny_model_dir):
     from llama_npu.cli import main
     args = ["compile", "--model", str(tiny_model_dir), "--device", "emu", "--cache-dir", str(tmp_path),
             "--no-progress", "--buckets", "16"]
-    assert main(args + ["--only", "qkv_dec", "--no-check"]) == 0
+    assert main(args + ["--only", "qkv_s16", "--no-check"]) == 0
     assert "1 built" in capsys.readouterr().out
     assert main(args) == 0
     out = capsys.readouterr().out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llama_npu.engine import MAX_EXTEND_TOKENS, Engine
+from llama_npu.engine import DECODE_FEED_TOKENS, Engine
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +50,21 @@ def test_diverging_prompt_falls_back_to_prefill(engine):
     assert eng.tokens[:len(other)] == other
 
 
-def test_reuse_only_when_it_costs_fewer_decode_passes(engine):
+def test_any_extension_reuses_the_cache_long_ones_as_prefill_chunks(engine):
+    """A turn extending the cached conversation computes only its new tokens: a handful through decode, more
+    as prefill chunks on top of the cache (never token by token), however long the history."""
     eng = engine
     big = max(eng.buckets)
     eng.reset()
     eng.generate([1, 7], 1, reuse_kv=True)
     base = list(eng.tokens)
-    long_turn = base + list(range(20, 21 + MAX_EXTEND_TOKENS))        # > MAX_EXTEND new tokens, fits a bucket
-    assert len(long_turn) <= big and not eng.reusable_prefix(long_turn)  # one bucketed prefill is cheaper
-    paste = base + [20 + i % 200 for i in range(big + 10)]             # long paste after a short history:
-    assert not eng.reusable_prefix(paste)                              # prefill big + decode 12 < decode 138
-    eng.check_budget(len(paste), 4)                                    # bound by the context only
+    long_turn = base + list(range(20, 21 + DECODE_FEED_TOKENS + 10))
+    assert eng.reusable_prefix(long_turn)
+    eng.cache.reset_counters()
+    res = eng.generate(long_turn, 1, reuse_kv=True)
+    assert res.prompt_computed == len(long_turn) - len(base)
+    calls = {r["module"]: r["calls"] for r in eng.cache.report()}
+    assert sum(c for m, c in calls.items() if m.startswith("qkv_s")) == eng.shapes.n_layers   # one chunk
     # a conversation already past the largest bucket keeps extending its cache
     eng.reset()
     eng.generate([1] + [20 + i % 200 for i in range(big + 4)], 1, reuse_kv=True)
@@ -69,7 +73,7 @@ def test_reuse_only_when_it_costs_fewer_decode_passes(engine):
 
 
 def test_prompt_longer_than_every_bucket_runs_and_matches_a_bigger_bucket(engine, tiny_model_dir, tmp_path):
-    """Beyond the largest bucket, the rest of the prompt is fed through decode: same next token, logits
+    """Beyond the largest bucket the prompt runs as chunks over the cache prefix: same next token, logits
     within bf16 noise of prefilling it whole in a bucket that fits."""
     small = Engine.load(str(tiny_model_dir), device="emu", buckets=(16,), progress=False, cache_dir=tmp_path)
     prompt = [1] + [20 + (7 * i) % 200 for i in range(39)]

@@ -91,8 +91,14 @@ def test_roles_and_names():
         assert {d.family for d in (qkv, attn, ffn)} == {"layer"}
         # one row: GEMVs, more rows: GEMMs, both on the HF [out, in] weights: the same static argument
         # (name, shape, dtype) in both phases, so a layer holds one device copy of each weight
-        dec = m.decode()
+        dec = m.decode()        # --decode-attention host
         assert [d.name for d in dec.decls] == ["qkv_dec", "ffn_dec"] and dec.steps[1].host_op.kind == "attention"
+        (fused,) = m.decode(512).decls   # the whole layer, attention on the NPU over the cache window [0, 512)
+        assert fused.name == "layer_kv512" and fused.scalars == ("pos",)
+        assert fused.names(Role.STATIC) == qkv.names(Role.STATIC) + ffn.names(Role.STATIC)
+        assert all(fused.arg(n) == (qkv.arg(n) if n in qkv.names(Role.STATIC) else ffn.arg(n))
+                   for n in fused.names(Role.STATIC))
+        assert fused.arg("k_ctx").shape == (512, shapes.kv_dim) and fused.names(Role.OUTPUT) == ("x_out",)
         assert dec.decls[0].arg("wq").shape == (shapes.q_dim, shapes.hidden)
         for pre, post in ((qkv, dec.decls[0]), (ffn, dec.decls[1])):
             assert pre.names(Role.STATIC) == post.names(Role.STATIC)
@@ -105,8 +111,11 @@ def test_roles_and_names():
         assert lm.names(Role.OUTPUT) == tuple(f"logits_{p}" for p in range(plan.n_parts))
         assert lm.arg("lm_0").shape == (plan.part_rows, shapes.hidden)
     names = [d.name for d in LlamaModel(SMOLLM2_135M).modules((256, 64, 64))]
-    assert names == ["qkv_s64", "attn_s64", "ffn_s64", "qkv_s256", "attn_s256", "ffn_s256", "qkv_dec",
-                     "ffn_dec", "lm_head"]
+    # a 64-row chunk may run over the 256 window (the second chunk); the fused decode layer per window
+    assert names == ["qkv_s64", "attn_s64", "ffn_s64", "attn_s64_kv256", "qkv_s256", "attn_s256", "ffn_s256",
+                     "layer_kv256", "lm_head"]
+    host = [d.name for d in LlamaModel(SMOLLM2_135M).modules((256, 64), decode_attention="host")]
+    assert host[-3:] == ["qkv_dec", "ffn_dec", "lm_head"]
 
 
 def test_qk_norm_variant_adds_two_launches_and_two_weights():

@@ -108,7 +108,7 @@ def test_qk_norm_variant_matches_hf_qwen3(hf_checkpoint, kernel_cache_dir):
     description, against transformers' Qwen3ForCausalLM on a random-weight checkpoint."""
     model_dir = hf_checkpoint(**SMALL, arch="qwen3", rope_theta=1000000.0, max_position=512, seed=9)
     eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
-    assert eng.model.qk_norm and "q_norm" in [a.name for a in eng.plans[("prefill", 16)].steps[0].decl.args]
+    assert eng.model.qk_norm and "q_norm" in [a.name for a in eng.plans[("prefill", 16, 16)].steps[0].decl.args]
     check_against_hf(model_dir, eng, prompt_ids(SMALL["vocab"], 13, seed=6))
 
 
@@ -187,8 +187,9 @@ def test_generate_stop_event_and_limits(small):
     assert res.stop_reason == "interrupted" and res.tokens == [20]
     with pytest.raises(PromptError, match="exceeds the model's context of 256"):
         eng.generate(ids, 252)
-    with pytest.raises(PromptError, match="largest compiled prefill bucket is 64"):
-        eng.prefill(prompt_ids(SMALL["vocab"], 65))   # prefill itself needs a bucket; generate() does not
+    with pytest.raises(PromptError, match=r"bucket 16 cannot hold positions \[0, 65\)"):
+        eng.prefill(prompt_ids(SMALL["vocab"], 65), bucket=16)
+    assert eng.prefill(prompt_ids(SMALL["vocab"], 65)).prompt_len == 65   # past the largest bucket: in chunks
     with pytest.raises(PromptError, match="empty prompt"):
         eng.generate([], 1)
     # the KV cache grows on demand when decode runs past the prefill-time capacity

@@ -42,13 +42,12 @@ class Op:
 
 @dataclass(frozen=True)
 class Phase:
-    """`rows` tokens per call; an attention op reads a KV window of `kv_rows` positions; `tag` names the
-    phase in module names (`qkv_s64`, `layer_kv512`)."""
+    """`rows` tokens per call at the call's position `pos` (a scalar); an attention op reads the KV-cache
+    window of positions [0, kv_rows)."""
 
     name: str                      # "prefill" | "decode"
     rows: int
     kv_rows: int
-    tag: str
 
 
 @dataclass(frozen=True)
@@ -108,38 +107,38 @@ class LayerGraph:
 Rule = Callable[[Op, Phase, LayerGraph], tuple[Callable[[], str], tuple[str, ...], list[Arg]]]
 
 
-def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: list[tuple[str, list[str]]],
+def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: list[tuple[str, str, list[str]]],
           family: str, host_ops: frozenset[str] = frozenset(),
           presets: dict[str, AirccPreset] | None = None) -> PhasePlan:
-    """Cut `graph` into `segments` (segment name, op outputs in op order) for `phase`. A segment holding
-    only ops in `host_ops` is a host step. Modules are named `<segment>_<phase.tag>` and share `family`
-    (their statics are one copy per bo_key: a layer's weights are resident once for every module)."""
+    """Cut `graph` into `segments` (segment, module name, op outputs in op order) for `phase`. A segment
+    holding only ops in `host_ops` is a host step. Modules share `family` (their statics are one copy per
+    bo_key: a layer's weights are resident once for every module); `presets` are keyed by segment."""
     by_out = {op.out: op for op in graph.ops}
-    covered = [o for _, outs in segments for o in outs]
+    covered = [o for _, _, outs in segments for o in outs]
     if sorted(covered) != sorted(by_out):
-        raise ValueError(f"phase {phase.tag}: segments cover {covered}, the graph has {list(by_out)}")
-    planned = [(name, [by_out[o] for o in outs]) for name, outs in segments]
-    producer = {op.out: i for i, (_, ops) in enumerate(planned) for op in ops if not op.into}
+        raise ValueError(f"phase {phase.name}: segments cover {covered}, the graph has {list(by_out)}")
+    planned = [(seg, name, [by_out[o] for o in outs]) for seg, name, outs in segments]
+    producer = {op.out: i for i, (_, _, ops) in enumerate(planned) for op in ops if not op.into}
     consumers: dict[str, set[int]] = {}
-    for i, (_, ops) in enumerate(planned):
+    for i, (_, _, ops) in enumerate(planned):
         for op in ops:
             for t in op.ins:
                 consumers.setdefault(t, set()).add(i)
     taken: dict[str, tuple[int, str]] = {}       # tensor -> (step, arg) that first took it as an input
     steps: list[Step] = []
-    for i, (seg, ops) in enumerate(planned):
+    for i, (seg, name, ops) in enumerate(planned):
         kinds = {op.out in host_ops for op in ops}
         if kinds == {True}:
             if len(ops) != 1:
-                raise ValueError(f"phase {phase.tag}: host segment {seg} must hold one op")
+                raise ValueError(f"phase {phase.name}: host segment {seg} must hold one op")
             op = ops[0]
             srcs = {t: _source(t, graph, producer, taken, steps, i) for t in op.ins if t[:2] not in ("w:", "s:")}
             steps.append(Step(None, srcs, host_op=op))
             continue
         if kinds != {False}:
-            raise ValueError(f"phase {phase.tag}: segment {seg} mixes host and device ops")
-        steps.append(_module(i, ops, f"{seg}_{phase.tag}" if phase.tag else seg, phase, graph, rules, producer, consumers, taken,
-                             steps, family, (presets or {}).get(seg, AirccPreset())))
+            raise ValueError(f"phase {phase.name}: segment {seg} mixes host and device ops")
+        steps.append(_module(i, ops, name, phase, graph, rules, producer, consumers, taken, steps, family,
+                             (presets or {}).get(seg, AirccPreset())))
     out = graph.outputs[0]
     return PhasePlan(phase, tuple(steps), (producer[out], out))
 

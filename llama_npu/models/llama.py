@@ -15,7 +15,7 @@ from kernel_builder.hw.tune import preset_for_kernels
 from kernel_builder.planner import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower
-from .lowering import RULES, TRANSPOSED
+from .lowering import RULES
 
 
 @dataclass(frozen=True)
@@ -72,12 +72,10 @@ HEAD_FAMILY = "lm_head"
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Where a static argument's bytes come from: an HF tensor (shape as stored), optionally transposed,
-    or a block of its rows `[row0, row0 + rows)` zero-padded past the tensor's end (LM-head partitions)."""
+    """Where a static argument's bytes come from: an HF tensor (shape as stored), or a block of its rows `[row0, row0 + rows)` zero-padded past the tensor's end (LM-head partitions)."""
 
     name: str
     shape: tuple[int, ...]
-    transpose: bool = False
     row0: int = 0
     rows: int = 0
 
@@ -114,10 +112,8 @@ class LlamaModel:
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
             raise KeyError(f"no tensor for LM-head argument {arg!r}")
-        transpose = arg.endswith(TRANSPOSED)
-        base = arg[: -len(TRANSPOSED)] if transpose else arg
-        hf, shape = self.layer_tensors()[base]
-        return TensorSpec(f"model.layers.{layer}.{hf}", shape, transpose)
+        hf, shape = self.layer_tensors()[arg]
+        return TensorSpec(f"model.layers.{layer}.{hf}", shape)
 
     # ------------------------------------------------------------------------------ the layer graph
     @functools.cached_property
@@ -160,33 +156,43 @@ class LlamaModel:
         ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {})
 
-    def _segments(self, *groups: tuple[str, str | None]) -> list[tuple[str, list[str]]]:
-        """Cut the op list at the named op outputs: groups of (segment name, last op of the segment)."""
+    def _segments(self, *groups: tuple[str, str, str | None]) -> list[tuple[str, str, list[str]]]:
+        """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""
         outs = [op.out for op in self.graph.ops]
         segs, start = [], 0
-        for name, last in groups:
+        for seg, name, last in groups:
             end = len(outs) if last is None else outs.index(last) + 1
-            segs.append((name, outs[start:end]))
+            segs.append((seg, name, outs[start:end]))
             start = end
         return segs
 
     # ------------------------------------------------------------------------------ phases
-    def prefill(self, rows: int) -> PhasePlan:
-        """Three dispatches per layer: attention inputs (+ K/V appended to the cache), attention, the rest."""
-        segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
-        phase = Phase("prefill", rows, rows, f"s{rows}")
+    def prefill(self, rows: int, kv_rows: int | None = None) -> PhasePlan:
+        """A prefill chunk of `rows` tokens at any position whose K/V window (positions [0, kv_rows)) holds the
+        chunk: attention inputs (+ K/V appended to the cache), attention, the rest (3 dispatches per layer)."""
+        window = kv_rows or rows
+        segs = self._segments(("qkv", f"qkv_s{rows}", "k_new"),
+                              ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}"), "attn"),
+                              ("ffn", f"ffn_s{rows}", None))
+        phase = Phase("prefill", rows, window)
         return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY))
 
-    def decode(self) -> PhasePlan:
-        """One token: attention inputs (+ K/V appended at the position), attention on the host, the rest."""
-        segs = self._segments(("qkv", "k_new"), ("attn", "attn"), ("ffn", None))
-        phase = Phase("decode", 1, 0, "dec")
+    def decode(self, kv_rows: int | None = None) -> PhasePlan:
+        """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
+        [0, kv_rows)), so a token is n_layers + 1 dispatches. Without: attention on the host between the
+        attention-input and FFN modules (--decode-attention host)."""
+        if kv_rows:
+            segs = self._segments(("layer", f"layer_kv{kv_rows}", None))
+            phase = Phase("decode", 1, kv_rows)
+            return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY))
+        segs = self._segments(("qkv", "qkv_dec", "k_new"), ("attn", "attn_host", "attn"), ("ffn", "ffn_dec", None))
+        phase = Phase("decode", 1, 0)
         return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"})))
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
-        phase = Phase("decode", 1, 0, "")
-        return self.presets(lower(self.head_graph, phase, RULES, [("lm_head", outs)], HEAD_FAMILY))
+        phase = Phase("decode", 1, 0)
+        return self.presets(lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY))
 
     @staticmethod
     def presets(plan: PhasePlan) -> PhasePlan:
@@ -203,17 +209,43 @@ class LlamaModel:
             steps.append(st)
         return dataclasses.replace(plan, steps=tuple(steps))
 
-    def plans(self, buckets) -> dict:
-        """Every phase plan a run needs: {("prefill", rows): plan, ("decode",): plan, ("head",): plan}."""
-        out = {("prefill", int(b)): self.prefill(int(b)) for b in sorted(set(buckets))}
-        out[("decode",)] = self.decode()
+    WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
+
+    @classmethod
+    def kv_windows(cls, context: int, smallest: int = 256) -> tuple[int, ...]:
+        """The KV-cache windows attention modules are built for: powers of two from `smallest`, and the context
+        rounded up to WINDOW_ALIGN (the cache's capacity is always one of these; positions past the context are
+        never used)."""
+        top = -(-context // cls.WINDOW_ALIGN) * cls.WINDOW_ALIGN
+        out, w = [], smallest
+        while w < top:
+            out.append(w)
+            w *= 2
+        return tuple(out) + (top,)
+
+    def plans(self, buckets, context: int | None = None, decode_attention: str = "npu") -> dict:
+        """Every phase plan a run with these prefill buckets and this context needs:
+        ("prefill", rows, window) for every bucket and every window that can hold a chunk of it,
+        ("decode", window) per window (NPU attention) or ("decode", None) (host attention), ("head",).
+        The context defaults to the largest bucket."""
+        context = context or max(int(b) for b in buckets)
+        windows = self.kv_windows(context)
+        out = {}
+        for r in sorted(set(int(b) for b in buckets)):
+            for w in sorted({r, *[w for w in windows if w > r]}):
+                out[("prefill", r, w)] = self.prefill(r, w)
+        if decode_attention == "host":
+            out[("decode", None)] = self.decode()
+        else:
+            for w in windows:
+                out[("decode", w)] = self.decode(w)
         out[("head",)] = self.head()
         return out
 
-    def modules(self, buckets) -> list[ModuleDecl]:
-        """Every module declaration of the given prefill buckets, decode and the LM head (de-duplicated)."""
+    def modules(self, buckets, context: int | None = None, decode_attention: str = "npu") -> list[ModuleDecl]:
+        """Every module declaration of those plans (de-duplicated: qkv/ffn serve every window)."""
         seen: dict[str, ModuleDecl] = {}
-        for plan in self.plans(buckets).values():
+        for plan in self.plans(buckets, context, decode_attention).values():
             for d in plan.decls:
                 seen.setdefault(d.name, d)
         return list(seen.values())

@@ -1,10 +1,9 @@
 """Lowering rules: which kernel computes a graph op in a phase, how it is wired, which arguments it adds.
 
 One rule per op kind (`RULES[kind](op, phase, graph) -> (kernel factory, wiring, extra Args)`); wiring names
-follow the kernel's canonical argument order (kernel_builder.kernels.SIGNATURES). Weight arguments carry
-their layout in their name: `<w>` is the Hugging Face `[out, in]` tensor, `<w>_t` its transpose `[in, out]`;
-the weight loader (llama_npu.weights) fills either from the same tensor. Both `linear` kernels (GEMV for one
-row, GEMM for more) read `<w>`, so prefill and decode share one device buffer per weight.
+follow the kernel's canonical argument order (kernel_builder.kernels.SIGNATURES). Weight arguments are the
+Hugging Face `[out, in]` tensors as stored: both `linear` kernels (GEMV for one row, GEMM for more: c = a·wᵀ)
+read `<w>`, so prefill and decode share one device buffer per weight.
 """
 from __future__ import annotations
 
@@ -12,9 +11,6 @@ from kernel_builder.decl import Arg, Role
 from kernel_builder.kernels import kernel
 
 from .graph import POS, LayerGraph, Op, Phase
-
-TRANSPOSED = "_t"   # suffix of a weight argument holding the transposed [in, out] layout
-
 
 def _static(name: str, shape, graph: LayerGraph) -> Arg:
     return Arg(name, tuple(shape), Role.STATIC, graph.dtype)
@@ -47,19 +43,15 @@ def rope(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def attention(op: Op, phase: Phase, graph: LayerGraph):
-    """Prefill of one chunk: causal GQA attention of the chunk's rows at the call's position over the KV-cache
-    window starting at row 0 (`kv_rows` = the chunk's rows: the first chunk, at position 0, over its own keys,
-    which the same module appended to the cache). The position reaches the kernel as its `pos` scalar."""
+    """Causal GQA attention of the call's rows (at positions pos..pos+rows-1, the scalar) over the KV-cache
+    window of positions [0, kv_rows): the same kernel for a prefill chunk (any position) and for decode."""
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
-    if phase.name != "prefill":
-        raise ValueError(f"attention in phase {phase.tag}: the device path covers prefill; decode runs it on "
-                         f"the host (--decode-attention host)")
-    rows = phase.rows
-    k = Arg("k_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
-    v = Arg("v_ctx", (rows, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
+    rows, window = phase.rows, phase.kv_rows
+    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
+    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
     pos = Arg(POS, (1,), Role.SCALAR, "i32")
-    return (kernel("attention", rows, rows, heads, kv_heads, hd), (q, "k_ctx", "v_ctx", POS, op.out),
+    return (kernel("attention", rows, window, heads, kv_heads, hd), (q, "k_ctx", "v_ctx", POS, op.out),
             [k, v, pos])
 
 
