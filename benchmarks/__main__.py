@@ -8,6 +8,8 @@
    (benchmarks/serve.py, also `make bench-serve`).
 5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
    (benchmarks/hw_model.py).
+6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
+   and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 """
 from __future__ import annotations
 
@@ -61,17 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--model", default=None)
     ap.add_argument("--n-tokens", type=int, default=32)
-    ap.add_argument("--skip", action="append", default=[], choices=["stitch", "embedded", "null1b", "serve", "hw"])
+    ap.add_argument("--skip", action="append", default=[],
+                    choices=["stitch", "embedded", "null1b", "serve", "hw", "long"])
     args = ap.parse_args(argv)
     if "stitch" not in args.skip:
         bench_stitch()
     if "embedded" not in args.skip:
         bench_embedded(args.model, args.n_tokens)
     if "null1b" not in args.skip:
-        from benchmarks.null_device import bench_load_rss, bench_null_llama32_1b
+        from benchmarks.null_device import bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=8)
         bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+        bench_memory_plan()
         bench_load_rss()
     if "serve" not in args.skip:
         from benchmarks.serve import bench_serve
@@ -81,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.hw_model import bench_hw_model
 
         bench_hw_model()
+    if "long" not in args.skip:
+        from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
+
+        bench_long_prompts(args.model)
+        bench_long_chat(args.model)
+        bench_null_long()
     return 0
 
 

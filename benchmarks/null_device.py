@@ -108,6 +108,19 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
     return res
 
 
+def bench_memory_plan(shapes: ModelShapes = LLAMA32_1B, buckets=(64, 256, 1024, 2048),
+                      contexts=(2048, 8192, 32768)) -> None:
+    """Device buffers of a run with the default buckets (llama_npu.memory.plan_memory: the figure the
+    KernelCache allocates, equal on the null device - tests/test_memory_plan.py), the KV cache apart."""
+    from llama_npu.memory import fmt, plan_memory
+
+    for ctx in contexts:
+        p = plan_memory(shapes, buckets, ctx)
+        print(f"[bench] Llama-3.2-1B device buffers, buckets {list(buckets)}, context {ctx}: "
+              f"{fmt(p.weights_bytes + p.activation_bytes)} (weights {fmt(p.weights_bytes)} + activations "
+              f"{fmt(p.activation_bytes)}; target <= 2.9 GiB) + KV cache and RoPE table {fmt(p.kv_cache_bytes)}")
+
+
 def bench_load_rss(shapes: ModelShapes = LLAMA32_1B) -> int:
     """Peak host RSS of a process that loads a model of these shapes on the null device (weights are read
     from the checkpoint straight into device buffers: the host holds at most one tensor in flight besides

@@ -181,19 +181,25 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
     group, n = heads // kv_heads, p + rows       # keys past the last query are always masked: never read
     scale = attention_scale(head_dim)
     qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)  # [kv, g, rows, hd]
-    kt = _input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 2, 0).astype(np.float64)
-    vf = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2).astype(np.float64)
+    kf = np.ascontiguousarray(_input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2),
+                              dtype=np.float64)                                                # [kv, n, hd]
+    vf = np.ascontiguousarray(_input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2),
+                              dtype=np.float64)
     out = np.empty((kv_heads, group, rows, head_dim), dtype=F32)
     for r0 in range(0, rows, _ATTN_QB):
         r1 = min(rows, r0 + _ATTN_QB)
-        m = p + r1                                                                   # keys this block may see
-        scores = np.matmul(qf[:, :, r0:r1].astype(np.float64), kt[:, None, :, :m])   # [kv, g, r, m]
-        scores *= scale
-        scores[:, :, np.arange(m)[None, :] > (p + np.arange(r0, r1))[:, None]] = -np.inf
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        denom = scores.sum(axis=-1, keepdims=True)
-        np.divide(np.matmul(scores, vf[:, None, :m]), denom, out=out[:, :, r0:r1], casting="same_kind")
+        rb, m = r1 - r0, p + r1                                      # keys this block may see: [0, m)
+        future = np.triu(np.ones((rb, rb), dtype=bool), k=1)         # key p+r0+c is past query r0+r when c > r
+        for h in range(kv_heads):                                    # one 2-D BLAS product per kv head
+            qb = qf[h, :, r0:r1].reshape(group * rb, head_dim).astype(np.float64)
+            scores = qb @ kf[h, :m].T                                                    # [g*rb, m]
+            scores *= scale
+            scores.reshape(group, rb, m)[:, :, p + r0:][:, future] = -np.inf
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            denom = scores.sum(axis=-1, keepdims=True)
+            o = (scores @ vf[h, :m]) / denom
+            out[h, :, r0:r1] = o.reshape(group, rb, head_dim)
     return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
 
 
