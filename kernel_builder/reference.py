@@ -167,11 +167,12 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
     (keys past the window or past the query are masked, whatever they hold). Query head h uses kv head
     h // (heads // kv_heads). `pos` is an int or a 1-element int32 array (the kernel's scalar operand).
 
-    f64 scores and softmax, one bf16 rounding: the number of keys a row is computed against (and so the
-    BLAS summation order) changes with the chunk it runs in, and f64 keeps that far below a bf16 ulp, so a
-    row gives the same bytes in a prefill chunk of any size or position and alone in decode (flash_attn is
-    the window = the rows at position 0; decode_attn is one row). Blocks of 256 query rows read only the
-    keys up to their last row."""
+    The number of keys a row is computed against (and so the BLAS summation order) changes with the chunk it
+    runs in; every step is either order-free or far below a bf16 ulp, so a row gives the same bytes in a
+    prefill chunk of any size or position and alone in decode: QK^T in f64 (64 products of bf16 pairs sum
+    exactly), rounded once to f32; max, scale and exp per element in f32 (the exp pass is most of the time);
+    the denominator and P.V summed in f64; one bf16 rounding at the end. Blocks of 256 query rows read only
+    the keys up to their last row."""
     _dims("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     if heads % kv_heads:
         raise ValueError(f"attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
@@ -183,8 +184,8 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
     qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)  # [kv, g, rows, hd]
     kf = np.ascontiguousarray(_input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2),
                               dtype=np.float64)                                                # [kv, n, hd]
-    vf = np.ascontiguousarray(_input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2),
-                              dtype=np.float64)
+    vf = np.ones((kv_heads, n, head_dim + 1))              # [kv, n, hd | 1]: P.[V | 1] gives the denominator too
+    vf[:, :, :head_dim] = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2)
     out = np.empty((kv_heads, group, rows, head_dim), dtype=F32)
     for r0 in range(0, rows, _ATTN_QB):
         r1 = min(rows, r0 + _ATTN_QB)
@@ -192,13 +193,13 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
         future = np.triu(np.ones((rb, rb), dtype=bool), k=1)         # key p+r0+c is past query r0+r when c > r
         for h in range(kv_heads):                                    # one 2-D BLAS product per kv head
             qb = qf[h, :, r0:r1].reshape(group * rb, head_dim).astype(np.float64)
-            scores = qb @ kf[h, :m].T                                                    # [g*rb, m]
-            scores *= scale
-            scores.reshape(group, rb, m)[:, :, p + r0:][:, future] = -np.inf
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            denom = scores.sum(axis=-1, keepdims=True)
-            o = (scores @ vf[h, :m]) / denom
+            e = (qb @ kf[h, :m].T).astype(F32)                    # [g*rb, m]: exact f64 sums, one rounding
+            e.reshape(group, rb, m)[:, :, p + r0:][:, future] = -np.inf
+            e -= e.max(axis=-1, keepdims=True)
+            e *= F32(scale)
+            np.exp(e, out=e)
+            o = e @ vf[h, :m]                                          # f64 sums over the keys
+            o = o[:, :head_dim] / o[:, head_dim:]
             out[h, :, r0:r1] = o.reshape(group, rb, head_dim)
     return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
 
