@@ -27,7 +27,7 @@ MAX_GEMV_TILE_M = 16          # rows per GEMV step (bigger steps amortise the pe
 GEMV_MAX_TILES = 2 * NPU2_COLS  # GEMV tiles streaming weights at once: one shim MM2S channel each, 2 per column
                               # (mlir-aie AIETargetModel.cpp getNumSourceShimMuxConnections(shim, DMA) = 2)
 CORE_TASK_MAX_REPEATS = 256   # runs of one core DMA task (its BD chain): aie-rt XAie_DmaChannelSetStartQueue checks
-                              # RepeatCount <= MaxRepeatCount = 256 (driver/src/global/xaiemlgbl_reginit.c); the
+                              # RepeatCount <= MaxRepeatCount = 256 (driver/src/global/xaie2pgbl_reginit.c); the
                               # lowering gives a ping-ponged GEMV weight get one task of steps/2 runs of 2 BDs
 LM_HEAD_ROW_QUANTUM = 64      # LM-head partitions are multiples of a full herd of 8-row tiles
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
