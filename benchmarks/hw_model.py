@@ -1,12 +1,27 @@
 """`make bench`: modeled NPU2 time of today's modules for Llama-3.2-1B (kernel_builder.hw cost model), beside
-the reference design's published 1.27 s prefill (2048 tokens) and 92 ms per decode token, and the cost
+the reference design's published 1.27 s prefill (2048 tokens) and 92 ms per decode token: the decode token as
+the fused layer module `layer_kv<window>` per layer (KV windows 256 / 2048 / 8192) + the LM head, with the
+bandwidth floor (weight bytes per token over the cost model's DDR ceiling and over 60 GB/s), and the cost
 model's calibration error per calibration point (docs/hardware-model.md)."""
 from __future__ import annotations
 
+import math
 import time
 
 REFERENCE_PREFILL_S = 1.27     # 2048-token prefill TTFT, reference design on Strix (guide A3)
 REFERENCE_DECODE_S = 92e-3     # per decode token (guide A3)
+
+
+DECODE_WINDOWS = (256, 2048, 8192)   # KV windows of the fused decode layer (short, default bucket, long context)
+FLOOR_BYTES_PER_S = 60e9             # what an NPU2 reaches on DDR (issue 13: the 41 ms floor at 2.47 GB)
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes of weights one decode token reads: every layer's tensors, the final norm and the LM head (bf16,
+    each read once; the LM head's zero-padded partition tail not counted)."""
+    s = model.shapes
+    layer = sum(math.prod(shape) for _, shape in model.layer_tensors().values())
+    return 2 * (s.n_layers * layer + s.hidden + s.vocab * s.hidden)
 
 
 def bench_hw_model(seq: int = 2048) -> None:
@@ -19,20 +34,33 @@ def bench_hw_model(seq: int = 2048) -> None:
     t0 = time.perf_counter()
     m = LlamaModel(sh)
     reps = {}
-    for d in m.prefill(seq).decls + m.decode().decls + m.head().decls:
+    host = m.decode().decls   # the host-attention fallback (--decode-attention host): qkv_dec + ffn_dec
+    decls = m.prefill(seq).decls + m.head().decls + [d for w in DECODE_WINDOWS for d in m.decode(w).decls] + host
+    for d in decls:
         reps[d.name] = analyze_module(stitch(d), d.name)
     dt = time.perf_counter() - t0
     pre = [d.name for d in m.prefill(seq).decls]
-    dec = [d.name for d in m.decode().decls]
     head = m.head().decls[0].name
     prefill = sh.n_layers * sum(reps[n].modeled_s for n in pre) + reps[head].modeled_s
-    decode = sh.n_layers * sum(reps[n].modeled_s for n in dec) + reps[head].modeled_s
+    decode = {w: sh.n_layers * sum(reps[d.name].modeled_s for d in m.decode(w).decls) + reps[head].modeled_s
+              for w in DECODE_WINDOWS}
     over = sum(not r.ok for r in reps.values())
     print(f"[bench] NPU2 cost model, Llama-3.2-1B, today's modules ({over} of {len(reps)} over an NPU2 limit; "
           f"analyzed in {dt:.2f} s):")
     print(f"[bench]   modeled prefill ({seq} tokens): {_s(prefill)}  (reference design 1.27 s)")
-    print(f"[bench]   modeled decode: {_s(decode)} per token  (reference design 92 ms; host attention not modeled)")
-    print("[bench]   per module: " + ", ".join(f"{n} {_s(reps[n].modeled_s)}" for n in pre + dec + [head]))
+    per = ", ".join(f"window {w}: {_s(decode[w])}" for w in DECODE_WINDOWS)
+    print(f"[bench]   modeled decode per token ({sh.n_layers} x layer_kv<window> + {head}, "
+          f"{sh.n_layers + 1} dispatches): {per}  (reference design 92 ms with host attention)")
+    fallback = sh.n_layers * sum(reps[d.name].modeled_s for d in host) + reps[head].modeled_s
+    print(f"[bench]   fallback, host attention (--decode-attention host: {sh.n_layers} x "
+          f"{' + '.join(d.name for d in host)} + {head}): {_s(fallback)} per token + the host's attention")
+    wb = weight_bytes_per_token(m)
+    ddr = cost.PARAMS.ddr_bytes_per_s
+    print(f"[bench]   bandwidth floor: {wb / 1e9:.2f} GB of weights per token / {ddr / 1e9:.1f} GB/s (the cost "
+          f"model's DDR ceiling) = {_s(wb / ddr)}; / {FLOOR_BYTES_PER_S / 1e9:.0f} GB/s = "
+          f"{_s(wb / FLOOR_BYTES_PER_S)}")
+    names = pre + [head] + [d.name for w in DECODE_WINDOWS for d in m.decode(w).decls] + [d.name for d in host]
+    print("[bench]   per module: " + ", ".join(f"{n} {_s(reps[n].modeled_s)}" for n in names))
     errs = cost.errors(all_points())
     print(f"[bench] cost model calibration ({len(errs)} published/measured points, |error| mean "
           f"{sum(abs(e) for *_, e in errs) / len(errs) * 100:.0f}%, max {max(abs(e) for *_, e in errs) * 100:.0f}%):")

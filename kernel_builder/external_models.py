@@ -40,7 +40,7 @@ def _seq_sum(products: np.ndarray, init: np.ndarray) -> np.ndarray:
 def gemv_model(k: int, kc: int, tm: int, rows: int):
     def mv(w, x, acc, y, row, k0):
         wf = _need(w, "w", tm * kc).reshape(tm, kc).astype(F32)
-        xf = _need(x, "x", kc).astype(F32)
+        xs = _need(x, "x", k)
         a = _need(acc, "acc", tm, "f32")
         out = _need(y, "y", rows)
         r, c0 = int(row), int(k0)
@@ -51,7 +51,7 @@ def gemv_model(k: int, kc: int, tm: int, rows: int):
         if c0 > 0 and not acc.written:
             raise ModelError("a later K chunk reads the f32 partial sums before any chunk wrote them")
         init = np.zeros(tm, dtype=F32) if c0 == 0 else a.astype(F32)
-        s = _seq_sum(wf * xf, init)
+        s = _seq_sum(wf * xs[c0:c0 + kc].astype(F32), init)
         if c0 + kc >= k:
             out[r:r + tm] = _to_bf16(s)
             y.written = True

@@ -115,8 +115,9 @@ def _multiple(kernel: str, name: str, value: int, multiple: int) -> None:
 
 def gemv_kernel(k: int, kc: int, tile_m: int, rows: int) -> ExternalKernel:
     """One GEMV step of a herd tile: rows [row, row+tile_m) of its `rows` outputs, K chunk [k0, k0+kc):
-    `(w[tile_m][kc], x[kc], acc[tile_m] f32, y[rows], int32 row, int32 k0)`; partial sums carried in `acc`
-    across the k/kc chunks, the last chunk writes bf16 RNE into y. f32 accumulation."""
+    `(w[tile_m][kc], x[k], acc[tile_m] f32, y[rows], int32 row, int32 k0)` (x whole: the step reads
+    x[k0, k0+kc)); partial sums carried in `acc` across the k/kc chunks, the last chunk writes bf16 RNE into y.
+    f32 accumulation."""
     _positive("gemv", k=k, kc=kc, tile_m=tile_m, rows=rows)
     _multiple("gemv", "k", k, GEMV_K_MULTIPLE)
     _multiple("gemv", "kc", kc, GEMV_K_MULTIPLE)

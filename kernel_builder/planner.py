@@ -24,12 +24,12 @@ VECTOR_LANES_BF16 = 32        # AIE2P vector register: 512 bit = 32 bf16 lanes (
 BF16 = 2                      # bytes per element
 F32 = 4
 MAX_GEMV_TILE_M = 16          # rows per GEMV step (bigger steps amortise the per-step DMA/lock overhead)
+GEMV_MAX_TILES = 2 * NPU2_COLS  # GEMV tiles streaming weights at once: one shim MM2S channel each, 2 per column
+                              # (mlir-aie AIETargetModel.cpp getNumSourceShimMuxConnections(shim, DMA) = 2)
+CORE_TASK_MAX_REPEATS = 256   # runs of one core DMA task (its BD chain): aie-rt XAie_DmaChannelSetStartQueue checks
+                              # RepeatCount <= MaxRepeatCount = 256 (driver/src/global/xaie2pgbl_reginit.c); the
+                              # lowering gives a ping-ponged GEMV weight get one task of steps/2 runs of 2 BDs
 LM_HEAD_ROW_QUANTUM = 64      # LM-head partitions are multiples of a full herd of 8-row tiles
-SHIM_BD_MAX_WRAP = 1023       # largest wrap of a strided shim BD dimension (mlir-aie AIEXDialect.cpp
-                              # verifyStridesWraps: 10 wrap bits; counted in elements as the hardware model
-                              # does, conservative for bf16); a contiguous (linear) transfer is exempt
-SHIM_BD_MAX_ITERATIONS = 64   # 4th (iteration) dimension of a shim BD with a non-zero stride (verifyStridesWraps:
-                              # iter_bits = 6, "Size 3 exceeds the [1:64] range")
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised
 MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
 
@@ -78,24 +78,28 @@ def _even_or_one(steps: int) -> bool:
 
 @dataclass(frozen=True)
 class GemvPlan:
-    """Launch [launch_m, 1] x herd [herd_m, 1]; in launch iteration l, tile t owns output rows
-    [(l*herd_m + t)*rows_per_tile, ...+rows_per_tile) and accumulates them in an L1 buffer stored to L3 once.
-    Per step it DMAs a [tile_m, k_chunk] block of w straight from L3 and the matching x chunk from the segment's
-    memory-tile copy of x (re-sent every step: the same data for every tile, one broadcast) and calls the external
-    kernel, which carries f32 partial sums across the k/k_chunk chunks of a row block. More than one launch
-    iteration only when a chunked w stream would walk more row blocks than a shim BD iterates
-    (`SHIM_BD_MAX_ITERATIONS`)."""
+    """Herd [herd_x, herd_y] in a launch of one iteration; tile (tx, ty) is number t = tx*herd_y + ty, owns output
+    rows [t*rows_per_tile, (t+1)*rows_per_tile) and accumulates them in an L1 buffer stored to L3 once.
+    Every tile has ONE inbound stream straight from L3 (its own shim MM2S channel, so up to GEMV_MAX_TILES = 16
+    tiles stream weights at once): first the whole x (kept in L1), then its weight rows as [tile_m, k_chunk]
+    blocks (one per step, ping-ponged). K is chunked only with one row per step, so the blocks, in the order the
+    tile consumes them, are one contiguous run of w: one linear shim transfer, exempt from the BD wrap/iteration
+    limits. The external kernel carries f32 partial sums across the k/k_chunk chunks of a row."""
 
     m: int
     k: int
-    herd_m: int      # tiles splitting the output rows of one launch iteration
+    herd_x: int      # herd columns (<= NPU2_COLS)
+    herd_y: int      # herd rows (1, or 2 when more than NPU2_COLS tiles stream)
     tile_m: int      # w rows per step
-    k_chunk: int     # w columns / x elements per step
-    launch_m: int = 1  # launch iterations over row blocks of herd_m * rows_per_tile rows
+    k_chunk: int     # w columns per step
+
+    @property
+    def tiles(self) -> int:
+        return self.herd_x * self.herd_y
 
     @property
     def rows_per_tile(self) -> int:
-        return self.m // (self.launch_m * self.herd_m)
+        return self.m // self.tiles
 
     @property
     def row_steps(self) -> int:
@@ -107,20 +111,36 @@ class GemvPlan:
 
     @property
     def steps(self) -> int:
-        """Trips of the innermost loop, which holds the streamed buffers (the one ping-pong applies to)."""
+        """Trips of the innermost loop, which holds the streamed weight block (the one ping-pong applies to)."""
         return self.k_steps if self.k_steps > 1 else self.row_steps
 
     @property
     def pingpong(self) -> bool:
         return self.steps >= 2
 
-    def l1_buffers(self) -> dict[str, int]:
+    @property
+    def contiguous_stream(self) -> bool:
+        """A tile's weight blocks, in the order it consumes them, are one contiguous run of w (whole rows, or one
+        row per step): its stream is one linear shim transfer, exempt from the BD wrap limits."""
+        return self.k_steps == 1 or self.tile_m == 1
+
+    @property
+    def core_task_repeats(self) -> int:
+        """Runs of the core DMA task that receives a tile's weight blocks (a BD per buffer copy, the chain
+        repeated): the real lowering's `aie.dma_start(S2MM, ..., repeat_count = runs - 1)`."""
         c = _copies(self.steps)
-        return {"w": c * BF16 * self.tile_m * self.k_chunk, "x": c * BF16 * self.k_chunk,
+        return -(-self.row_steps * self.k_steps // c)
+
+    def l1_buffers(self) -> dict[str, int]:
+        return {"w": _copies(self.steps) * BF16 * self.tile_m * self.k_chunk, "x": BF16 * self.k,
                 "acc_f32": F32 * self.tile_m, "y": BF16 * self.rows_per_tile}
 
     def l1_bytes(self) -> int:
         return sum(self.l1_buffers().values())
+
+    def stream_bytes(self) -> int:
+        """Bytes on one tile's shim stream (x, then its weight rows)."""
+        return BF16 * (self.k + self.rows_per_tile * self.k)
 
 
 @dataclass(frozen=True)
@@ -195,11 +215,14 @@ class LmHeadPlan:
 
 
 # --- planners ------------------------------------------------------------------------------------------
-def _gemv_streams_fit(plan: GemvPlan) -> bool:
-    """The weight stream of one launch iteration fits one shim DMA task: a chunked [tile_m, k_chunk] block walks
-    the tile's row blocks in the BD's iteration dimension. (Whole rows are one contiguous transfer; x is re-sent
-    from its memory-tile copy, whose BD chain repeats without limit.)"""
-    return plan.k_steps == 1 or plan.row_steps <= SHIM_BD_MAX_ITERATIONS
+def gemv_herd_shape(tiles: int) -> tuple[int, int] | None:
+    """The herd of `tiles` GEMV tiles: [tiles, 1] up to a row of NPU2_COLS, else two rows [tiles/2, 2] (each tile
+    one shim stream: two per column); None when no such herd exists."""
+    if tiles <= NPU2_COLS:
+        return tiles, 1
+    if tiles % 2 == 0 and tiles // 2 <= NPU2_COLS:
+        return tiles // 2, 2
+    return None
 
 
 def plan_gemv(m: int, k: int) -> GemvPlan:
@@ -208,34 +231,37 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
         raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
                          f"(AIE2P 32-lane bf16 vector path of the external kernel)")
     # each tile stores its rows once: rows_per_tile * 2 bytes must be a whole number of 32-bit words
-    herds = [h for h in _divisors_desc(m, NPU2_COLS) if (m // h) % 2 == 0]
-    if not herds:
+    counts = [t for t in _divisors_desc(m, GEMV_MAX_TILES) if (m // t) % 2 == 0 and gemv_herd_shape(t)]
+    if not counts:
         raise ValueError(f"gemv: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
-    herd = herds[0]
     chunks = [c for c in _divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
-    best, best_key = None, None
-    for launch in [d for d in range(1, m // herd + 1) if (m // herd) % d == 0 and (m // herd // d) % 2 == 0]:
-        rows = m // herd // launch
+    for tiles in counts:  # the most weight streams first
+        hx, hy = gemv_herd_shape(tiles)
+        rows = m // tiles
+        best, best_key = None, None
         for tile_m in _divisors_desc(rows, MAX_GEMV_TILE_M):
             for kc in chunks:
-                if kc < k and kc > SHIM_BD_MAX_WRAP and tile_m > 1:
-                    continue  # a [tile_m, kc] block of longer rows is strided: its inner run must fit one BD wrap
-                plan = GemvPlan(m, k, herd, tile_m, kc, launch)
-                if plan.l1_bytes() > L1_BUDGET or not _gemv_streams_fit(plan):
+                plan = GemvPlan(m, k, hx, hy, tile_m, kc)
+                if plan.l1_bytes() > L1_BUDGET or not plan.contiguous_stream \
+                        or plan.core_task_repeats > CORE_TASK_MAX_REPEATS:
                     continue
                 # prefer: a safe ping-pong trip count, then the most weight bytes per step (fewer steps), then
-                # longer K chunks (whole rows: contiguous weight DMAs, no partial-sum round trip), then more rows
-                # per step
+                # longer K chunks (whole rows: no partial-sum carry), then more rows per step
                 key = (_even_or_one(plan.steps), tile_m * kc, kc, tile_m)
                 if best_key is None or key > best_key:
                     best, best_key = plan, key
         if best is not None:
-            return best  # the fewest launch iterations that fit
-    rows = m // herd
-    need = GemvPlan(m, k, herd, 1, GEMV_K_MULTIPLE).l1_bytes()
-    raise ValueError(f"gemv: m={m} needs {_kib(need)} of L1 per tile ({rows} output rows per tile stay in L1); "
-                     f"the NPU2 limit is {_kib(L1_BUDGET)} ({L1_BYTES // KiB} KiB minus "
-                     f"{L1_STACK_RESERVE // KiB} KiB stack reserve): split m into partitions")
+            return best
+    t = counts[0]
+    rows = m // t
+    need = GemvPlan(m, k, *gemv_herd_shape(t), 1, GEMV_K_MULTIPLE).l1_bytes()
+    if need > L1_BUDGET:
+        raise ValueError(f"gemv: m={m}, k={k} needs {_kib(need)} of L1 per tile (x of {k} elements and {rows} "
+                         f"output rows per tile stay in L1); the NPU2 limit is {_kib(L1_BUDGET)} "
+                         f"({L1_BYTES // KiB} KiB minus {L1_STACK_RESERVE // KiB} KiB stack reserve): "
+                         f"split {'k' if BF16 * k > L1_BUDGET // 2 else 'm into partitions'}")
+    raise ValueError(f"gemv: m={m}, k={k}: {rows} output rows per tile take more weight blocks than one core DMA "
+                     f"task repeats ({CORE_TASK_MAX_REPEATS} runs of the ping-pong pair): split m into partitions")
 
 
 def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,

@@ -142,18 +142,24 @@ def test_rope_lut_dma_offset_mutation_is_detected(stitched, tmp_path):
 
 
 def test_gemv_herd_size_mutation_is_detected(stitched, tmp_path):
-    # the q projection's herd shrinks to one tile: only the first tile's rows are computed
+    # the q projection's herd shrinks to its second dimension: the tiles outside it never take the x and weight
+    # rows the launch puts on their channels - on the device the launch would hang; the interpreter says so
     text = stitched["qkv_dec"]
     mutated = _mutate(text, r"(air\.herd @q_gemv_herd tile \([^)]*\) in \(%\w+=)(%\w+)(, %\w+=)(%\w+)\)",
                       lambda m: f"{m.group(1)}{m.group(4)}{m.group(3)}{m.group(4)})")
-    _check_mutation_detected(tmp_path, "qkv_dec", text, mutated, seed=12)
+    art = _artifact(tmp_path, "shrunk", mutated)
+    with pytest.raises(DeviceRunError, match=r"unconsumed channel data: .* on @q_gemv_in\[2, 0\]"):
+        _run(InterpEmuDevice(), art, _inputs(_shapes_of(text), seed=12))
 
 
 def test_out_of_bounds_dma_fails_naming_the_line(stitched, tmp_path):
     text = stitched["qkv_dec"]
-    # the q gemv's weight DMA walks each row with element stride 8: the last tiles run past the buffer
-    mutated = _mutate(text, r"(air\.dma_memcpy_nd \(%q_w_l1\[\] \[\] \[\], %\w+\[[^\]]*\] \[[^\]]*\] \[%\w+, )(%\w+)\]",
-                      lambda m: f"{m.group(1)}%q_c8_1]")
+    # the last q gemv tile's weight put walks each row with element stride 8: it runs past the buffer
+    puts = list(re.finditer(r"(air\.channel\.put @q_gemv_in\[[^\]]*\] \(%q_la\[[^\]]*\] \[[^\]]*\] \[%\w+, )(%\w+)\]",
+                            text))
+    last = puts[-1]
+    mutated = text[:last.start(2)] + "%q_c8" + text[last.end(2):]
+    assert "%q_c8 = arith.constant 8 : index" in text
     art = _artifact(tmp_path, "oob", mutated)
     with pytest.raises(DeviceRunError, match=r"line \d+.*touches element \d+ of a 4096-element buffer"):
         _run(InterpEmuDevice(), art, _inputs(_shapes_of(text), seed=1))

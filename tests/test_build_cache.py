@@ -82,7 +82,7 @@ def test_builder_text_change_rebuilds_exactly_that_module(tmp_path):
 def test_external_kernel_is_part_of_the_key(tmp_path):
     text = _build(tmp_path, [gemv_mod()]).artifacts["lm_head_gemv_t"].mlir.read_text()
     refs = B.externals_for_text(text)
-    assert [r.obj for r in refs] == ["mv_k64_c64_m8_r8.o"] and refs[0].kernel is not None
+    assert [r.obj for r in refs] == ["mv_k64_c64_m4_r4.o"] and refs[0].kernel is not None
     k1 = B.module_key(text, refs, "emu", {"emu": "x"}, [])
     other = [B.ExternalRef(refs[0].obj, refs[0].kernel, "0" * 64)]
     assert B.module_key(text, other, "emu", {"emu": "x"}, []) != k1
@@ -216,7 +216,7 @@ def test_npu_build_runs_peano_then_aircc_with_real_flags(tmp_path, fake_npu_tool
     assert art.binary.name == "lm_head_gemv_s1.elf" and art.binary.read_text() == "ELF\n"
     assert art.kernel == "main:lm_head_gemv_s1"
     lines = calls.read_text().splitlines()
-    assert lines[0].startswith("peano ") and "mv_k64_c64_m8_r8.o" in lines[0] and "--target=aie2p-none-unknown-elf" in lines[0]
+    assert lines[0].startswith("peano ") and "mv_k64_c64_m4_r4.o" in lines[0] and "--target=aie2p-none-unknown-elf" in lines[0]
     assert f"-I{tc.aie_include}" in lines[0].split()               # aie_api headers from mlir-aie
     aircc = lines[1].split()
     for flag in ("--device npu2", "--output-format elf", f"--peano {tc.peano}", "--no-xchesscc"):

@@ -29,7 +29,7 @@ from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_tool
 
 GEMV_VARIANTS = [(576, 576, 12, 24), (2048, 2048, 4, 8), (8192, 4096, 2, 4), (8192, 512, 16, 32),
-                 (8192, 8192, 2, 4)]  # (k, kc, tile_m, rows per tile)
+                 (8192, 8192, 2, 4), (8192, 4096, 1, 4), (8192, 8192, 1, 2)]  # (k, kc, tile_m, rows per tile)
 ROPE_VARIANTS = [(64, 5, 1), (128, 3, 2), (64, 9, 4)]  # (head_dim, heads, rows)
 RMSNORM_VARIANTS = [(576, 1), (2048, 2), (64, 9)]     # (group, units)
 SWIGLU_N = 256
@@ -98,14 +98,16 @@ def rng():
 # ------------------------------------------------------------------------------------------ GEMV
 
 def _gemv_tile(lib, k, kc, tm, rows, w, x):
-    """Drive one tile the way the builder does: row blocks of tm rows, K chunks of kc, one y buffer."""
+    """Drive one tile the way the builder does: the whole x in one buffer, row blocks of tm rows, K chunks of kc
+    (the kernel reads x at k0), one y buffer."""
     f = fn(lib, ext.gemv_kernel(k, kc, tm, rows).symbol, 4, 2)
     acc = np.full(tm, np.nan, np.float32)  # uninitialised: the first chunk must not read it
     y = np.zeros(rows, dtype=BF16)
+    xs = np.ascontiguousarray(x)
     for r in range(0, rows, tm):
         for k0 in range(0, k, kc):
             block = np.ascontiguousarray(w[r:r + tm, k0:k0 + kc])
-            f(ptr(block), ptr(np.ascontiguousarray(x[k0:k0 + kc])), ptr(acc), ptr(y), r, k0)
+            f(ptr(block), ptr(xs), ptr(acc), ptr(y), r, k0)
     return y
 
 
@@ -120,8 +122,9 @@ def test_gemv_tiles_match_reference(lib, rng, k, kc, tile_m, rows):
 
 
 def test_gemv_k_chunks_continue_one_f32_sum(lib, rng):
-    """Partial sums carried across K chunks: the chunked kernel equals the whole-row one bit for bit, and a
-    middle chunk leaves y alone (only the last chunk of a row block writes it)."""
+    """Partial sums carried across K chunks: the chunked kernel equals the whole-row one bit for bit, a
+    middle chunk leaves y alone (only the last chunk of a row block writes it), and a chunk reads the whole x
+    at its k0."""
     k = 8192
     w, x = rand_bf16(rng, (4, k), 0.03), rand_bf16(rng, (k,))
     whole = _gemv_tile(lib, k, k, 2, 4, w, x)
@@ -129,9 +132,12 @@ def test_gemv_k_chunks_continue_one_f32_sum(lib, rng):
     np.testing.assert_array_equal(whole.view(np.uint16), chunked.view(np.uint16))
     f = fn(lib, ext.gemv_kernel(k, 4096, 2, 4).symbol, 4, 2)
     acc, y = np.zeros(2, np.float32), np.full(4, 7.0, BF16)
-    f(ptr(np.ascontiguousarray(w[2:4, :4096])), ptr(np.ascontiguousarray(x[:4096])), ptr(acc), ptr(y), 2, 0)
+    f(ptr(np.ascontiguousarray(w[2:4, :4096])), ptr(np.ascontiguousarray(x)), ptr(acc), ptr(y), 2, 0)
     np.testing.assert_array_equal(y.astype(np.float32), 7.0)
     assert np.all(acc != 0)
+    # the last chunk reads x at k0 (the second half), not at 0: the sum equals the reference's
+    f(ptr(np.ascontiguousarray(w[2:4, 4096:])), ptr(np.ascontiguousarray(x)), ptr(acc), ptr(y), 2, 4096)
+    np.testing.assert_array_equal(y[2:4].view(np.uint16), whole[2:4].view(np.uint16))
 
 
 def test_gemv_variants_coexist_in_one_library(lib):

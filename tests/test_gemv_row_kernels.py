@@ -63,10 +63,13 @@ def _assert_close(got, want, what):
 # ------------------------------------------------------------------------------- reduced shapes vs reference
 
 CASES = [
-    # GEMV: one step per tile / several row blocks / K chunks (f32 partial sums) and row blocks together
+    # GEMV ([8, 2] herd unless m is small): one step per tile / several row blocks / K chunks (f32 partial sums)
+    # and rows together / a [5, 2] herd / a one-row [4, 1] herd
     ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96)),
     ("gemv", dict(m=512, k=640), lambda: gemv.build(512, 640)),
     ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384)),
+    ("gemv", dict(m=20, k=64), lambda: gemv.build(20, 64)),
+    ("gemv", dict(m=8, k=64), lambda: gemv.build(8, 64)),
     # RMSNorm: rows over 8 tiles with several steps, decode (one tile, one row), per-head groups
     ("rmsnorm", dict(rows=64, dim=576, eps=1e-5), lambda: rmsnorm.build(64, 576, 1e-5)),
     ("rmsnorm", dict(rows=1, dim=576, eps=1e-5), lambda: rmsnorm.build(1, 576, 1e-5)),
@@ -95,33 +98,18 @@ def test_interpreter_matches_reference(kind, params, build):
     assert stats.calls > 0 and stats.tiles >= 1
 
 
-def test_gemv_launch_grid_over_row_blocks(monkeypatch):
-    """A chunked weight stream walks at most SHIM_BD_MAX_ITERATIONS row blocks per launch iteration; beyond, the
-    launch grid splits the rows (forced here with a limit of 1 at a small shape). The launch id reaches the herd:
-    a herd that ignores it computes the first launch iteration's rows twice."""
-    monkeypatch.setattr(planner, "SHIM_BD_MAX_ITERATIONS", 1)
-    p = planner.plan_gemv(256, 8192)
-    assert p.launch_m == 2 and p.k_steps > 1 and p.row_steps == 1
-    params = dict(m=256, k=8192)
-    text = gemv.build(256, 8192)
-    data = _inputs("gemv", params, seed=3)
-    want = _reference("gemv", params, data)
-    got, stats = _interp(text, data)
-    _assert_close(got, want, "gemv launch grid")
-    assert stats.tiles == 2 * p.herd_m
-    bad = _mutate(text, r"(%t_1 = arith\.addi )%t(, %tx : index)", lambda m: m.group(1) + _const(text, 0) + m.group(2))
-    got_bad, _ = _interp(bad, data)
-    assert np.abs(got_bad - want).max() > 0.5
-
-
-def test_gemv_chunked_plan_really_chunks_and_steps():
+def test_gemv_streams_x_then_weights_per_tile():
+    """Every tile receives, on its own channel index, x once and then its weight blocks (row blocks x K chunks);
+    the segment and the memory tiles take no part; each tile stores its rows once."""
     p = planner.plan_gemv(32, 16384)
-    assert p.k_steps > 1 and p.row_steps > 1 and p.pingpong and p.launch_m == 1
+    assert p.k_steps > 1 and p.row_steps > 1 and p.pingpong and (p.herd_x, p.herd_y) == (8, 2)
     text = gemv.build(32, 16384)
     _, stats = _interp(text, _inputs("gemv", dict(m=32, k=16384), 1))
-    # x staged once in L2; per tile: one x (from L2) and one w DMA per (row block, K chunk) step, one y store
-    assert stats.dmas == 1 + p.herd_m * (2 * p.row_steps * p.k_steps + 1)
-    assert stats.calls == p.herd_m * p.row_steps * p.k_steps
+    assert stats.channel_puts == 2 * p.tiles
+    assert stats.channel_gets == p.tiles * (1 + p.row_steps * p.k_steps)
+    assert stats.dmas == p.tiles                     # the y stores, one per tile
+    assert stats.calls == p.tiles * p.row_steps * p.k_steps
+    assert "memref<16384xbf16, 1 : i32>" not in text and ", 1 : i32>" not in text   # no L2 buffer
 
 
 # ------------------------------------------------------------------------------- mutations
@@ -153,12 +141,41 @@ def _const(text: str, value: int) -> str:
     return re.search(rf"(%\w+) = arith\.constant {value} : index", herd).group(1)
 
 
+def _put(index: str, what: str) -> str:
+    """Regex of the launch-level put of x (`%la_1`) or w (`%la`) on @gemv_in[index], capturing its parts."""
+    src = {"x": "%la_1", "w": "%la"}[what]
+    return rf"(air\.channel\.put @gemv_in\[{index}\] \({src}\[)([^\]]*)(\][^\n]*\n)"
+
+
+def _swap_x_and_w(t: str) -> str:
+    """Tile [c0, c1] gets its weight rows before x (the stream order broken for one tile)."""
+    idx = "%c0, %c1_1"
+    x = re.search(_put(idx, "x"), t)
+    w = re.search(_put(idx, "w"), t)
+    assert x and w and not t[x.end():w.start()].strip()
+    return t[:x.start()] + w.group(0) + t[x.end():w.start()] + x.group(0) + t[w.end():]
+
+
+def _chunk_offset_zero(t: str) -> str:
+    """The kernel is told K chunk 0 at every step (it then reads x's first chunk and restarts its sums)."""
+    t = _mutate(t, r"(func\.call @mv_bf16_\w+\([^)]*), %k0_i32\)", lambda m: m.group(1) + ", %c0_i32)")
+    return t if "%c0_i32 = arith.constant 0 : i32" in t else t.replace(
+        "%k0_i32 = ", "%c0_i32 = arith.constant 0 : i32\n          %k0_i32 = ", 1)
+
+
 MUTATIONS = [
-    # GEMV: x chunk always the first one / w rows of the first row block only / every tile stores at row 0
+    # GEMV: x read past its start for one tile / the second tile streams the first tile's weight rows / one tile's
+    # weights sent on its neighbour's channel / w before x on one stream / every K chunk told it is the first /
+    # every tile stores at row 0
     ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384),
-     lambda t: _mutate(t, _offsets("x_l1"), _last_offset_to(_const(t, 0)))),
-    ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384),
-     lambda t: _mutate(t, _offsets("w_l1"), _first_offset_to("%t"))),
+     lambda t: _mutate(t, _put("%c0, %c0", "x"), _last_offset_to("%c2"))),
+    ("gemv", dict(m=512, k=640), lambda: gemv.build(512, 640),
+     lambda t: _mutate(t, _put("%c0, %c1_1", "w"), _first_offset_to("%c0"))),
+    ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96),
+     lambda t: _mutate(t, r"(air\.channel\.put @gemv_in\[%c1_1, )%c0(\] \(%la\[)", lambda m: m.group(1) + "%c1_1"
+                       + m.group(2))),
+    ("gemv", dict(m=512, k=640), lambda: gemv.build(512, 640), _swap_x_and_w),
+    ("gemv", dict(m=32, k=16384), lambda: gemv.build(32, 16384), _chunk_offset_zero),
     ("gemv", dict(m=64, k=96), lambda: gemv.build(64, 96),
      lambda t: _mutate(t, _offsets("", "y_l1"), _last_offset_to(_const(t, 0)))),
     # RMSNorm: x of the tile's first chunk for every step
@@ -191,7 +208,8 @@ def test_wrong_offset_is_caught(kind, params, build, mutate):
         got, _ = _interp(bad, data)
     except air_interp.InterpError:
         return  # caught as an out-of-bounds access or a call-shape error
-    assert np.abs(got - want).max() > 0.5, f"{kind}: the interpreter did not notice the wrong offset"
+    # a NaN output (an L1 buffer the mutated program never wrote) counts as noticed
+    assert not np.abs(got - want).max() <= 0.5, f"{kind}: the interpreter did not notice the wrong offset"
 
 
 # ------------------------------------------------------------------------------- data-movement rules
@@ -229,7 +247,7 @@ def test_builders_keep_the_data_movement_rules(model):
             f"{name}: DMA offsets must be affine (no div/rem)"
         body, tiles = _herd_body(text)
         lines = body.splitlines()
-        depth, alloc_depth, loads, pinned = 0, {}, [], set()
+        depth, alloc_depth, loads, pinned, gets = 0, {}, [], set(), set()
         has_loop = "scf.for" in body
         for line in lines:
             s = line.strip()
@@ -242,10 +260,13 @@ def test_builders_keep_the_data_movement_rules(model):
             d = re.match(r"air\.dma_memcpy_nd \((%\w+)\[\] \[\] \[\], %ha", s)
             if d:
                 loads.append((d.group(1), depth))
+            g = re.match(r"air\.channel\.get @\w+\[[^\]]*\] \((%\w+)\[\] \[\] \[\]\)", s)
+            if g:  # an explicit per-tile channel (GEMV x then w): no broadcast DMA for air-dma-to-channel to hoist
+                gets.add(g.group(1))
             c = re.match(r"func\.call @\w+\(([^)]*)\)", s)
             if c:
                 for operand in c.group(1).split(", "):
-                    if operand in alloc_depth and not any(operand == ld for ld, _ in loads):
+                    if operand in alloc_depth and operand not in gets and not any(operand == ld for ld, _ in loads):
                         # written by the call: allocated once, outside the loops (ping-pong eligibility), and
                         # kept there (air-fuse-alloc-dealloc moves an alloc used only inside a loop into it)
                         assert alloc_depth[operand] == 1, f"{name}: {operand} (call output) allocated in a loop"
@@ -266,16 +287,44 @@ def test_builders_keep_the_data_movement_rules(model):
             assert trips >= 2 and trips % 2 == 0, f"{name}: a loop of {trips} trip(s) is emitted"
 
 
+@pytest.mark.parametrize("model", list(MODELS))
+def test_gemv_streams_fill_the_shim(model):
+    """At every GEMV shape of the model: one channel index per tile, on it x (whole) then the tile's weight rows
+    (one contiguous run) - two puts at launch level -, the herd gets x once and the weight blocks in its loops;
+    16 tiles where m allows, so 16 shim MM2S streams, 16 y stores; no memory tile."""
+    from kernel_builder.hw import analyze_module
+    for name, text in _model_kernels(MODELS[model]).items():
+        if not name.startswith("gemv"):
+            continue
+        m, k = map(int, name[5:].split("x"))
+        p = planner.plan_gemv(m, k)
+        assert p.tiles == 16 and (p.herd_x, p.herd_y) == (8, 2), name
+        puts = re.findall(r"air\.channel\.put @gemv_in\[(%\w+), (%\w+)\] \((%la_1|%la)\[([^\]]*)\] \[([^\]]*)\]", text)
+        assert len(puts) == 2 * p.tiles
+        for i in range(0, len(puts), 2):
+            (xa, xb, xsrc, _, _), (wa, wb, wsrc, woff, _) = puts[i], puts[i + 1]
+            assert (xa, xb) == (wa, wb) and (xsrc, wsrc) == ("%la_1", "%la"), name   # x, then w, on one index
+        assert len({(a, b) for a, b, *_ in puts}) == p.tiles
+        rep = analyze_module(text)
+        assert rep.ok, rep.first_violation()
+        u = rep.usage
+        assert (u.shim_mm2s, u.shim_s2mm, u.memtile_mm2s, u.l2_bytes) == (16, 16, 0, 0), name
+        # per shim column 2 x (x + weights) + 2 y stores, each its own BD (the tool's runtime sequence: bd_id 0-5)
+        assert u.core_s2mm <= 2 and u.core_mm2s == 1 and u.shim_bds == 6
+        assert u.l1_bytes == p.l1_bytes() + u.stack_bytes, name
+        assert p.core_task_repeats <= planner.CORE_TASK_MAX_REPEATS and p.contiguous_stream
+
+
 def test_plans_at_llama_1b_shapes():
     s = LLAMA32_1B
-    p = planner.plan_gemv(s.hidden, s.ffn)   # down projection, K = 8192
-    assert p.rows_per_tile * 2 % 4 == 0 and p.tile_m >= 2 and p.pingpong
+    p = planner.plan_gemv(s.hidden, s.ffn)   # down projection, K = 8192: one whole row per step
+    assert p.rows_per_tile * 2 % 4 == 0 and (p.tile_m, p.k_chunk) == (1, s.ffn) and p.pingpong
     assert p.l1_bytes() == sum(p.l1_buffers().values()) <= planner.L1_BUDGET
     b = p.l1_buffers()
-    assert b["w"] == 2 * 2 * p.tile_m * p.k_chunk and b["x"] == 2 * 2 * p.k_chunk   # ping-pong copies
-    assert b["y"] == 2 * p.rows_per_tile and b["acc_f32"] == 4 * p.tile_m           # one copy each
+    assert b["w"] == 2 * 2 * p.tile_m * p.k_chunk                                   # ping-pong copies
+    assert b["x"] == 2 * s.ffn and b["y"] == 2 * p.rows_per_tile and b["acc_f32"] == 4 * p.tile_m  # one copy each
     lm = planner.plan_gemv(LlamaModel(s).lm_rows, s.hidden)   # 16384 x 2048: whole rows, one contiguous stream
-    assert (lm.launch_m, lm.herd_m, lm.k_steps) == (1, 8, 1) and lm.l1_bytes() <= planner.L1_BUDGET
+    assert (lm.tiles, lm.k_steps, lm.rows_per_tile) == (16, 1, 1024) and lm.l1_bytes() <= planner.L1_BUDGET
     r = planner.plan_rmsnorm(2048, s.hidden)
     assert r.herd == 8 and r.steps % 2 == 0 and r.l1_buffers()["w"] == 2 * 2 * s.hidden
     assert planner.plan_rmsnorm(1, s.hidden).l1_buffers() == {"x": 4096, "w": 4096, "y": 4096}  # no loop

@@ -435,6 +435,54 @@ def _launch_grid_io(n: int, writes: int = 2) -> str:
 """
 
 
+def _puts_on_one_channel(n: int) -> str:
+    """n launch-level puts of one row each on ONE channel index (one shim stream), a one-tile herd taking them
+    in a loop and storing each row back (one S2MM BD: the loop folds into it)."""
+    puts = "\n".join(f"      %r{i} = arith.constant {i} : index\n      air.channel.put @p[%c0, %c0] "
+                     f"(%la[%r{i}, %c0] [%c1, %c64] [%c64, %c1]) : (memref<32x64xbf16>)" for i in range(n))
+    return f"""module {{
+  air.channel @p [1, 1]
+  func.func @puts(%arg0: memref<32x64xbf16>, %arg1: memref<32x64xbf16>) {{
+    %one = arith.constant 1 : index
+    air.launch (%lx, %ly) in (%lsx=%one, %lsy=%one) args(%la=%arg0, %lb=%arg1) : memref<32x64xbf16>, memref<32x64xbf16> {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c64 = arith.constant 64 : index
+{puts}
+      air.segment @s args(%sb=%lb) : memref<32x64xbf16> {{
+        %c1_s = arith.constant 1 : index
+        air.herd @h tile (%tx, %ty) in (%hx=%c1_s, %hy=%c1_s) args(%hb=%sb) : memref<32x64xbf16> {{
+          %z = arith.constant 0 : index
+          %o = arith.constant 1 : index
+          %k = arith.constant 64 : index
+          %n = arith.constant {n} : index
+          scf.for %i = %z to %n step %o {{
+            %buf = memref.alloc() : memref<64xbf16, 2 : i32>
+            air.channel.get @p[%tx, %ty] (%buf[] [] []) : (memref<64xbf16, 2 : i32>)
+            air.dma_memcpy_nd (%hb[%i, %z] [%o, %k] [%k, %o], %buf[] [] []) : (memref<32x64xbf16>, memref<64xbf16, 2 : i32>)
+            memref.dealloc %buf : memref<64xbf16, 2 : i32>
+          }}
+        }}
+      }}
+    }}
+    return
+  }}
+}}
+"""
+
+
+def test_puts_on_one_channel_index_hold_a_shim_bd_each():
+    """Puts on one channel index share one shim stream but each is its own DMA task with its own BD, all
+    configured before any wait (the real lowering: 15 puts + the store = 16 BD ids on the shim tile, OK; 16 + 1:
+    aie-assign-runtime-sequence-bd-ids "Allocator exhausted available buffer descriptor IDs"). The model used to
+    count such a stream as one BD."""
+    ok = analyze_module(_puts_on_one_channel(15), "puts")
+    assert ok.ok and ok.usage.shim_bds == 16 and ok.usage.shim_mm2s == 1
+    rep = analyze_module(_puts_on_one_channel(16), "puts")
+    assert rep.resources() == {"shim BDs"}
+    assert rep.usage.shim_bds == 17 and "shim BDs 17/16" in rep.first_violation()
+
+
 def test_untiled_launch_grid_holds_a_shim_bd_per_write_and_iteration():
     """Without runtime loop tiling the runtime sequence configures every launch iteration's DMA tasks before it
     waits. Two writes to one output per iteration are chained (write-after-write) and fold no launch dim, so

@@ -262,14 +262,14 @@ def test_checker_catches_errors():
     good = gemv.build(512, 2048)
     assert air_checks.check_module(good).errors == []
     broken = {
-        "args count": _mutate(good, "%ha_2=%sa_2) :", ") :"),
-        "bound type": _mutate(good, "args(%sa=%la, %sa_1=%la_1", "args(%sa=%la_1, %sa_1=%la"),
-        "isolation": _mutate(good, "%x_l1[] [] [], %ha_1[", "%x_l1[] [] [], %la_1["),
+        "args count": _mutate(good, "args(%ha=%sa) :", "args(%ha=%sa, %ha_1=%sa) :"),
+        "bound type": _mutate(good, "args(%la=%arg0, %la_1=%arg1", "args(%la=%arg1, %la_1=%arg0"),
+        "isolation": _mutate(good, "air.dma_memcpy_nd (%ha[", "air.dma_memcpy_nd (%la_2["),
         "memory space": _mutate(good, "memref.alloc() : memref<2048xbf16, 2 : i32>",
                                 "memref.alloc() : memref<2048xbf16, 1 : i32>"),
         "link_with": _mutate(good, 'attributes {link_with = "mv_k2048', 'attributes {link_with = "other'),
         "kernel attr": _mutate(good, "llama_npu.kernel", "other.kernel"),
-        "undefined": _mutate(good, "arith.addi %t, %i", "arith.addi %nope, %i"),
+        "undefined": _mutate(good, "arith.addi %t, %ty", "arith.addi %nope, %ty"),
     }
     for what, text in broken.items():
         assert air_checks.check_module(text).errors, f"checker missed: {what}"

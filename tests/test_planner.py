@@ -106,9 +106,10 @@ def test_gemm_uses_full_array_for_llama_prefill():
 def test_gemv_plans(s):
     for k, m in _projections(s):
         p = P.plan_gemv(m, k)
-        assert m == p.launch_m * p.herd_m * p.rows_per_tile and p.rows_per_tile % p.tile_m == 0 and k % p.k_chunk == 0
-        assert p.k_steps == 1 or p.row_steps <= P.SHIM_BD_MAX_ITERATIONS
-        assert p.herd_m <= P.NPU2_COLS and p.tile_m <= P.MAX_GEMV_TILE_M and p.k_chunk % P.GEMV_K_MULTIPLE == 0
+        assert m == p.tiles * p.rows_per_tile and p.rows_per_tile % p.tile_m == 0 and k % p.k_chunk == 0
+        assert p.tiles == P.GEMV_MAX_TILES and (p.herd_x, p.herd_y) == (P.NPU2_COLS, 2)   # 16 weight streams
+        assert p.contiguous_stream and p.core_task_repeats <= P.CORE_TASK_MAX_REPEATS
+        assert p.tile_m <= P.MAX_GEMV_TILE_M and p.k_chunk % P.GEMV_K_MULTIPLE == 0
         assert p.rows_per_tile * P.BF16 % 4 == 0          # one store of whole 32-bit words per tile
         assert p.l1_bytes() <= P.L1_BUDGET
         assert p.steps == 1 or p.steps % 2 == 0           # ping-ponged loop: even trip count
@@ -116,17 +117,36 @@ def test_gemv_plans(s):
 
 @pytest.mark.parametrize("hidden,ffn", [(576, 1536), (2048, 8192), (3072, 8192), (4096, 14336)])
 def test_gemv_large_k(hidden, ffn):
-    """K up to 14336 (8B-class down projections): K chunks keep the ping-ponged L1 tiles in budget."""
+    """K up to 14336 (8B-class down projections): x stays whole in L1; K chunks (one row per step, so the
+    weight stream stays one contiguous run) keep the ping-ponged weight block in budget."""
     for m, k in ((hidden, ffn), (ffn, hidden)):
         p = P.plan_gemv(m, k)
-        assert p.l1_bytes() <= P.L1_BUDGET and p.pingpong and p.tile_m >= 2
+        assert p.l1_bytes() <= P.L1_BUDGET and p.pingpong and p.contiguous_stream
+    p = P.plan_gemv(4096, 14336)
+    assert p.k_steps > 1 and p.tile_m == 1
+
+
+def test_gemv_herds_and_limits(monkeypatch):
+    """Tiles: the most (<= 16, two per shim column) that leave an even number of rows per tile; up to 8 in one
+    herd row, else two rows. A tile's weight blocks fit one core DMA task (256 runs of the ping-pong pair)."""
+    assert [P.gemv_herd_shape(t) for t in (1, 8, 10, 16)] == [(1, 1), (8, 1), (5, 2), (8, 2)]
+    assert P.gemv_herd_shape(9) is None and P.gemv_herd_shape(18) is None
+    assert (P.plan_gemv(20, 64).herd_x, P.plan_gemv(20, 64).herd_y) == (5, 2)   # 10 tiles of 2 rows
+    assert P.plan_gemv(6, 64).tiles == 3                                       # 2 rows each
+    assert P.plan_gemv(32768, 2048).core_task_repeats == 256                   # at the limit: 2048 rows per tile
+    with pytest.raises(ValueError, match="core DMA task repeats"):
+        P.plan_gemv(65536, 2048)
+    monkeypatch.setattr(P, "CORE_TASK_MAX_REPEATS", 4)
+    p = P.plan_gemv(512, 2048)   # 32 rows per tile: at most 4 runs of 2 steps -> 4 rows per step
+    assert p.core_task_repeats <= 4 and p.tile_m == 4
 
 
 def test_gemv_l1_counts_pingpong_only_for_streamed_buffers():
-    p = P.GemvPlan(m=2048, k=8192, herd_m=8, tile_m=2, k_chunk=4096)
-    assert (p.rows_per_tile, p.row_steps, p.k_steps, p.steps) == (256, 128, 2, 2)
-    assert p.l1_buffers() == {"w": 2 * 2 * 2 * 4096, "x": 2 * 2 * 4096, "acc_f32": 8, "y": 512}
-    one = P.GemvPlan(m=16, k=64, herd_m=8, tile_m=2, k_chunk=64)   # one step per tile: no loop, one copy
+    p = P.GemvPlan(m=2048, k=8192, herd_x=8, herd_y=2, tile_m=1, k_chunk=4096)
+    assert (p.rows_per_tile, p.row_steps, p.k_steps, p.steps) == (128, 128, 2, 2)
+    assert p.l1_buffers() == {"w": 2 * 2 * 4096, "x": 2 * 8192, "acc_f32": 4, "y": 256}
+    assert p.stream_bytes() == 2 * (8192 + 128 * 8192)
+    one = P.GemvPlan(m=32, k=64, herd_x=8, herd_y=2, tile_m=2, k_chunk=64)   # one step per tile: no loop, one copy
     assert one.steps == 1 and not one.pingpong and one.l1_buffers()["w"] == 2 * 2 * 64
 
 
@@ -215,6 +235,8 @@ def test_lm_head_reference_partitioning():
 @pytest.mark.parametrize("call,words", [
     (lambda: P.plan_gemv(7, 2048), ["gemv", "m=7", "even"]),
     (lambda: P.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
+    (lambda: P.plan_gemv(64, 40000), ["gemv", "k=40000", "KiB", "split k"]),
+    (lambda: P.plan_gemv(65536, 2048), ["gemv", "m=65536", "256", "split m"]),
     (lambda: G.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "multiple of 16", "8x8x8"]),
     (lambda: G.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
     (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),

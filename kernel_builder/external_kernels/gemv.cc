@@ -1,9 +1,10 @@
 // GEMV step: rows [row, row + GEMV_TILE_M) of one herd tile's output, K chunk [k0, k0 + GEMV_KC):
-//   s[m] = (k0 == 0 ? 0 : acc[m]) + sum_c w[m][c] * x[c]          (f32)
+//   s[m] = (k0 == 0 ? 0 : acc[m]) + sum_c w[m][c] * x[k0 + c]     (f32)
 //   k0 + GEMV_KC == GEMV_K (last chunk): y[row + m] = bf16_rne(s[m]), else acc[m] = s[m]
-// w[GEMV_TILE_M][GEMV_KC] row-major (a [tile_m, kc] block of the HF [out, in] weight), x[GEMV_KC] the matching
-// chunk of the input vector, acc[GEMV_TILE_M] an f32 scratch carrying partial sums across K chunks, y[GEMV_ROWS]
-// the tile's whole output (accumulated in L1, stored to L3 once by the caller).
+// w[GEMV_TILE_M][GEMV_KC] row-major (a [tile_m, kc] block of the HF [out, in] weight), x[GEMV_K] the whole input
+// vector (received once per tile and kept in L1; the step reads its chunk at k0), acc[GEMV_TILE_M] an f32
+// scratch carrying partial sums across K chunks, y[GEMV_ROWS] the tile's whole output (accumulated in L1, stored
+// to L3 once by the caller).
 //
 // Compiled once per (K, KC, tile_m, rows) with -DGEMV_K -DGEMV_KC -DGEMV_TILE_M -DGEMV_ROWS
 // -DGEMV_SYMBOL=mv_bf16_k<K>_c<KC>_m<M>_r<R> (kernel_builder/externals.py): the memref types of the call
@@ -33,16 +34,17 @@ extern "C" void GEMV_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
   const bool first = k0 == 0;
   const bool last = k0 + GEMV_KC >= GEMV_K;
+  const bfloat16 *LLAMA_NPU_RESTRICT xc = x + k0;
   for (int m = 0; m < GEMV_TILE_M; ++m) {
     const bfloat16 *LLAMA_NPU_RESTRICT wr = w + m * GEMV_KC;
     ::aie::accum<accfloat, kLanes> a0 = ::aie::zeros<accfloat, kLanes>();
     ::aie::accum<accfloat, kLanes> a1 = ::aie::zeros<accfloat, kLanes>();
     int c = 0;
     for (; c + 2 * kLanes <= GEMV_KC; c += 2 * kLanes) {
-      a0 = ::aie::mac(a0, ::aie::load_v<kLanes>(wr + c), ::aie::load_v<kLanes>(x + c));
-      a1 = ::aie::mac(a1, ::aie::load_v<kLanes>(wr + c + kLanes), ::aie::load_v<kLanes>(x + c + kLanes));
+      a0 = ::aie::mac(a0, ::aie::load_v<kLanes>(wr + c), ::aie::load_v<kLanes>(xc + c));
+      a1 = ::aie::mac(a1, ::aie::load_v<kLanes>(wr + c + kLanes), ::aie::load_v<kLanes>(xc + c + kLanes));
     }
-    if (c < GEMV_KC) a0 = ::aie::mac(a0, ::aie::load_v<kLanes>(wr + c), ::aie::load_v<kLanes>(x + c));
+    if (c < GEMV_KC) a0 = ::aie::mac(a0, ::aie::load_v<kLanes>(wr + c), ::aie::load_v<kLanes>(xc + c));
     float s = ::aie::reduce_add(::aie::add(a0, a1).template to_vector<float>());
     if (!first) s += acc[m];
     if (last)
@@ -59,10 +61,11 @@ extern "C" void GEMV_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_
                             int32_t k0) {
   const bool first = k0 == 0;
   const bool last = k0 + GEMV_KC >= GEMV_K;
+  const bfloat16 *xc = x + k0;
   for (int m = 0; m < GEMV_TILE_M; ++m) {
     const bfloat16 *wr = w + static_cast<long>(m) * GEMV_KC;
     float s = first ? 0.0f : acc[m];
-    for (int c = 0; c < GEMV_KC; ++c) s += bf16_to_f32(wr[c]) * bf16_to_f32(x[c]);
+    for (int c = 0; c < GEMV_KC; ++c) s += bf16_to_f32(wr[c]) * bf16_to_f32(xc[c]);
     if (last)
       y[row + m] = f32_to_bf16(s);
     else

@@ -165,13 +165,15 @@ class _LaunchAnalyzer:
                             acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
                 # channel ops on the same channel index share one shim allocation (the shim allocator reuses
                 # the allocation of a channel declaration, AIRToAIESchedulingUtils.cpp): one stream, its
-                # transfers issued one after the other
+                # transfers issued one after the other - but each is its own DMA task holding its own BD, all
+                # configured before any wait (the real lowering's runtime sequence: one bd_id per put; a probe
+                # with 16 launch-level puts on one index exhausts the shim tile's 16 BDs), so their BDs add up
                 key = (flow.direction, t.channel, tuple(str(i) for i in t.indices)) if t.kind != "dma" else None
                 same = self.channel_flows.get(key) if key else None
                 if same is not None:
                     same.bytes += flow.bytes
                     same.tasks += flow.tasks
-                    same.pieces = max(same.pieces, flow.pieces)
+                    same.pieces += flow.pieces
                     same.non_affine = same.non_affine or flow.non_affine
                     if acc.buffer.name not in same.what:
                         same.what += f" + {acc.buffer.name}"
@@ -522,9 +524,9 @@ class _LaunchAnalyzer:
             if n > f.shim_bds:
                 heavy = max((x for x in flows if x.column == col), key=lambda x: x.pieces)
                 self.violate("shim", "BDs", n, f.shim_bds, AIECC,
-                             f"column {col}: {heavy.what} keeps {heavy.pieces} DMA tasks in flight (launch "
-                             f"iterations its BD cannot fold, issued before any wait; runtime loop tiling "
-                             f"recycles BDs per tile)", heavy.line)
+                             f"column {col}: {heavy.what} keeps {heavy.pieces} DMA tasks in flight (one per transfer on "
+                             f"its channel index and per launch iteration its BD cannot fold, issued before any "
+                             f"wait; runtime loop tiling recycles BDs per tile)", heavy.line)
                 break
         bad = [x for x in flows if x.non_affine]
         if bad:
