@@ -106,3 +106,13 @@ def test_module_import_graph_has_no_cycle():
 def test_the_checker_sees_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_package_is_installed():
+    """pyproject's package list names every package directory of the installed layers (a non-editable install
+    would miss a forgotten one: `kernel_builder.hw` once was)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {_module_name(p) for pkg in ("kernel_builder", "llama_npu", "verify") for p in (ROOT / pkg).rglob("__init__.py")}
+    assert found == listed
