@@ -114,5 +114,6 @@ def test_every_package_is_installed():
     import tomllib
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {_module_name(p) for pkg in ("kernel_builder", "llama_npu", "verify") for p in (ROOT / pkg).rglob("__init__.py")}
+    found = {_module_name(p) for pkg in ("kernel_builder", "llama_npu", "verify")
+             for p in (ROOT / pkg).rglob("__init__.py")}
     assert found == listed
