@@ -1,4 +1,4 @@
-# Make the repo root and tests/ importable (tests use `tooling`, `air_checks`, `checkpoints` helpers).
+# Make the repo root and tests/ importable (tests use the `tooling`, `air_*`, `hw_texts`, `checkpoints` helpers).
 import os
 import sys
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from kernel_builder import build as B
+from kernel_builder.build import driver
+from kernel_builder.build.store import sha256_file
 from kernel_builder.toolchain import Toolchain
 from tests.h4_fixtures import add_norm, gemv_mod
 
@@ -66,7 +68,7 @@ def test_damaged_artifact_is_never_loaded_and_rebuilds(tmp_path):
 def test_toolchain_version_change_rebuilds(tmp_path, monkeypatch):
     decls = [add_norm(), gemv_mod()]
     _build(tmp_path, decls)
-    monkeypatch.setattr(B, "toolchain_versions", lambda kind, tc=None: {"emu": "emu-999"})
+    monkeypatch.setattr(driver, "toolchain_versions", lambda kind, tc=None: {"emu": "emu-999"})
     assert _status(_build(tmp_path, decls)) == {"add_norm": "built", "lm_head_gemv_t": "built"}
 
 
@@ -95,10 +97,10 @@ def test_interrupted_artifact_move_leaves_nothing_loadable(tmp_path, monkeypatch
     def crash(src, dst):
         raise OSError("simulated crash during the artifact move")
 
-    monkeypatch.setattr(B.os, "replace", crash)
+    monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(B.BuildError, match="add_norm: .*simulated crash"):
         _build(tmp_path, decls)
-    monkeypatch.setattr(B.os, "replace", real)
+    monkeypatch.setattr(os, "replace", real)
     with pytest.raises(B.BuildError, match="not built"):
         B.load_artifacts(tmp_path, "emu", decls)
     assert not list((tmp_path / ".tmp").iterdir())          # staging cleaned up
@@ -114,17 +116,17 @@ def test_interrupted_manifest_write_rebuilds(tmp_path, monkeypatch):
             raise OSError("simulated crash during the manifest write")
         return real(src, dst)
 
-    monkeypatch.setattr(B.os, "replace", crash_on_manifest)
+    monkeypatch.setattr(os, "replace", crash_on_manifest)
     with pytest.raises(B.BuildError):
         _build(tmp_path, decls)
-    monkeypatch.setattr(B.os, "replace", real)
+    monkeypatch.setattr(os, "replace", real)
     assert not list(tmp_path.glob(".manifest.json.*"))              # no partial manifest left
     assert _status(_build(tmp_path, decls)) == {"add_norm": "built"}
 
 
 def _killed_build(cache: str) -> None:
     """Child: dies hard (no cleanup, like SIGKILL) in the middle of storing the artifact."""
-    B.os.replace = lambda src, dst: os._exit(17)
+    os.replace = lambda src, dst: os._exit(17)
     B.build_modules([add_norm()], Path(cache), "emu", progress=False)
 
 
@@ -291,7 +293,7 @@ def test_structurally_damaged_manifest_rebuilds(tmp_path, damage):
         outside.mkdir()
         (outside / "add_norm.mlir").write_text("module {}\n")
         entry["dir"] = str(outside)
-        entry["sha256"]["mlir"] = B._sha256_file(outside / "add_norm.mlir")
+        entry["sha256"]["mlir"] = sha256_file(outside / "add_norm.mlir")
     (tmp_path / B.MANIFEST).write_text(json.dumps(m))
     with pytest.raises(B.BuildError, match="add_norm: (not built|stale or damaged)"):
         B.load_artifacts(tmp_path, "emu", decls)

@@ -10,6 +10,7 @@ import re
 import pytest
 
 import air_checks
+import air_generic
 from kernel_builder.launch_program import read_launch_program
 from kernel_builder.planner import plan_lm_head
 from kernel_builder.stitching import stitch
@@ -74,7 +75,7 @@ def test_stitched_structure(case):
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_non_air_parts_verify_with_mlir_opt(case):
     mlir_opt = require_tool("mlir-opt-22")
-    air_checks.mlir_opt_verify(mlir_opt, air_checks.to_generic(_stitched(*case)))
+    air_generic.mlir_opt_verify(mlir_opt, air_generic.to_generic(_stitched(*case)))
 
 
 def test_roles_and_names():

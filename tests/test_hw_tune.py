@@ -12,7 +12,7 @@ from kernel_builder.kernels import kernel_text
 from kernel_builder.presets import AirccPreset
 from kernel_builder.stitching import stitch
 from llama_npu.models.llama import LLAMA32_1B, SMOLLM2_135M, LlamaModel
-from tests.test_hw_rejections import _pingpong_body, herd_module
+from tests.hw_texts import herd_module, pingpong_body
 
 
 def test_stack_need_from_external_kernels_and_core_division():
@@ -31,11 +31,11 @@ def test_stack_need_from_external_kernels_and_core_division():
 
 
 def test_derive_preset_omits_pingpong_only_when_its_copies_overflow_l1():
-    over = herd_module(_pingpong_body("dma"), "memref<262144xbf16>", sizes=(4, 1))
+    over = herd_module(pingpong_body("dma"), "memref<262144xbf16>", sizes=(4, 1))
     assert analyze_module(over).resources() == {"core L1 bytes"}
     p = derive_preset(over)
     assert p == AirccPreset(omit_pingpong="L1") and analyze_module(over, preset=p).ok
-    first_call = herd_module(_pingpong_body("call"), "memref<262144xbf16>", sizes=(4, 1))
+    first_call = herd_module(pingpong_body("call"), "memref<262144xbf16>", sizes=(4, 1))
     # the pinned mlir-air labels every allocating loop (a buffer first written by a call too); HEAD's
     # candidate rule would leave this loop alone
     want = AirccPreset() if analyze_mod.PINGPONG_RULE == "candidates" else AirccPreset(omit_pingpong="L1")

@@ -12,7 +12,7 @@ import pytest
 from kernel_builder import gemm_plan, planner
 from kernel_builder.kernels import add, attention, gemm, gemv, rmsnorm, rope, swiglu
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
-from tests import air_checks
+from tests import air_checks, air_generic
 from tests.tooling import require_tool
 
 MODELS = {"llama32_1b": LLAMA32_1B, "llama32_3b": LLAMA32_3B, "smollm2_135m": SMOLLM2_135M}
@@ -59,7 +59,7 @@ def mlir_opt():
 
 
 def _generic_parse(mlir_opt: str, text: str) -> None:
-    air_checks.mlir_opt_verify(mlir_opt, air_checks.to_generic(text))
+    air_generic.mlir_opt_verify(mlir_opt, air_generic.to_generic(text))
 
 
 @pytest.mark.parametrize("case,s,seq,i", CASES, ids=[c[0] for c in CASES])
@@ -86,9 +86,9 @@ def test_builder_mlir_opt(case, s, seq, i, mlir_opt):
     build, _ = model_kernels(s, seq)[i]
     text = build()
     _generic_parse(mlir_opt, text)
-    air_checks.mlir_opt_verify(mlir_opt, air_checks.signature_module(text), unregistered=False)
-    for _, mod in air_checks.herd_modules(text):
-        air_checks.mlir_opt_verify(mlir_opt, mod)
+    air_generic.mlir_opt_verify(mlir_opt, air_generic.signature_module(text), unregistered=False)
+    for _, mod in air_generic.herd_modules(text):
+        air_generic.mlir_opt_verify(mlir_opt, mod)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -301,9 +301,9 @@ def test_checker_catches_channel_mistakes(mlir_opt):
     good = gemm.build(64, 576, 192)
     assert air_checks.check_module(good).errors == []
     # the generic form keeps the channels and their put/get operands (mlir-opt parses them)
-    generic = air_checks.to_generic(good)
+    generic = air_generic.to_generic(good)
     assert '"air.channel"() {sym_name = "gemm_a"' in generic and '"air.channel.get"(%tx, %ty, %a_l1)' in generic
-    air_checks.mlir_opt_verify(mlir_opt, generic)
+    air_generic.mlir_opt_verify(mlir_opt, generic)
     mutations = {
         "undeclared channel": good.replace("air.channel.put @gemm_b[", "air.channel.put @gemm_x[", 1),
         "wrong rank": re.sub(r"air\.channel\.get @gemm_a\[%tx, %ty\]", "air.channel.get @gemm_a[%tx]", good),

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import air_checks
+import air_generic
 from kernel_builder import mlir_text as mt
 from kernel_builder.launch_program import read_launch_program, run_program, run_program_io
 from kernel_builder.presets import AirccPreset, preset_of_text
@@ -137,9 +138,9 @@ def test_air_checks_reads_the_unmodified_hostile_modules():
 def test_stitched_module_verifies_with_mlir_opt():
     mlir_opt = require_tool("mlir-opt-22")
     text = stitch_modules("chain", CHAIN_SIG, _checkable(CHAIN))
-    air_checks.mlir_opt_verify(mlir_opt, air_checks.to_generic(text))
-    for _, herd_module in air_checks.herd_modules(text):
-        air_checks.mlir_opt_verify(mlir_opt, herd_module)
+    air_generic.mlir_opt_verify(mlir_opt, air_generic.to_generic(text))
+    for _, herd_module in air_generic.herd_modules(text):
+        air_generic.mlir_opt_verify(mlir_opt, herd_module)
 
 
 def test_comments_strings_and_shadowed_names_are_untouched():
