@@ -9,7 +9,6 @@ tile does (vector, matmul, scalar) for the cost model.
 """
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 
 from kernel_builder import presets as presets_mod
@@ -19,7 +18,7 @@ from kernel_builder.hw import ir
 from kernel_builder.hw.facts import NPU2, NPU2Facts
 from kernel_builder.hw.dma import canonical_dims, is_contiguous, iteration_space, linear_offset, shim_fold
 from kernel_builder.hw.ir import L1, L2, L3, Access, Alloc, Buffer, Call, Compute, Loop, Region, Transfer
-from kernel_builder.hw.symbolic import Expr
+from kernel_builder.hw.valued import valued_work
 from kernel_builder.hw.results import (AIECC, AIR_TO_AIE, AIRRT_TO_NPU, PING_PONG, RUNTIME, STAGES, Flow,
                                        LaunchReport, Usage, Violation, Work)
 
@@ -292,7 +291,7 @@ class _LaunchAnalyzer:
                             sc += n.macs * k
             best = max(best, (vec, mm, sc, sc_, mmul))
         for n in valued:
-            best = tuple(a + b for a, b in zip(best, self._valued_work(herd, n, paths[n])))
+            best = tuple(a + b for a, b in zip(best, valued_work(self.launch, herd, n, paths[n], self.m.ranges)))
         for n, k in totals.items():
             if isinstance(n, Call):
                 ec = external_cost(n.symbol)
@@ -301,72 +300,6 @@ class _LaunchAnalyzer:
             elif isinstance(n, Compute):
                 self.work.scalar_macs += n.macs * k
         return best
-
-    def _valued_work(self, herd: Region, call: Call, loops: tuple) -> tuple[float, int, int, int, int]:
-        """Work of an external call whose cost depends on integer operands (ExternalCost.valued), over the
-        launch: those operands evaluated at every launch iteration, herd tile and iteration of the loops around
-        the call. A variable of a `llama_npu.range` takes its upper bound (the kernels that read one - the
-        attention position - do the most work there: a later query sees more keys). The herd's tiles run in
-        step (a broadcast stream moves at the pace of its slowest core), so each call iteration costs its
-        busiest tile; launch iterations add up. Launch and herd ids the operands and loop bounds do not use
-        (and the other operands) multiply instead of being enumerated."""
-        ec, m = external_cost(call.symbol)
-        used = [(i, a) for i, a in enumerate(call.args) if i in ec.valued and isinstance(a, Expr)]
-        exprs = [a for _, a in used]
-        deps: set[str] = set()
-        for e in exprs:
-            deps |= e.variables
-        for lp in loops:
-            for e in (lp.lb, lp.ub, lp.step):
-                deps |= e.variables
-        ranges = {v: hi for v, (lo, hi) in self.m.ranges.items()}
-        la_ids = [(i, n) for i, n in zip(self.launch.ids, self.launch.sizes) if i in deps]
-        h_ids = [(i, n) for i, n in zip(herd.ids, herd.sizes) if i in deps]
-        mult = self.launch.n_instances
-        for _, n in la_ids:
-            mult //= n
-
-        def iterations(env: dict, depth: int = 0):
-            if depth == len(loops):
-                yield env
-                return
-            lp = loops[depth]
-            trip = cnt.trip_count(lp, env)
-            if trip is None:    # a bound the analyzer cannot evaluate: one iteration per the loop's count
-                raise ir.HwParseError(f"line {lp.line}: cannot count the trips of this scf.for")
-            lb, step = lp.lb.evaluate(env), lp.step.evaluate(env)
-            for i in range(trip):
-                yield from iterations({**env, lp.iv: lb + i * step}, depth + 1)
-
-        cache: dict = {}
-
-        def work(env: dict) -> tuple:
-            vals = tuple(a.evaluate(env) for a in exprs)
-            hit = cache.get(vals)
-            if hit is None:
-                args = list(call.args)
-                for (i, a), v in zip(used, vals):
-                    args[i] = a if v is None else v
-                w = ec.work(m, args)
-                hit = cache[vals] = (w.vector_cycles, 0, w.scalar_ops, w.scores, w.mmul_macs)
-            return hit
-
-        total = [0.0, 0, 0, 0, 0]
-        for lpoint in itertools.product(*[range(n) for _, n in la_ids]):
-            lenv = {**ranges, **{i: v for (i, _), v in zip(la_ids, lpoint)}}
-            steps: list[list] = []      # per call iteration: the busiest tile's work so far
-            for hpoint in itertools.product(*[range(n) for _, n in h_ids]):
-                henv = {**lenv, **{i: v for (i, _), v in zip(h_ids, hpoint)}}
-                for j, env in enumerate(iterations(henv)):
-                    w = work(env)
-                    if j == len(steps):
-                        steps.append(list(w))
-                    else:
-                        steps[j] = [max(a, b) for a, b in zip(steps[j], w)]
-            for w in steps:
-                for i in range(5):
-                    total[i] += w[i] * mult
-        return tuple(total)
 
     def _pingpong_failure(self, herd: Region, paths: dict) -> None:
         """air-ping-pong-transform fails with "operand #0 does not dominate this use" on a loop it labels
