@@ -457,15 +457,24 @@ class _Compiler:
         return flat
 
     def _load(self, op):
-        m = re.fullmatch(rf"memref\.load\s+({_SSA})\[(.*?)\]\s*:\s*(memref<.*>)", op.text.strip(), re.DOTALL)
+        m = re.fullmatch(rf"memref\.load\s+({_SSA})\[(.*?)\]\s*(?:\{{(.*?)\}}\s*)?:\s*(memref<.*>)", op.text.strip(),
+                         re.DOTALL)
         if m is None:
             raise InterpError(f"{op.where()}: unsupported memref.load form")
         buf, idx, res = _operand(m.group(1)), _operands(m.group(2)), op.results[0]
         flat = self._flat_index
+        # `llama_npu.range = [lo, hi]`: the values the builder promises (the hardware model costs the work at
+        # them); a value outside is a builder or caller error
+        rng = re.search(r"llama_npu\.range\s*=\s*\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\]", m.group(3) or "")
+        lo, hi = (int(rng.group(1)), int(rng.group(2))) if rng else (None, None)
+        where = op.where()
 
         def run(env):
             mr = buf(env)
-            env[res] = mr.data[flat(mr, [f(env) for f in idx])]
+            val = mr.data[flat(mr, [f(env) for f in idx])]
+            if lo is not None and not lo <= int(val) <= hi:
+                raise InterpError(f"{where}: loaded {int(val)} outside its declared llama_npu.range [{lo}, {hi}]")
+            env[res] = val
         return run
 
     def _store(self, op):

@@ -14,7 +14,9 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
   unit, which has no FPU on AIE2P (soft-float; stack as for a division);
 - add.cc: one 32-lane accfloat add per 32 elements;
 - attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V on the bf16 matrix unit
-  (`mmul_macs`, lq*lk*hd MACs each; the in-register K-block transposes issue around the mmuls as in gemm.cc),
+  (`mmul_macs`, 4*lk*hd MACs each per computed 4-row block - the kernel skips the blocks and tiles past the
+  causal bound, which the analyzer evaluates from the call's operands; the in-register K-block transposes
+  issue around the mmuls as in gemm.cc),
   decode `step` on 32-/16-lane macs; both carry the online-softmax bookkeeping per score (query, key): mask,
   max, subtract, exp2 (costed per score by the cost model's `softmax_cycles_per_score`); reciprocals come from
   a bf16 `aie::inv` and an f32 Newton step (no soft-float division: the default stack holds);
@@ -51,6 +53,9 @@ class ExternalCost:
     stack_bytes: int
     writes: tuple[int, ...]                      # memref operand positions the kernel writes
     pure_outputs: tuple[int, ...] = ()           # ... of which it never reads (first written by the call)
+    valued: tuple[int, ...] = ()                 # integer operand positions the work depends on: the analyzer
+                                                 # evaluates them per call (kernel_builder.hw.analyze) and
+                                                 # passes ints where it can (the others stay expressions)
 
 
 def _gemv(m, args):
@@ -80,20 +85,51 @@ def _add(m, args):
     return CallWork(n / 32, n, 0)
 
 
+ATTN_ROW_BLOCK = 4   # query rows per bf16 mmul<4, 8, 8> block of the prefill item (attention.cc)
+
+
+def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int) -> int:
+    """Row blocks (4 query rows at q_pos0 + i) that attention.cc's prefill `item` computes against the K/V
+    tile at k_pos0 (AIE2P `update_prefill`): none when every key lies after every query of the tile (the early
+    return), else the blocks whose last row sees the tile's first key (the `continue` skips the others)."""
+    if k_pos0 > q_pos0 + lq - 1:
+        return 0
+    return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1)
+
+
+def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int) -> CallWork:
+    """`blocks` computed row blocks of a prefill item: per block q.K^T and p.V (4 rows x lk keys x hd, twice)
+    on the matrix unit, 4 x lk scores through the softmax, the alpha rescale of 4 acc rows (8-lane f32);
+    plus zeroing the V rows of the keys no row of the tile sees (32-lane stores)."""
+    macs = 2 * ATTN_ROW_BLOCK * lk * hd * blocks
+    return CallWork(ATTN_ROW_BLOCK * hd / 8 * blocks + zeroed_keys * hd / 32, macs, 0,
+                    ATTN_ROW_BLOCK * lk * blocks, mmul_macs=macs)
+
+
 def _attn(m, args):
-    """attention.cc (kernels/attention.py). Prefill item (a K/V tile; the model cannot tell the Q items and
-    the tiles the kernel skips past the causal bound from it, so every item counts as a full tile): q.K^T and
-    p.V on the bf16 matrix unit (mmul<4, 8, 8>, `mmul_macs`; the in-register K transposes issue around the
-    mmuls, as gemm.cc's w transposes) plus the alpha rescale of acc (8-lane f32); decode step: 32-lane q.k
-    macs + reduction per key, 16-lane p.V macs. Both: the softmax bookkeeping per score (the cost model's softmax_cycles_per_score), the
-    per-row statistics in vector lanes (no scalar float ops)."""
+    """attention.cc (kernels/attention.py). Prefill item: with its operands (t, n_q, q_pos0) known, a Q item
+    (t < n_q) is a copy of at most one tile (32-lane loads/stores), a K/V item computes only the row blocks
+    `attn_prefill_blocks` names (the kernel skips the others, causal); with an operand unknown, a full tile
+    (every row block). Per row block: q.K^T and p.V on the bf16 matrix unit (mmul<4, 8, 8>, `mmul_macs`; the
+    in-register K transposes issue around the mmuls, as gemm.cc's w transposes) plus the alpha rescale of acc
+    (8-lane f32). Decode step: 32-lane q.k macs + reduction per key, 16-lane p.V macs. Both: the softmax
+    bookkeeping per score (the cost model's softmax_cycles_per_score), the per-row statistics in vector lanes
+    (no scalar float ops)."""
     mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
     n = int(m.group(6) or 1)
     qk = pv = lq * lk * hd
     if part == "init":
         return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
     if part == "item":
-        return CallWork(lq * hd / 8, qk + pv, 0, lq * lk, mmul_macs=qk + pv)
+        t, n_q, q_pos0 = (args[i] if len(args) > i else None for i in (3, 4, 6))
+        if all(isinstance(x, int) for x in (t, n_q, q_pos0)):
+            if t < n_q:
+                return CallWork(lq * hd / 32, 0, 0)
+            k_pos0 = (t - n_q) * lk
+            blocks = attn_prefill_blocks(lq, lk, q_pos0, k_pos0)
+            seen = min(max(q_pos0 + lq - k_pos0, 0), lk)     # keys some row of the tile sees
+            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0)
+        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0)
     if part == "step":
         return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
     if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
@@ -121,7 +157,7 @@ EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
     ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
                  DEFAULT_STACK, (0,), (0,)),
     ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
-                 (1, 2)),
+                 (1, 2), valued=(3, 4, 6)),
     ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
                  (1,), (1,)),
     ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,

@@ -171,10 +171,14 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         t, n_q, slot, q_pos0 = int(t), int(n_q), int(slot), int(q_pos0)
         data = _need(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
         qd = _need(q, "q", lq * hd).reshape(lq, hd)
-        if t < n_q:      # Q item t is the tile of core slot t: rows [0, lk) then rows [lq - lk, lq)
-            if t == slot:
-                qd[:lk] = data[:lk]
-                qd[lk:] = data[2 * lk - (lq - lk):]
+        if t < n_q:      # slot = 2 * (the item holding this core's Q tile) + (the half it starts in)
+            if t == slot >> 1:
+                half = slot & 1
+                if half and lq != lk:
+                    raise ModelError(f"attention item: slot {slot} starts a Q tile of {lq} rows in the second "
+                                     f"half of an item of 2x{lk} rows")
+                qd[:lk] = data[half * lk:half * lk + lk]          # rows [0, lk)
+                qd[lk:] = data[2 * lk - (lq - lk):]               # rows [lk, lq) (none when lq == lk)
                 q.written = True
             return
         update(data[:lk], data[lk:], qd, state, q_pos0, 1, (t - n_q) * lk)

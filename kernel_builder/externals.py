@@ -227,7 +227,8 @@ def attention_prefill_kernels(head_dim: int, lq: int, lk: int) -> AttentionKerne
     """Prefill tile primitives for [lq, head_dim] query tiles and items of 2*lk rows (kernels/attention.py):
 
     init(state f32[lq*(hd+2)])
-    item(item bf16[2*lk*hd], q bf16[lq*hd], state, int32 t, int32 n_q, int32 q_row0, int32 q_pos0)
+    item(item bf16[2*lk*hd], q bf16[lq*hd], state, int32 t, int32 n_q, int32 slot, int32 q_pos0)
+        (slot = 2 * the Q item holding the core's tile + the half it starts in)
     finish(state, out bf16[lq*hd])
     """
     return _attention("p", head_dim, lq, lk)

@@ -78,12 +78,14 @@ PREFILL = [
 def test_prefill_matches_reference(shape, pos):
     stats = _check(shape, pos)
     p = planner.plan_attention(*shape)
-    iterations = p.launch * p.head_passes * p.rounds        # launch grid: kv head x head pass x round
+    iterations = p.iterations                                # launch grid: kv head x round x head pass
+    assert iterations == p.kv_heads * p.head_passes * p.rounds
     assert stats.tiles == iterations * p.herd_x * p.herd_y
-    # per launch iteration every core receives the position and its group's Q items plus the whole window
-    # (static DMAs); the segment assembles each item from the group's two feeds
+    # per launch iteration every core receives the position and the Q items plus the whole window (static
+    # DMAs); the segment assembles each item from the two feeds and gathers each core's output tile in L2
     items = p.q_items + p.kv_tiles
-    assert stats.channel_gets == iterations * (p.herd_x * p.herd_y * (1 + items) + 2 * p.herd_x * items)
+    cores = p.herd_x * p.herd_y
+    assert stats.channel_gets == iterations * (cores * (1 + items) + 2 * items + cores)
     assert stats.peak_l1_bytes <= sum(p.l1_buffers().values())
 
 
@@ -107,8 +109,8 @@ SMOLLM2_DECODE = (1, 256, 9, 3, 64)
 def test_decode_matches_reference(pos):
     stats = _check(SMALL_DECODE, pos)
     p = planner.plan_attention(*SMALL_DECODE)
-    assert stats.tiles == p.launch * p.cores
-    assert stats.calls_by_symbol[f"attnd_merge_bf16_hd32_q2_k{p.lk}_n{p.herd_x}"] == p.launch
+    assert stats.tiles == p.iterations * p.cores
+    assert stats.calls_by_symbol[f"attnd_merge_bf16_hd32_q2_k{p.lk}_n{p.herd_x}"] == p.iterations * p.herd_y
 
 
 @pytest.mark.parametrize("pos", [1, 63, 64, 65, 255])
@@ -163,42 +165,79 @@ def test_prefill_wrong_item_half_is_caught():
 
 def test_prefill_wrong_q_slice_is_caught():
     shape = (64, 64, 4, 2, 32)
-    assert planner.plan_attention(*shape).herd_x > 1
+    p = planner.plan_attention(*shape)
+    assert p.q_per_item == 2 and p.lq == 16
     text = attention.build(*shape)
-    # group 1 is fed group 0's query block (the row offset of group 0's Q put)
-    first = re.search(r"air\.channel\.put @attn_fk\[%c0, %c0\] \(%la\[%\w+, (%\w+), ", text).group(1)
-    mutated = _sub(text, r"(air\.channel\.put @attn_fk\[%c1\w*, %c0\] \(%la\[%\w+, )(%\w+)",
-                   lambda m: m.group(1) + first)
+    # the second feed carries the first query block's rows again (its row offset lq dropped): the odd query
+    # blocks attend with the even blocks' queries
+    mutated = _sub(text, r"(air\.channel\.put @attn_fv\[%c0, %c0\] \(%la\[%\w+, %\w+, )%c16\b",
+                   lambda m: m.group(1) + "%c0")
     _mutated_fails(shape, 0, text, mutated)
 
 
-def test_prefill_wrong_broadcast_index_is_caught():
+def test_prefill_wrong_q_capture_slot_is_caught():
     shape = (64, 64, 4, 2, 32)
     text = attention.build(*shape)
-    # group 1's items go to group 0 (one put reaches the wrong herd row)
-    mutated = _sub(text, r"air\.channel\.put @attn_in\[%c1\w*, (%c0\w*)\]", lambda m: f"air.channel.put @attn_in[{m.group(1)}, {m.group(1)}]")
+    # a core takes the half of its Q item by its head (ty) instead of its query block (tx)
+    mutated = _sub(text, r"arith\.remui %tx,", "arith.remui %ty,")
     _mutated_fails(shape, 0, text, mutated)
 
 
-def test_prefill_wrong_q_capture_row_is_caught():
+def test_prefill_wrong_drain_index_is_caught():
     shape = (64, 64, 4, 2, 32)
     text = attention.build(*shape)
-    mutated = _sub(text, r"arith\.index_cast %ty : index to i32", "arith.index_cast %tx : index to i32")
+    # query block 1's gather takes core (0, 1)'s output tile (a wrong channel index of the L2 drain)
+    mutated = _sub(text, r"air\.channel\.get @attn_o\[%c1\w*, (%c1\w*)\]",
+                   lambda m: f"air.channel.get @attn_o[%c0_1, {m.group(1)}]")
+    _mutated_fails(shape, 0, text, mutated)
+
+
+def test_prefill_wrong_drain_column_is_caught():
+    shape = (64, 64, 4, 2, 32)
+    text = attention.build(*shape)
+    # head 1's output tile lands on head 0's columns of the L2 buffer
+    mutated = _sub(text, r"(air\.channel\.get @attn_o\[%c0\w*, %c1\w*\] \(%out_l2\[%c0\w*, )(%c1\w*)",
+                   lambda m: m.group(1) + "%c0_1")
+    _mutated_fails(shape, 0, text, mutated)
+
+
+def test_prefill_wrong_drain_row_is_caught():
+    shape = (64, 64, 4, 2, 32)
+    text = attention.build(*shape)
+    # query block 1's L2 buffer is written over block 0's rows of o
+    rows = re.findall(r"air\.dma_memcpy_nd \(%sa_4\[(%\w+), ", text)
+    assert len(rows) == planner.plan_attention(*shape).herd_x
+    mutated = _sub(text, rf"(air\.dma_memcpy_nd \(%sa_4\[){re.escape(rows[1])}\b", lambda m: m.group(1) + rows[0])
     _mutated_fails(shape, 0, text, mutated)
 
 
 def test_decode_wrong_kv_tile_offset_is_caught():
     text = attention.build(*SMALL_DECODE)
     # split 1 streams split 0's keys (its split offset dropped)
-    mutated = _sub(text, r"(%sa_1\[)%c1(, %key)", lambda m: m.group(1) + "%c0" + m.group(2))
+    mutated = _sub(text, r"(%sa_1\[)%c1\w*(, %key)", lambda m: m.group(1) + "%c0" + m.group(2))
     _mutated_fails(SMALL_DECODE, 200, text, mutated)
+
+
+def test_decode_wrong_kv_head_slice_is_caught():
+    text = attention.build(*SMALL_DECODE)
+    assert planner.plan_attention(*SMALL_DECODE).herd_y == 2
+    # core (0, 1) gets kv head 0's columns of its split's item
+    mutated = _sub(text, r"(air\.channel\.put @attn_in\[%c0, %c1\w*\] \(%kv_l2\[%c0, )%c32\b",
+                   lambda m: m.group(1) + "%c0")
+    _mutated_fails(SMALL_DECODE, 200, text, mutated)
+
+
+WIDE_DECODE = (1, 256, 16, 8, 32)   # two launch iterations of 4 kv heads side by side
 
 
 def test_decode_wrong_query_slice_is_caught():
-    text = attention.build(*SMALL_DECODE)
-    # every kv head's items carry the query rows of kv head 0's group
-    mutated = _sub(text, r"(%sa\[%c0, )(%sa_\d+)(, %c0\])", lambda m: m.group(1) + "%c0" + m.group(3))
-    _mutated_fails(SMALL_DECODE, 200, text, mutated)
+    p = planner.plan_attention(*WIDE_DECODE)
+    assert p.herd_y == 4 and p.launch_grid == (2,)
+    text = attention.build(*WIDE_DECODE)
+    # every launch iteration's items carry the query rows of the first iteration's kv heads
+    mutated = _sub(text, r"(air\.dma_memcpy_nd \(%kv_l2\[%c\d+, %c0, %c0\] .*?, %sa\[%c0, %c0, )(%t)\b",
+                   lambda m: m.group(1) + "%c0")
+    _mutated_fails(WIDE_DECODE, 200, text, mutated)
 
 
 def test_decode_wrong_merge_slot_is_caught():
@@ -255,23 +294,60 @@ def test_bad_shapes_are_one_clear_error(bad, words):
 # ------------------------------------------------------------------------------------------------ hardware model
 def test_hw_model_counts_one_shim_stream_per_channel_index():
     """Puts from L3 on one channel index share one shim allocation (AIRToAIESchedulingUtils.cpp reuses the
-    allocation of a channel declaration): the prefill's Q and K (V) puts of a group are one MM2S stream each,
-    while puts on different indices are separate streams. The kernel fits the chip with the preset the model
-    layer records for it (kernel_builder.hw.tune.preset_for_kernels)."""
+    allocation of a channel declaration): the prefill's Q and K (V) puts are one MM2S stream per feed, and the
+    output leaves through the memory tile, one S2MM stream per query block (not one per core): all 32 cores
+    at Llama-3.2-1B shapes. The kernel fits the chip with the preset the model layer records for it
+    (kernel_builder.hw.tune.preset_for_kernels)."""
     from kernel_builder.hw import analyze_module
     from kernel_builder.hw.tune import preset_for_kernels
     shape = (2048, 2048, 32, 8, 64)
     p = planner.plan_attention(*shape)
+    assert p.cores == 32
     text = attention.build(*shape)
     rep = analyze_module(text, "attention", preset=preset_for_kernels([text]))
     assert rep.ok, rep.first_violation()
     (launch,) = rep.launches
     mm2s = [f for f in launch.work.flows if f.direction == "MM2S"]
-    assert len(mm2s) == p.channels()["shim_mm2s"] == 2 * p.herd_x + 1
-    fk0 = [f for f in mm2s if "+" in f.what]
-    assert len(fk0) == 2 * p.herd_x                       # each feed stream carries Q, then K (or V)
+    assert len(mm2s) == p.channels()["shim_mm2s"] == 3
+    assert len([f for f in mm2s if "+" in f.what]) == 2      # each feed stream carries Q, then K (or V)
     s2mm = [f for f in launch.work.flows if f.direction == "S2MM"]
-    assert len(s2mm) == p.channels()["shim_s2mm"] == p.herd_x * p.herd_y
+    assert len(s2mm) == p.channels()["shim_s2mm"] == p.herd_x
+    assert rep.usage.herd_tiles == 32
+
+
+def _mmul_macs(text: str) -> int:
+    from kernel_builder.hw import analyze_module
+    from kernel_builder.hw.tune import preset_for_kernels
+    rep = analyze_module(text, "attention", preset=preset_for_kernels([text]))
+    assert rep.ok, rep.first_violation()
+    return rep.launches[0].work.tile_mmul_macs
+
+
+@pytest.mark.parametrize("shape", [(2048, 2048, 32, 8, 64), (256, 1024, 32, 8, 64), (64, 64, 9, 3, 64)])
+def test_hw_model_charges_the_tiles_the_cores_compute(shape):
+    """The prefill cores skip K/V tiles (and 4-row blocks) past the causal bound; the model evaluates each
+    item call's operands (tile index, query position at the top of the position's llama_npu.range) and
+    charges the busiest core per item: the plan's busiest_blocks. Without the range (the position unknown)
+    every item is a full tile, the Q items included - what the model charged before."""
+    p = planner.plan_attention(*shape)
+    text = attention.build(*shape)
+    per_block = 2 * 4 * p.lk * p.head_dim
+    assert _mmul_macs(text) == p.busiest_blocks() * per_block
+    unknown = _sub(text, r" \{llama_npu\.range = \[\d+, \d+\]\}", "")
+    full = p.iterations * p.steps * (p.lq // 4) * per_block
+    assert _mmul_macs(unknown) == full
+    # causal: at most about half the full work (plus the diagonal tiles) at the top position of the window
+    assert p.busiest_blocks() * per_block < (0.75 if shape[0] == shape[1] and shape[0] >= 256 else 1.0) * full
+
+
+def test_position_outside_its_declared_range_is_refused():
+    """The interpreter checks the llama_npu.range the hardware model costs at: a chunk whose rows would end past
+    the window is an error, not a silent under-count."""
+    shape = (32, 128, 4, 2, 32)
+    text = attention.build(*shape)
+    q, k, v, _ = _data(*shape, 0)
+    with pytest.raises(air_interp.InterpError, match="llama_npu.range"):
+        _interp(text, q, k, v, np.array([97], np.int32))
 
 
 @pytest.mark.parametrize("shape", [(64, 64, 9, 3, 64), (2048, 2048, 9, 3, 64), (2048, 8192, 24, 8, 128),

@@ -76,8 +76,9 @@ def _assert_close(got, want, what):
 
 
 class Prefill:
-    """One core's schedule: init, the Q items of its group (one per core: item rows [0, lk) are Q rows
-    [0, lk), rows [lk, 2lk) are Q rows [lq - lk, lq)), then the K/V items of the window."""
+    """One core's schedule: init, the Q items of the cores sharing the stream, then the K/V items of the window.
+    A Q item is two lk-row halves: when lq == lk each half is one core's tile (two tiles per item), else one
+    tile per item (rows [0, lk) then rows [lq - lk, lq)); a core's slot = 2 * item + half."""
 
     def __init__(self, lib, hd, lq, lk):
         ks = ext.attention_prefill_kernels(hd, lq, lk)
@@ -85,22 +86,30 @@ class Prefill:
         self.init, self.item, self.finish = _fn(lib, ks.init.symbol, 2), _fn(lib, ks.update.symbol, 3, 4), \
             _fn(lib, ks.out.symbol, 2)
 
-    def q_item(self, tile):
-        return np.ascontiguousarray(np.concatenate([tile[:self.lk], tile[self.lq - self.lk:]]))
+    def q_items(self, tiles):
+        lq, lk = self.lq, self.lk
+        if lq == lk:   # two tiles per item (a zero half pads an odd count)
+            tiles = list(tiles) + [np.zeros_like(tiles[0])] * (len(tiles) % 2)
+            return [np.ascontiguousarray(np.concatenate(tiles[i:i + 2])) for i in range(0, len(tiles), 2)]
+        return [np.ascontiguousarray(np.concatenate([t[:lk], t[lq - lk:]])) for t in tiles]
 
-    def run(self, q_tiles, slot, k, v, q_pos0, state=None, q=None):
-        """q_tiles: the Q tiles of the cores sharing the stream; this core is `slot`. state/q: reuse the
+    def slot(self, core):
+        return core if self.lq == self.lk else 2 * core
+
+    def run(self, q_tiles, core, k, v, q_pos0, state=None, q=None):
+        """q_tiles: the Q tiles of the cores sharing the stream; this core is number `core`. state/q: reuse the
         buffers of an earlier query block (finish empties the state) instead of a fresh init."""
         hd, lq, lk = self.hd, self.lq, self.lk
         if state is None:
             state, q = np.empty(lq * (hd + 2), np.float32), np.empty((lq, hd), BF16)
             self.init(_ptr(state), _ptr(q))
-        n_q = len(q_tiles)
-        for t, tile in enumerate(q_tiles):
-            self.item(_ptr(self.q_item(tile)), _ptr(q), _ptr(state), t, n_q, slot, q_pos0)
+        items = self.q_items(q_tiles)
+        n_q = len(items)
+        for t, it in enumerate(items):
+            self.item(_ptr(it), _ptr(q), _ptr(state), t, n_q, self.slot(core), q_pos0)
         for t in range(k.shape[0] // lk):
             it = np.ascontiguousarray(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
-            self.item(_ptr(it), _ptr(q), _ptr(state), n_q + t, n_q, slot, q_pos0)
+            self.item(_ptr(it), _ptr(q), _ptr(state), n_q + t, n_q, self.slot(core), q_pos0)
         self.finish(_ptr(state), _ptr(q))
         return q.copy(), state, q
 

@@ -217,13 +217,16 @@ def test_gemv_k_variants_have_distinct_symbols():
 
 
 def test_attention_prefill_and_decode_are_distinct_designs():
-    """Prefill: one herd whose groups share broadcast item streams; decode: the split herd and its merge herd."""
+    """Prefill: one herd whose cores all share one broadcast item stream and drain their output tiles through
+    L2; decode: the split herd (kv heads side by side) and its merge herd."""
     pre = air_checks.check_module(attention.build(64, 64, 32, 8, 64))
     dec = air_checks.check_module(attention.build(1, 2048, 32, 8, 64))
     assert [h.symbol for h in pre.herds] == ["attention_herd"]
     assert [h.symbol for h in dec.herds] == ["attention_herd", "attention_merge"]
-    assert pre.channels["attn_in"].broadcast_shape == [4, 4] and pre.channels["attn_in"].size == [4, 1]
-    assert dec.channels["attn_in"].broadcast_shape is None
+    assert pre.channels["attn_in"].broadcast_shape == [4, 4] and pre.channels["attn_in"].size == [1, 1]
+    assert pre.channels["attn_o"].size == [4, 4] and pre.channels["attn_o"].broadcast_shape is None
+    assert dec.channels["attn_in"].broadcast_shape is None and dec.channels["attn_in"].size == [4, 4]
+    assert dec.channels["attn_merge"].size == [1, 4]
     for rep in (pre, dec):
         assert rep.errors == [] and rep.kernels[0]["kind"] == "attention"
 

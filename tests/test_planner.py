@@ -185,15 +185,23 @@ def _check_attention_plan(p, s, rows, window):
     assert ch["shim_mm2s"] <= A.SHIM_MM2S and ch["shim_s2mm"] <= A.SHIM_S2MM
     assert ch["core_s2mm"] <= 2 and ch["core_mm2s"] <= 2 and p.core_bds() <= 16
     assert window % p.lk == 0 and p.lk % A.ATTN_LK_MULTIPLE == 0
-    assert p.launch == s.n_kv_heads
     if p.decode:
-        assert p.lq == g and p.kv_rows % (p.herd_x * p.lk) == 0 and p.herd_y == 1
+        assert p.lq == g and p.kv_rows % (p.herd_x * p.lk) == 0 and s.n_kv_heads % p.herd_y == 0
+        assert p.launch_grid == (s.n_kv_heads // p.herd_y,)
+        # a split's L2 item: K, V and q DMAs in, one put per kv head out; a kv head's partials: herd_x in
+        assert 3 <= A.MEMTILE_CHANNELS and p.herd_y <= A.MEMTILE_CHANNELS and p.herd_x <= A.MEMTILE_CHANNELS
+        assert p.cores == p.herd_x * p.herd_y + p.herd_y
     else:
         assert rows % (p.lq * p.herd_x) == 0 and p.lq % A.ATTN_LQ_MULTIPLE == 0 and g % p.herd_y == 0
         assert p.lk <= p.lq <= 2 * p.lk
+        assert p.launch_grid == (s.n_kv_heads, p.rounds, p.head_passes)
         # every query block of every head is computed exactly once
-        assert p.launch * p.head_passes * p.rounds * p.herd_x * p.herd_y * p.lq == rows * s.n_heads
-        assert p.q_items * p.item_rows >= p.herd_y * p.lq
+        assert p.iterations * p.herd_x * p.herd_y * p.lq == rows * s.n_heads
+        # the Q items hold a tile for every core (two per item when lq == lk)
+        assert p.q_items * p.q_per_item >= p.herd_x * p.herd_y
+        assert p.q_per_item == 1 or p.lq == p.lk
+        # a query block's L2 output buffer gathers herd_y tiles (memory-tile S2MM channels) and holds them
+        assert p.herd_y <= A.MEMTILE_CHANNELS and p.l2_buffers()["out0"] == 2 * p.lq * p.herd_y * p.head_dim
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
@@ -210,16 +218,18 @@ def test_attention_decode_plans(s, window):
 
 
 def test_attention_plans_use_the_array():
-    """Prefill: 4 query blocks x 4 heads side by side (one output stream per core: 16 shim S2MM channels), two
-    feed streams per group; decode splits the window over 4 cores per kv head (3 streams each)."""
+    """Prefill: 8 query blocks x 4 heads on all 32 cores; one broadcast item stream (two feed streams) and the
+    output drained through L2, one S2MM stream per query block; the busiest core's causal work picks 64-key
+    tiles. Decode splits the window over 4 cores per kv head, 4 kv heads side by side (3 streams per split)."""
     s = LLAMA32_1B
     p = A.plan_attention(2048, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 32, 4, 4, 16, 8)
-    assert p.channels()["shim_mm2s"] == 9 and p.channels()["shim_s2mm"] == 16
+    assert (p.lq, p.lk, p.herd_x, p.herd_y, p.cores, p.rounds) == (64, 64, 8, 4, 32, 4)
+    assert p.channels()["shim_mm2s"] == 3 and p.channels()["shim_s2mm"] == 8
     p = A.plan_attention(64, 64, s.n_heads, s.n_kv_heads, s.head_dim)
     assert (p.lq, p.lk, p.herd_x, p.cores) == (16, 16, 4, 16)
     d = A.plan_attention(1, 2048, s.n_heads, s.n_kv_heads, s.head_dim)
-    assert (d.herd_x, d.herd_y, d.lq, d.cores, d.lk) == (4, 1, 4, 5, 64)
+    assert (d.herd_x, d.herd_y, d.lq, d.cores, d.lk) == (4, 4, 4, 20, 64)
+    assert d.launch_grid == (2,) and d.channels()["shim_mm2s"] == 13
 
 
 def test_lm_head_reference_partitioning():

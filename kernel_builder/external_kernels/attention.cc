@@ -11,10 +11,12 @@
 //
 // ATTN_MODE 1 (prefill; a core's input stream is a sequence of "items" of 2*ATTN_LK rows):
 //   init(state, q): empty state, q = 0 (once per launch iteration)
-//   item(item, q, state, t, n_q, slot, q_pos0): items t < n_q carry the Q tiles of the n_q cores sharing the
-//       stream, one per item: item rows [0, ATTN_LK) are Q rows [0, ATTN_LK), item rows [ATTN_LK, 2*ATTN_LK)
-//       are Q rows [ATTN_LQ - ATTN_LK, ATTN_LQ) (ATTN_LK <= ATTN_LQ <= 2*ATTN_LK; the halves overlap when
-//       ATTN_LQ < 2*ATTN_LK); the core copies item t == slot into q.
+//   item(item, q, state, t, n_q, slot, q_pos0): items t < n_q carry the Q tiles of the cores sharing the
+//       stream; slot = 2 * (the item holding this core's tile) + (the half it starts in). A tile starting in
+//       half 0 takes item rows [0, ATTN_LK) as Q rows [0, ATTN_LK) and item rows [2*ATTN_LK - (ATTN_LQ -
+//       ATTN_LK), 2*ATTN_LK) as Q rows [ATTN_LK, ATTN_LQ) (ATTN_LK <= ATTN_LQ <= 2*ATTN_LK); when ATTN_LQ ==
+//       ATTN_LK an item carries two tiles, one per half, and a tile may start in half 1. The core copies its
+//       tile when t == slot / 2.
 //       Item t >= n_q is the K/V tile (t - n_q): K = rows [0, ATTN_LK), V = rows
 //       [ATTN_LK, 2*ATTN_LK), keys at (t - n_q)*ATTN_LK; one update of the rows at q_pos0 + i.
 //   finish(state, out): out = acc / l in bf16 (rows with l == 0 -> 0); out may be the q buffer; the state is
@@ -265,9 +267,10 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
                                    float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
                                    int32_t q_pos0) {
-  if (t < n_q) {  // a Q item: keep the one of this core
-    if (t == slot) {
-      for (int i = 0; i < kLk * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i));
+  if (t < n_q) {  // a Q item: keep the tile of this core (slot = 2 * item + half)
+    if (t == (slot >> 1)) {
+      const bfloat16 *src = item + (kLq == kLk ? (slot & 1) * kLk * kHd : 0);
+      for (int i = 0; i < kLk * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(src + i));
       for (int i = kLk * kHd; i < kLq * kHd; i += kDotLanes)
         ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i + (2 * kLk - kLq) * kHd));
     }
@@ -427,10 +430,12 @@ extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAM
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
                                    float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
                                    int32_t q_pos0) {
-  if (t < n_q) {
-    if (t == slot)
+  if (t < n_q) {  // slot = 2 * item + half
+    if (t == (slot >> 1)) {
+      const bfloat16 *src = item + (kLq == kLk ? static_cast<long>(slot & 1) * kLk * kHd : 0);
       for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i)
-        q[i] = item[i < static_cast<long>(kLk) * kHd ? i : i + static_cast<long>(2 * kLk - kLq) * kHd];
+        q[i] = src[i < static_cast<long>(kLk) * kHd ? i : i + static_cast<long>(2 * kLk - kLq) * kHd];
+    }
     return;
   }
   update(item, item + kLk * kHd, q, state, q_pos0, 1, (t - n_q) * kLk);

@@ -18,6 +18,7 @@ from kernel_builder.hw import ir
 from kernel_builder.hw.facts import NPU2, NPU2Facts
 from kernel_builder.hw.dma import canonical_dims, is_contiguous, iteration_space, linear_offset, shim_fold
 from kernel_builder.hw.ir import L1, L2, L3, Access, Alloc, Buffer, Call, Compute, Loop, Region, Transfer
+from kernel_builder.hw.valued import valued_work
 from kernel_builder.hw.results import (AIECC, AIR_TO_AIE, AIRRT_TO_NPU, PING_PONG, RUNTIME, STAGES, Flow,
                                        LaunchReport, Usage, Violation, Work)
 
@@ -270,12 +271,14 @@ class _LaunchAnalyzer:
         # transfers: shim flows, memtile endpoints, checks
         # work
         best = (0.0, 0, 0, 0, 0)   # the busiest tile over the whole launch grid (launch iterations run in turn)
+        valued = [n for n in paths if isinstance(n, Call) and (ec := external_cost(n.symbol)) is not None
+                  and ec[0].valued]   # work depends on operand values: evaluated per call (_valued_work)
         for runs in by_tile.values():
             vec = mm = sc = sc_ = mmul = 0
             for c, lmult in runs:
                 for n, k in c.items():
                     k *= lmult
-                    if isinstance(n, Call):
+                    if isinstance(n, Call) and n not in valued:
                         ec = external_cost(n.symbol)
                         if ec is not None:
                             w = ec[0].work(ec[1], n.args)
@@ -289,6 +292,8 @@ class _LaunchAnalyzer:
                         else:
                             sc += n.macs * k
             best = max(best, (vec, mm, sc, sc_, mmul))
+        for n in valued:
+            best = tuple(a + b for a, b in zip(best, valued_work(self.launch, herd, n, paths[n], self.m.ranges)))
         for n, k in totals.items():
             if isinstance(n, Call):
                 ec = external_cost(n.symbol)

@@ -50,7 +50,8 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
     A loop of the herd or segment that does not fold becomes one task per iteration, each waited for. A
     launch dim that does not fold is unrolled with no wait in between, so its tasks stay in flight until the
     launch ends - or, under runtime loop tiling (--air-runtime-loop-tiling-sizes), until the end of one tile
-    of the launch grid (the tile factor is the largest divisor of the extent not above the tiling size).
+    of the launch grid (the tile factor is the largest divisor of the extent not above the tiling size; a
+    launch dim past the sizes given is not tiled: whole in every tile).
     A DDR write that shares its output with other writes of the launch (`chained_write`) folds no launch dim:
     AIR chains them by write-after-write dependencies and each stays one task per launch iteration (the GEMM's
     8 C row-panel writes through /work/tools/air-lower.sh: one task per launch iteration, untiled and with
@@ -87,7 +88,9 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
         extent = launch.sizes[i]
         if extent <= 1:
             continue
-        t = tiling[i] if i < len(tiling) else 1
+        # launch dims past the tiling sizes stay whole inside a tile (attention's 8 x 1 x 8 grid with tiling
+        # 2,2 through /work/tools/air-lower.sh: 2 x 8 = 16 chained output writes per shim column per wait)
+        t = tiling[i] if i < len(tiling) else extent
         inner = _largest_factor(extent, t) if tiling else extent
         if stop or chained_write or not fold(launch.ids[i], inner, 1):
             stop = True

@@ -134,6 +134,7 @@ class Module:
     launches: list[Region]
     channels: dict            # symbol -> (size, broadcast shape)
     externals: dict           # symbol -> link_with object (private declarations)
+    ranges: dict = field(default_factory=dict)   # variable of a `llama_npu.range`d load -> (lo, hi), inclusive
 
 
 _FLOAT_OPS = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maximumf", "arith.minimumf",
@@ -150,6 +151,7 @@ _CASTS = {"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui"
 _TERMINATORS = {"air.launch_terminator", "air.segment_terminator", "air.herd_terminator", "scf.yield",
                 "linalg.yield", "return", "func.return"}
 _IGNORED = {"memref.dealloc", "air.wait_all"}
+_RANGE_RE = re.compile(r"\{[^}]*llama_npu\.range\s*=\s*\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\][^}]*\}")
 
 
 class _Parser:
@@ -157,6 +159,7 @@ class _Parser:
         self.ctx = air_ops.ModuleCtx(text)
         self.text = text
         self.counter = itertools.count()
+        self.ranges: dict[str, tuple[int, int]] = {}
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}#{next(self.counter)}"
@@ -248,6 +251,15 @@ class _Parser:
                     (writes if name == "memref.store" else reads).append(b)
             for r in op.results:
                 env[r] = None
+            rng = _RANGE_RE.search(text) if name == "memref.load" else None
+            if rng is not None and len(op.results) == 1:
+                # a loaded integer the builder bounds (e.g. the attention position): a variable of known range
+                lo, hi = int(rng.group(1)), int(rng.group(2))
+                if lo > hi:
+                    raise HwParseError(f"{op.where()}: llama_npu.range [{lo}, {hi}] is empty")
+                v = self.fresh(f"range:{op.results[0]}")
+                self.ranges[v] = (lo, hi)
+                env[op.results[0]] = sym.var(v)
             return Compute(op.line, "scalar", 1 if name in _FLOAT_OPS else 0, reads, writes,
                            divf=name in _SOFT_FLOAT_CALLS)
         if name == "memref.alloc":
@@ -400,7 +412,7 @@ def parse(text: str) -> Module:
     externals = {}
     for d in module.private_decls():
         externals[d.name] = d.attributes.get("link_with")
-    return Module(func.name, args, launches, channels, externals)
+    return Module(func.name, args, launches, channels, externals, p.ranges)
 
 
 def walk(block: Block):
