@@ -14,7 +14,8 @@ from pathlib import Path
 from . import diagnosis as diag
 from . import report as rep
 from .gate import compare
-from .hf_runner import DEFAULT_SEED, DEFAULT_THREADS, HFReference, ReferenceUnavailable, import_reference_stack
+from .hf_runner import (DEFAULT_SEED, DEFAULT_THREADS, HF_ATTN, HFReference, ReferenceUnavailable,
+                        import_reference_stack)
 from .prompt_set import PROMPTS_DIR, Prompt, load_prompts
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNAVAILABLE = 0, 1, 2
@@ -151,7 +152,7 @@ def _settings(args) -> dict:
     torch, transformers = import_reference_stack()
     import numpy
 
-    return {"torch_threads": args.threads, "seed": args.seed, "hf_dtype": "bfloat16", "hf_attn": "eager",
+    return {"torch_threads": args.threads, "seed": args.seed, "hf_dtype": "bfloat16", "hf_attn": HF_ATTN,
             "torch": torch.__version__, "transformers": transformers.__version__, "numpy": numpy.__version__}
 
 
