@@ -1,4 +1,4 @@
-"""The `emu-interp` device (kernel_builder/air_interp.py) executes the AIR text itself.
+"""The `emu-interp` device (kernel_builder/air_interp/) executes the AIR text itself.
 
 1. Agreement: every stitched module of a tiny Llama-like model and every single-kernel module, run by the
    interpreter, matches the reference numerics (EmuDevice / kernel_builder.reference) within 2 bf16 ulps of
