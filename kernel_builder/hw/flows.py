@@ -1,0 +1,218 @@
+"""Stream accounting of the resource analyzer (kernel_builder.hw.analyze): every DDR transfer becomes a shim
+flow (channel ops on one channel index share one), herd DDR streams are circuit- or packet-switched as
+air-dma-to-channel decides, L2 endpoints are dealt over the memory tiles, and shim flows over the shim columns;
+each tile's channels, BDs and bytes are checked against the facts."""
+from __future__ import annotations
+
+from collections import Counter
+
+from kernel_builder.hw.dma import shim_fold
+from kernel_builder.hw.ir import L1, L2, L3, Access, Region, Transfer
+from kernel_builder.hw.results import AIECC, AIR_TO_AIE, AIRRT_TO_NPU, Flow
+
+
+def herd_name(h: Region) -> str:
+    return f"@{h.symbol}" if h.symbol else "herd"
+
+
+class FlowAccounting:
+    """Shim flows, memory-tile endpoints and their allocation, mixed into analyze._LaunchAnalyzer (uses its
+    `facts`, `preset`, `launch`, `copies`, `chained_writes`, `channel_flows`, `usage`, `violate` and the
+    TransferChecks)."""
+
+    # ---- segment-level transfers (L3 <-> L2 DMAs, channel puts/gets from L2 or L3)
+    def _segment_transfer(self, t: Transfer, path, execs: int, flows: list, mem: dict) -> None:
+        for side, acc in (("dst", t.dst), ("src", t.src)):
+            if acc is None:
+                continue
+            inbound = side == "dst"
+            self._check_side(t, acc, "memtile" if acc.buffer.space == L2 else
+                             ("shim" if acc.buffer.space == L3 else "core"), path)
+            if acc.buffer.space == L3:
+                in_flight, folded, non_affine, stride, ndims = shim_fold(
+                    acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, self.facts,
+                    chained_write=inbound and acc.buffer in self.chained_writes)
+                self._check_shim_access(t, acc, stride, ndims)
+                flow = Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
+                            acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
+                # channel ops on the same channel index share one shim allocation (the shim allocator reuses
+                # the allocation of a channel declaration, AIRToAIESchedulingUtils.cpp): one stream, its
+                # transfers issued one after the other - but each is its own DMA task holding its own BD, all
+                # configured before any wait (the real lowering's runtime sequence: one bd_id per put; a probe
+                # with 16 launch-level puts on one index exhausts the shim tile's 16 BDs), so their BDs add up
+                key = (flow.direction, t.channel, tuple(str(i) for i in t.indices)) if t.kind != "dma" else None
+                same = self.channel_flows.get(key) if key else None
+                if same is not None:
+                    same.bytes += flow.bytes
+                    same.tasks += flow.tasks
+                    same.pieces += flow.pieces
+                    same.non_affine = same.non_affine or flow.non_affine
+                    if acc.buffer.name not in same.what:
+                        same.what += f" + {acc.buffer.name}"
+                    continue
+                if key:
+                    self.channel_flows[key] = flow
+                flows.append(flow)
+            elif acc.buffer.space == L2:
+                item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
+                item["s2mm" if inbound else "mm2s"] += 1
+                item["bds"] += self.copies.get(acc.buffer, 1)
+
+    # ---- herd-level DDR transfers and their streams
+    @staticmethod
+    def _shared(herd: Region, acc: Access) -> int:
+        """How many tiles share one source stream of this herd-side access: AIR's broadcast detection looks at the
+        offsets' dependence on the tile ids (not at the bounds of the loops around the DMA)."""
+        deps = set().union(*(o.variables for o in acc.offsets))
+        n = 1
+        for size, v in zip(herd.sizes, herd.ids):
+            if v not in deps:
+                n *= size
+        return n
+
+    def _herd_transfer(self, herd, t: Transfer, path, per_tile, totals, bundles, mem) -> None:
+        f = self.facts
+        n_tiles = herd.n_instances
+        for side, acc in (("dst", t.dst), ("src", t.src)):
+            if acc is None:
+                continue
+            space = acc.buffer.space
+            self._check_side(t, acc, {L1: "core", L2: "memtile", L3: "shim"}[space], path)
+            if space == L1 or t.kind != "dma":
+                continue  # channel ops in a herd talk to puts/gets elsewhere: counted on their side
+            inbound_to_core = side == "src"  # the far side is the source: data flows into the core
+            shared = self._shared(herd, acc)
+            if not inbound_to_core and shared > 1:
+                self.violate("shim" if space == L3 else "memtile", "S2MM fan-in", f"{shared} tiles per stream", 1,
+                             AIR_TO_AIE, f"the store to {acc.buffer.name} does not depend on every tile id, so AIR's "
+                             f"broadcast detection makes {shared} tiles write one stream: air-to-aie fails with "
+                             f"'Fan-in for aie.flow isn't supported'", t.line, kind="rule")
+            groups = n_tiles if not inbound_to_core else n_tiles // shared
+            execs = totals[t]
+            if space == L3:
+                in_flight, folded, non_affine, stride, ndims = shim_fold(
+                    acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, f,
+                    chained_write=not inbound_to_core and acc.buffer in self.chained_writes)
+                self._check_shim_access(t, acc, stride, ndims)
+                per_tile_execs = execs / n_tiles  # averaged over the tiles (a causal herd is uneven)
+                what = f"{'load' if inbound_to_core else 'store'} {acc.buffer.name} by {herd_name(herd)}" + \
+                    (f" (shared by {shared} tiles)" if inbound_to_core and shared > 1 else "")
+                bundles.append(dict(transfer=t, direction="MM2S" if inbound_to_core else "S2MM", line=t.line, what=what,
+                                    groups=groups, broadcast=shared > 1, bytes=int(acc.nbytes * per_tile_execs),
+                                    tasks=max(1, int(per_tile_execs) // max(1, folded)), in_flight=in_flight,
+                                    non_affine=non_affine))
+            else:
+                item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
+                item["mm2s" if inbound_to_core else "s2mm"] += groups
+                item["bds"] += groups * self.copies.get(acc.buffer, 1)
+
+    def _herd_streams(self, herd: Region, bundles: list, flows: list) -> set:
+        """The shim streams of one herd's DDR transfers. air-dma-to-channel estimates the per-column pressure of
+        the herd's L3 channels per direction (non-broadcast channels all count against one column, broadcast
+        ones spread over the herd's columns) and, when it exceeds the shim's 2 channels per column, turns them
+        all into packet flows that time-share one shim channel per column (AIRDmaToChannel.cpp). Otherwise each
+        tile (or broadcast group) keeps a circuit-switched stream of its own."""
+        cap = self.facts.shim_mm2s
+        cols = min(herd.sizes[0] if herd.sizes else 1, self.facts.columns)
+        packet: set = set()
+        for direction in ("MM2S", "S2MM"):
+            bs = [b for b in bundles if b["direction"] == direction]
+            if not bs:
+                continue
+            plain = sum(1 for b in bs if not b["broadcast"])
+            bcast = sum(1 for b in bs if b["broadcast"])
+            pressure = plain + -(-bcast // cols)
+            if pressure > cap:  # packet flows: one physical channel per herd column, shared by all
+                total_bytes = sum(b["bytes"] * b["groups"] for b in bs)
+                total_tasks = sum(b["tasks"] * b["groups"] for b in bs)
+                in_flight = sum(b["in_flight"] * b["groups"] for b in bs) // cols
+                what = f"{len(bs)} packet-switched {direction} channels of {herd_name(herd)}"
+                for _ in range(cols):
+                    flows.append(Flow(direction, bs[0]["line"], what, total_bytes // cols,
+                                      max(1, total_tasks // cols), max(1, in_flight),
+                                      any(b["non_affine"] for b in bs)))
+                packet |= {b["transfer"] for b in bs}
+                continue
+            for b in bs:
+                for _ in range(b["groups"]):
+                    flows.append(Flow(direction, b["line"], b["what"], b["bytes"], b["tasks"], b["in_flight"],
+                                      b["non_affine"]))
+        return packet
+
+    # ---- memory tiles: AIR's placement of the L2 buffers (air-split-l2-memref splits a buffer with too many
+    # streams; mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap then deals the buffers round-robin over the
+    # memory tiles in program order, without looking at streams - its later column-affinity swaps keep each
+    # tile's buffer count); every tile must then hold its buffers' bytes, streams and BDs
+    def _memtiles(self, items: dict) -> None:
+        f = self.facts
+        u = self.usage
+        pieces = []
+        for buf, it in items.items():  # insertion order: the program order of each buffer's first transfer
+            u.memtile_mm2s += it["mm2s"]
+            u.memtile_s2mm += it["s2mm"]
+            u.memtile_bds += it["bds"]
+            u.l2_bytes += it["bytes"]
+            if it["bytes"] > f.memtile_bytes:
+                self.violate("memtile", "L2 bytes", it["bytes"], f.memtile_bytes, AIECC,
+                             f"{buf.name} ({buf.nbytes} B x {self.copies.get(buf, 1)} copies) exceeds one memory tile",
+                             it["line"])
+                continue
+            parts = max(1, -(-it["mm2s"] // f.memtile_mm2s), -(-it["s2mm"] // f.memtile_s2mm),
+                        -(-it["bds"] // f.memtile_bds))
+            for _ in range(parts):
+                pieces.append((buf, {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds", "bytes")}))
+        tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(pieces)))]
+        for i, (buf, piece) in enumerate(pieces):
+            t = tiles[i % f.memtiles]
+            for key in piece:
+                t[key] += piece[key]
+            t["bufs"].append(buf.name)
+        u.memtiles = len(tiles)
+        for key, what, cap in (("s2mm", "S2MM channels", f.memtile_s2mm), ("mm2s", "MM2S channels", f.memtile_mm2s),
+                               ("bds", "BDs", f.memtile_bds), ("bytes", "L2 bytes", f.memtile_bytes)):
+            worst = max(range(len(tiles)), key=lambda i: tiles[i][key], default=None)
+            if worst is not None and tiles[worst][key] > cap:
+                t = tiles[worst]
+                self.violate("memtile", what, t[key], cap, AIR_TO_AIE if key != "bytes" else AIECC,
+                             f"memory tile {worst} gets {', '.join(t['bufs'])} (L2 buffers dealt round-robin "
+                             f"over {f.memtiles} memory tiles in program order)")
+
+    # ---- shim columns: the allocator walks the columns, two channels per direction each
+    def _shim(self, flows: list[Flow]) -> None:
+        f = self.facts
+        u = self.usage
+        per_col_bds = Counter()
+        for direction, cap_col in (("MM2S", f.shim_mm2s), ("S2MM", f.shim_s2mm)):
+            fl = sorted((x for x in flows if x.direction == direction), key=lambda x: x.line)
+            for i, x in enumerate(fl):
+                x.column = i // cap_col
+                per_col_bds[x.column] += x.pieces
+            total = len(fl)
+            if direction == "MM2S":
+                u.shim_mm2s = total
+            else:
+                u.shim_s2mm = total
+            cap = f.columns * cap_col
+            if total > cap:
+                kinds = Counter(x.what for x in fl)
+                top = ", ".join(f"{n} x {w}" for w, n in kinds.most_common(3))
+                # air-to-aie: "'air.channel.get' op failed to map to shim dma channels: out of channels."
+                self.violate("shim", f"{direction} channels", total, cap, AIR_TO_AIE,
+                             f"{top} ({cap_col} per shim column x {f.columns} columns)", fl[cap].line)
+        u.shim_bds = max(per_col_bds.values(), default=0)
+        u.shim_tasks = sum(x.tasks for x in flows)
+        for col, n in sorted(per_col_bds.items()):
+            if n > f.shim_bds:
+                heavy = max((x for x in flows if x.column == col), key=lambda x: x.pieces)
+                self.violate("shim", "BDs", n, f.shim_bds, AIECC,
+                             f"column {col}: {heavy.what} keeps {heavy.pieces} DMA tasks in flight (one per transfer on "
+                             f"its channel index and per launch iteration its BD cannot fold, issued before any "
+                             f"wait; runtime loop tiling recycles BDs per tile)", heavy.line)
+                break
+        bad = [x for x in flows if x.non_affine]
+        if bad:
+            worst = max(bad, key=lambda x: x.tasks)
+            self.violate("shim", "DMA offset", "div/rem", "affine", AIRRT_TO_NPU,
+                         f"{worst.what}: air-opt-shim-dma-bds cannot fold a div/rem offset ('unknown ssa offset "
+                         f"producer, NYI'); the lowering then repeats one transfer instead of walking the loop "
+                         f"(wrong data) or fails to legalize the shim DMA", worst.line, kind="rule")
