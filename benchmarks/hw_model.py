@@ -73,24 +73,45 @@ def bench_hw_model(seq: int = 2048) -> None:
 
 
 def _chunked_prefill(m, total: int, rows: int, head_s: float) -> tuple[float, list[tuple[int, int]]]:
-    """Modeled prefill of `total` tokens in chunks of `rows` (model.prefill(rows, window) per chunk, the window
-    the smallest KV window holding the chunk, as the engine picks it). Each chunk's attention is costed at the
-    chunk's own position (its llama_npu.range pinned to it): the module's own figure is its window's worst
-    case, the last chunk it can hold."""
+    """Modeled prefill of `total` tokens in chunks of `rows`, the window of each the smallest KV window holding
+    it (as the engine picks it); see modeled_chunks."""
+    chunks = [(pos, rows) for pos in range(0, total, rows)]
+    windows = m.kv_windows(total)
+    seconds = head_s + modeled_chunks(m, chunks, windows)
+    return seconds, [(p, _window(r, p, windows)) for p, r in chunks]
+
+
+def _window(rows: int, pos: int, windows) -> int:
+    return min(w for w in (rows, *windows) if w >= pos + rows)
+
+
+_STATIC_S: dict = {}
+
+
+def modeled_chunks(m, chunks, windows) -> float:
+    """Modeled NPU time of prefill chunks [(position, rows)] (model.prefill(rows, window) per chunk, n_layers
+    times). Each chunk's attention is costed at the chunk's own position (its llama_npu.range pinned to it):
+    the module's own figure is its window's worst case, the last chunk it can hold. Modules without a ranged
+    operand are analysed once per shape."""
     import re
 
     from kernel_builder.hw import analyze_module
     from kernel_builder.stitching import stitch
 
-    windows = m.kv_windows(total)
-    seconds, chunks = head_s, []
-    for pos in range(0, total, rows):
-        window = min(w for w in (rows, *windows) if w >= pos + rows)
-        chunks.append((pos, window))
-        for d in m.prefill(rows, window).decls:
-            text = re.sub(r"llama_npu\.range = \[\d+, \d+\]", f"llama_npu.range = [{pos}, {pos}]", stitch(d))
-            seconds += m.shapes.n_layers * analyze_module(text, d.name).modeled_s
-    return seconds, chunks
+    seconds = 0.0
+    for pos, rows in chunks:
+        for d in m.prefill(rows, _window(rows, pos, windows)).decls:
+            text = stitch(d)
+            if "llama_npu.range" in text:
+                text = re.sub(r"llama_npu\.range = \[\d+, \d+\]", f"llama_npu.range = [{pos}, {pos}]", text)
+                s = analyze_module(text, d.name).modeled_s
+            else:
+                key = (id(m.shapes), d.name)
+                if key not in _STATIC_S:
+                    _STATIC_S[key] = analyze_module(text, d.name).modeled_s
+                s = _STATIC_S[key]
+            seconds += m.shapes.n_layers * s
+    return seconds
 
 
 def _s(seconds: float) -> str:

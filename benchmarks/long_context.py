@@ -1,8 +1,9 @@
 """`make bench`: long prompts and long chats (chunked prefill over the device KV cache) and decode at depth.
 
 1. Embedded SmolLM2-135M on emu: TTFT of 1k, 2k, 4k and 8k-token prompts (one run; the 8k/2k ratio).
-2. Embedded model on emu: a 10-turn chat whose history passes 3,000 tokens: per turn the new tokens, the history
-   and the TTFT (what a turn costs depends on its own length, not on the history's).
+2. Embedded model on emu: a 10-turn chat whose history passes 3,000 tokens: per turn the new tokens, the history,
+   the chunks, the TTFT on emu and the hardware model's time for the same chunks (on the NPU a turn's cost is its
+   own chunks' GEMMs; the attention over the history is a small share; on emu, numpy attention makes it grow).
 3. Llama-3.2-1B shapes on the null device: dispatches and host<->device bytes of 1k/2k/4k/8k-token prefills,
    and decode at positions ~100 and ~4000 (dispatches, bytes and host time per token: flat in the position).
 """
@@ -47,9 +48,13 @@ def bench_long_prompts(model: str | None = None) -> dict:
 
 
 def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: int = 260) -> list[dict]:
+    from benchmarks.hw_model import modeled_chunks
+    from kernel_builder.hw import analyze_module
+    from kernel_builder.stitching import stitch
     from llama_npu.engine import Engine
 
     eng = Engine.load(model, device="emu", progress=False)
+    head_s = analyze_module(stitch(eng.model.head().decls[0]), "lm_head").modeled_s
     root = Path(__file__).resolve().parents[1] / "docs"
     words = " ".join(p.read_text() for p in sorted(root.glob("*.md"))).split()
     history: list[dict] = []
@@ -60,12 +65,16 @@ def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: i
         ids = eng.tokenizer.apply_chat_template(history)
         before = eng.pos
         res = eng.generate(ids, 4, reuse_kv=True)
-        rows.append({"turn": t + 1, "history": before, "new": res.prompt_computed, "ttft_s": res.ttft_s})
+        chunks = eng.chunks(len(ids), len(ids) - res.prompt_computed)
+        rows.append({"turn": t + 1, "history": before, "new": res.prompt_computed, "ttft_s": res.ttft_s,
+                     "chunks": chunks, "npu_s": modeled_chunks(eng.model, chunks, eng.windows) + head_s})
         history.append({"role": "assistant", "content": res.text.strip()})
-    print(f"[bench] embedded model on emu, {turns}-turn chat (the cache is reused; only each turn's tokens run):")
+    print(f"[bench] embedded model on emu, {turns}-turn chat (the cache is reused; only each turn's tokens run; "
+          f"'NPU' = the hardware model's time for the same chunks, attention costed at their positions):")
     for r in rows:
-        print(f"[bench]   turn {r['turn']:2d}: history {r['history']:5d} tokens, new {r['new']:4d} tokens, "
-              f"TTFT {r['ttft_s']:.2f} s")
+        print(f"[bench]   turn {r['turn']:2d}: history {r['history']:5d} tokens, new {r['new']:4d} tokens "
+              f"(chunks {', '.join(f'{n}@{p}' for p, n in r['chunks'])}), TTFT emu {r['ttft_s']:.2f} s, "
+              f"NPU modeled {r['npu_s'] * 1e3:.1f} ms")
     return rows
 
 

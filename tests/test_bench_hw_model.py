@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from benchmarks.hw_model import DECODE_WINDOWS, bench_hw_model, weight_bytes_per_token
 from llama_npu.models.llama import LLAMA32_1B, SMOLLM2_135M, LlamaModel
 
@@ -32,3 +34,17 @@ def test_decode_line_sums_the_fused_modules(capsys):
         assert abs(got - want * 1e3) < 0.051, (w, got, want)
     assert re.search(r"bandwidth floor: 2\.47 GB of weights per token .* / 60 GB/s = 41\.2 ms", out)
     assert "fallback, host attention" in out
+
+
+def test_modeled_chunks_cost_attention_at_the_chunks_position():
+    """The bench's per-chunk model: a chunk late in a window costs more than the same chunk at position 0 (its
+    causal attention covers more keys), and chunks add up."""
+    from benchmarks.hw_model import modeled_chunks
+    from llama_npu.models.llama import SMOLLM2_135M, LlamaModel
+
+    m = LlamaModel(SMOLLM2_135M)
+    windows = m.kv_windows(2048)
+    first = modeled_chunks(m, [(0, 64)], windows)
+    late = modeled_chunks(m, [(1984, 64)], windows)
+    assert 0 < first < late
+    assert modeled_chunks(m, [(0, 64), (1984, 64)], windows) == pytest.approx(first + late)
