@@ -1,8 +1,9 @@
 """`make bench`: modeled NPU2 time of today's modules for Llama-3.2-1B (kernel_builder.hw cost model), beside
 the reference design's published 1.27 s prefill (2048 tokens) and 92 ms per decode token: the decode token as
 the fused layer module `layer_kv<window>` per layer (KV windows 256 / 2048 / 8192) + the LM head, with the
-bandwidth floor (weight bytes per token over the cost model's DDR ceiling and over 60 GB/s), and the cost
-model's calibration error per calibration point (docs/hardware-model.md)."""
+bandwidth floor (weight bytes per token over the cost model's DDR ceiling and over 60 GB/s), every kernel's
+(launch's) modeled time and scalar MAC share in the prefill, LM-head and decode modules, and the cost model's
+calibration error per calibration point (docs/hardware-model.md)."""
 from __future__ import annotations
 
 import math
@@ -64,6 +65,10 @@ def bench_hw_model(seq: int = 2048) -> None:
           f"{_s(wb / FLOOR_BYTES_PER_S)}")
     names = pre + [head] + [d.name for w in DECODE_WINDOWS for d in m.decode(w).decls] + [d.name for d in host]
     print("[bench]   per module: " + ", ".join(f"{n} {_s(reps[n].modeled_s)}" for n in names))
+    for n in pre + [head, m.decode(DECODE_WINDOWS[0]).decls[0].name]:
+        print(f"[bench]   kernels of {n} (launch: modeled ms, scalar MAC share): " + ", ".join(
+            f"{la.name.split(' ')[0]} {la.modeled_ms:.3f} {la.work.scalar_share * 100:.0f}%"
+            for la in reps[n].launches))
     errs = cost.errors(all_points())
     print(f"[bench] cost model calibration ({len(errs)} published/measured points, |error| mean "
           f"{sum(abs(e) for *_, e in errs) / len(errs) * 100:.0f}%, max {max(abs(e) for *_, e in errs) * 100:.0f}%):")
