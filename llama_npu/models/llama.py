@@ -197,10 +197,16 @@ class LlamaModel:
     @staticmethod
     def presets(plan: PhasePlan) -> PhasePlan:
         """The plan with each module's aircc preset taken from the hardware model's numbers for its kernels
-        (kernel_builder.hw.tune.preset_for_kernels): the stack the kernels' core code needs (RMSNorm's scalar
-        invsqrt, attention's division: 1152 bytes -> `--stack-size 1280`). The planners keep every kernel in L1
-        with its ping-pong copies and its shim BDs in budget, so no module omits ping-pong or tiles the runtime
-        loop; tests/test_hw_modules.py checks every declared module against the model with this preset."""
+        (kernel_builder.hw.tune.preset_for_kernels):
+        - the stack the kernels' core code needs: RMSNorm's soft-float invsqrt needs 1152 bytes
+          (external_costs.py), rounded up to `--stack-size 1280`; attention takes its reciprocals from
+          `aie::inv` + a Newton step (no soft-float division), so a module without an RMSNorm keeps aircc's
+          default 1024;
+        - the runtime loop tiling its kernels' launch grids need to keep the shim BDs in budget (the coarsest of
+          2,2 / 1,2 / 2,1 / 1,1 under which the model counts no overflow; none when the grid fits untiled),
+          e.g. 2,2 for the large prefill GEMMs, 1,2 for Llama-3.2-1B attention from 1024 rows.
+        The planners keep every kernel in L1 with its ping-pong copies, so no module omits ping-pong;
+        tests/test_hw_modules.py checks every declared module against the model with this preset."""
         steps = []
         for st in plan.steps:
             if st.decl is not None:
