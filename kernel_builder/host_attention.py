@@ -11,8 +11,7 @@ still gives the same bits in any chunk and in decode, at several times the speed
 The library is cached under `<cache root>/host/` keyed by the source, the flags and the compiler's version
 (a filelock guards concurrent builds). Without a compiler, or with LLAMA_NPU_HOST_ATTENTION=numpy, the numpy
 path runs instead (a one-line notice says so); both agree within bf16 rounding (tested), each is
-deterministic on its own. LLAMA_NPU_EMU_THREADS sets the worker count (default: the machine's cores, at
-most 8; 1 runs on the calling thread).
+deterministic on its own. Prefill-sized calls run on kernel_builder.host_threads' pool.
 """
 from __future__ import annotations
 
@@ -25,11 +24,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from kernel_builder.host_threads import run_items
 from kernel_builder.paths import cache_root
 
 SOURCE = Path(__file__).resolve().parent / "host_kernels" / "attention_host.cc"
@@ -41,6 +40,7 @@ KEY_TILE = 16       # kv rows are padded to a multiple of this (the kernel's sco
 ROW_BLOCK = 64      # query rows per work item on the thread pool
 PARALLEL_MIN_WORK = 1 << 22   # query rows x keys x query heads below which one thread does it all
 
+_FP = ctypes.POINTER(ctypes.c_float)
 _lock = threading.Lock()
 _state: dict = {}
 
@@ -97,9 +97,10 @@ def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
 def bind(path: Path):
     lib = ctypes.CDLL(str(path))   # CDLL calls release the GIL: the pool's threads run in parallel
     fn = lib.llama_npu_attention
-    fp = ctypes.POINTER(ctypes.c_float)
-    fn.argtypes = [fp, fp, fp, fp] + [ctypes.c_int] * 6 + [ctypes.c_float] + [ctypes.c_int] * 3
+    fn.argtypes = [_FP] * 4 + [ctypes.c_int] * 6 + [ctypes.c_float] + [ctypes.c_int] * 3
     fn.restype = ctypes.c_int
+    lib.llama_npu_attention_pack.argtypes = [_FP, _FP] + [ctypes.c_int] * 4 + [_FP, _FP]
+    lib.llama_npu_attention_pack.restype = ctypes.c_int
     lib.llama_npu_attention_vector_path.restype = ctypes.c_int
     return lib
 
@@ -125,41 +126,22 @@ def library():
         return lib
 
 
-def threads() -> int:
-    env = os.environ.get("LLAMA_NPU_EMU_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"LLAMA_NPU_EMU_THREADS={env!r} is not a number") from None
-    return max(1, min(8, os.cpu_count() or 1))
-
-
-def _pool(n: int) -> ThreadPoolExecutor:
-    with _lock:
-        pool = _state.get("pool")
-        if pool is None or pool._max_workers != n:
-            pool = _state["pool"] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="llama-npu-attn")
-        return pool
-
-
 def run(lib, qf: np.ndarray, k: np.ndarray, v: np.ndarray, p: int, *, rows: int, heads: int, kv_heads: int,
         head_dim: int, scale: float) -> np.ndarray:
     """f32 attention output [rows, heads*head_dim]. qf: f32 [rows, heads*head_dim]; k, v: [>= p+rows,
     kv_heads*head_dim] (bf16 or f32); the caller has checked the shapes."""
     n = p + rows
     npad = -(-n // KEY_TILE) * KEY_TILE
-    t = KEY_TILE   # the kernel's layouts: keys in tiles of 16, transposed; values in 16-column slices
-    kp = np.zeros((npad, kv_heads, head_dim), dtype=np.float32)
-    kp[:n] = k[:n].reshape(n, kv_heads, head_dim)
-    kt = np.ascontiguousarray(kp.reshape(npad // t, t, kv_heads, head_dim).transpose(2, 0, 3, 1))
-    vp = np.zeros((npad, kv_heads, head_dim), dtype=np.float32)
-    vp[:n] = v[:n].reshape(n, kv_heads, head_dim)
-    vv = np.ascontiguousarray(vp.reshape(npad, kv_heads, head_dim // t, t).transpose(1, 2, 0, 3))
+    kt = np.empty((kv_heads, npad // KEY_TILE, head_dim, KEY_TILE), dtype=np.float32)   # the kernel's layouts
+    vt = np.empty((kv_heads, head_dim // KEY_TILE, npad, KEY_TILE), dtype=np.float32)
+    kn, vn = (np.ascontiguousarray(x[:n], dtype=np.float32) for x in (k, v))
+    if lib.llama_npu_attention_pack(*(a.ctypes.data_as(_FP) for a in (kn, vn)), n, kv_heads, head_dim, npad,
+                                    *(a.ctypes.data_as(_FP) for a in (kt, vt))):
+        raise ValueError(f"attention: the host kernel refused the K/V shapes ({n} positions, {kv_heads} kv heads, "
+                         f"head_dim {head_dim})")
     q = np.ascontiguousarray(qf, dtype=np.float32)
     out = np.empty((rows, heads * head_dim), dtype=np.float32)
-    fp = ctypes.POINTER(ctypes.c_float)
-    args = [a.ctypes.data_as(fp) for a in (q, kt, vv, out)]
+    args = [a.ctypes.data_as(_FP) for a in (q, kt, vt, out)]
     # later rows see more keys: hand them out first so the workers finish together
     items = [(h, r0, min(rows, r0 + ROW_BLOCK)) for r0 in reversed(range(0, rows, ROW_BLOCK))
              for h in range(kv_heads)]
@@ -173,10 +155,5 @@ def run(lib, qf: np.ndarray, k: np.ndarray, v: np.ndarray, p: int, *, rows: int,
             raise ValueError(f"attention: the host kernel refused the shapes (rows {rows}, position {p}, heads "
                              f"{heads}/{kv_heads}, head_dim {head_dim}, kv head {h}, rows {r0}..{r1})")
 
-    nthreads = threads()
-    if nthreads == 1 or len(items) == 1 or rows * n * heads < PARALLEL_MIN_WORK:
-        for item in items:
-            one(item)
-    else:
-        list(_pool(nthreads).map(one, items))
+    run_items(one, items, parallel=rows * n * heads >= PARALLEL_MIN_WORK)
     return out

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from kernel_builder.host_threads import run_items
 from kernel_builder.numerics import BF16, to_bf16
 
 F32 = np.float32
@@ -63,6 +64,7 @@ def rmsnorm(x, w, *, rows: int, dim: int, eps: float, group: int = 0) -> np.ndar
 
 # Rows per BLAS call in gemm: every call has the same shape, so a row's result never depends on m.
 _GEMM_ROW_BLOCK = 64
+_GEMM_PARALLEL_MIN_MACS = 1 << 24   # below this a GEMM runs on the calling thread (pool hand-off ~0.1 ms)
 
 
 def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
@@ -72,7 +74,8 @@ def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
     BLAS sgemm picks its micro-kernel (and so the summation order) by matrix height, so a plain `a @ w.T`
     would make a prompt row's result depend on the prefill bucket. On the NPU a row's accumulation order is
     fixed by the tiling, never by the other rows; computing in fixed 64-row blocks (zero-padded) restores
-    that row independence (padding invariance is bit-exact, tested) at f32 speed.
+    that row independence (padding invariance is bit-exact, tested) at f32 speed. Large GEMMs run their blocks
+    on the emulator's thread pool (kernel_builder.host_threads): the same calls, so the same bits.
     """
     _dims("gemm", m=m, k=k, n=n)
     af = _input("gemm", "a", a, (m, k))
@@ -82,8 +85,11 @@ def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
     if padded != m:
         af = np.concatenate([af, np.zeros((padded - m, k), dtype=F32)])
     c = np.empty((padded, n), dtype=F32)
-    for r in range(0, padded, blk):
+
+    def block(r):
         np.matmul(af[r:r + blk], wt, out=c[r:r + blk])
+    # the blocks are independent calls of one shape: on the emulator's pool they give the same bits
+    run_items(block, range(0, padded, blk), parallel=padded * k * n >= _GEMM_PARALLEL_MIN_MACS)
     return to_bf16(c[:m])
 
 

@@ -141,6 +141,10 @@ def test_bad_shapes_are_refused_by_the_kernel(lib):
     assert call() == 0
     for bad in (dict(hd=24), dict(kv_heads=3), dict(npad=8), dict(pos=15), dict(h=1), dict(r1=3), dict(r0=2)):
         assert call(**bad) == -2, bad
+    pack = lib.llama_npu_attention_pack
+    assert pack(p, p, 2, 1, 16, 16, p, p) == 0
+    for n, hd, npad in ((0, 16, 16), (17, 16, 16), (2, 24, 16), (2, 16, 24)):
+        assert pack(p, p, n, 1, hd, npad, p, p) == -2, (n, hd, npad)
 
 
 def test_without_a_compiler_the_numpy_path_runs_and_says_so(monkeypatch, capsys):

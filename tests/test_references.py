@@ -67,6 +67,18 @@ def test_gemm_rows_do_not_depend_on_m(rng):
         np.testing.assert_array_equal(part.view(np.uint16), full[:m].view(np.uint16))
 
 
+def test_gemm_on_the_emulator_pool_gives_the_serial_bits(rng, monkeypatch):
+    """Large GEMMs run their 64-row blocks on kernel_builder.host_threads' pool: same bits as one thread."""
+    m, k, n = 1000, 576, 640
+    assert m * k * n >= ref._GEMM_PARALLEL_MIN_MACS
+    w, a = rand_bf16(rng, (n, k), 0.05), rand_bf16(rng, (m, k))
+    monkeypatch.setenv("LLAMA_NPU_EMU_THREADS", "1")
+    serial = ref.gemm(a, w, m=m, k=k, n=n)
+    monkeypatch.setenv("LLAMA_NPU_EMU_THREADS", "4")
+    pooled = ref.gemm(a, w, m=m, k=k, n=n)
+    np.testing.assert_array_equal(pooled.view(np.uint16), serial.view(np.uint16))
+
+
 @pytest.mark.parametrize("k", [2048, 8192])
 def test_gemv_matches_float64_and_accepts_f32_and_flat_inputs(rng, k):
     m = 96

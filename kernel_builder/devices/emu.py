@@ -143,7 +143,8 @@ class EmuDevice(Device):
     def __init__(self, executor=None, shadow_f32: bool = True, blas_threads: int | None = 1):
         """executor: anything with execute(launch, operands) -> ndarray (LaunchExecutor protocol).
         blas_threads: BLAS threads during a run (None = leave alone). Decode GEMVs are memory bound;
-        multi-threaded OpenBLAS on a busy 2-core machine made them 5-10x slower, so runs use 1."""
+        multi-threaded OpenBLAS on a busy 2-core machine made them 5-10x slower, so runs use 1. Prefill-sized
+        work uses the cores through kernel_builder.host_threads instead (attention items, GEMM row blocks)."""
         if executor is None:
             from ..launch_program import ReferenceExecutor
             executor = ReferenceExecutor()

@@ -213,6 +213,36 @@ int llama_npu_attention_vector_path() {
 #endif
 }
 
+// The kernel's layouts (see Head) from the cache's own: k, v are [>= n, kv_heads * hd] (position-major, every
+// kv head's vector of a position in one row); kt, vt receive [kv_heads][npad / 16][hd][16] and
+// [kv_heads][hd / 16][npad][16], positions n..npad-1 zero. Returns 0, or -2 for bad shapes.
+int llama_npu_attention_pack(const float* k, const float* v, int n, int kv_heads, int hd, int npad, float* kt,
+                             float* vt) {
+  if (n <= 0 || kv_heads <= 0 || hd % kTile || npad % kTile || n > npad) return -2;
+  const size_t width = static_cast<size_t>(kv_heads) * hd;
+  for (int h = 0; h < kv_heads; ++h) {
+    float* kth = kt + static_cast<size_t>(h) * hd * npad;
+    float* vth = vt + static_cast<size_t>(h) * hd * npad;
+    for (int t = 0; t < npad / kTile; ++t)
+      for (int d = 0; d < hd; ++d) {
+        float* dst = kth + (static_cast<size_t>(t) * hd + d) * kTile;
+        for (int l = 0; l < kTile; ++l) {
+          const int j = t * kTile + l;
+          dst[l] = j < n ? k[j * width + static_cast<size_t>(h) * hd + d] : 0.0f;
+        }
+      }
+    for (int c = 0; c < hd / kTile; ++c)
+      for (int j = 0; j < npad; ++j) {
+        float* dst = vth + (static_cast<size_t>(c) * npad + j) * kTile;
+        if (j < n)
+          std::memcpy(dst, v + j * width + static_cast<size_t>(h) * hd + c * kTile, sizeof(float) * kTile);
+        else
+          std::memset(dst, 0, sizeof(float) * kTile);
+      }
+  }
+  return 0;
+}
+
 // Query rows [r0, r1) of the query heads of kv head h. q, out: [rows, heads * hd] (query head qh at
 // columns qh*hd..); kt: [kv_heads][npad / 16][hd][16], v: [kv_heads][hd / 16][npad][16] (see Head); keys
 // at positions >= pos + rows are zero padding (npad is a multiple of 16). Row r is at position pos + r and sees keys 0..pos + r.
@@ -229,25 +259,27 @@ int llama_npu_attention(const float* q, const float* kt, const float* v, float* 
   if (!s) return -1;
   float* junk = s + static_cast<size_t>(kRows) * npad;
   const size_t row_stride = static_cast<size_t>(heads) * hd;
-  for (int g = 0; g < group; ++g) {
-    const int qh = h * group + g;
-    for (int b = r0; b < r1; b += kRows) {
-      const int nr = std::min(kRows, r1 - b);
-      const float* qi[kRows];
-      float* oi[kRows];
-      float l[kRows];
-      for (int i = 0; i < kRows; ++i) {
-        const int r = b + std::min(i, nr - 1);     // short block: repeat the last row
-        qi[i] = q + r * row_stride + static_cast<size_t>(qh) * hd;
-        oi[i] = i < nr ? out + (b + i) * row_stride + static_cast<size_t>(qh) * hd : junk + i * hd;
-      }
-      const int last = pos + b + nr - 1;
-      const int nk = (last + 1 + kTile - 1) / kTile * kTile;
-      scores(H, qi, nk, s);
-      for (int i = 0; i < kRows; ++i)
-        l[i] = softmax_row(s + static_cast<size_t>(i) * npad, pos + b + std::min(i, nr - 1), nk, scale);
-      weighted_values(H, s, nk, l, oi);
+  // Work units are (row, query head of this kv head) pairs, query head fastest: a block of kRows pairs spans
+  // one or two rows (in decode, the group's heads at the one row), so it reads barely more keys than each needs.
+  const int first = r0 * group, end = r1 * group;
+  for (int b = first; b < end; b += kRows) {
+    const int nr = std::min(kRows, end - b);
+    const float* qi[kRows];
+    float* oi[kRows];
+    int at[kRows];
+    float l[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      const int t = b + std::min(i, nr - 1);       // short block: repeat the last pair
+      const int r = t / group, qh = h * group + t % group;
+      qi[i] = q + r * row_stride + static_cast<size_t>(qh) * hd;
+      oi[i] = i < nr ? out + r * row_stride + static_cast<size_t>(qh) * hd : junk + i * hd;
+      at[i] = pos + r;
     }
+    const int last = at[kRows - 1];                 // the pairs are in row order: the last one sees the most
+    const int nk = (last + 1 + kTile - 1) / kTile * kTile;
+    scores(H, qi, nk, s);
+    for (int i = 0; i < kRows; ++i) l[i] = softmax_row(s + static_cast<size_t>(i) * npad, at[i], nk, scale);
+    weighted_values(H, s, nk, l, oi);
   }
   std::free(s);
   return 0;
