@@ -2,8 +2,9 @@
 
 1. Embedded SmolLM2-135M on emu: TTFT of 1k, 2k, 4k and 8k-token prompts (one run; the 8k/2k ratio).
 2. Embedded model on emu: a 10-turn chat whose history passes 3,000 tokens: per turn the new tokens, the history,
-   the chunks, the TTFT on emu and the hardware model's time for the same chunks (on the NPU a turn's cost is its
-   own chunks' GEMMs; the attention over the history is a small share; on emu, numpy attention makes it grow).
+   the chunks, the TTFT on emu and the hardware model's time for the same chunks. A turn never re-runs the
+   history: its GEMMs scale with its own chunks, its attention with (its rows x the history); at 135M that
+   attention is most of the modeled NPU time late in the chat, while on emu the chunk shapes dominate.
 3. Llama-3.2-1B shapes on the null device: dispatches and host<->device bytes of 1k/2k/4k/8k-token prefills,
    and decode at positions ~100 and ~4000 (dispatches, bytes and host time per token: flat in the position).
 """
