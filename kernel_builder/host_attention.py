@@ -64,6 +64,16 @@ def _version(cxx: str) -> str:
         return ""
 
 
+def _cpu_id() -> str:
+    """What -march=native depends on: the CPU's model and feature flags (a cache directory shared between
+    machines must not hand one CPU a library built for another's instructions)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "\n".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags", "Features"))}))
+    except OSError:
+        return platform.processor()
+
+
 def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
     """Compile the kernel into out_dir (once: the file name holds a hash of everything that goes in) and
     return the library path. Tries -march=native first (the AVX2 path on x86), then without it."""
@@ -74,7 +84,7 @@ def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
     for native in (NATIVE_FLAGS, ()):
         flags = FLAGS + native + extra
         key = hashlib.sha256(b"\0".join([src, " ".join(flags).encode(), _version(cxx).encode(),
-                                          platform.machine().encode()])).hexdigest()[:16]
+                                          platform.machine().encode(), _cpu_id().encode()])).hexdigest()[:16]
         lib = out_dir / f"attention_host-{key}.so"
         if lib.exists():
             return lib
@@ -89,8 +99,8 @@ def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
                 os.replace(tmp, lib)
                 return lib
             os.unlink(tmp)
-            last_err = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-            last_err = last_err[0]
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            last_err = ([ln for ln in lines if "error" in ln] or lines or [f"exit status {proc.returncode}"])[0]
     raise HostAttentionUnavailable(f"{cxx} could not build {SOURCE.name}: {last_err}")
 
 

@@ -162,3 +162,13 @@ def test_without_a_compiler_the_numpy_path_runs_and_says_so(monkeypatch, capsys)
     monkeypatch.setattr(ha, "compiler", lambda: pytest.fail("must not look for a compiler"))
     assert ha.library() is None
     assert capsys.readouterr().err == ""      # asked for: no notice
+
+
+def test_a_compiler_that_fails_is_reported_with_its_error(tmp_path):
+    fake = tmp_path / "fake-cxx"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'fake 1.0'; exit 0; }\n"
+                    "echo 'attention_host.cc:1: error: no such luck' >&2; exit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(ha.HostAttentionUnavailable, match="could not build attention_host.cc: .*error: no such luck"):
+        ha.build(str(fake), tmp_path / "out")
+    assert not list((tmp_path / "out").glob("*.so"))     # no half-written library left behind
