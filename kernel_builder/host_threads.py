@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Iterable
 
 _lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
+_CORES = max(1, min(8, os.cpu_count() or 1))
 
 
 def threads() -> int:
@@ -23,15 +24,15 @@ def threads() -> int:
             return max(1, int(env))
         except ValueError:
             raise ValueError(f"LLAMA_NPU_EMU_THREADS={env!r} is not a number") from None
-    return max(1, min(8, os.cpu_count() or 1))
+    return _CORES
 
 
 def run_items(fn: Callable, items: Iterable, parallel: bool = True) -> None:
     """fn(item) for every item: on the pool when `parallel` and more than one worker, else in order here.
     The first exception raised by an item is raised here (after the others finish)."""
     items = list(items)
-    n = threads()
-    if not parallel or n == 1 or len(items) < 2:
+    n = threads() if parallel and len(items) > 1 else 1     # (decode-sized calls skip the lookup)
+    if n == 1:
         for item in items:
             fn(item)
         return
@@ -40,5 +41,6 @@ def run_items(fn: Callable, items: Iterable, parallel: bool = True) -> None:
         if pool is None:
             pool = _pools[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="llama-npu-emu")
     futures = [pool.submit(fn, item) for item in items]
+    wait(futures)                     # every item done before anything is raised: no writer left running
     for f in futures:
         f.result()
