@@ -39,10 +39,19 @@ NATIVE_FLAGS: tuple[str, ...] = ("-march=native",)
 KEY_TILE = 16       # kv rows are padded to a multiple of this (the kernel's score tile)
 ROW_BLOCK = 64      # query rows per work item on the thread pool
 PARALLEL_MIN_WORK = 1 << 22   # query rows x keys x query heads below which one thread does it all
+COMPILE_TIMEOUT_S = 300
 
 _FP = ctypes.POINTER(ctypes.c_float)
 _lock = threading.Lock()
 _state: dict = {}
+
+
+def _after_fork() -> None:          # a child must not inherit a lock held by a thread that is not there
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class HostAttentionUnavailable(RuntimeError):
@@ -94,13 +103,19 @@ def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
                 return lib
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
             os.close(fd)
-            proc = subprocess.run([cxx, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
-            if proc.returncode == 0:
-                os.replace(tmp, lib)
-                return lib
-            os.unlink(tmp)
-            lines = (proc.stderr or proc.stdout).strip().splitlines()
-            last_err = ([ln for ln in lines if "error" in ln] or lines or [f"exit status {proc.returncode}"])[0]
+            try:
+                proc = subprocess.run([cxx, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True,
+                                      timeout=COMPILE_TIMEOUT_S)
+                if proc.returncode == 0:
+                    os.replace(tmp, lib)
+                    return lib
+                lines = (proc.stderr or proc.stdout).strip().splitlines()
+                last_err = ([ln for ln in lines if "error" in ln] or lines or [f"exit status {proc.returncode}"])[0]
+            except subprocess.TimeoutExpired:
+                last_err = f"no result after {COMPILE_TIMEOUT_S} s"
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
     raise HostAttentionUnavailable(f"{cxx} could not build {SOURCE.name}: {last_err}")
 
 
@@ -128,7 +143,7 @@ def library():
         else:
             try:
                 lib = bind(build(cxx, cache_root() / "host"))
-            except (HostAttentionUnavailable, OSError) as e:
+            except (HostAttentionUnavailable, OSError, RuntimeError) as e:   # RuntimeError: no home directory
                 why = str(e)
         if lib is None and why != "LLAMA_NPU_HOST_ATTENTION=numpy":
             print(f"llama-npu: emulated attention uses the slower numpy path: {why}", file=sys.stderr)

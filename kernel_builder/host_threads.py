@@ -17,6 +17,16 @@ _pools: dict[int, ThreadPoolExecutor] = {}
 _CORES = max(1, min(8, os.cpu_count() or 1))
 
 
+def _after_fork() -> None:
+    """A forked child has none of the pools' worker threads: forget the pools (new ones start on demand)."""
+    global _lock
+    _lock = threading.Lock()
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def threads() -> int:
     env = os.environ.get("LLAMA_NPU_EMU_THREADS")
     if env:

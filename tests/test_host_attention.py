@@ -115,6 +115,13 @@ def test_vector_and_scalar_builds_give_identical_f32(lib, tmp_path):
     a = ha.run(lib, q.astype(np.float32), k, v, pos, **kw)
     b = ha.run(scalar, q.astype(np.float32), k, v, pos, **kw)
     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    for bad in (np.nan, np.inf, -np.inf):          # non-finite scores take the same course in both paths
+        kb = k.astype(np.float32)
+        kb[11, 5] = bad
+        a = ha.run(lib, q.astype(np.float32), kb, v, pos, **kw)
+        b = ha.run(scalar, q.astype(np.float32), kb, v, pos, **kw)
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=str(bad))
+        assert np.isnan(a).any()
     if lib.llama_npu_attention_vector_path() == 0:
         pytest.skip("this machine's build is the scalar path: nothing else to compare")
 
@@ -172,3 +179,16 @@ def test_a_compiler_that_fails_is_reported_with_its_error(tmp_path):
     with pytest.raises(ha.HostAttentionUnavailable, match="could not build attention_host.cc: .*error: no such luck"):
         ha.build(str(fake), tmp_path / "out")
     assert not list((tmp_path / "out").glob("*.so"))     # no half-written library left behind
+
+
+def test_a_forked_child_runs_pooled_work(lib):
+    """After the pool has run, a fork()ed child (which has none of its threads) still gets its work done."""
+    import multiprocessing as mp
+    heads, kv_heads, hd, rows = 9, 3, 64, 700
+    rng = np.random.default_rng(8)
+    q, k, v = _inputs(rng, rows, rows, heads, kv_heads, hd)
+    kw = dict(rows=rows, kv_rows=rows, heads=heads, kv_heads=kv_heads, head_dim=hd)
+    want = ref.attention(q, k, v, 0, **kw)                   # the parent's pool has run
+    with mp.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(ref.attention, (q, k, v, 0), kw).get(timeout=120)
+    np.testing.assert_array_equal(_bits(got), _bits(want))

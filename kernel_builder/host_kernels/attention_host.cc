@@ -7,8 +7,10 @@
 //   p_j = exp(x_j)       the polynomial below, the same operations in the vector and the scalar path
 //   l   = sum_j p_j      8 partial sums (key j into partial j mod 8, in key order), then a fixed tree
 //   o   = (sum_j p_j v_j) / l    fma over keys in key order, from +0
-// Keys past a row's position weigh exactly 0 (adding +0 products changes no sum), so reading more keys than
-// a row sees (a block of rows, a 16-key tile) never changes its result.
+// Keys past a row's position weigh exactly 0 (adding +0 products changes no finite sum), so reading more keys
+// than a row sees (a block of rows, a 16-key tile) never changes its result. (An inf or NaN value at a later
+// row of the same chunk does reach the earlier rows, 0 * inf being NaN: as in the numpy path.) NaN and inf
+// scores take the same course in both paths.
 //
 // The AVX2+FMA path runs when the compiler targets such a CPU; the scalar path performs the same IEEE
 // operations (std::fma, round-to-nearest-even, mul, add, div) in the same order and gives identical bits
@@ -56,11 +58,15 @@ inline float exp_floored(float x) {   // x in [kFloor, 0]
   p = std::fma(p, r, kC2);
   p = std::fma(p, r, 1.0f);
   p = std::fma(p, r, 1.0f);
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;   // 2^n, n in [-126, 0]
+  // 2^n, n in [-126, 0] (lrint, not a cast: a NaN x gives a defined garbage exponent, and p is NaN anyway)
+  const uint32_t bits = (static_cast<uint32_t>(std::lrint(n)) + 127u) << 23;
   float two_n;
   std::memcpy(&two_n, &bits, sizeof two_n);
   return p * two_n;
 }
+
+// max as _mm256_max_ps(a, b) computes it, NaN included (b when either is NaN): both paths use this rule.
+inline float vmax(float a, float b) { return a > b ? a : b; }
 
 inline float tree8(const float* a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
@@ -128,23 +134,27 @@ LLAMA_NPU_NOINLINE float softmax_row(float* s, int last, int nk, float scale) {
   const int full = (last + 1) / kLanes * kLanes;
   float m = s[0];
   int rest = 1;                                 // first key the scalar loop below still has to look at
+  if (full) {   // the maximum: 8 lanes (key j in lane j mod 8), then the lanes, then the tail; NaNs alike
+    float lanes[kLanes];
 #ifdef LLAMA_NPU_AVX2
-  if (full) {                                   // the maximum: order-free
     __m256 mx = _mm256_loadu_ps(s);
     for (int j = kLanes; j < full; j += kLanes) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-    float lanes[kLanes];
     _mm256_storeu_ps(lanes, mx);
-    m = *std::max_element(lanes, lanes + kLanes);
+#else
+    std::memcpy(lanes, s, sizeof lanes);
+    for (int j = kLanes; j < full; ++j) lanes[j % kLanes] = vmax(lanes[j % kLanes], s[j]);
+#endif
+    m = lanes[0];
+    for (int t = 1; t < kLanes; ++t) m = vmax(m, lanes[t]);
     rest = full;
   }
-#endif
-  for (int j = rest; j <= last; ++j) m = std::max(m, s[j]);
+  for (int j = rest; j <= last; ++j) m = vmax(m, s[j]);
   float part[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
 #ifdef LLAMA_NPU_AVX2
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale), fv = _mm256_set1_ps(kFloor);
   __m256 acc = _mm256_setzero_ps();
   for (int j = 0; j < full; j += kLanes) {
-    const __m256 x = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv), fv);
+    const __m256 x = _mm256_max_ps(fv, _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv), sv));
     const __m256 p = exp_floored8(x);
     _mm256_storeu_ps(s + j, p);
     acc = _mm256_add_ps(acc, p);
@@ -152,12 +162,12 @@ LLAMA_NPU_NOINLINE float softmax_row(float* s, int last, int nk, float scale) {
   _mm256_storeu_ps(part, acc);
 #else
   for (int j = 0; j < full; ++j) {
-    s[j] = exp_floored(std::max((s[j] - m) * scale, kFloor));
+    s[j] = exp_floored(vmax(kFloor, (s[j] - m) * scale));
     part[j % kLanes] += s[j];
   }
 #endif
   for (int j = full; j <= last; ++j) {
-    s[j] = exp_floored(std::max((s[j] - m) * scale, kFloor));
+    s[j] = exp_floored(vmax(kFloor, (s[j] - m) * scale));
     part[j % kLanes] += s[j];
   }
   for (int j = last + 1; j < nk; ++j) s[j] = 0.0f;
