@@ -114,9 +114,19 @@ class ReferenceExecutor:
     """Executes launches with the numpy references (kernel_builder.reference.KERNELS)."""
 
     def __init__(self, kernels: dict | None = None):
+        self.own = kernels is None
         if kernels is None:
             from kernel_builder.reference import KERNELS as kernels  # noqa: N811
         self.kernels = kernels
+
+    def raw_reads(self, launch: LaunchSpec) -> tuple[int, ...]:
+        """Operand positions this launch takes in their stored element type (bf16) instead of the device's
+        f32 shadow: a gemv's weight when the host GEMV kernel is built (it reads bf16: half the bytes)."""
+        if self.own and launch.kind == "gemv":
+            from kernel_builder import host_native
+            if host_native.library() is not None:
+                return (launch.reads[0],)
+        return ()
 
     def execute(self, launch: LaunchSpec, operands: list[np.ndarray]):
         fn = self.kernels.get(launch.kind)
@@ -125,14 +135,17 @@ class ReferenceExecutor:
         return fn(*(operands[p] for p in launch.reads), **launch.params)
 
 
-def run_program_io(program: LaunchProgram, get: Callable[[int], np.ndarray],
+def run_program_io(program: LaunchProgram, get: Callable[..., np.ndarray],
                    put: Callable[[int, np.ndarray], None], executor: LaunchExecutor) -> None:
-    """Run every launch in order. `get(i)` returns argument i's current data; `put(i, array)` stores a
-    launch result (already reshaped to argument i's shape). The emulator wraps its own buffers (and any f32
-    shadow copies) in these two callables."""
+    """Run every launch in order. `get(i)` returns argument i's current data (`get(i, raw=True)`: in its
+    stored element type, for the operands the executor's optional `raw_reads(launch)` names); `put(i, array)`
+    stores a launch result (already reshaped to argument i's shape). The emulator wraps its own buffers (and
+    any f32 shadow copies) in these two callables."""
     shapes, sizes = program.arg_shapes, program.arg_sizes
+    raw_reads = getattr(executor, "raw_reads", None)
     for n, launch in enumerate(program.launches):
-        operands = [get(i) for i in launch.operands]
+        raw = raw_reads(launch) if raw_reads is not None else ()
+        operands = [get(i, raw=True) if p in raw else get(i) for p, i in enumerate(launch.operands)]
         result = executor.execute(launch, operands)
         outs = (result,) if len(launch.writes) == 1 else tuple(result)
         if len(outs) != len(launch.writes):
@@ -154,4 +167,4 @@ def run_program(program: LaunchProgram, buffers: MutableSequence[np.ndarray], ex
     def put(i: int, a: np.ndarray) -> None:
         buffers[i] = a
 
-    run_program_io(program, buffers.__getitem__, put, executor)
+    run_program_io(program, lambda i, raw=False: buffers[i], put, executor)

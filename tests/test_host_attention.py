@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kernel_builder import host_attention as ha
+from kernel_builder import host_native as hn
 from kernel_builder import reference as ref
 from kernel_builder.numerics import to_bf16
 from tooling import require_tool
@@ -27,7 +28,7 @@ SHAPES = [  # heads, kv_heads, head_dim
 @pytest.fixture(scope="module")
 def lib():
     require_tool("g++")
-    got = ha.library()
+    got = hn.library()
     assert got is not None, "the host attention kernel did not build"
     return got
 
@@ -106,7 +107,7 @@ def test_vector_and_scalar_builds_give_identical_f32(lib, tmp_path):
     """The AVX2 path and the scalar path perform the same operations in the same order (before the bf16
     rounding, bit for bit)."""
     cxx = require_tool("g++")
-    scalar = ha.bind(ha.build(cxx, tmp_path, ("-DLLAMA_NPU_SCALAR_ONLY",)))
+    scalar = hn.bind(hn.build(cxx, tmp_path, ("-DLLAMA_NPU_SCALAR_ONLY",)))
     assert scalar.llama_npu_attention_vector_path() == 0
     rng = np.random.default_rng(3)
     heads, kv_heads, hd, rows, pos = 6, 2, 128, 45, 19
@@ -128,10 +129,10 @@ def test_vector_and_scalar_builds_give_identical_f32(lib, tmp_path):
 
 def test_the_build_is_cached_and_keyed_by_its_flags(lib, tmp_path):
     cxx = require_tool("g++")
-    first = ha.build(cxx, tmp_path)
+    first = hn.build(cxx, tmp_path)
     stamp = first.stat().st_mtime_ns
-    assert ha.build(cxx, tmp_path) == first and first.stat().st_mtime_ns == stamp   # not rebuilt
-    other = ha.build(cxx, tmp_path, ("-DLLAMA_NPU_SCALAR_ONLY",))
+    assert hn.build(cxx, tmp_path) == first and first.stat().st_mtime_ns == stamp   # not rebuilt
+    other = hn.build(cxx, tmp_path, ("-DLLAMA_NPU_SCALAR_ONLY",))
     assert other != first and other.exists()
 
 
@@ -155,29 +156,29 @@ def test_bad_shapes_are_refused_by_the_kernel(lib):
 
 
 def test_without_a_compiler_the_numpy_path_runs_and_says_so(monkeypatch, capsys):
-    monkeypatch.setattr(ha, "_state", {})
-    monkeypatch.setattr(ha, "compiler", lambda: None)
-    assert ha.library() is None
-    assert "numpy path: no C++ compiler" in capsys.readouterr().err
+    monkeypatch.setattr(hn, "_state", {})
+    monkeypatch.setattr(hn, "compiler", lambda: None)
+    assert hn.library() is None
+    assert "numpy paths: no C++ compiler" in capsys.readouterr().err
     rng = np.random.default_rng(4)
     q, k, v = _inputs(rng, 5, 8, 2, 1, 32)
     kw = dict(rows=5, kv_rows=8, heads=2, kv_heads=1, head_dim=32)
     np.testing.assert_array_equal(_bits(ref.attention(q, k, v, 3, **kw)),
                                   _bits(ref.attention_numpy(q, k, v, 3, **kw)))
-    monkeypatch.setattr(ha, "_state", {})
-    monkeypatch.setenv("LLAMA_NPU_HOST_ATTENTION", "numpy")
-    monkeypatch.setattr(ha, "compiler", lambda: pytest.fail("must not look for a compiler"))
-    assert ha.library() is None
+    monkeypatch.setattr(hn, "_state", {})
+    monkeypatch.setenv("LLAMA_NPU_HOST_KERNELS", "numpy")
+    monkeypatch.setattr(hn, "compiler", lambda: pytest.fail("must not look for a compiler"))
+    assert hn.library() is None
     assert capsys.readouterr().err == ""      # asked for: no notice
 
 
 def test_a_compiler_that_fails_is_reported_with_its_error(tmp_path):
     fake = tmp_path / "fake-cxx"
     fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'fake 1.0'; exit 0; }\n"
-                    "echo 'attention_host.cc:1: error: no such luck' >&2; exit 1\n")
+                    "echo 'gemv_host.cc:1: error: no such luck' >&2; exit 1\n")
     fake.chmod(0o755)
-    with pytest.raises(ha.HostAttentionUnavailable, match="could not build attention_host.cc: .*error: no such luck"):
-        ha.build(str(fake), tmp_path / "out")
+    with pytest.raises(hn.HostKernelsUnavailable, match="could not build attention_host.cc, gemv_host.cc: .*error: no such luck"):
+        hn.build(str(fake), tmp_path / "out")
     assert not list((tmp_path / "out").glob("*.so"))     # no half-written library left behind
 
 

@@ -204,8 +204,8 @@ class EmuDevice(Device):
             raise DeviceRunError(f"module {handle.name}: {len(buffers)} buffers for "
                                  f"{len(shapes)} arguments")
 
-        def get(i):
-            return buffers[i].array(shapes[i], dtypes[i], shadow)
+        def get(i, raw=False):
+            return buffers[i].array(shapes[i], dtypes[i], shadow and not raw)
 
         def put(i, value):
             buffers[i].store(value, dtypes[i])
