@@ -114,7 +114,6 @@ class ReferenceExecutor:
     """Executes launches with the numpy references (kernel_builder.reference.KERNELS)."""
 
     def __init__(self, kernels: dict | None = None):
-        self.own = kernels is None
         if kernels is None:
             from kernel_builder.reference import KERNELS as kernels  # noqa: N811
         self.kernels = kernels
@@ -122,9 +121,9 @@ class ReferenceExecutor:
     def raw_reads(self, launch: LaunchSpec) -> tuple[int, ...]:
         """Operand positions this launch takes in their stored element type (bf16) instead of the device's
         f32 shadow: a gemv's weight when the host GEMV kernel is built (it reads bf16: half the bytes)."""
-        if self.own and launch.kind == "gemv":
-            from kernel_builder import host_native
-            if host_native.library() is not None:
+        if launch.kind == "gemv":
+            from kernel_builder import host_native, reference
+            if self.kernels.get("gemv") is reference.gemv and host_native.library() is not None:
                 return (launch.reads[0],)
         return ()
 

@@ -280,3 +280,28 @@ def test_loaded_modules_stay_within_the_devices_context_limit(tmp_path):
     assert peak == 2
     # m0 m1 | m2 evicts m0 | m0 evicts m1 | m1 evicts m2 | m0 still loaded
     assert (dev.stats.loads, dev.stats.unloads) == (5, 3)
+
+
+def test_emu_hands_gemv_its_stored_weights_read_only(built, monkeypatch):
+    """With the host kernels built, the emulator passes a gemv its weight as the stored bf16 bytes (no f32
+    shadow), as a read-only view: a kernel cannot change device weights behind the shadow's back."""
+    from kernel_builder import host_native, reference
+    from tooling import require_tool
+    require_tool("g++")
+    assert host_native.library() is not None
+    seen = []
+
+    def spy(w, x, **kw):
+        seen.append((w.dtype, w.flags.writeable))
+        return spy.real(w, x, **kw)
+    spy.real = reference.gemv
+    monkeypatch.setattr(reference, "gemv", spy)                 # raw_reads recognises the real gemv by identity
+    monkeypatch.setitem(reference.KERNELS, "gemv", spy)
+    cache_dir, decls = built
+    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    rng = np.random.default_rng(4)
+    w, x = _rand(rng, (64, 64)), _rand(rng, (1, 64))
+    out = kc.load_and_run("lm_head_gemv_t", w=w, x=x)
+    assert seen == [(BF16, False)]
+    exp = spy.real(w, x.reshape(64), m=64, k=64).reshape(1, 64)
+    np.testing.assert_array_equal(out["y"].view(np.uint16), exp.view(np.uint16))

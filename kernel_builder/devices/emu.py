@@ -205,7 +205,11 @@ class EmuDevice(Device):
                                  f"{len(shapes)} arguments")
 
         def get(i, raw=False):
-            return buffers[i].array(shapes[i], dtypes[i], shadow and not raw)
+            a = buffers[i].array(shapes[i], dtypes[i], shadow and not raw)
+            if raw:                       # kernels read their inputs: the stored bytes are not theirs to write
+                a = a.view()
+                a.flags.writeable = False
+            return a
 
         def put(i, value):
             buffers[i].store(value, dtypes[i])

@@ -5,10 +5,11 @@
 //   partial[t] = fma(w[j], x[j], partial[t]) for j = t, t + 32, t + 64, ... (32 partials, from +0),
 //   y = the 32 partials added in a fixed tree.
 // The AVX2+FMA path (four 8-lane accumulators) and the scalar path perform the same operations in the same
-// order and give identical bits.
+// order and give identical bits (a NaN result is the one canonical quiet NaN).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(LLAMA_NPU_SCALAR_ONLY)
 #include <immintrin.h>
@@ -59,7 +60,9 @@ int llama_npu_gemv_bf16(const uint16_t* w, const float* x, float* y, int m, int 
     for (int j = 0; j < full; ++j) part[j % kParts] = std::fma(widen(wr[j]), x[j], part[j % kParts]);
 #endif
     for (int j = full; j < k; ++j) part[j % kParts] = std::fma(widen(wr[j]), x[j], part[j % kParts]);
-    y[r] = tree(part, kParts);
+    const float v = tree(part, kParts);
+    y[r] = v == v ? v : std::numeric_limits<float>::quiet_NaN();   // which NaN an add keeps is the compiler's
+
   }
   return 0;
 }
