@@ -140,8 +140,9 @@ def _rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS in /proc (Linux only)")
 
 
-def _big_upload(url: str, size: int, out: dict) -> None:
-    """POST a `size`-byte JSON chat body on a raw socket as fast as the server takes it; the status line."""
+def _big_upload(url: str, size: int, out: dict, spread_s: float = 0.0) -> None:
+    """POST a `size`-byte JSON chat body on a raw socket (as fast as the server takes it, or spread evenly over
+    `spread_s` seconds); out gets the status line and the seconds until it arrived."""
     import socket
     from urllib.parse import urlsplit
 
@@ -152,10 +153,13 @@ def _big_upload(url: str, size: int, out: dict) -> None:
         with socket.create_connection((u.hostname, u.port), timeout=600) as s:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n" % size + head)
-            block, left = b"a" * 65536, size - len(head) - len(tail)
+            block, left = b"hello " * 10923, size - len(head) - len(tail)
+            total = left
             try:
                 while left > 0:
                     left -= s.send(block[:min(left, len(block))])
+                    if spread_s:
+                        time.sleep(max(0.0, t0 + spread_s * (1 - left / total) - time.perf_counter()))
                 s.sendall(tail)
             except OSError:
                 pass  # the server answered (and closed) before the body was all sent
@@ -165,13 +169,15 @@ def _big_upload(url: str, size: int, out: dict) -> None:
     out["seconds"] = time.perf_counter() - t0
 
 
-def bench_big_body(size_mb: int = 20, slack_s: float = 2.0, rss_slack_mb: float = 200.0) -> bool:
-    """The hostile-upload check; True when both targets are met."""
+def bench_big_body(slack_s: float = 2.0, rss_slack_mb: float = 200.0) -> bool:
+    """The hostile-upload check: a 20 MB body sent over 3 s, then a 3.5 MB one (under the default 4 MB limit:
+    parsed and tokenized, ~0.6M tokens, refused for the context). True when every target is met."""
     import tempfile
 
     from openai import OpenAI
 
     env = {k: v for k, v in os.environ.items() if k not in ("MODEL", "DEVICE")}
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
         srv = ServerProcess(["--device", "emu", "--buckets", "64,256"], Path(tmp) / "serve.log", env=env)
         try:
@@ -186,28 +192,30 @@ def bench_big_body(size_mb: int = 20, slack_s: float = 2.0, rss_slack_mb: float 
 
             chat()  # warm-up
             normal = statistics.median(chat() for _ in range(3))
-            rss0 = _rss_mb(srv.proc.pid)
-            peak = [rss0]
-            big: dict = {}
-            upload = threading.Thread(target=_big_upload, args=(srv.url, size_mb << 20, big))
-            upload.start()
-            time.sleep(0.2)  # the upload is under way
-            during = [chat()]
-            while upload.is_alive() and len(during) < 50:
-                peak.append(_rss_mb(srv.proc.pid))
-                during.append(chat())
-            upload.join()
-            time.sleep(1.0)
-            rss1 = _rss_mb(srv.proc.pid)
+            for size_mb, spread in ((20, 3.0), (3.5, 0.0)):
+                rss0 = _rss_mb(srv.proc.pid)
+                peak, big = [rss0], {}
+                upload = threading.Thread(target=_big_upload, args=(srv.url, int(size_mb * (1 << 20)), big, spread))
+                upload.start()
+                during = [chat()]
+                while upload.is_alive() and len(during) < 50:
+                    peak.append(_rss_mb(srv.proc.pid))
+                    during.append(chat())
+                upload.join()
+                time.sleep(1.0)
+                rss1 = _rss_mb(srv.proc.pid)
+                worst = max(during)
+                ok_time, ok_rss = worst <= normal + slack_s, rss1 <= rss0 + rss_slack_mb
+                ok = ok and ok_time and ok_rss
+                print(f"[bench] serve, {size_mb:g} MB body{f' sent over {spread:g} s' if spread else ''}: answered "
+                      f"{big.get('status')!r} after {big.get('seconds', 0):.1f} s; a short chat took {normal:.2f} s "
+                      f"alone, at most {worst:.2f} s meanwhile ({len(during)} chats; target <= +{slack_s:g} s: "
+                      f"{'ok' if ok_time else 'MISSED'}); RSS {rss0:.0f} MB before, peak {max(peak):.0f} MB, "
+                      f"{rss1:.0f} MB after (target <= +{rss_slack_mb:g} MB: {'ok' if ok_rss else 'MISSED'})",
+                      flush=True)
         finally:
             srv.interrupt()
-    worst = max(during)
-    ok_time, ok_rss = worst <= normal + slack_s, rss1 <= rss0 + rss_slack_mb
-    print(f"[bench] serve, {size_mb} MB body: answered {big.get('status')!r} after {big.get('seconds', 0):.1f} s; "
-          f"a short chat took {normal:.2f} s alone, at most {worst:.2f} s during the upload ({len(during)} chats; "
-          f"target <= +{slack_s:.0f} s: {'ok' if ok_time else 'MISSED'}); RSS {rss0:.0f} MB before, peak "
-          f"{max(peak):.0f} MB, {rss1:.0f} MB after (target <= +{rss_slack_mb:.0f} MB: {'ok' if ok_rss else 'MISSED'})")
-    return ok_time and ok_rss
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
