@@ -337,7 +337,7 @@ def cmd_serve(args) -> int:
         worker = EngineWorker(eng, server.model_id(args.model, model_dir), args.max_tokens, args.temperature)
         print(f"llama-npu serve: {server.url_of(sock)}/v1 (model {worker.model_id}); Ctrl-C stops", flush=True)
         limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)))
-        server.run(worker, sock, limits)  # until Ctrl-C / SIGTERM (a Ctrl-C while loading, or a second one: exit 130)
+        server.run(worker, sock, limits)  # until Ctrl-C / SIGTERM (Ctrl-C while loading, or a second one: exit 130)
     finally:
         sock.close()
     print("llama-npu serve: stopped", file=sys.stderr)

@@ -9,6 +9,7 @@ times out idle keep-alive connections); everything about the body is read by the
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ async def _next(receive, deadline: float, limits: ServeLimits) -> dict:
 
 async def _drain(receive, got: int, limits: ServeLimits) -> bool:
     """Read and drop the rest of an oversized body (bounded); True when it ended (the connection may stay)."""
-    deadline = min(time.monotonic() + limits.drain_s, time.monotonic() + limits.body_timeout_s)
+    deadline = time.monotonic() + min(limits.drain_s, limits.body_timeout_s)
     try:
         while got <= limits.drain_bytes:
             msg = await _next(receive, deadline, limits)
@@ -95,8 +96,8 @@ async def read_body(request, limits: ServeLimits) -> bytes:
     size = int(declared) if declared and declared.isdigit() else None
     scope, receive = request.scope, request.receive
     if size is not None and size > limits.max_body_bytes:
-        if request.headers.get("expect", "").lower() == "100-continue":  # the body was not sent yet
-            raise _closing(too_large(limits))
+        if request.headers.get("expect", "").lower() == "100-continue" or size > limits.drain_bytes:
+            raise _closing(too_large(limits))  # the body was not sent yet, or is not worth reading
         ended = await _drain(receive, 0, limits)
         raise too_large(limits) if ended else _closing(too_large(limits))
     parts, got = [], 0
@@ -137,9 +138,11 @@ class Protocol(H11Protocol):
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
+        self._got_bytes = False
         self._header_timer = self.loop.call_later(self.limits.header_timeout_s, self._header_timeout)
 
     def data_received(self, data: bytes) -> None:
+        self._got_bytes = True
         super().data_received(data)
         waiting = self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE
         timer = getattr(self, "_header_timer", None)
@@ -158,8 +161,10 @@ class Protocol(H11Protocol):
     def _header_timeout(self) -> None:
         self._header_timer = None
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-            client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
-            log(f"{client} did not send complete request headers within {self.limits.header_timeout_s:g} s; closed")
+            if self._got_bytes:  # a connection that sent nothing (a browser's pre-connect) closes silently
+                client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+                log(f"{client} did not send complete request headers within {self.limits.header_timeout_s:g} s; "
+                    "closed")
             self.transport.close()
 
 
@@ -194,8 +199,6 @@ def catch_all(app):
             log(f"error: {scope.get('method', '')} {scope.get('path', '')}: {type(e).__name__}: {text}")
             if scope["type"] != "http" or started:
                 return
-            import json
-
             body = json.dumps(ApiError(500, f"internal error: {type(e).__name__}").body()).encode()
             await send({"type": "http.response.start", "status": 500,
                         "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})

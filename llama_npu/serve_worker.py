@@ -72,7 +72,7 @@ class Job:
 class Outcome:
     text: str
     finish_reason: str            # "stop" | "length" | "interrupted" (client gone or server shutting down;
-                                  # the client sees "length": server.finish_reason)
+                                  # the client sees "length": server._finish)
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0        # prompt tokens whose K/V were already in the cache (not computed again)
