@@ -85,6 +85,7 @@ class EngineWorker:
         self.default_max_tokens = default_max_tokens
         self.default_temperature = default_temperature
         self.context = engine.context  # this run's context (--context, or what memory allows), not the model's
+        self.whose = "this model's" if self.context == engine.config.max_position else "this server's"
         self.token_bytes = max_token_bytes(engine.tokenizer)
         self._queue: queue.Queue = queue.Queue()  # (job, emit, future), first come first served
         self._lock = threading.Lock()
@@ -102,7 +103,7 @@ class EngineWorker:
         texts = [m["content"] for m in req.messages] if req.kind == "chat" else [req.prompt]
         least = least_tokens([t for t in texts if isinstance(t, str)], self.token_bytes)
         if least > self.context:  # megabytes of text: refused in microseconds, not after seconds of tokenizing
-            raise ApiError(400, f"this model's context is {self.context} tokens; the prompt has at least {least} "
+            raise ApiError(400, f"{self.whose} context is {self.context} tokens; the prompt has at least {least} "
                                 "tokens", param, "context_length_exceeded")
         try:
             if req.kind == "chat":
@@ -128,7 +129,7 @@ class EngineWorker:
             self.engine.check_budget(len(ids), max(max_tokens, 1))
         except PromptError:
             asked = f"{max_tokens} completion tokens" if req.max_tokens is not None else "at least 1 token"
-            raise ApiError(400, f"this model's context is {self.context} tokens; the prompt has {len(ids)} "
+            raise ApiError(400, f"{self.whose} context is {self.context} tokens; the prompt has {len(ids)} "
                                 f"tokens and {asked} were requested ({len(ids) + max(max_tokens, 1)} in all)",
                            "max_tokens" if req.max_tokens is not None and room > 0 else param,
                            "context_length_exceeded") from None
