@@ -28,6 +28,7 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -42,7 +43,10 @@ class CallWork:
     vector_macs: int       # MAC-equivalent work done by vector instructions
     scalar_ops: int        # scalar float ops (soft-float / emulated) per call
     scores: int = 0        # attention scores (query, key pairs) through the online-softmax bookkeeping
-    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul), costed at the bf16 mmul rate
+    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul) in aie_api's block-float mode, costed at the
+                           # bf16 mmul rate x gemm_efficiency
+    emulated_mmul_macs: int = 0  # MACs of a bf16 aie::mmul compiled WITHOUT the block-float flag: aie_api builds it
+                                 # from element-wise vector macs and shuffles (costed at mmul_emulated_macs_per_cycle)
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,32 @@ def _add(m, args):
     return CallWork(n / 32, n, 0)
 
 
+BFP16_FLAG = "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"
+
+
+def bfp16_mmul(defines) -> bool:
+    """Whether a kernel's compile defines (ExternalKernel.defines) select aie_api's block-float bf16 mmul on
+    AIE2P (one matrix instruction per 8x8x8 step). Without it a bf16 aie::mmul runs aie_api's emulation
+    (element-wise macs + shuffles): the cost model charges the two differently, from this declared property."""
+    return any(name == BFP16_FLAG and str(value) not in ("0", "") for name, value in defines)
+
+
+@functools.lru_cache(maxsize=None)
+def _attn_prefill_defines(hd: int, lq: int, lk: int) -> tuple:
+    from kernel_builder.externals import attention_prefill_kernels
+    return attention_prefill_kernels(hd, lq, lk).update.defines
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_defines(tm: int, tk: int, tn: int) -> tuple:
+    from kernel_builder.externals import gemm_kernels
+    return gemm_kernels(tm, tk, tn).mac.defines
+
+
+def _mmul_split(macs: int, defines) -> dict:
+    return {"mmul_macs": macs} if bfp16_mmul(defines) else {"emulated_mmul_macs": macs}
+
+
 ATTN_ROW_BLOCK = 4   # query rows per bf16 mmul<4, 8, 8> block of the prefill item (attention.cc)
 
 
@@ -97,13 +127,13 @@ def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int) -> int:
     return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1)
 
 
-def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int) -> CallWork:
+def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int, defines=()) -> CallWork:
     """`blocks` computed row blocks of a prefill item: per block q.K^T and p.V (4 rows x lk keys x hd, twice)
     on the matrix unit, 4 x lk scores through the softmax, the alpha rescale of 4 acc rows (8-lane f32);
     plus zeroing the V rows of the keys no row of the tile sees (32-lane stores)."""
     macs = 2 * ATTN_ROW_BLOCK * lk * hd * blocks
     return CallWork(ATTN_ROW_BLOCK * hd / 8 * blocks + zeroed_keys * hd / 32, macs, 0,
-                    ATTN_ROW_BLOCK * lk * blocks, mmul_macs=macs)
+                    ATTN_ROW_BLOCK * lk * blocks, **_mmul_split(macs, defines))
 
 
 def _attn(m, args):
@@ -118,6 +148,8 @@ def _attn(m, args):
     mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
     n = int(m.group(6) or 1)
     qk = pv = lq * lk * hd
+    if part == "item":   # the kernel's own compile defines decide the mmul path (block-float or emulated)
+        defines = _attn_prefill_defines(hd, lq, lk)
     if part == "init":
         return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
     if part == "item":
@@ -128,8 +160,8 @@ def _attn(m, args):
             k_pos0 = (t - n_q) * lk
             blocks = attn_prefill_blocks(lq, lk, q_pos0, k_pos0)
             seen = min(max(q_pos0 + lq - k_pos0, 0), lk)     # keys some row of the tile sees
-            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0)
-        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0)
+            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0, defines)
+        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0, defines)
     if part == "step":
         return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
     if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
@@ -142,7 +174,7 @@ def _gemm(m, args):
     if part != "mac":  # zero / out: one pass over the f32 tile
         return CallWork(tm * tn / 32, 0, 0)
     macs = tm * tk * tn
-    return CallWork(0.0, macs, 0, mmul_macs=macs)
+    return CallWork(0.0, macs, 0, **_mmul_split(macs, _gemm_defines(tm, tk, tn)))
 
 
 EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
