@@ -25,16 +25,17 @@ def all_scenarios(base: CostParams = PARAMS) -> dict[str, CostParams]:
     return {name: scenario_params(name, base) for name in SCENARIOS}
 
 
-def parameter_table() -> list[tuple[str, object, object, object, str, str]]:
+def parameter_table(cls=CostParams) -> list[tuple[str, object, object, object, str, str]]:
     """[(name, likely, optimistic, pessimistic, kind, source)] for every cost parameter (docs/hardware-model.md
     prints it). Raises ValueError for a field without a kind or a source: an untagged parameter is a bug."""
     rows = []
-    for f in fields(CostParams):
+    likely = cls()
+    for f in fields(cls):
         md = f.metadata
         kind, source = md.get("kind"), str(md.get("source", "")).strip()
         if kind not in KINDS or not source or "optimistic" not in md or "pessimistic" not in md:
             raise ValueError(f"cost parameter {f.name} has no kind ({', '.join(KINDS)}), source and range")
-        rows.append((f.name, getattr(PARAMS, f.name), md["optimistic"], md["pessimistic"], kind, source))
+        rows.append((f.name, getattr(likely, f.name), md["optimistic"], md["pessimistic"], kind, source))
     return rows
 
 
