@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if "hw" not in args.skip:
         from benchmarks.hw_model import bench_hw_model
 
-        bench_hw_model(host=host)
+        bench_hw_model(host_times=host)
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 

@@ -176,12 +176,12 @@ def all_points() -> list[Point]:
     return reference_points() + registry_points()
 
 
-if __name__ == "__main__":  # pragma: no cover - prints the fitted parameters to paste into cost.PARAMS
+if __name__ == "__main__":  # pragma: no cover - prints the fitted values to paste into cost.CostParams
     from kernel_builder.hw import cost
 
-    pts = all_points()
-    fitted = cost.calibrate(pts, cost.CostParams())
-    for name in cost.FITTED:
-        print(f"{name} = {getattr(fitted, name):.4g}")
-    for name, m, s, e in cost.errors(pts, fitted):
+    for label, pts in (("all points (likely)", all_points()), ("registry alone", registry_points()),
+                       ("reference modules alone", reference_points())):
+        fitted = cost.calibrate(pts, cost.PARAMS)
+        print(f"{label}: " + ", ".join(f"{n} = {getattr(fitted, n):.4g}" for n in cost.FITTED))
+    for name, m, s, e in cost.errors(all_points()):
         print(f"{name:44s} modeled {m * 1e3:8.2f} ms  published {s * 1e3:7.2f} ms  error {e * 100:+6.1f}%")

@@ -26,7 +26,9 @@ def weight_bytes_per_token(model) -> int:
     return 2 * (s.n_layers * layer + s.hidden + s.vocab * s.hidden)
 
 
-def bench_hw_model(seq: int = 2048, host: dict | None = None, scenarios: bool = True) -> None:
+def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: bool = True) -> None:
+    """`host_times`: benchmarks.null_device.bench_null_llama32_1b's result at the 2048 bucket (measured when
+    None); `scenarios=False` skips the like-for-like section (benchmarks/hw_scenarios.py)."""
     from kernel_builder.hw import analyze_module, cost
     from benchmarks.hw_calibration import all_points
     from kernel_builder.stitching import stitch
@@ -79,7 +81,7 @@ def bench_hw_model(seq: int = 2048, host: dict | None = None, scenarios: bool = 
               f"{e * 100:+5.0f}%")
     if scenarios:
         from benchmarks.hw_scenarios import bench_scenarios
-        bench_scenarios(host)
+        bench_scenarios(host_times)
 
 
 def _chunked_prefill(m, total: int, rows: int, head_s: float) -> tuple[float, list[tuple[int, int]]]:

@@ -150,3 +150,18 @@ def test_bench_prints_like_for_like_figures(capsys):
     assert "host 250.0 ms" in line
     assert "MEASURED on Strix" in out and "wall time 1.27 s" in out
     assert out.count("not refitted") == 2
+
+
+def test_fitted_values_are_the_fit_of_the_calibration_points():
+    """cost.CostParams' FITTED defaults are what `python -m benchmarks.hw_calibration` fits on all points
+    (within 3 %), and their ranges contain the fit on the registry alone."""
+    from benchmarks.hw_calibration import all_points
+
+    fields = {f.name: f for f in dataclasses.fields(cost.CostParams)}
+    start = dataclasses.replace(cost.PARAMS, **{n: getattr(cost.PRIOR, n) for n in cost.FITTED})
+    fit_all = cost.calibrate(all_points(), start)
+    fit_reg = cost.calibrate(registry_points(), start)
+    for n in cost.FITTED:
+        assert math.isclose(getattr(fit_all, n), getattr(cost.PARAMS, n), rel_tol=0.03), (n, getattr(fit_all, n))
+        lo, hi = sorted((fields[n].metadata["optimistic"], fields[n].metadata["pessimistic"]))
+        assert lo * 0.97 <= getattr(fit_reg, n) <= hi * 1.03, (n, getattr(fit_reg, n), lo, hi)

@@ -56,9 +56,9 @@ class CostParams:
                                 "mmul peak (32 tiles x 256 MAC x 2 x 1.5 GHz); described there as compute-bound")
     mmul_emulated_macs_per_cycle: float = _p(16.0, 30.0, 8.0, "assumption",
                                              "bf16 aie::mmul<4,8,8> without -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"
-                                             ": aie_api (aie2p mmul_bf16_bf16.hpp, emulated_mmul_intrinsics.hpp) "
-                                             "builds each 256-MAC step from 8 element-wise 32-lane macs plus ~25 "
-                                             "shuffles/broadcasts: 256 MACs per 8-33 cycles")
+                                             ": aie_api's aie2p emulated_mmul_intrinsics.hpp mac_4x8_8x8_bf16 builds "
+                                             "each 256-MAC step from 8 mac_elem_32 plus 25 shuffles/broadcasts: "
+                                             "256 MACs per 8 (macs alone issue) to 33 (all serial) cycles")
     vector_efficiency: float = _p(0.08859, 0.08859, 0.08808, "fitted",
                                   "fitted on all calibration points (benchmarks/hw_calibration.py); range: the fit "
                                   "on the registry alone (the reference modules alone leave it at its prior)")
