@@ -13,16 +13,19 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
   (x*r and (x*r)*w from bf16 hi/lo pairs); per group a few f32 scalar ops and `aie::invsqrt` on the scalar
   unit, which has no FPU on AIE2P (soft-float; stack as for a division);
 - add.cc: one 32-lane accfloat add per 32 elements;
-- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V on the bf16 matrix unit
-  (`mmul_macs`, 4*lk*hd MACs each per computed 4-row block - the kernel skips the blocks and tiles past the
+- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V as bf16 aie::mmul<4, 8, 8>
+  (4*lk*hd MACs each per computed 4-row block; `mmul_macs` when the kernel's compile defines carry aie_api's
+  block-float flag, else `emulated_mmul_macs`: aie_api then emulates the mmul with element-wise macs and
+  shuffles, charged at the cost model's emulated rate - `bfp16_mmul`; the kernel skips the blocks and tiles past the
   causal bound, which the analyzer evaluates from the call's operands; the in-register K-block transposes
   issue around the mmuls as in gemm.cc),
   decode `step` on 32-/16-lane macs; both carry the online-softmax bookkeeping per score (query, key): mask,
   max, subtract, exp2 (costed per score by the cost model's `softmax_cycles_per_score`); reciprocals come from
   a bf16 `aie::inv` and an f32 Newton step (no soft-float division: the default stack holds);
 - gemm.cc: zero / out stream the f32 tile once (32 lanes); mac runs tm*tk*tn MACs as 8x8x8 `aie::mmul` steps
-  on the matrix unit (`mmul_macs`, costed at the bf16 mmul rate like the registry GEMM points the cost model is
-  calibrated on, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on every call: those
+  on the matrix unit, compiled with the block-float flag (`mmul_macs`, costed at the bf16 mmul rate x the
+  registry's measured GEMM efficiency, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on
+  every call: those
   loads/stores and the w-block `aie::transpose`s issue in the VLIW bundles around the mmuls and are not
   counted separately).
 """
