@@ -109,7 +109,8 @@ FITTED = ("vector_efficiency", "softmax_cycles_per_score", "launch_overhead_s")
 
 # ------------------------------------------------------------------------------------------ compute seam
 
-# Per-kind issue rates: kind -> (CostParams field giving the rate, whether the count is in cycles already).
+# The kinds of work a tile's compute is counted in, each with the CostParams rate it is charged at. A counted
+# kernel run (instructions by kind) maps its counts onto these, or adds a kind here with its rate.
 ISSUE_KINDS = {
     "mmul_bfp16_macs": "block-float 8x8x8 bf16 mmul MACs: mmul_macs_per_cycle x gemm_efficiency",
     "mmul_emulated_macs": "bf16 mmul MACs without the block-float flag: mmul_emulated_macs_per_cycle",

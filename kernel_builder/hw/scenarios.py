@@ -37,13 +37,3 @@ def parameter_table(cls=CostParams) -> list[tuple[str, object, object, object, s
             raise ValueError(f"cost parameter {f.name} has no kind ({', '.join(KINDS)}), source and range")
         rows.append((f.name, getattr(likely, f.name), md["optimistic"], md["pessimistic"], kind, source))
     return rows
-
-
-def fmt3(values: dict[str, float], unit: str = "s") -> str:
-    """'likely X (optimistic Y - pessimistic Z)' for seconds."""
-    f = _fmt if unit == "s" else (lambda v: f"{v:.3g}")
-    return f"{f(values['likely'])} (optimistic {f(values['optimistic'])}, pessimistic {f(values['pessimistic'])})"
-
-
-def _fmt(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
