@@ -51,9 +51,10 @@ class CostParams:
     mmul_macs_per_cycle: int = _p(NPU2.bf16_mmul_macs_per_cycle, NPU2.bf16_mmul_macs_per_cycle,
                                   NPU2.bf16_mmul_macs_per_cycle, "fact", "facts.py bf16_mmul_macs_per_cycle")
     gemm_efficiency: float = _p(8508 / 24576, 9797 / 24576, 7342 / 24576, "measured",
-                                f"{REG} details/GEMM_bf16_in_fp32_out.md, external path, 8x4 herd, 2048-row "
-                                "Llama-3.2-1B shapes: 7342-9797 GFLOPS (likely 8508, 2048^3) of the 24576 GFLOPS "
-                                "mmul peak (32 tiles x 256 MAC x 2 x 1.5 GHz); described there as compute-bound")
+                                f"{REG} details/GEMM_bf16_in_fp32_out.md, external path, 8x4 herd, shapes "
+                                "2048x2048x{512,2048,8192} and 2048x8192x2048: 7342-9797 GFLOPS (likely 8508, "
+                                "2048^3) of the 24576 GFLOPS mmul peak (32 tiles x 256 MAC x 2 x 1.5 GHz); "
+                                "described there as compute-bound")
     mmul_emulated_macs_per_cycle: float = _p(16.0, 30.0, 8.0, "assumption",
                                              "bf16 aie::mmul<4,8,8> without -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"
                                              ": aie_api's aie2p emulated_mmul_intrinsics.hpp mac_4x8_8x8_bf16 builds "
@@ -72,14 +73,14 @@ class CostParams:
                                          f"{REG} details/GEMV_bf16.md: 8-stream GEMVs (herd 8, one weight stream "
                                          "per column) read 30.6-32.6 GB/s (likely 31.5, 8192x2048), / 8 channels")
     second_channel_gain: float = _p(0.13, 0.33, 0.0, "measured",
-                                    f"{FUSED_DECODE}: Llama-3.2-1B decode with the weights on both MM2S channels of "
-                                    "a column 1.13x the single-channel rate (Qwen2.5-3B: none); eltwise add 8M "
-                                    "(details/EltwiseAdd_bf16.md, 63 GB/s, 2 reads per column) reads 1.33x the "
-                                    "one-channel rate per column")
+                                    f"{FUSED_DECODE}: the 1B decode design with the weights on both MM2S channels "
+                                    "of a column runs 1.13x the single-channel rate (a design not bound by its "
+                                    "weights: none); eltwise add 8M (details/EltwiseAdd_bf16.md, 63 GB/s, 2 reads "
+                                    "per column) reads 1.33x the one-channel rate per column")
     ddr_bytes_per_s: float = _p(57.7e9, 63.0e9, 50e9, "measured",
-                                f"{REG} details/EltwiseAdd_bf16.md: 57.7 GB/s (2048x2048, herd 8x1, the best "
-                                "NPU2 figure at a Llama shape), 63.0 GB/s at 8M elements; pessimistic 50 GB/s is "
-                                "an assumption (host DDR traffic alongside)")
+                                f"{REG} details/EltwiseAdd_bf16.md: 57.7 GB/s (2048x2048, herd 8x1), 63.0 GB/s at "
+                                "8M elements, the best NPU2 figures; pessimistic 50 GB/s is an assumption (host "
+                                "DDR traffic alongside)")
     l2_l1_bytes_per_s: float = _p(6e9, 12e9, 4.5e9, "assumption",
                                   "one core DMA stream (L2 -> L1 or L1 -> L2): 32-bit stream port per cycle at "
                                   "clock_hz (AM020 AIE-ML stream switch); optimistic 64-bit, pessimistic 75% "
