@@ -166,3 +166,19 @@ def test_fitted_values_are_the_fit_of_the_calibration_points():
         assert math.isclose(getattr(fit_all, n), getattr(cost.PARAMS, n), rel_tol=0.03), (n, getattr(fit_all, n))
         lo, hi = sorted((fields[n].metadata["optimistic"], fields[n].metadata["pessimistic"]))
         assert lo * 0.97 <= getattr(fit_reg, n) <= hi * 1.03, (n, getattr(fit_reg, n), lo, hi)
+
+
+def test_a_columns_two_channels_share_its_measured_rate():
+    """Two MM2S channels on one shim column move (1 + second_channel_gain) x one channel's bytes per second
+    (fused_decode: 1.13x); on two columns each runs at the full channel rate; the DDR ceiling caps the total."""
+    from kernel_builder.hw.results import Flow
+
+    p = cost.PARAMS
+    b = 10**8
+    one_col = [Flow("MM2S", 0, "", b, 1, 1, column=0), Flow("MM2S", 0, "", b, 1, 1, column=0)]
+    two_cols = [Flow("MM2S", 0, "", b, 1, 1, column=0), Flow("MM2S", 0, "", b, 1, 1, column=1)]
+    rate = p.shim_channel_bytes_per_s
+    assert cost.shim_seconds(one_col, p) == pytest.approx(2 * b / (rate * (1 + p.second_channel_gain)) + p.shim_task_s)
+    assert cost.shim_seconds(two_cols, p) == pytest.approx(b / rate + p.shim_task_s)
+    wide = [Flow("MM2S", 0, "", b, 1, 1, column=c % 8) for c in range(16)]
+    assert cost.shim_seconds(wide, p) >= 16 * b / p.ddr_bytes_per_s
