@@ -18,6 +18,10 @@ How each launch is modelled (docs/hardware-model.md, "Calibration"):
 - FlashAttention: causal QK^T and PV as mmul work over 32 tiles plus the online-softmax bookkeeping per score
   (query, key), Q and O streamed once, K and V once per block of 4 query tiles. It is the only point whose
   time the softmax sets, so it is what calibrates `softmax_cycles_per_score`.
+- the stream into each tile's L1 (`tile_l1_in_bytes`: a GEMM tile's A or W panel, a GEMV tile's weight rows,
+  an elementwise tile's rows) for the L2 -> L1 rate.
+The reference's modules are multi-launch ELFs (the cost model's ELF factor applies to their GEMM launches);
+the registry's points are standalone xclbin runs (`elf=False`).
 """
 from __future__ import annotations
 
