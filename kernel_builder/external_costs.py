@@ -13,21 +13,25 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
   (x*r and (x*r)*w from bf16 hi/lo pairs); per group a few f32 scalar ops and `aie::invsqrt` on the scalar
   unit, which has no FPU on AIE2P (soft-float; stack as for a division);
 - add.cc: one 32-lane accfloat add per 32 elements;
-- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V on the bf16 matrix unit
-  (`mmul_macs`, 4*lk*hd MACs each per computed 4-row block - the kernel skips the blocks and tiles past the
+- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V as bf16 aie::mmul<4, 8, 8>
+  (4*lk*hd MACs each per computed 4-row block; `mmul_macs` when the kernel's compile defines carry aie_api's
+  block-float flag, else `emulated_mmul_macs`: aie_api then emulates the mmul with element-wise macs and
+  shuffles, charged at the cost model's emulated rate - `bfp16_mmul`; the kernel skips the blocks and tiles past the
   causal bound, which the analyzer evaluates from the call's operands; the in-register K-block transposes
   issue around the mmuls as in gemm.cc),
   decode `step` on 32-/16-lane macs; both carry the online-softmax bookkeeping per score (query, key): mask,
   max, subtract, exp2 (costed per score by the cost model's `softmax_cycles_per_score`); reciprocals come from
   a bf16 `aie::inv` and an f32 Newton step (no soft-float division: the default stack holds);
 - gemm.cc: zero / out stream the f32 tile once (32 lanes); mac runs tm*tk*tn MACs as 8x8x8 `aie::mmul` steps
-  on the matrix unit (`mmul_macs`, costed at the bf16 mmul rate like the registry GEMM points the cost model is
-  calibrated on, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on every call: those
+  on the matrix unit, compiled with the block-float flag (`mmul_macs`, costed at the bf16 mmul rate x the
+  registry's measured GEMM efficiency, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on
+  every call: those
   loads/stores and the w-block `aie::transpose`s issue in the VLIW bundles around the mmuls and are not
   counted separately).
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -42,7 +46,10 @@ class CallWork:
     vector_macs: int       # MAC-equivalent work done by vector instructions
     scalar_ops: int        # scalar float ops (soft-float / emulated) per call
     scores: int = 0        # attention scores (query, key pairs) through the online-softmax bookkeeping
-    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul), costed at the bf16 mmul rate
+    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul) in aie_api's block-float mode, costed at the
+                           # bf16 mmul rate x gemm_efficiency
+    emulated_mmul_macs: int = 0  # MACs of a bf16 aie::mmul compiled WITHOUT the block-float flag: aie_api builds it
+                                 # from element-wise vector macs and shuffles (costed at mmul_emulated_macs_per_cycle)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,32 @@ def _add(m, args):
     return CallWork(n / 32, n, 0)
 
 
+BFP16_FLAG = "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"
+
+
+def bfp16_mmul(defines) -> bool:
+    """Whether a kernel's compile defines (ExternalKernel.defines) select aie_api's block-float bf16 mmul on
+    AIE2P (one matrix instruction per 8x8x8 step). Without it a bf16 aie::mmul runs aie_api's emulation
+    (element-wise macs + shuffles): the cost model charges the two differently, from this declared property."""
+    return any(name == BFP16_FLAG and str(value) not in ("0", "") for name, value in defines)
+
+
+@functools.lru_cache(maxsize=None)
+def _attn_prefill_defines(hd: int, lq: int, lk: int) -> tuple:
+    from kernel_builder.externals import attention_prefill_kernels
+    return attention_prefill_kernels(hd, lq, lk).update.defines
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_defines(tm: int, tk: int, tn: int) -> tuple:
+    from kernel_builder.externals import gemm_kernels
+    return gemm_kernels(tm, tk, tn).mac.defines
+
+
+def _mmul_split(macs: int, defines) -> dict:
+    return {"mmul_macs": macs} if bfp16_mmul(defines) else {"emulated_mmul_macs": macs}
+
+
 ATTN_ROW_BLOCK = 4   # query rows per bf16 mmul<4, 8, 8> block of the prefill item (attention.cc)
 
 
@@ -97,13 +130,13 @@ def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int) -> int:
     return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1)
 
 
-def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int) -> CallWork:
+def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int, defines=()) -> CallWork:
     """`blocks` computed row blocks of a prefill item: per block q.K^T and p.V (4 rows x lk keys x hd, twice)
     on the matrix unit, 4 x lk scores through the softmax, the alpha rescale of 4 acc rows (8-lane f32);
     plus zeroing the V rows of the keys no row of the tile sees (32-lane stores)."""
     macs = 2 * ATTN_ROW_BLOCK * lk * hd * blocks
     return CallWork(ATTN_ROW_BLOCK * hd / 8 * blocks + zeroed_keys * hd / 32, macs, 0,
-                    ATTN_ROW_BLOCK * lk * blocks, mmul_macs=macs)
+                    ATTN_ROW_BLOCK * lk * blocks, **_mmul_split(macs, defines))
 
 
 def _attn(m, args):
@@ -118,6 +151,8 @@ def _attn(m, args):
     mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
     n = int(m.group(6) or 1)
     qk = pv = lq * lk * hd
+    if part == "item":   # the kernel's own compile defines decide the mmul path (block-float or emulated)
+        defines = _attn_prefill_defines(hd, lq, lk)
     if part == "init":
         return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
     if part == "item":
@@ -128,8 +163,8 @@ def _attn(m, args):
             k_pos0 = (t - n_q) * lk
             blocks = attn_prefill_blocks(lq, lk, q_pos0, k_pos0)
             seen = min(max(q_pos0 + lq - k_pos0, 0), lk)     # keys some row of the tile sees
-            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0)
-        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0)
+            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0, defines)
+        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0, defines)
     if part == "step":
         return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
     if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
@@ -142,7 +177,7 @@ def _gemm(m, args):
     if part != "mac":  # zero / out: one pass over the f32 tile
         return CallWork(tm * tn / 32, 0, 0)
     macs = tm * tk * tn
-    return CallWork(0.0, macs, 0, mmul_macs=macs)
+    return CallWork(0.0, macs, 0, **_mmul_split(macs, _gemm_defines(tm, tk, tn)))
 
 
 EXTERNAL_COSTS: tuple[ExternalCost, ...] = (
