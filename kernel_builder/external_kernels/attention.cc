@@ -366,8 +366,10 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA
     const float scale = positive(tot[r]) ? inv[r] : 0.0f;
     for (int d = 0; d < kHd; d += kLanes) {
       ::aie::accum<accfloat, kLanes> o = ::aie::zeros<accfloat, kLanes>();
+      // part p starts p * kState floats in: 8-byte aligned only (kState = kLq * (kHd + 2)), so the 512-bit
+      // load must be an unaligned one (a plain load_v would read the truncated, wrong address on the chip)
       for (int p = 0; p < ATTN_NPARTS; ++p)
-        o = ::aie::mac(o, ::aie::load_v<kLanes>(parts + p * kState + r * kHd + d),
+        o = ::aie::mac(o, ::aie::load_unaligned_v<kLanes>(parts + p * kState + r * kHd + d, 2),
                        ::aie::broadcast<float, kLanes>(w[p][r]));
       ::aie::store_v(out + r * kHd + d, ::aie::mul(o.template to_vector<float>(), scale).template to_vector<bfloat16>());
     }

@@ -114,6 +114,25 @@ T *store_v(T *p, const vector<T, N> &v) {
   return p + N;  // a misaligned store writes nothing
 }
 
+// aie_api aie.hpp:629 load_unaligned_v: p need only be aligned to `aligned_elems` elements (a power of two); a
+// vector-aligned p is one load, otherwise two aligned loads and a shuffle (aie_api detail/ld_st.hpp).
+template <unsigned N, typename T>
+vector<std::remove_const_t<T>, N> load_unaligned_v(T *p, unsigned aligned_elems = 1) {
+  using U = std::remove_const_t<T>;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (aligned_elems == 0 || (aligned_elems & (aligned_elems - 1)) || a % (aligned_elems * sizeof(U))) {
+    aie_host::fail("aie_api_host: load_unaligned_v: pointer not aligned to aligned_elems (a power of two)");
+    return vector<U, N>{};
+  }
+  if (a % vector_ldst_align_v<U, N> == 0) return load_v<N>(p);
+  vector<U, N> r;
+  aie_host::count(aie_host::k_vload, 2 * ((sizeof(U) * N + 63) / 64));
+  aie_host::count(aie_host::k_vload_bytes, 2 * sizeof(U) * N);
+  aie_host::count(aie_host::k_shuffle);
+  std::memcpy(r.d, p, sizeof(U) * N);
+  return r;
+}
+
 // ----------------------------------------------------------------------------------------- construction
 namespace detail_host {
 template <typename T, unsigned N, bool Acc = std::is_same_v<T, accfloat>>
