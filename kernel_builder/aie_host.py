@@ -43,8 +43,9 @@ def api_headers() -> list[Path]:
     return sorted(API_DIR.rglob("*.hpp"))
 
 
-def compile_flags(kernel: externals.ExternalKernel, defines: tuple[str, ...] = ()) -> list[str]:
-    return [*FLAGS, f"-I{API_DIR}", f"-I{externals.SOURCE_DIR}", *kernel.define_flags(), *defines]
+def compile_flags(kernel: externals.ExternalKernel | None, defines: tuple[str, ...] = ()) -> list[str]:
+    own = kernel.define_flags() if kernel is not None else []
+    return [*FLAGS, f"-I{API_DIR}", f"-I{externals.SOURCE_DIR}", *own, *defines]
 
 
 def _inputs() -> bytes:
@@ -62,7 +63,7 @@ def build(kernel: externals.ExternalKernel, source: Path | None = None, defines:
     return build_library(cxx, cache_root() / "aie_host", stem, [src], [compile_flags(kernel, defines)], _inputs())
 
 
-def compile_errors(kernel: externals.ExternalKernel, source: Path, defines: tuple[str, ...] = ()) -> str:
+def compile_errors(kernel: externals.ExternalKernel | None, source: Path, defines: tuple[str, ...] = ()) -> str:
     """Compile `source` (syntax and templates only, nothing cached) and return the compiler's stderr ('' when it
     compiles): how a test shows that a construct is rejected."""
     cxx = compiler()
