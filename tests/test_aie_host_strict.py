@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-import aie_host_runs as runs
+from kernel_builder import aie_host_runs as runs
 from kernel_builder import aie_host
 from kernel_builder import externals as ext
 from tooling import require_tool

@@ -1,9 +1,11 @@
 """Drive each external kernel's AIE2P vector path (kernel_builder.aie_host) the way the builders call it, and
-compute what the numpy reference says it must produce.
+compute what the numpy reference says it must produce; `counts(obj)` gives the instruction counts of one call.
 
 `run(obj, rng, lib=None)` -> Run(got, want, bound, counts): `bound` is the per-element tolerance (an array like
-`want`), `counts` the instruction counts of one representative call (the compute entry point at a fully visible
-offset). The builders' shapes are listed in tests/test_aie_host_kernels.py (checked against the builders there).
+`want`), `counts` the instruction counts of one representative call of the compute entry point: one GEMV step
+(tile_m rows x one K chunk), one GEMM mac (one K step of the tile), one prefill K/V item every query row sees
+whole, one decode step with every key visible, one call of rope/rmsnorm/swiglu/add. The objects the builders link
+for the reference models are listed in tests/test_aie_host_kernels.py (checked against the builders there).
 
 Tolerances (why, per family):
 - add, rope: the same f32 operations as the reference, one bf16 RNE rounding -> bit exact (bound 0).
@@ -225,6 +227,13 @@ def _attention(lib, rng, mode, hd, lq, lk, n):
 
 DRIVERS = {"gemv": _gemv, "rope": _rope, "rmsnorm": _rmsnorm, "swiglu": _swiglu, "add": _add, "gemm": _gemm,
            "attention": _attention}
+
+
+def counts(obj: str, seed: int = 0) -> dict[str, int]:
+    """Instruction counts of one representative call of the object's compute entry point (see the module doc;
+    kinds: docs/aie-api-host.md). Data-independent for every kernel but attention, whose masked/visible split
+    follows the positions the driver uses (fully visible here)."""
+    return run(obj, np.random.default_rng(seed)).counts
 
 
 def run(obj: str, rng, lib: aie_host.AieHostLibrary | None = None) -> Run:
