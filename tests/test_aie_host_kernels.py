@@ -71,3 +71,23 @@ def test_counts_follow_the_loops():
     assert c["exp2"] > 0 and c["vmul_f32_emulated"] > 0
     c = _one("rmsnorm_g2048_u1.o")
     assert c["invsqrt_scalar"] == 1 and c["vmac_bf16"] == 2048 // 32 * 5
+
+
+def _mean_rel(r):
+    g, w = r.got.astype(np.float64), r.want.astype(np.float64)
+    return np.abs(g - w).mean() / np.abs(w).mean()
+
+
+def test_attention_block_float_tradeoff():
+    """Why attention does not use the block-float flag (docs/aie-api-host.md): compiled with it, a prefill item's
+    emulated 4x8x8 blocks become as many block-float MACs and the data movement of the emulation goes away, but the
+    output error against the exact reference grows ~20x (bfp16ebs8 model)."""
+    obj = "attnp_hd64_q64_k64.o"
+    bfp = aie_host.load(runs.kernel_of(obj), defines=("-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1",))
+    base = [runs.run(obj, np.random.default_rng(s)) for s in range(3)]
+    flag = [runs.run(obj, np.random.default_rng(s), bfp) for s in range(3)]
+    c0, c1 = base[0].counts, flag[0].counts
+    assert c1["mmul_bfp16_8x8x8"] == c0["mmul_bf16_4x8x8_emulated"] == 2048 and c1["mmul_bf16_4x8x8_emulated"] == 0
+    assert c0["shuffle"] + c0["broadcast"] > 50_000 > 10 * (c1["shuffle"] + c1["broadcast"])
+    e0, e1 = np.mean([_mean_rel(r) for r in base]), np.mean([_mean_rel(r) for r in flag])
+    assert e0 < 2e-3 and 1e-2 < e1 < 3e-2, (e0, e1)

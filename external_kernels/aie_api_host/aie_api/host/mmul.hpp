@@ -70,11 +70,11 @@ struct mmul {
   using accum_type = accum<accfloat, size_C>;
 
   float c[size_C];
-  bool zero = true;  // default-constructed: the first mul/mac treats C as zero (aie_api aie.hpp:5899)
+  bool zero = true;  // default-constructed: the first mul/mac treats C as zero (aie_api aie.hpp:5908)
 
   mmul() = default;
   template <typename T>
-  mmul(const vector<T, size_C> &v) : zero(false) {  // aie.hpp:5946: C from a row-major vector
+  mmul(const vector<T, size_C> &v) : zero(false) {  // aie.hpp:5967: C from a row-major vector
     for (unsigned i = 0; i < size_C; ++i) c[i] = widen(v.d[i]);
   }
   mmul(const accum_type &a) : zero(false) {

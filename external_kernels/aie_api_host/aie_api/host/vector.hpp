@@ -114,7 +114,7 @@ T *store_v(T *p, const vector<T, N> &v) {
   return p + N;  // a misaligned store writes nothing
 }
 
-// aie_api aie.hpp:629 load_unaligned_v: p need only be aligned to `aligned_elems` elements (a power of two); a
+// aie_api aie.hpp:633 load_unaligned_v: p need only be aligned to `aligned_elems` elements (a power of two); a
 // vector-aligned p is one load, otherwise two aligned loads and a shuffle (aie_api detail/ld_st.hpp).
 template <unsigned N, typename T>
 vector<std::remove_const_t<T>, N> load_unaligned_v(T *p, unsigned aligned_elems = 1) {
