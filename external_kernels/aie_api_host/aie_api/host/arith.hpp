@@ -122,14 +122,19 @@ float reduce_max(const vector<float, N> &v) {
 }
 
 // exp2 and tanh: f32 in, bf16 out, 16 lanes per instruction (aie_api aie.hpp:7750 / :7735;
-// aie2p/elementary.hpp:371 / :343). Modelled as the correctly computed f32 value rounded to bf16 with the core's
-// rounding mode; the chip's function units are accurate to about one bf16 ulp (not modelled).
+// aie2p/elementary.hpp:371 / :343). exp2: the input keeps 11 fractional bits, the rest truncated (AMD's AI
+// Engine-ML v2 intrinsics guide, VEXP2; modelled as floor to a multiple of 2^-11), then 2^x is computed in f32
+// and rounded to bf16 with the core's rounding mode. tanh: f32 tanh rounded to bf16. The chip's function units
+// approximate further (not IEEE; about one bf16 ulp): not modelled.
 template <typename TR, unsigned N>
 vector<TR, N> exp2(const vector<float, N> &v) {
   static_assert(std::is_same_v<TR, bfloat16>, "aie::exp2: AIE2P returns bfloat16 (aie.hpp:7748)");
   aie_host::count(aie_host::k_exp2, (N + 15) / 16);
   vector<TR, N> r;
-  for (unsigned i = 0; i < N; ++i) r.d[i] = aie_host::narrow<TR>(std::exp2(v.d[i]));
+  for (unsigned i = 0; i < N; ++i) {
+    const float x = std::isfinite(v.d[i]) ? std::floor(v.d[i] * 2048.0f) / 2048.0f : v.d[i];
+    r.d[i] = aie_host::narrow<TR>(std::exp2(x));
+  }
   return r;
 }
 template <typename TR, unsigned N>
