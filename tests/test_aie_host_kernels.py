@@ -91,3 +91,16 @@ def test_attention_block_float_tradeoff():
     assert c0["shuffle"] + c0["broadcast"] > 50_000 > 10 * (c1["shuffle"] + c1["broadcast"])
     e0, e1 = np.mean([_mean_rel(r) for r in base]), np.mean([_mean_rel(r) for r in flag])
     assert e0 < 2e-3 and 1e-2 < e1 < 3e-2, (e0, e1)
+
+
+@pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32.o", "attnp_hd128_q16_k16.o", "attnd_hd64_q3_k64_n4.o"])
+def test_attention_causal_edges(obj):
+    """Positions where the causal bound cuts the first tile, lands on a tile edge, or leaves whole decode shares
+    (partials) empty."""
+    name, (mode, hd, lq, lk, n) = runs.family(obj)
+    lib = aie_host.load(runs.kernel_of(obj))
+    for pos in (0, 1, lk - 1, lk, lk + 1, 5 * lk - 3):
+        rng = np.random.default_rng(pos)
+        r = runs._prefill(lib, rng, hd, lq, lk, pos=pos) if mode == "p" else runs._decode(lib, rng, hd, lq, lk, n,
+                                                                                        pos=pos % (2 * lk * n))
+        assert not runs.mismatch(r), f"{obj} pos {pos}: {runs.mismatch(r)}"
