@@ -240,3 +240,25 @@ def run(obj: str, rng, lib: aie_host.AieHostLibrary | None = None) -> Run:
     """Run the object's kernel (its vector path; `lib` overrides the library, e.g. a mutated source's)."""
     name, params = family(obj)
     return DRIVERS[name](lib or aie_host.load(kernel_of(obj)), rng, *params)
+
+
+def main(argv=None) -> int:
+    """`python -m kernel_builder.aie_host_runs OBJ.o ...`: the counts of one representative call of each object, and
+    whether its vector path matches the reference (one line per object)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("objects", nargs="+", help="kernel object names, e.g. gemm_m64_k64_n64.o")
+    args = ap.parse_args(argv)
+    bad = 0
+    for obj in args.objects:
+        r = run(obj, np.random.default_rng(0))
+        why = mismatch(r)
+        bad += bool(why)
+        shown = ", ".join(f"{k}={v}" for k, v in r.counts.items() if v)
+        print(f"{obj}: {'MISMATCH ' + why if why else 'matches the reference'}; {shown}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
