@@ -104,3 +104,19 @@ def test_attention_causal_edges(obj):
         r = runs._prefill(lib, rng, hd, lq, lk, pos=pos) if mode == "p" else runs._decode(lib, rng, hd, lq, lk, n,
                                                                                         pos=pos % (2 * lk * n))
         assert not runs.mismatch(r), f"{obj} pos {pos}: {runs.mismatch(r)}"
+
+
+def test_bfp16ebs8_model():
+    """The block-float model shared by the host mmul and the numpy reference (docs/aie-api-host.md)."""
+    from kernel_builder.numerics import to_bfp16ebs8
+
+    x = np.array([[1.0, 0.5, 0.25, 3.0, -4.0, 0.01, 1.9921875, -1.0078125],     # E = 2: step 2^-4
+                  [1.9921875, 1.0, 1.5 * 2**-6, 2.5 * 2**-6, 0, 0, 0, 0],         # E = 0: step 2^-6, max 127 steps
+                  [0.0] * 8, [1.0, np.inf] + [0.0] * 6], np.float32)
+    q = to_bfp16ebs8(x)
+    np.testing.assert_array_equal(q[0], [1.0, 0.5, 0.25, 3.0, -4.0, 0.0, 2.0, -1.0])
+    np.testing.assert_array_equal(q[1], [1.984375, 1.0, 2**-5, 2**-5, 0, 0, 0, 0])  # saturates; ties to even
+    np.testing.assert_array_equal(q[2], 0.0)
+    assert np.isnan(q[3]).all()
+    with pytest.raises(ValueError, match="multiple of 8"):
+        to_bfp16ebs8(np.zeros(12, np.float32))
