@@ -113,3 +113,27 @@ def test_counts_change_with_the_code(tmp_path):
     assert edit.counts["mmul_bfp16_8x8x8"] == base.counts["mmul_bfp16_8x8x8"] == 512
     assert edit.counts["vload"] > base.counts["vload"]
     assert edit.counts["shuffle"] > base.counts["shuffle"]          # each w block transposed once per row block
+
+
+def test_host_block_float_equals_the_numpy_model(tmp_path):
+    """mmul<8,8,8> under the flag with B = I gives A's rows through the C++ block-float conversion: the same
+    values as kernel_builder.numerics.to_bfp16ebs8 (the GEMM's numpy reference)."""
+    from kernel_builder.numerics import BF16, to_bfp16ebs8
+
+    src = tmp_path / "probe.cc"
+    src.write_text("#include <aie_api/aie.hpp>\n"
+                   'extern "C" void probe(const bfloat16 *a, const bfloat16 *eye, float *c) {\n'
+                   "  aie::set_rounding(aie::rounding_mode::conv_even);\n"
+                   "  aie::mmul<8, 8, 8, bfloat16, bfloat16> m;\n"
+                   "  m.mul(aie::load_v<64>(a), aie::load_v<64>(eye));\n"
+                   "  aie::store_v(c, m.template to_vector<float>());\n}\n")
+    kernel = ext.ExternalKernel(symbol="probe", obj="bfp_probe.o", source="probe.cc", defines=())
+    lib = aie_host.load(kernel, source=src, defines=(f"-D{FLAG}=1",))
+    rng = np.random.default_rng(5)
+    a = runs.rand(rng, (8, 8)) * np.float32(2.0) ** rng.integers(-6, 6, (8, 1))   # rows of different scales
+    a = a.astype(BF16)
+    c = aie_host.aligned(np.zeros((8, 8), np.float32))
+    counts = lib.call("probe", aie_host.aligned(a), aie_host.aligned(np.eye(8, dtype=np.float32).astype(BF16)), c)
+    np.testing.assert_array_equal(c, to_bfp16ebs8(a.astype(np.float32)))
+    assert not np.array_equal(c, a.astype(np.float32))                             # it did quantize
+    assert counts["mmul_bfp16_8x8x8"] == 1 and counts["bfp16_convert"] == 2
