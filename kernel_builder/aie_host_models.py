@@ -1,5 +1,5 @@
 """emu-interp's external calls through the kernels' AIE2P vector path instead of the numpy models of their scalar
-path: with LLAMA_NPU_EXTERNALS=aie-host, `externals.external_model(symbol)` returns a function that calls the
+path: with LLAMA_NPU_EXTERNALS=aie-host, `model_for(symbol)` (what the interpreter calls) returns a function that calls the
 symbol in its host-aie_api build (kernel_builder.aie_host, docs/aie-api-host.md) on 64-byte aligned copies of the
 interpreter's L1 buffers and copies back the operands the kernel writes (external_costs' `writes`). Errors the
 host aie_api reports (a misaligned vector access...) become the interpreter's ModelError, naming the call."""
@@ -22,6 +22,12 @@ def enabled() -> bool:
     if value not in ("", "numpy", "aie-host"):
         raise ValueError(f"{ENV}={value!r}: expected 'numpy' (the default) or 'aie-host'")
     return value == "aie-host"
+
+
+def model_for(symbol: str):
+    """The interpreter's implementation of an external symbol: its vector path under LLAMA_NPU_EXTERNALS=aie-host,
+    else the numpy model of its scalar path (externals.external_model); None when no family names it."""
+    return vector_model(symbol) if enabled() else ext.external_model(symbol)
 
 
 def kernel_for_symbol(symbol: str) -> ext.ExternalKernel | None:

@@ -339,11 +339,7 @@ def family_of_symbol(symbol: str) -> tuple[ExternalFamily, list] | None:
 
 
 def external_model(symbol: str):
-    """The numpy model (emu-interp) of an external symbol, or None when no family names it. With
-    LLAMA_NPU_EXTERNALS=aie-host: the symbol's AIE2P vector path instead (kernel_builder.aie_host_models)."""
-    from . import aie_host_models
-    if aie_host_models.enabled():
-        return aie_host_models.vector_model(symbol)
+    """The numpy model (emu-interp) of an external symbol, or None when no family names it."""
     found = family_of_symbol(symbol)
     if found is None:
         return None

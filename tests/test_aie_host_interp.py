@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kernel_builder import externals
+from kernel_builder.aie_host_models import model_for
 from kernel_builder.devices.emu import EmuDevice
 from kernel_builder.devices.interp import InterpEmuDevice
 from llama_npu.models.llama import LlamaModel
@@ -49,12 +50,12 @@ def test_stitched_module_runs_the_vector_paths(stitched, tmp_path, vector_paths,
 def test_external_model_switch(monkeypatch):
     sym = externals.rmsnorm_kernel(64, 1).symbol
     monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "aie-host")
-    assert externals.external_model(sym).__module__ == "kernel_builder.aie_host_models"
+    assert model_for(sym).__module__ == "kernel_builder.aie_host_models"
     monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "numpy")
-    assert externals.external_model(sym).__module__ == "kernel_builder.external_models"
+    assert model_for(sym).__module__ == "kernel_builder.external_models"
     monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "peano")
     with pytest.raises(ValueError, match="expected 'numpy'"):
-        externals.external_model(sym)
+        model_for(sym)
 
 
 def test_runtime_on_the_vector_paths(tmp_path, vector_paths, monkeypatch):
