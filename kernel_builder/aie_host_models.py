@@ -1,8 +1,9 @@
 """emu-interp's external calls through the kernels' AIE2P vector path instead of the numpy models of their scalar
-path: with LLAMA_NPU_EXTERNALS=aie-host, `model_for(symbol)` (what the interpreter calls) returns a function that calls the
-symbol in its host-aie_api build (kernel_builder.aie_host, docs/aie-api-host.md) on 64-byte aligned copies of the
-interpreter's L1 buffers and copies back the operands the kernel writes (external_costs' `writes`). Errors the
-host aie_api reports (a misaligned vector access...) become the interpreter's ModelError, naming the call."""
+path: with LLAMA_NPU_EXTERNALS=aie-host, `model_for(symbol)` (what the interpreter calls) returns a function that
+calls the symbol in its host-aie_api build (kernel_builder.aie_host, docs/aie-api-host.md) on 64-byte aligned
+copies of the interpreter's L1 buffers and copies back the operands the kernel writes (external_costs' `writes`).
+Errors the host aie_api reports (a misaligned vector access...) become the interpreter's ModelError, naming the
+call."""
 from __future__ import annotations
 
 import os

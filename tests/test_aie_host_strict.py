@@ -68,14 +68,17 @@ def test_misaligned_vector_load_and_store_fail(rng=np.random.default_rng(0)):
 
 # (object at a builder shape, source, loop-bound regex, replacement): one element/block short in the vector path
 MUTATIONS = [
-    ("gemm_m64_k64_n64.o", "gemm.cc", r"kb < kKB; \+\+kb\) \{\n          const", "kb < kKB - 1; ++kb) {\n          const"),
+    ("gemm_m64_k64_n64.o", "gemm.cc", r"kb < kKB; \+\+kb\) \{\n          const",
+     "kb < kKB - 1; ++kb) {\n          const"),
     ("gemm_m8_k64_n128.o", "gemm.cc", r"nb < kNB; nb \+= 2\)", "nb < kNB - 2; nb += 2)"),
     ("mv_k2048_c2048_m4_r128.o", "gemv.cc", r"c \+ 2 \* kLanes <= GEMV_KC", "c + 2 * kLanes < GEMV_KC"),
     ("mv_k576_c576_m12_r12.o", "gemv.cc", r"m < GEMV_TILE_M; \+\+m\) \{\n    const bfloat16 \*LLAMA_NPU_RESTRICT",
      "m < GEMV_TILE_M - 1; ++m) {\n    const bfloat16 *LLAMA_NPU_RESTRICT"),
     ("attnp_hd64_q32_k32.o", "attention.cc", r"j0 < kLk; j0 \+= 8\) mm\.mac", "j0 < kLk - 8; j0 += 8) mm.mac"),
-    ("attnp_hd128_q16_k16.o", "attention.cc", r"d < kHd; d \+= 8\) \{\n        const", "d < kHd - 8; d += 8) {\n        const"),
-    ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"d < kHd; d \+= kDotLanes\)\n          dot", "d < kHd - kDotLanes; d += kDotLanes)\n          dot"),
+    ("attnp_hd128_q16_k16.o", "attention.cc", r"d < kHd; d \+= 8\) \{\n        const",
+     "d < kHd - 8; d += 8) {\n        const"),
+    ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"d < kHd; d \+= kDotLanes\)\n          dot",
+     "d < kHd - kDotLanes; d += kDotLanes)\n          dot"),
 ]
 
 

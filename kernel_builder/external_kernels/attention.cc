@@ -67,7 +67,8 @@ static inline int visible_keys(int32_t q_pos, int32_t k_pos0) {
 // operands must anyway). Scores are scaled once by scale * log2(e) (one f32 constant) into log2 units, so exp2
 // takes them with no second multiply (aie_api's f32 multiplies are emulated); m, in the state, is kept in those
 // log2 units by this path. (Folding the constant into the bf16 Q instead would drop that multiply too, but the
-// bf16 rounding of q * c triples the output error: measured with the host aie_api, docs/aie-api-host.md.) Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
+// bf16 rounding of q * c triples the output error: measured with the host aie_api, docs/aie-api-host.md.)
+// Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
 // Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core); the per-row
 // softmax statistics (max, sum, alpha) are computed in 16-lane vectors, one lane per row (no scalar float
 // arithmetic). Score/probability scratch and the statistics live in static arrays (core data memory, < 2 KiB;
@@ -130,10 +131,10 @@ static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
   }
 }
 
-// Softmax of n <= 16 rows of raw scores s[n][kLk] (f32, unscaled; scaled here by scale * log2e into log2 units);
-// row r has vis[r] >= 1 visible keys (a prefix). Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and alpha[0, n) =
-// exp(m_old - m_new). The per-row statistics live in 16-lane vectors (one lane per row): no scalar float
-// arithmetic (the scalar unit would emulate it); scalars only move between vectors and memory.
+// Softmax of n <= 16 rows of raw scores s[n][kLk] (f32, unscaled; scaled here by scale * log2e into log2 units); row
+// r has vis[r] >= 1 visible keys (a prefix). Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and
+// alpha[0, n) = 2^(m_old - m_new). The per-row statistics live in 16-lane vectors (one lane per row): no scalar
+// float arithmetic (the scalar unit would emulate it); scalars only move between vectors and memory.
 static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, int n, const int *vis,
                          float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT alpha) {
   alignas(::aie::vector_decl_align) static float rmax[kLanes], rsum[kLanes], mo[kLanes], lo[kLanes];

@@ -13,7 +13,8 @@ namespace detail_host {
 template <typename A, typename B>
 constexpr void check_mul_types() {
   static_assert(std::is_same_v<A, B> && aie_host::is_elem_v<A>,
-                "aie::mul/mac/msc: AIE2P multiplies bfloat16 x bfloat16 or float x float into accfloat, not mixed types");
+                "aie::mul/mac/msc: AIE2P multiplies bfloat16 x bfloat16 or float x float into accfloat, "
+                "not mixed types");
 }
 
 template <typename T, unsigned N>

@@ -24,15 +24,15 @@ namespace aie_host {
 // ------------------------------------------------------------------------------------------------ counters
 // One counter per instruction kind (docs/aie-api-host.md, "Counts"). X-macro: name, meaning.
 #define AIE_HOST_COUNT_KINDS(X)                                                                              \
-  X(mmul_bfp16_8x8x8, "block-float 8x8x8 matrix MAC (mac/mul_8x8_8x8T; also serves 4x8x8 under the flag)") \
-  X(mmul_bf16_4x8x8_emulated, "bf16 4x8x8 mmul emulated by 8 element-wise MACs (mac_4x8_8x8_bf16)")         \
+  X(mmul_bfp16_8x8x8, "block-float 8x8x8 matrix MAC (also serves a 4x8x8 under the flag)")                 \
+  X(mmul_bf16_4x8x8_emulated, "bf16 4x8x8 mmul emulated by 8 element-wise MACs")                            \
   X(vmac_bf16, "element-wise bf16 x bf16 -> f32 mul/mac/msc instruction (<= 64 lanes)")                     \
   X(vmul_f32_emulated, "element-wise f32 x f32 mul/mac/msc, one per 16 lanes (emulated with bf16 products)") \
   X(vadd_acc, "f32 accumulator add/sub instruction (<= 64 lanes)")                                           \
   X(vconvert, "accumulator <-> vector conversion (bf16 rounding, f32 move, bf16 widening)")                  \
   X(bfp16_convert, "accfloat -> bfp16ebs8 block conversion (64 lanes)")                                      \
-  X(vload, "vector load instruction (one per 512 bits)")                                                                                    \
-  X(vstore, "vector store instruction (one per 512 bits)")                                                                                  \
+  X(vload, "vector load instruction (one per 512 bits)")                                                       \
+  X(vstore, "vector store instruction (one per 512 bits)")                                                     \
   X(vload_bytes, "bytes moved by vector loads")                                                              \
   X(vstore_bytes, "bytes moved by vector stores")                                                            \
   X(shuffle, "shuffle / transpose instruction")                                                              \
