@@ -74,15 +74,22 @@ def _cpu_id() -> str:
 def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
     """Compile the kernels into one library in out_dir (once: the file name holds a hash of everything that goes in) and
     return the library path. Tries -march=native first (the AVX2 path on x86), then without it."""
+    return build_library(cxx, out_dir, "host_kernels", SOURCES, [FLAGS + NATIVE_FLAGS + extra, FLAGS + extra])
+
+
+def build_library(cxx: str, out_dir: Path, stem: str, sources, flag_sets, inputs: bytes = b"") -> Path:
+    """Compile `sources` into `out_dir/<stem>-<hash>.so` once and return its path. The hash covers the sources'
+    names and bytes, `inputs` (e.g. headers), the flags, the compiler's version and the CPU; a filelock guards
+    concurrent builds. Each of `flag_sets` is tried in turn until one compiles."""
     from filelock import FileLock
 
-    src = b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in SOURCES)
+    src = b"".join(Path(p).name.encode() + b"\0" + Path(p).read_bytes() for p in sources)
+    src += (b"\0" + inputs) if inputs else b""
     last_err = ""
-    for native in (NATIVE_FLAGS, ()):
-        flags = FLAGS + native + extra
+    for flags in flag_sets:
         key = hashlib.sha256(b"\0".join([src, " ".join(flags).encode(), _version(cxx).encode(),
                                           platform.machine().encode(), _cpu_id().encode()])).hexdigest()[:16]
-        lib = out_dir / f"host_kernels-{key}.so"
+        lib = out_dir / f"{stem}-{key}.so"
         if lib.exists():
             return lib
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -92,7 +99,7 @@ def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
             os.close(fd)
             try:
-                proc = subprocess.run([cxx, *flags, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True,
+                proc = subprocess.run([cxx, *flags, "-o", tmp, *map(str, sources)], capture_output=True, text=True,
                                       timeout=COMPILE_TIMEOUT_S)
                 if proc.returncode == 0:
                     os.replace(tmp, lib)
@@ -104,7 +111,7 @@ def build(cxx: str, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-    raise HostKernelsUnavailable(f"{cxx} could not build {', '.join(p.name for p in SOURCES)}: {last_err}")
+    raise HostKernelsUnavailable(f"{cxx} could not build {', '.join(Path(p).name for p in sources)}: {last_err}")
 
 
 def bind(path: Path):

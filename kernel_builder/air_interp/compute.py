@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 
+from kernel_builder.aie_host_models import model_for
 from kernel_builder.external_models import ModelError
-from kernel_builder.externals import external_model
 from kernel_builder.air_interp.values import F32, InterpError, _SSA, _operand, _operands, _region_span
 
 
@@ -22,7 +22,7 @@ class ComputeOps:
         if m is None:
             raise InterpError(f"{op.where()}: only `func.call @f(...) : (...) -> ()` is supported")
         sym, args = m.group(1), _operands(m.group(2))
-        impl = external_model(sym)
+        impl = model_for(sym)
         if impl is None:
             raise InterpError(f"{op.where()}: no interpreter implementation of external kernel @{sym}")
         state_ref = self

@@ -64,7 +64,11 @@ static inline int visible_keys(int32_t q_pos, int32_t k_pos0) {
 // ---------------------------------------------------------------------------------------- AIE2P vector path
 // Prefill: q.K^T and p.V run on the bf16 matrix unit (aie::mmul<4, 8, 8>, f32 accumulation); the softmax runs
 // on 16-lane f32/bf16 vectors (aie::exp2 returns bf16, so probabilities carry bf16 precision, as the mmul
-// operands must anyway). Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
+// operands must anyway). Scores are scaled once by scale * log2(e) (one f32 constant) into log2 units, so exp2
+// takes them with no second multiply (aie_api's f32 multiplies are emulated); m, in the state, is kept in those
+// log2 units by this path. (Folding the constant into the bf16 Q instead would drop that multiply too, but the
+// bf16 rounding of q * c triples the output error: measured with the host aie_api, docs/aie-api-host.md.)
+// Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
 // Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core); the per-row
 // softmax statistics (max, sum, alpha) are computed in 16-lane vectors, one lane per row (no scalar float
 // arithmetic). Score/probability scratch and the statistics live in static arrays (core data memory, < 2 KiB;
@@ -72,6 +76,7 @@ static inline int visible_keys(int32_t q_pos, int32_t k_pos0) {
 static constexpr int kLanes = 16;
 static constexpr int kDotLanes = 32;
 static constexpr float kLog2e = 1.4426950408889634f;
+static constexpr float kScaleLog2e = kScale * kLog2e;  // scores -> log2 units in one multiply
 static constexpr float kMaskedArg = -80.0f;  // exp2 argument of a masked key: ~1e-24, keeps exp2 normal
 static_assert(kHd % kDotLanes == 0, "ATTN_HEAD_DIM must be a multiple of 32 on AIE2P");
 static_assert(kLk % kLanes == 0, "ATTN_LK must be a multiple of 16 on AIE2P");
@@ -92,10 +97,8 @@ static inline ::aie::vector<float, kLanes> reciprocal16(::aie::vector<float, kLa
   return ::aie::mul(e.template to_vector<float>(), r0).template to_vector<float>();
 }
 
-// exp(a) for 16 lanes as bf16 (exp2 of a * log2e).
-static inline ::aie::vector<bfloat16, kLanes> exp16(::aie::vector<float, kLanes> a) {
-  return ::aie::exp2<bfloat16>(::aie::mul(a, kLog2e).template to_vector<float>());
-}
+// 2^a for 16 lanes as bf16 (a in log2 units).
+static inline ::aie::vector<bfloat16, kLanes> exp16(::aie::vector<float, kLanes> a) { return ::aie::exp2<bfloat16>(a); }
 
 // x > 0 for a float read as its bits (+0 and negatives are not): no scalar float compare (emulated)
 static inline bool positive(float x) { return __builtin_bit_cast(int32_t, x) > 0; }
@@ -128,10 +131,10 @@ static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
   }
 }
 
-// Softmax of n <= 16 rows of raw scores s[n][kLk] (f32, unscaled); row r has vis[r] >= 1 visible keys (a
-// prefix). Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and alpha[0, n) =
-// exp(m_old - m_new). The per-row statistics live in 16-lane vectors (one lane per row): no scalar float
-// arithmetic (the scalar unit would emulate it); scalars only move between vectors and memory.
+// Softmax of n <= 16 rows of raw scores s[n][kLk] (f32, unscaled; scaled here by scale * log2e into log2 units); row
+// r has vis[r] >= 1 visible keys (a prefix). Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and
+// alpha[0, n) = 2^(m_old - m_new). The per-row statistics live in 16-lane vectors (one lane per row): no scalar
+// float arithmetic (the scalar unit would emulate it); scalars only move between vectors and memory.
 static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, int n, const int *vis,
                          float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT alpha) {
   alignas(::aie::vector_decl_align) static float rmax[kLanes], rsum[kLanes], mo[kLanes], lo[kLanes];
@@ -145,7 +148,7 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
   for (int r = 0; r < n; ++r) {
     float *sr = s + r * kLk;
     for (int j = 0; j < kLk; j += kLanes)
-      ::aie::store_v(sr + j, ::aie::mul(::aie::load_v<kLanes>(sr + j), kScale).template to_vector<float>());
+      ::aie::store_v(sr + j, ::aie::mul(::aie::load_v<kLanes>(sr + j), kScaleLog2e).template to_vector<float>());
     for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
     ::aie::vector<float, kLanes> vmax = ::aie::load_v<kLanes>(sr);
     for (int j = kLanes; j < kLk; j += kLanes) vmax = ::aie::max(vmax, ::aie::load_v<kLanes>(sr + j));
@@ -174,7 +177,7 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
     }
     rsum[r] = ::aie::reduce_add(sum.template to_vector<float>());
   }
-  // alpha = exp(max(m_old - m_new, kMaskedArg)); l = alpha * l + sum
+  // alpha = 2^max(m_old - m_new, kMaskedArg) (log2 units); l = alpha * l + sum
   const ::aie::vector<float, kLanes> va =
       bf16_to_f32_16(exp16(::aie::max(vsub(vmo, vmn), ::aie::broadcast<float, kLanes>(kMaskedArg))));
   ::aie::store_v(al, va);
@@ -366,8 +369,10 @@ extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA
     const float scale = positive(tot[r]) ? inv[r] : 0.0f;
     for (int d = 0; d < kHd; d += kLanes) {
       ::aie::accum<accfloat, kLanes> o = ::aie::zeros<accfloat, kLanes>();
+      // part p starts p * kState floats in: 8-byte aligned only (kState = kLq * (kHd + 2)), so the 512-bit
+      // load must be an unaligned one (a plain load_v would read the truncated, wrong address on the chip)
       for (int p = 0; p < ATTN_NPARTS; ++p)
-        o = ::aie::mac(o, ::aie::load_v<kLanes>(parts + p * kState + r * kHd + d),
+        o = ::aie::mac(o, ::aie::load_unaligned_v<kLanes>(parts + p * kState + r * kHd + d, 2),
                        ::aie::broadcast<float, kLanes>(w[p][r]));
       ::aie::store_v(out + r * kHd + d, ::aie::mul(o.template to_vector<float>(), scale).template to_vector<bfloat16>());
     }
