@@ -19,8 +19,8 @@ import time
 
 
 def bench_stitch() -> None:
-    from kernel_builder.kernels import clear_kernel_cache
-    from kernel_builder.stitching import stitch
+    from kernel_builder.registry import clear_kernel_cache
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
 
     clear_kernel_cache()

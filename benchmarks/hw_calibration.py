@@ -9,7 +9,7 @@ rms_gemms_rope 7.3 ms; per decode token: o_gemv_ffn 3.6 ms, rms_gemv_rope 0.9 ms
 The points are plain kernel shapes (m, k, n, rows, dim, heads ...): the kernel layer knows no model.
 
 How each launch is modelled (docs/hardware-model.md, "Calibration"):
-- GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.gemm_plan.plan_gemm (the reference's
+- GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.gemm.plan.plan_gemm (the reference's
   own tile configs are not published), MACs vectorised at the bf16 mmul rate; A streamed over herd_m shim
   channels n/BN times, B over herd_n channels m/BM times, C drained through L2 over herd_m channels.
 - GEMV: W rows split over 8 tiles and 8 shim channels, x broadcast once, 32-lane MACs.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernel_builder import gemm_plan
+from kernel_builder.gemm import plan as gemm_plan
 from kernel_builder.hw.results import Flow
 from kernel_builder.hw.cost import Point
 
@@ -47,7 +47,7 @@ def gemm(m: int, k: int, n: int, tile_m: int | None = None, tile_n: int | None =
          herd_n: int = 4, out_bytes: int = 2) -> RefWork:
     """The upstream L2-staged GEMM: per launch point a [BM, BN] block (BM = herd_m*tile_m, BN = herd_n*tile_n);
     A streamed over herd_m shim channels n/BN times, B over herd_n channels m/BM times, C drained through L2
-    over herd_m channels; MACs on the mmul unit. Without tile sizes: kernel_builder.gemm_plan's plan."""
+    over herd_m channels; MACs on the mmul unit. Without tile sizes: kernel_builder.gemm.plan's plan."""
     if tile_m is None:
         p = gemm_plan.plan_gemm(m, k, n)
         tile_m, tile_n, herd_m, herd_n = p.tile_m, p.tile_n, p.herd_m, p.herd_n

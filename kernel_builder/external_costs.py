@@ -1,4 +1,4 @@
-"""Cost and resource descriptor of every external C++ kernel family (kernel_builder/external_kernels/*.cc), in
+"""Cost and resource descriptor of every external C++ kernel family (external_kernels/*.cc), in
 ONE table keyed by symbol pattern - what the hardware model (kernel_builder.hw) needs to know of a
 `func.call @sym(...)` it cannot look into: the work per call and how it runs (vector lanes or scalar ops),
 the stack its call chain needs, and which memref operands it writes.

@@ -1,6 +1,6 @@
 """numpy models of the external C++ kernels' scalar paths, used by the interpreting emulator (emu-interp).
 
-Each model mirrors `kernel_builder/external_kernels/<family>.cc`'s portable path (f32 math in the same
+Each model mirrors `external_kernels/<family>.cc`'s portable path (f32 math in the same
 order, one RNE bf16 store), so the interpreter gives what a host-compiled kernel gives. Arguments are the
 interpreter's MemRefs (`.data`: a flat array, `.dtype`: element type name, `.written`). Which symbol maps
 to which model is the family table in kernel_builder/externals.py.

@@ -1,4 +1,4 @@
-"""Registry of the external C++ kernels (kernel_builder/external_kernels/*.cc) and their compile rules.
+"""Registry of the external C++ kernels (external_kernels/*.cc) and their compile rules.
 
 Each ExternalKernel names one `extern "C"` symbol inside one object file. One .cc source is compiled
 several times with different -D shape flags; every shape gets its own symbol and object name (e.g.
@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from external_kernels.paths import SOURCE_DIR
 from kernel_builder.reference import attention_scale
-
-SOURCE_DIR = Path(__file__).resolve().parent / "external_kernels"
 
 # Flags shared by every Peano compile. -D__AIE_API_AIE_ADF_HPP__ keeps aie_api from pulling in the ADF graph
 # headers (not shipped with mlir-aie); -DNDEBUG drops aie_api's runtime checks. The warnings silenced are the
@@ -65,7 +64,7 @@ class ExternalKernel:
 
     symbol: str
     obj: str
-    source: str  # file name inside kernel_builder/external_kernels/
+    source: str  # file name inside external_kernels/
     defines: tuple[tuple[str, str], ...]
 
     @property

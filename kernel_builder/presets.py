@@ -1,4 +1,4 @@
-"""aircc options of one module: a field of its declaration (kernel_builder.decl.ModuleDecl.preset).
+"""aircc options of one module: a field of its declaration (multi_launch_builder.decl.ModuleDecl.preset).
 
 Only flags the native aircc really accepts (tools/aircc/aircc.cpp in mlir-air): ping-pong omission,
 runtime loop tiling of shim DMA BDs, the while(true) wrapper, lock race fix, stack size.

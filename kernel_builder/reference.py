@@ -95,12 +95,13 @@ def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
 
 def gemv(w, x, *, m: int, k: int) -> np.ndarray:
     """y[1, m] = w[m, k] @ x[k], f32 accumulation. A bf16 `w` (the emulator passes its stored weights when the
-    host kernels are built) goes to the host GEMV (kernel_builder.host_gemv: half the bytes of an f32 copy);
+    host kernels are built) goes to the host GEMV (kernel_builder.gemv.host: half the bytes of an f32 copy);
     an f32 one to BLAS."""
     _dims("gemv", m=m, k=k)
     wa = np.asarray(w)
     if wa.dtype == BF16 and wa.size == m * k:
-        from kernel_builder import host_gemv, host_native
+        from kernel_builder.gemv import host as host_gemv
+        from external_kernels import host_build as host_native
         lib = host_native.library()
         if lib is not None:
             return to_bf16(host_gemv.run(lib, np.ascontiguousarray(wa).reshape(m, k),
@@ -196,10 +197,11 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
 
     A row gives the same bytes in a prefill chunk of any size or position and alone in decode. Two
     implementations keep that promise, each on its own, and agree within bf16 rounding: the host C++ kernel
-    (kernel_builder.host_attention: f32 in one fixed order per element, on every core), used when a C++
+    (kernel_builder.attention.host: f32 in one fixed order per element, on every core), used when a C++
     compiler is at hand, and `attention_numpy` (exact f64 products) otherwise."""
     p = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
-    from kernel_builder import host_attention, host_native
+    from kernel_builder.attention import host as host_attention
+    from external_kernels import host_build as host_native
     lib = host_native.library() if head_dim % 16 == 0 else None
     if lib is None:
         return attention_numpy(q, k, v, pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads,

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from kernel_builder.decl import Role
+from multi_launch_builder.decl import Role
 from kernel_builder.numerics import BF16, to_bf16
 
 from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-exported)
@@ -156,9 +156,9 @@ class Engine:
         build or reuse every kernel module, read all weights straight into their device buffers and
         (warmup) run one untimed prefill and decode step, so one-time device work stays out of the first
         timed request."""
-        from kernel_builder.build import build_modules
-        from kernel_builder.cache import KernelCache
-        from kernel_builder.devices import make_device
+        from multi_launch_builder.compile import build_modules
+        from multi_launch_builder.executor import KernelCache
+        from multi_launch_builder.devices import make_device
 
         from .embedded import cache_root
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from kernel_builder.kernels import add, gemv, rmsnorm
-from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
+from kernel_builder.add import builder as add
+from kernel_builder.gemv import builder as gemv
+from kernel_builder.rmsnorm import builder as rmsnorm
+from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from kernel_builder.presets import AirccPreset
 
 R, D = 4, 64

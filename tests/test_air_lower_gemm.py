@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from kernel_builder.hw import analyze_module
-from kernel_builder.kernels import kernel_text
+from kernel_builder.registry import kernel_text
 from kernel_builder.presets import AirccPreset
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")

@@ -16,7 +16,7 @@ import pytest
 
 from kernel_builder import planner
 from kernel_builder.hw import analyze_module
-from kernel_builder.kernels import kernel_text
+from kernel_builder.registry import kernel_text
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")
 
@@ -72,7 +72,7 @@ def test_gemv_lowers_with_one_stream_per_tile(tmp_path, m, k):
 def test_stitched_decode_modules_lower(tmp_path, name):
     """The Llama-3.2-1B fused decode layer and LM head with the 16-stream GEMVs, with the preset their header
     records (the model layer's): the lowering writes the NPU instructions, and the model agrees."""
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
     m = LlamaModel(LLAMA32_1B)
     (decl,) = [d for d in m.decode(256).decls + m.head().decls if d.name == name]

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from kernel_builder.hw import analyze_module
-from kernel_builder.stitching import stitch
+from multi_launch_builder.stitcher import stitch
 from llama_npu.models import llama as shapes
 from llama_npu.models.llama import LlamaModel
 

@@ -1,6 +1,6 @@
-"""The attention tile primitives (kernel_builder/external_kernels/attention.cc), scalar host path compiled with
+"""The attention tile primitives (external_kernels/attention.cc), scalar host path compiled with
 g++, against kernel_builder.reference.attention, driven with the schedules the builder emits
-(kernel_builder/kernels/attention.py): prefill items (Q capture, then the whole K/V window, static), decode
+(kernel_builder/attention/builder.py): prefill items (Q capture, then the whole K/V window, static), decode
 shares of the window merged into one output. The numpy model the interpreter runs
 (kernel_builder.external_models.attention_model) must agree with the compiled code.
 

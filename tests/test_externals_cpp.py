@@ -227,7 +227,7 @@ def test_gemm_micro_kernel_matches_reference_and_its_numpy_model(lib, rng, tm, t
     """zero, one mac per K step on 8x8-blocked tiles (w in the HF [n, k] layout), out: the reference's
     a @ w^T within 2 bf16 ulps, and the interpreter's numpy model (kernel_builder.external_models) bit for bit
     at every step (f32 accumulator included)."""
-    from kernel_builder.air_interp import MemRef
+    from multi_launch_builder.emulator.air_interp import MemRef
     from kernel_builder.externals import external_model
     ks = ext.gemm_kernels(tm, tk, tn)
     zero, mac, out = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3), fn(lib, ks.out.symbol, 2)

@@ -11,8 +11,13 @@ import re
 import numpy as np
 import pytest
 
-from kernel_builder import air_interp, planner
-from kernel_builder.kernels import add, gemv, rmsnorm, rope, swiglu
+from multi_launch_builder.emulator import air_interp
+from kernel_builder import planner
+from kernel_builder.add import builder as add
+from kernel_builder.gemv import builder as gemv
+from kernel_builder.rmsnorm import builder as rmsnorm
+from kernel_builder.rope import builder as rope
+from kernel_builder.swiglu import builder as swiglu
 from kernel_builder.numerics import BF16
 from kernel_builder.reference import KERNELS
 from llama_npu.rope import rope_lut

@@ -14,9 +14,9 @@ import functools
 import pytest
 
 from kernel_builder.hw import analyze_module
-from kernel_builder.stitching import stitch
+from multi_launch_builder.stitcher import stitch
 from kernel_builder.hw.tune import preset_for_kernels
-from kernel_builder.kernels import kernel_text
+from kernel_builder.registry import kernel_text
 from kernel_builder.presets import AirccPreset
 from llama_npu.models import llama as shapes
 from llama_npu.models.llama import LlamaModel

@@ -8,9 +8,9 @@ import pytest
 from kernel_builder.hw import analyze as analyze_mod
 from kernel_builder.hw import analyze_module
 from kernel_builder.hw.tune import derive_preset, preset_for_kernels, stack_need
-from kernel_builder.kernels import kernel_text
+from kernel_builder.registry import kernel_text
 from kernel_builder.presets import AirccPreset
-from kernel_builder.stitching import stitch
+from multi_launch_builder.stitcher import stitch
 from llama_npu.models.llama import LLAMA32_1B, SMOLLM2_135M, LlamaModel
 from tests.hw_texts import herd_module, pingpong_body
 

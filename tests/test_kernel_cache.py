@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernel_builder.build import build_modules
-from kernel_builder.cache import KernelCache
-from kernel_builder.devices.emu import EmuDevice
-from kernel_builder.devices.null import NullDevice
+from multi_launch_builder.compile import build_modules
+from multi_launch_builder.executor import KernelCache
+from multi_launch_builder.devices.emu import EmuDevice
+from multi_launch_builder.devices.null import NullDevice
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.reference import KERNELS
-from kernel_builder.decl import Role
+from multi_launch_builder.decl import Role
 from llama_npu.models.llama import LlamaModel, ModelShapes
 from tests.h4_fixtures import D, R, add_norm, gemv_mod
 
@@ -285,7 +285,8 @@ def test_loaded_modules_stay_within_the_devices_context_limit(tmp_path):
 def test_emu_hands_gemv_its_stored_weights_read_only(built, monkeypatch):
     """With the host kernels built, the emulator passes a gemv its weight as the stored bf16 bytes (no f32
     shadow), as a read-only view: a kernel cannot change device weights behind the shadow's back."""
-    from kernel_builder import host_native, reference
+    from external_kernels import host_build as host_native
+    from kernel_builder import reference
     from tooling import require_tool
     require_tool("g++")
     assert host_native.library() is not None

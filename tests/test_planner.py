@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_builder import gemm_plan as G
-from kernel_builder import attention_plan as A
+from kernel_builder.gemm import plan as G
+from kernel_builder.attention import plan as A
 from kernel_builder import planner as P
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 

@@ -7,13 +7,14 @@ from functools import partial
 import numpy as np
 import pytest
 
-from kernel_builder.build import build_modules
-from kernel_builder.cache import KernelCache
-from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
-from kernel_builder.devices.emu import EmuDevice
-from kernel_builder.devices.interp import InterpEmuDevice
-from kernel_builder.devices.null import NullDevice
-from kernel_builder.kernels import add, rmsnorm
+from multi_launch_builder.compile import build_modules
+from multi_launch_builder.executor import KernelCache
+from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
+from multi_launch_builder.devices.emu import EmuDevice
+from multi_launch_builder.devices.interp import InterpEmuDevice
+from multi_launch_builder.devices.null import NullDevice
+from kernel_builder.add import builder as add
+from kernel_builder.rmsnorm import builder as rmsnorm
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.reference import KERNELS
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from kernel_builder.build import build_modules
-from kernel_builder.cache import KernelCache
-from kernel_builder.decl import ModuleDecl, Role
-from kernel_builder.devices.emu import EmuDevice
+from multi_launch_builder.compile import build_modules
+from multi_launch_builder.executor import KernelCache
+from multi_launch_builder.decl import ModuleDecl, Role
+from multi_launch_builder.devices.emu import EmuDevice
 from kernel_builder.numerics import to_bf16
 from kernel_builder.reference import KERNELS as K
 from llama_npu.engine import run_layers

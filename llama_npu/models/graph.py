@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
+from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from kernel_builder.presets import AirccPreset
 
 POS = "pos"   # the scalar holding the first row (position) a call works on

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from kernel_builder.decl import ModuleDecl
+from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.hw.tune import preset_for_kernels
 from kernel_builder.planner import plan_lm_head
 

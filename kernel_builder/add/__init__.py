@@ -1,0 +1,1 @@
+"""The `add` kernel: its builder, tiling plan, reference and external-kernel descriptor."""

@@ -1,0 +1,1 @@
+"""The `rmsnorm` kernel: its builder, tiling plan, reference and external-kernel descriptor."""

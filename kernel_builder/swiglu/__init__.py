@@ -1,0 +1,1 @@
+"""The `swiglu` kernel: its builder, tiling plan, reference and external-kernel descriptor."""
