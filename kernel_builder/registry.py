@@ -1,4 +1,4 @@
-"""The kernel builders (one module per kind) and their canonical signatures.
+"""The registered kernels (one package per kind: kernel_builder/<kind>/) and their canonical signatures.
 
 `SIGNATURES[kind]` names each kernel's canonical arguments (the order of its module's function arguments
 and of a Launch's wiring) and which of them the kernel writes; `inplace` ones are read and written (e.g.
@@ -12,43 +12,26 @@ from __future__ import annotations
 
 import functools
 import importlib
-from dataclasses import dataclass
+
+from kernel_builder.spec import KernelSig, KernelSpec
 
 
-@dataclass(frozen=True)
-class KernelSig:
-    kind: str
-    args: tuple[str, ...]
-    writes: tuple[str, ...] = ()      # written (pure outputs); default: the last argument
-    inplace: tuple[str, ...] = ()     # read and written
-
-    def __post_init__(self) -> None:
-        if not self.writes and not self.inplace:
-            object.__setattr__(self, "writes", self.args[-1:])
-        bad = (set(self.writes) | set(self.inplace)) - set(self.args)
-        if bad:
-            raise ValueError(f"kernel {self.kind}: unknown written arguments {sorted(bad)}")
-
-    @property
-    def written(self) -> tuple[int, ...]:
-        """Canonical positions the kernel writes (outputs and in-place)."""
-        return tuple(i for i, a in enumerate(self.args) if a in self.writes or a in self.inplace)
-
-    @property
-    def read(self) -> tuple[int, ...]:
-        """Canonical positions the kernel reads (inputs and in-place)."""
-        return tuple(i for i, a in enumerate(self.args) if a not in self.writes)
+# The registration: one line per kernel package kernel_builder/<kind>/ (its __init__ defines SPEC).
+KINDS: tuple[str, ...] = ("rmsnorm", "gemm", "gemv", "rope", "swiglu", "attention", "add")
 
 
-SIGNATURES: dict[str, KernelSig] = {s.kind: s for s in (
-    KernelSig("rmsnorm", ("x", "w", "y")),
-    KernelSig("gemm", ("a", "w", "c")),
-    KernelSig("gemv", ("w", "x", "y")),
-    KernelSig("rope", ("x", "lut", "y")),
-    KernelSig("swiglu", ("gate", "up", "y")),
-    KernelSig("attention", ("q", "k", "v", "pos", "o")),
-    KernelSig("add", ("a", "b", "y")),
-)}
+def spec(kind: str) -> KernelSpec:
+    """The registered kernel `kind` (KeyError naming the known kinds when it is not one)."""
+    if kind not in KINDS:
+        raise KeyError(f"unknown kernel {kind!r} (registered: {', '.join(KINDS)})")
+    return importlib.import_module(f"kernel_builder.{kind}").SPEC
+
+
+def specs() -> tuple[KernelSpec, ...]:
+    return tuple(spec(k) for k in KINDS)
+
+
+SIGNATURES: dict[str, KernelSig] = {s.kind: s.sig for s in specs()}
 
 
 def signature(kind: str, arity: int | None = None) -> KernelSig:
@@ -65,8 +48,8 @@ def signature(kind: str, arity: int | None = None) -> KernelSig:
 
 @functools.lru_cache(maxsize=None)
 def kernel_text(kind: str, *args, **kwargs) -> str:
-    """`kernel_builder.<kind>.builder.build(*args, **kwargs)`, cached."""
-    return importlib.import_module(f"kernel_builder.{kind}.builder").build(*args, **kwargs)
+    """The registered builder of `kind` (`kernel_builder.<kind>.builder.build`) on these arguments, cached."""
+    return spec(kind).build(*args, **kwargs)
 
 
 def kernel(kind: str, *args, **kwargs):

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from kernel_builder import planner
+from kernel_builder.gemv import plan as gemv_plan
 from kernel_builder.hw import analyze_module
 from kernel_builder.registry import kernel_text
 
@@ -36,7 +36,7 @@ CASES = [
 @pytest.mark.parametrize("m,k", CASES, ids=lambda c: str(c))
 def test_gemv_lowers_with_one_stream_per_tile(tmp_path, m, k):
     text = kernel_text("gemv", m, k)
-    p = planner.plan_gemv(m, k)
+    p = gemv_plan.plan_gemv(m, k)
     src = tmp_path / f"gemv_{m}_{k}.mlir"
     src.write_text(text)
     out = tmp_path / "out"
@@ -72,8 +72,8 @@ def test_gemv_lowers_with_one_stream_per_tile(tmp_path, m, k):
 def test_stitched_decode_modules_lower(tmp_path, name):
     """The Llama-3.2-1B fused decode layer and LM head with the 16-stream GEMVs, with the preset their header
     records (the model layer's): the lowering writes the NPU instructions, and the model agrees."""
-    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
+    from multi_launch_builder.stitcher import stitch
     m = LlamaModel(LLAMA32_1B)
     (decl,) = [d for d in m.decode(256).decls + m.head().decls if d.name == name]
     text = stitch(decl)

@@ -12,7 +12,7 @@ import pytest
 import air_checks
 import air_generic
 from multi_launch_builder.emulator.launch_program import read_launch_program
-from kernel_builder.planner import plan_lm_head
+from kernel_builder.gemv.plan import plan_lm_head
 from multi_launch_builder.stitcher import stitch
 from multi_launch_builder.decl import Role
 from kernel_builder.registry import clear_kernel_cache, kernel_text

@@ -16,7 +16,7 @@ from multi_launch_builder.executor import KernelCache
 from multi_launch_builder.decl import ModuleDecl, Role
 from multi_launch_builder.devices.emu import EmuDevice
 from kernel_builder.numerics import to_bf16
-from kernel_builder.reference import KERNELS as K
+from kernel_builder.reference import KERNELS as K, decode_attn, flash_attn
 from llama_npu.engine import run_layers
 from llama_npu.kv_cache import HostAttention
 from llama_npu.models.graph import PhasePlan
@@ -59,10 +59,10 @@ def _layer_math(w, x, pos, k_hist, v_hist, qk_norm):
     k_new = K["rope"](k, lut, rows=r, heads=S.n_kv_heads, head_dim=HD)
     keys, vals = np.concatenate([k_hist, k_new]), np.concatenate([v_hist, v])
     if r == 1:
-        t["attn"] = K["decode_attn"](t["q_roped"], keys, vals, pos, kv_rows=pos + 1, heads=S.n_heads,
+        t["attn"] = decode_attn(t["q_roped"], keys, vals, pos, kv_rows=pos + 1, heads=S.n_heads,
                                      kv_heads=S.n_kv_heads, head_dim=HD)
     else:
-        t["attn"] = K["flash_attn"](t["q_roped"], keys, vals, seq=r, heads=S.n_heads, kv_heads=S.n_kv_heads,
+        t["attn"] = flash_attn(t["q_roped"], keys, vals, seq=r, heads=S.n_heads, kv_heads=S.n_kv_heads,
                                     head_dim=HD, causal=1)
     proj = lin(t["attn"], w["wo"], H, Q)
     res1 = K["add"](x, proj, rows=r, dim=H)

@@ -1,6 +1,6 @@
 """Elementwise add: y = a + b (bf16 in/out, f32 add, RNE).
 
-MLIR + external C++ (kernel_builder.externals.add_kernel, AIE2P vector path). Emits a bare `air.herd` (the
+MLIR + external C++ (kernel_builder.add.external.add_kernel, AIE2P vector path). Emits a bare `air.herd` (the
 stitcher wraps it). The operands are read as 1-D `rows*dim` elements; tile t of the [herd, 1] herd owns a
 contiguous range and moves `chunk` elements per step: a and b DMA'd L3 -> L1 (allocated in the loop, so aircc's
 ping-pong transform doubles them), one call into `y_l1` (allocated once: the call writes it), y stored. Offsets
@@ -10,18 +10,18 @@ are affine in the tile id and the loop iv (no div/rem); three L3 streams per til
 """
 from __future__ import annotations
 
-from .. import planner
+from kernel_builder.add.external import add_kernel
+from kernel_builder.add.plan import plan_add
 from kernel_builder.emit import L1, Module, attr_dict, herd, memref
 
 KIND = "add"
 
 
 def build(rows: int, dim: int, flat_out: bool = False) -> str:
-    from .. import externals
 
-    plan = planner.plan_add(rows, dim)
+    plan = plan_add(rows, dim)
     n = plan.chunk_elements
-    ext = externals.add_kernel(n)
+    ext = add_kernel(n)
     in_ty = memref([rows, dim])
     out_ty = memref([rows * dim]) if flat_out else in_ty
     l1_ty = memref([n], "bf16", L1)

@@ -4,7 +4,7 @@
 (memref<1xi32>) that every core reads from L1.
 
 Arguments (SIGNATURES["attention"]): q [rows, heads*hd], k/v [kv_rows, kv_heads*hd] (position-major: row p =
-every kv head's vector of position p), pos [1] i32, o [rows, heads*hd]. Plans: kernel_builder.attention.plan.plan_attention.
+every kv head's vector of position p), pos [1] i32, o [rows, heads*hd]. Plans: plan.plan_attention.
 
 Every core has two inbound streams (the position, once; its item stream) and one outbound stream, and all
 DMAs are static: the K/V window is streamed whole; the cores skip the compute of tiles past the causal
@@ -33,6 +33,7 @@ output rows. docs/kernels.md "attention" has the budgets and the reasons.
 from __future__ import annotations
 
 from kernel_builder.attention import plan as planner
+from kernel_builder.attention.external import attention_decode_kernels, attention_prefill_kernels
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 
 KIND = "attention"
@@ -82,12 +83,11 @@ def _i32(b, v: str) -> str:
 
 
 def _prefill(p: planner.AttentionPlan) -> str:
-    from .. import externals
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
     X, Y, G, per = p.herd_x, p.herd_y, p.group, p.q_per_item
     qw, kw = p.heads * hd, p.kv_heads * hd
-    ext = externals.attention_prefill_kernels(hd, lq, lk)
+    ext = attention_prefill_kernels(hd, lq, lk)
     mod, types, la = _module(p)
     q_ty, kv_ty = types[0], types[1]
     item_ty, qt_ty = memref([ir, hd], "bf16", L1), memref([lq, hd], "bf16", L1)
@@ -180,12 +180,11 @@ def _prefill(p: planner.AttentionPlan) -> str:
 
 
 def _decode(p: planner.AttentionPlan) -> str:
-    from .. import externals
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
     X, Y, G = p.herd_x, p.herd_y, p.group
     qw, kw = p.heads * hd, p.kv_heads * hd
-    ext = externals.attention_decode_kernels(hd, lq, lk, X)
+    ext = attention_decode_kernels(hd, lq, lk, X)
     mod, types, la = _module(p)
     seg = _segment(la, types)
     q_ty, kv_ty = types[0], types[1]

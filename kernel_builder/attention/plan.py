@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_builder.external_costs import ATTN_ROW_BLOCK, attn_prefill_blocks
-from kernel_builder.planner import (ATTN_HEAD_DIM_MULTIPLE, BF16, F32, L1_BUDGET, L2_BUDGET, MEMTILE_BYTES, NPU2_COLS,
-                                    NPU2_ROWS, _divisors_desc, _kib, check_positive)
+from kernel_builder.attention.external import ATTN_HEAD_DIM_MULTIPLE, ATTN_ROW_BLOCK, attn_prefill_blocks
+from kernel_builder.planner import (BF16, F32, L1_BUDGET, L2_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS,
+                                    _divisors_desc, _kib, check_positive)
 
 ATTN_LK_MULTIPLE = 16         # keys per K/V tile: whole 16-lane softmax vectors
 ATTN_LQ_MULTIPLE = 8          # prefill query rows per tile: whole 8-row bf16 mmul blocks (AIE2P mmul<4, 8, 8>)

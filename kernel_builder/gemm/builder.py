@@ -1,7 +1,7 @@
 """GEMM: c[m, n] = a[m, k] @ w[n, k]^T   (w in the Hugging Face [out, in] layout; bf16 in, f32 accumulate,
 bf16 RNE out). The same weight buffer serves the decode GEMV, so no transposed copy exists.
 
-MLIR + external C++ micro-kernel (kernel_builder.externals.gemm_kernels: zero / mac / out on 8x8-blocked L1
+MLIR + external C++ micro-kernel (kernel_builder.gemm.external.gemm_kernels: zero / mac / out on 8x8-blocked L1
 tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_n*tile_n, K2 = tile_k_l2):
 
   channels @gemm_a [herd_m, 1] and @gemm_b [1, herd_n] (broadcast to [herd_m, herd_n]), @gemm_c [herd_m, herd_n]
@@ -28,18 +28,18 @@ channel index pairs with the i-th get on each of its destinations (AIR channels 
 """
 from __future__ import annotations
 
-from kernel_builder.gemm import plan as gemm_plan
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.gemm import plan as gemm_plan
+from kernel_builder.gemm.external import gemm_kernels
 
 KIND = "gemm"
 BLOCK = 8   # edge of the micro-kernel's L1 blocks
 
 
 def build(m: int, k: int, n: int) -> str:
-    from .. import externals  # lazy: the registry is owned by another module
 
     p = gemm_plan.plan_gemm(m, k, n)
-    ext = externals.gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
+    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
     types = [a_ty, w_ty, c_ty]
     acc_ty = memref([p.tile_m * p.tile_n], "f32", L1)

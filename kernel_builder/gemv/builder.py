@@ -1,7 +1,7 @@
 """GEMV: y[0, i] = sum_k w[i, k] * x[0, k]   (w row-major in HF (out, in) layout; f32 accumulate).
 
-MLIR + external C++ (kernel_builder.externals.gemv_kernel). launch [1, 1] -> segment -> herd [herd_x, herd_y]
-(planner.GemvPlan: up to 16 tiles, [8, 2]); tile (tx, ty) is number t = tx*herd_y + ty, owns output rows
+MLIR + external C++ (kernel_builder.gemv.external.gemv_kernel). launch [1, 1] -> segment -> herd [herd_x, herd_y]
+(gemv.plan.GemvPlan: up to 16 tiles, [8, 2]); tile (tx, ty) is number t = tx*herd_y + ty, owns output rows
 [r0, r0 + R) with r0 = t*R (R = rows per tile) and keeps them in an L1 buffer `y_l1` allocated once at the top
 of the herd, stored to L3 with ONE DMA after its loops (R*2 bytes: whole 32-bit words at every shape).
 
@@ -19,7 +19,7 @@ tile_m rows, K chunk k0 of k_chunk elements) the next `w_l1 [tile_m, k_chunk]` b
                                            bf16 into y_l1[i : i+tile_m]; the kernel reads x_l1[k0 : k0+k_chunk])
 
 No memory tile is involved. w_l1 is allocated inside the innermost loop and first written by the channel get, so
-aircc's ping-pong transform doubles it (planner.GemvPlan counts the copies); x_l1 (filled before the loops),
+aircc's ping-pong transform doubles it (gemv.plan.GemvPlan counts the copies); x_l1 (filled before the loops),
 acc_l1 and y_l1 (written by the call) are allocated once at the top of the herd (acc_l1 pinned there by a
 store, `Block.pin_to_scope`: mlir-air's air-fuse-alloc-dealloc would move a buffer used only inside a loop into
 it, and the ping-pong copies would break the partial sums carried from chunk to chunk). Loops of one trip are
@@ -27,20 +27,20 @@ not emitted. All offsets are affine in the tile ids and the loop ivs (the launch
 """
 from __future__ import annotations
 
-from .. import planner
 from kernel_builder.emit import L1, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.gemv.external import gemv_kernel
+from kernel_builder.gemv.plan import plan_gemv
 
 KIND = "gemv"
 CHANNEL = "gemv_in"
 
 
 def build(m: int, k: int) -> str:
-    from .. import externals  # lazy: the registry is owned by another module
 
-    plan = planner.plan_gemv(m, k)
+    plan = plan_gemv(m, k)
     rows, tm, kc = plan.rows_per_tile, plan.tile_m, plan.k_chunk
     hx, hy = plan.herd_x, plan.herd_y
-    ext = externals.gemv_kernel(k, kc, tm, rows)
+    ext = gemv_kernel(k, kc, tm, rows)
     w_ty, x_ty, y_ty = memref([m, k]), memref([1, k]), memref([1, m])
     wl_ty, xl_ty = memref([tm, kc], "bf16", L1), memref([k], "bf16", L1)
     acc_ty, yl_ty = memref([tm], "f32", L1), memref([rows], "bf16", L1)

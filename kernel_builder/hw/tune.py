@@ -2,7 +2,7 @@
 
 `stack_need(texts)` / `preset_for_kernels(texts)`: the cheap path a model family uses for every module it
 declares (the model layer calls it per module): the stack the core code of the module's kernels needs, from the
-model's per-family figures (external_costs.EXTERNAL_COSTS `stack_bytes`, and NPU2.soft_float_div_stack_bytes for
+model's per-family figures (each kernel's external.py COSTS `stack_bytes`, and NPU2.soft_float_div_stack_bytes for
 a scalar float division / square root in codegen core code - the same sources the analyzer uses), rounded up to
 `STACK_STEP`, and the runtime loop tiling its kernels' launch grids need (`runtime_tiling`: the analyzer on each
 kernel text alone, memoised - a GEMM's launch grid keeps one chained C row write per iteration in flight on the

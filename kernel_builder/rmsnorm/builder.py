@@ -1,6 +1,6 @@
 """RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w   (bf16 in/out, f32 math).
 
-MLIR + external C++ (kernel_builder.externals.rmsnorm_kernel, AIE2P vector path). launch -> segment -> herd
+MLIR + external C++ (kernel_builder.rmsnorm.external.rmsnorm_kernel, AIE2P vector path). launch -> segment -> herd
 [herd, 1]. The data is read as 1-D: `rows*dim/group` groups of `group` consecutive elements (a row, or with
 `group` one head of a row), each normalised with the [group] weight. The segment stages the weight once in a
 memory-tile buffer; tile t owns a contiguous range of groups and per step DMAs `chunk` groups of x (L3) and the
@@ -12,8 +12,9 @@ trip is not emitted.
 """
 from __future__ import annotations
 
-from .. import planner
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.rmsnorm.external import rmsnorm_kernel
+from kernel_builder.rmsnorm.plan import plan_rmsnorm
 
 KIND = "rmsnorm"
 
@@ -21,15 +22,14 @@ KIND = "rmsnorm"
 def build(rows: int, dim: int, eps: float, group: int = 0) -> str:
     """`group` (a divisor of dim): normalise every `group` consecutive elements of a row on their own, with a
     [group] weight (per-head q/k norm); 0 = the whole row."""
-    from .. import externals
 
     eps = float(eps)
     if not eps > 0.0:
         raise ValueError(f"rmsnorm: eps must be a positive float, got {eps!r}")
-    plan = planner.plan_rmsnorm(rows, dim, group)
+    plan = plan_rmsnorm(rows, dim, group)
     g = plan.group
     n = plan.chunk_elements
-    ext = externals.rmsnorm_kernel(g, plan.chunk)
+    ext = rmsnorm_kernel(g, plan.chunk)
     x_ty, w_ty = memref([rows, dim]), memref([g])
     xl_ty, wl_ty = memref([n], "bf16", L1), memref([g], "bf16", L1)
     mod = Module(KIND, [x_ty, w_ty, x_ty])

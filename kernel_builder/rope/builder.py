@@ -2,7 +2,7 @@
 c = lut[r, :half], s = lut[r, half:]:
     y[.., :half] = x1*c - x2*s ;  y[.., half:] = x2*c + x1*s      (x1/x2 = first/second half of the head)
 
-MLIR + external C++ (kernel_builder.externals.rope_kernel). launch -> segment -> herd [herd, 1], split over
+MLIR + external C++ (kernel_builder.rope.external.rope_kernel). launch -> segment -> herd [herd, 1], split over
 position rows (prefill: tile t owns rows_per_tile consecutive rows) or over heads (decode: tile t owns
 heads_per_tile consecutive heads of every row). Per step the tile DMAs a [step_rows, step_heads*head_dim]
 block of x and the step_rows LUT rows (both allocated in the innermost loop: ping-ponged; the LUT rows are
@@ -12,18 +12,18 @@ affine in the tile id and the loop ivs; loops of one trip are not emitted; three
 """
 from __future__ import annotations
 
-from .. import planner
 from kernel_builder.emit import L1, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.rope.external import rope_kernel
+from kernel_builder.rope.plan import plan_rope
 
 KIND = "rope"
 
 
 def build(rows: int, heads: int, head_dim: int) -> str:
-    from .. import externals
 
-    plan = planner.plan_rope(rows, heads, head_dim)
+    plan = plan_rope(rows, heads, head_dim)
     sr, sh, hd = plan.step_rows, plan.step_heads, head_dim
-    ext = externals.rope_kernel(hd, sh, sr)
+    ext = rope_kernel(hd, sh, sr)
     width = heads * hd
     x_ty, lut_ty = memref([rows, width]), memref([rows, hd])
     xl_ty, lutl_ty = memref([sr * sh * hd], "bf16", L1), memref([sr * hd], "bf16", L1)

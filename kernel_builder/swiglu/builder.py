@@ -1,6 +1,6 @@
 """SwiGLU: y = silu(gate) * up = gate * sigmoid(gate) * up   (f32 math, bf16 RNE out).
 
-MLIR + external C++ (kernel_builder.externals.swiglu_kernel). launch -> segment -> herd [herd, 1]. The operands
+MLIR + external C++ (kernel_builder.swiglu.external.swiglu_kernel). launch -> segment -> herd [herd, 1]. The operands
 are read as 1-D `rows*dim` elements; tile t owns a contiguous range and moves `chunk` elements per step: gate
 and up DMA'd L3 -> L1 (allocated in the loop: ping-ponged), one call into `y_l1` (allocated once: the call
 writes it), y stored. Offsets are affine in the tile id and the loop iv (no div/rem); three L3 streams per tile
@@ -8,18 +8,18 @@ writes it), y stored. Offsets are affine in the tile id and the loop iv (no div/
 """
 from __future__ import annotations
 
-from .. import planner
 from kernel_builder.emit import L1, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.swiglu.external import swiglu_kernel
+from kernel_builder.swiglu.plan import plan_swiglu
 
 KIND = "swiglu"
 
 
 def build(rows: int, dim: int) -> str:
-    from .. import externals
 
-    plan = planner.plan_swiglu(rows, dim)
+    plan = plan_swiglu(rows, dim)
     n = plan.chunk_elements
-    ext = externals.swiglu_kernel(n)
+    ext = swiglu_kernel(n)
     ty = memref([rows, dim])
     l1_ty = memref([n], "bf16", L1)
     mod = Module(KIND, [ty, ty, ty])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.hw.tune import preset_for_kernels
-from kernel_builder.planner import plan_lm_head
+from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower
 from .lowering import RULES

@@ -29,7 +29,7 @@ def _kernel_for_object(obj: str):
 
 def _fallback_fingerprint(obj: str) -> str:
     """Unknown object: hash the .cc sources whose stem starts the object name (plus headers)."""
-    from kernel_builder.externals import SOURCE_DIR
+    from external_kernels.paths import SOURCE_DIR
     h = hashlib.sha256(obj.encode())
     stem = obj.split(".")[0]
     for p in sorted(SOURCE_DIR.glob("*.cc")) + sorted(SOURCE_DIR.glob("*.h")):
@@ -40,7 +40,7 @@ def _fallback_fingerprint(obj: str) -> str:
 
 def externals_for_text(text: str) -> list[ExternalRef]:
     """Every distinct `link_with = "x.o"` object in a module text, with its kernel and fingerprint."""
-    from kernel_builder.externals import kernel_fingerprint
+    from external_kernels.compile_rules import kernel_fingerprint
     refs = []
     for obj in sorted(set(_LINK_WITH.findall(text))):
         try:

@@ -29,7 +29,7 @@ def compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out: 
                  times: dict, log: Path, preset_flags: list[str]) -> dict[str, str]:
     """Peano for the externals, then aircc (which drives aiecc) -> <name>.elf. Returns files by role.
     Every command and its output go to `log` (outside the staging dir, so it survives a failure)."""
-    from kernel_builder.externals import aie_include_dir_from_env, compile_command
+    from external_kernels.compile_rules import aie_include_dir_from_env, compile_command
     t0 = time.perf_counter()
     include = Path(tc.aie_include) if tc.aie_include else aie_include_dir_from_env()
     if refs and include is None:

@@ -1,0 +1,39 @@
+"""The `add` kernel's external C++ kernel (external_kernels/add.cc): its shapes and symbols
+(ExternalKernel), its numpy model for the interpreter (the .cc's portable path) and its cost/resource
+descriptor for the hardware model; FAMILY and COSTS register them with the kernel spec."""
+from __future__ import annotations
+
+import re
+
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.external_models import F32, _need, _to_bf16
+from kernel_builder.externals import ExternalFamily, _multiple, _positive
+
+ADD_N_MULTIPLE = 32
+
+
+def add_kernel(n: int) -> ExternalKernel:
+    """y[n] = a[n] + b[n] (f32 add, bf16 RNE)."""
+    _positive("add", n=n)
+    _multiple("add", "n", n, ADD_N_MULTIPLE)
+    symbol = f"add_bf16_n{n}"
+    return ExternalKernel(symbol=symbol, obj=f"add_n{n}.o", source="add.cc",
+                          defines=(("ADD_N", str(n)), ("ADD_SYMBOL", symbol)))
+
+
+def add_model(n: int):
+    def add(a, b, y):
+        s = _need(a, "a", n).astype(F32) + _need(b, "b", n).astype(F32)
+        _need(y, "y", n)[:] = _to_bf16(s)
+        y.written = True
+    return add
+
+
+def _add(m, args):
+    n = int(m.group(1))
+    return CallWork(n / 32, n, 0)
+
+
+FAMILY = ExternalFamily("add", "add.cc", r"add_n(\d+)\.o", r"add_bf16_n(\d+)", add_kernel, add_model)
+COSTS = (ExternalCost("add", re.compile(FAMILY.symbol_re), _add, DEFAULT_STACK, (2,), (2,)),)
