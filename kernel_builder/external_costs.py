@@ -32,8 +32,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-DEFAULT_STACK = 1024       # bytes; kernel_builder.hw.facts.NPU2.default_stack_bytes
-SOFT_FLOAT_DIV_STACK = 1152  # kernel_builder.hw.facts.NPU2.soft_float_div_stack_bytes
+from kernel_builder.hw.facts import NPU2
+
+DEFAULT_STACK = NPU2.default_stack_bytes
+SOFT_FLOAT_DIV_STACK = NPU2.soft_float_div_stack_bytes
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""NPU2 (AIE2P) limits and the tiling plans of every kernel.
+"""What the kernels' tiling plans (kernel_builder/<kind>/plan.py) share: the NPU2 limits they plan against (read
+from the one facts table, kernel_builder.hw.facts), the L1/L2 budgets, the row plan of the elementwise kernels
+and the search helpers.
 
 A plan is the small set of integers a builder needs (tile sizes, herd shape, chunking). Every `plan_<kind>`
 either returns a plan that fits the hardware limits below or raises `ValueError` naming the kernel, the
@@ -8,19 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_builder.hw.facts import NPU2
+
 KiB = 1024
 
-# --- NPU2 / AIE2P limits -------------------------------------------------------------------------------
-NPU2_COLS = 8                 # compute-tile columns of the NPU2 array (herd x extent)
-NPU2_ROWS = 4                 # compute-tile rows per column (herd y extent)
-L1_BYTES = 64 * KiB           # data memory of one compute tile
+# --- NPU2 / AIE2P limits (kernel_builder.hw.facts) ------------------------------------------------------
+NPU2_COLS = NPU2.columns      # compute-tile columns of the NPU2 array (herd x extent)
+NPU2_ROWS = NPU2.core_rows    # compute-tile rows per column (herd y extent)
+L1_BYTES = NPU2.core_memory_bytes  # data memory of one compute tile
 L1_STACK_RESERVE = 4 * KiB    # core stack + kernel scratch kept out of the data budget
 L1_BUDGET = L1_BYTES - L1_STACK_RESERVE  # what one tile's buffers (incl. double buffers) may use
-MEMTILE_BYTES = 512 * KiB     # one memory tile (L2); an L2 buffer must fit in one
-N_MEMTILES = 8                # memory tiles of the NPU2 array (one per column)
+MEMTILE_BYTES = NPU2.memtile_bytes  # one memory tile (L2); an L2 buffer must fit in one
+N_MEMTILES = NPU2.memtiles    # memory tiles of the NPU2 array (one per column)
 L2_BUDGET = N_MEMTILES * MEMTILE_BYTES
-MMUL_M = MMUL_K = MMUL_N = 8  # AIE2P bf16 matmul intrinsic shape (8x8x8): GEMM tiles are multiples of it
-VECTOR_LANES_BF16 = 32        # AIE2P vector register: 512 bit = 32 bf16 lanes (elementwise chunk granularity)
+MMUL_M, MMUL_K, MMUL_N = NPU2.bfp16_mmul_shape  # the GEMM's matmul step (8x8x8): its tiles are multiples of it
 BF16 = 2                      # bytes per element
 F32 = 4
 MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this DMA overhead is already amortised

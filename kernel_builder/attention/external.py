@@ -13,11 +13,12 @@ from kernel_builder.attention.reference import attention_scale
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import F32, ModelError, _need, _to_bf16
 from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.hw.facts import NPU2
 
-ATTN_HEAD_DIM_MULTIPLE = 32
-ATTN_LK_MULTIPLE = 16
-ATTN_LQ_MULTIPLE = 8     # prefill query rows: whole mmul blocks
-ATTN_MAX_PARTS = 16      # decode merge: partial states combined in one 16-lane vector
+ATTN_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
+ATTN_LK_MULTIPLE = NPU2.vector_lanes_f32   # keys per K/V tile: whole 16-lane softmax vectors
+ATTN_LQ_MULTIPLE = NPU2.bfp16_mmul_shape[0]  # prefill query rows per tile: whole 8-row blocks
+ATTN_MAX_PARTS = NPU2.vector_lanes_f32     # decode merge: partial states combined in one 16-lane vector
 
 
 class AttentionKernels(NamedTuple):
@@ -196,7 +197,7 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
     if (mode, part) not in table:
         raise ModelError(f"attention: no {part!r} primitive in mode {mode!r}")
     return table[(mode, part)]
-ATTN_ROW_BLOCK = 4   # query rows per bf16 mmul<4, 8, 8> block of the prefill item (attention.cc)
+ATTN_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # query rows per bf16 mmul<4, 8, 8> block of the prefill item
 
 
 def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int) -> int:

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_builder.attention.external import ATTN_HEAD_DIM_MULTIPLE, ATTN_ROW_BLOCK, attn_prefill_blocks
+from kernel_builder.attention.external import (ATTN_HEAD_DIM_MULTIPLE, ATTN_LK_MULTIPLE, ATTN_LQ_MULTIPLE,
+                                               ATTN_ROW_BLOCK, attn_prefill_blocks)
+from kernel_builder.hw.facts import NPU2
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, L2_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS,
                                     _divisors_desc, _kib, check_positive)
 
-ATTN_LK_MULTIPLE = 16         # keys per K/V tile: whole 16-lane softmax vectors
-ATTN_LQ_MULTIPLE = 8          # prefill query rows per tile: whole 8-row bf16 mmul blocks (AIE2P mmul<4, 8, 8>)
 ATTN_MAX_LQ = 64              # prefill query rows per tile considered
 ATTN_PREFILL_LK = (64, 32, 16)  # prefill K/V tile lengths considered (largest first)
 ATTN_DECODE_LK = (64, 32, 16)   # decode K/V tile lengths considered (largest first)
-SHIM_MM2S = 2 * NPU2_COLS     # shim DMA channels of the array: 2 MM2S + 2 S2MM per column
-SHIM_S2MM = 2 * NPU2_COLS
-MEMTILE_CHANNELS = 6          # S2MM (and MM2S) DMA channels of one memory tile: a gather buffer takes at most
-                              # this many core streams
-N_CORES = NPU2_COLS * NPU2_ROWS
-NPU2_MEMTILES = NPU2_COLS     # one memory tile per column
+SHIM_MM2S = NPU2.shim_mm2s_total   # shim DMA channels of the array: 2 MM2S + 2 S2MM per column
+SHIM_S2MM = NPU2.shim_s2mm_total
+MEMTILE_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile: a gather buffer takes
+                                      # at most this many core streams
+N_CORES = NPU2.core_tiles
+NPU2_MEMTILES = NPU2.memtiles      # one memory tile per column
 
 
 def _round_up(n: int, m: int) -> int:

@@ -12,10 +12,10 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import F32, _need, _to_bf16
 from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.hw.facts import NPU2
 
-GEMM_M_MULTIPLE = 8    # 8x8 blocks
-GEMM_K_MULTIPLE = 8
-GEMM_N_MULTIPLE = 16   # two 8-column blocks per mmul step
+GEMM_M_MULTIPLE, GEMM_K_MULTIPLE, _GEMM_N_BLOCK = NPU2.bfp16_mmul_shape   # 8x8 blocks
+GEMM_N_MULTIPLE = 2 * _GEMM_N_BLOCK   # two 8-column blocks per mmul step
 
 
 class GemmKernels(NamedTuple):

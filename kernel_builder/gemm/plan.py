@@ -11,22 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
+from kernel_builder.hw.facts import NPU2
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K, MMUL_M, MMUL_N, N_MEMTILES, NPU2_COLS,
                                     NPU2_ROWS, _herd, _kib, check_positive)
 
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
-MEMTILE_DMA_CHANNELS = 6      # S2MM (and MM2S) DMA channels of one memory tile (mlir-aie AIETargetModel.cpp)
-SHIM_DMA_PER_COL = 2          # MM2S (and S2MM) DMA channels of one shim tile (aircc.cpp: "2 MM2S + 2 S2MM")
-MEMTILE_BDS = 48              # BDs of one memory tile, 24 for its even and 24 for its odd channels (mlir-aie
-                              # AIETargetModel.h getNumBDs / isBdChannelAccessible)
+MEMTILE_DMA_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile
+SHIM_DMA_PER_COL = NPU2.shim_mm2s  # MM2S (and S2MM) DMA channels of one shim tile
+MEMTILE_BDS = NPU2.memtile_bds     # BDs of one memory tile, 24 for its even and 24 for its odd channels
 MAX_GEMM_PUT_BDS = 16         # BDs one panel broadcast may take: leaves 8 of its channel group's 24 to the
                               # group's other channels (observed: 24 for one put + 6 others failed aiecc's
                               # aie-assign-bd-ids on the 64x1536x576 GEMM)
-SHIM_MAX_STRIDE_BF16 = 2 * 2**20  # a shim BD stride is a 20-bit count of 32-bit words (mlir-aie AIEXDialect.cpp
-                                  # verifyStridesWraps: 1048576 words = 2097152 bf16 elements)
-GEMM_M_MULTIPLE = 8           # GEMM micro-kernel: 8x8 blocks, two column blocks per mmul step
-GEMM_N_MULTIPLE = 16
+# a shim BD stride is a 20-bit count of 32-bit words: 1048576 words = 2097152 bf16 elements
+SHIM_MAX_STRIDE_BF16 = NPU2.shim_bd_max_stride * (NPU2.transfer_granularity_bytes // BF16)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import F32, ModelError, _need, _seq_sum, _to_bf16
 from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.hw.facts import NPU2
 
 # Vector-path granularity: the AIE2P kernels work on 32-lane bf16 vectors (16 lanes for the RoPE halves), so
 # shapes must be multiples of these. Checked here so a bad shape fails at build time with a clear message.
-GEMV_K_MULTIPLE = 32
+GEMV_K_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
 
 def gemv_kernel(k: int, kc: int, tile_m: int, rows: int) -> ExternalKernel:

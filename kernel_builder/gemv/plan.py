@@ -5,15 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel_builder.gemv.external import GEMV_K_MULTIPLE
+from kernel_builder.hw.facts import NPU2
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, L1_BYTES, L1_STACK_RESERVE, NPU2_COLS, KiB, _copies,
                                     _divisors_desc, _even_or_one, _kib, check_positive)
 
 MAX_GEMV_TILE_M = 16          # rows per GEMV step (bigger steps amortise the per-step DMA/lock overhead)
-GEMV_MAX_TILES = 2 * NPU2_COLS  # GEMV tiles streaming weights at once: one shim MM2S channel each, 2 per column
-                              # (mlir-aie AIETargetModel.cpp getNumSourceShimMuxConnections(shim, DMA) = 2)
-CORE_TASK_MAX_REPEATS = 256   # runs of one core DMA task (its BD chain): aie-rt XAie_DmaChannelSetStartQueue checks
-                              # RepeatCount <= MaxRepeatCount = 256 (driver/src/global/xaie2pgbl_reginit.c); the
-                              # lowering gives a ping-ponged GEMV weight get one task of steps/2 runs of 2 BDs
+GEMV_MAX_TILES = NPU2.shim_mm2s_total  # GEMV tiles streaming weights at once: one shim MM2S channel each, 2 per
+                                       # column
+CORE_TASK_MAX_REPEATS = NPU2.core_task_max_repeats  # runs of one core DMA task (its BD chain); the lowering gives a
+                                                    # ping-ponged GEMV weight get one task of steps/2 runs of 2 BDs
 LM_HEAD_ROW_QUANTUM = 64      # LM-head partitions are multiples of a full herd of 8-row tiles
 
 

@@ -72,6 +72,9 @@ class NPU2Facts:
     bf16_mmul_macs_per_cycle: int = _f(256, "one 4x8x8 bf16 mmul per cycle (linalg.py shape; one vector op per "
                                            "VLIW bundle, UG1603)")
     vector_lanes_bf16: int = _f(32, "512-bit vector register = 32 bf16 lanes (UG1603 native vector size)")
+    vector_lanes_f32: int = _f(16, "512-bit vector register = 16 f32 lanes (UG1603 native vector size)")
+    bfp16_mmul_shape: tuple = _f((8, 8, 8), "linalg.py _MM_MAC_DIMS['aie2p']: 8x8x8 with the BFP16 emulation "
+                                           "(AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16)")
     scalar_float_hw: bool = _f(False, "AM020/UG1603: the scalar unit has no floating-point hardware (emulation)")
     # ---- dispatch and hardware contexts
     dispatch_overhead_s: float = _f(100e-6, "guide B5: each xrt.run() has ~100 us fixed overhead")
@@ -79,6 +82,8 @@ class NPU2Facts:
                               "its npu2 context cache to 16 (designs.md 5)")
     hw_contexts_comfortable: int = _f(10, "mlir-air smolvla docs/profile.md: a process loading ~10+ ELFs starts "
                                           "failing CREATE_HWCTX / timing out (designs.md 5)")
+    core_task_max_repeats: int = _f(256, "aie-rt XAie_DmaChannelSetStartQueue: RepeatCount <= MaxRepeatCount = 256 "
+                                         "(driver/src/global/xaie2pgbl_reginit.c)")
     bd_max_repeat_count: int = _f(255, "kernel_registry GEMV page: launch loop beyond 'the 255 buffer-descriptor "
                                        "repeat-count limit' (designs.md 3)")
 

@@ -11,8 +11,9 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import F32, _need, _to_bf16
 from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.hw.facts import NPU2
 
-ROPE_HEAD_DIM_MULTIPLE = 32
+ROPE_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
 
 def rope_kernel(head_dim: int, heads: int, rows: int = 1) -> ExternalKernel:
