@@ -1,8 +1,8 @@
 """Calibration points for the cost model: published per-module NPU2 (Strix) times of a reference design,
 with the work and data movement of each of its launches modelled from the design's description.
 
-Source of the figures and of the designs: /work/shared/reference/llama32_1b_npu2_implementation_guide.txt
-(the mlir-air llama32_1b example; its B2 tile-mapping table gives the herds: GEMM [8, 4], RMSNorm, RoPE,
+Source of the figures and of the designs: the Llama-3.2-1B NPU2 implementation guide
+(of the mlir-air llama32_1b example; its B2 tile-mapping table gives the herds: GEMM [8, 4], RMSNorm, RoPE,
 SwiGLU, add and GEMV [8, 1], decode RoPE [1, 1], FlashAttention a cascade of about 32 tiles) and the
 per-module times published for it (per layer at 2048 rows: o_ffn 41.0 ms, flash_attn 21.6 ms,
 rms_gemms_rope 7.3 ms; per decode token: o_gemv_ffn 3.6 ms, rms_gemv_rope 0.9 ms, LM head about 14 ms).
@@ -91,7 +91,7 @@ def rope(rows: int, heads: int, head_dim: int, herd: int = 8) -> RefWork:
 
 
 def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 32, lqp: int = 256) -> RefWork:
-    """The seq-first cascade design (designs.md 2.3): launch [seq/lqp, heads/2], 2 heads x 4 query tiles x 4
+    """The seq-first cascade design: launch [seq/lqp, heads/2], 2 heads x 4 query tiles x 4
     cascade stages = 32 tiles; every K chunk is streamed and computed (the causal mask is applied per block),
     so the work is the full seq x seq score matrix; Q/K and V through 16 shim MM2S streams, K/V re-read once
     per launch row, O out through 2 S2MM."""
@@ -104,7 +104,7 @@ def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 
 
 def reference_points() -> list[Point]:
     """The published modules of the reference design (shapes of its 1B model, 2048-row prefill; GEMM tile
-    configs from the kernel registry, as its builders use them - designs.md 2.2)."""
+    configs from the kernel registry, as its builders use them)."""
     h, q, kv, ffn, hd, seq = 2048, 2048, 512, 8192, 64, 2048
     src = "reference design, published per-module Strix times (guide; llama32_1b docs/profile.md)"
     qo = lambda kk, nn: (gemm(seq, kk, nn, 64, 128, out_bytes=4), cast(seq * nn))  # noqa: E731 - fused-cast
@@ -130,7 +130,7 @@ def _gflops(macs: float, gflop_per_s: float) -> float:
 
 def registry_points() -> list[Point]:
     """Single-kernel NPU2 measurements of mlir-air's programming_examples/kernel_registry (supported_kernels.md
-    and details/*.md, June-August 2026, standalone xclbin harness; digested in /work/notes/designs.md 3)."""
+    and details/*.md, June-August 2026, standalone xclbin harness)."""
     src = "mlir-air kernel_registry"
     m = 2048
     return [

@@ -2,7 +2,7 @@
 
 The checkpoint is a *sparse* safetensors file (header + a hole of zeros): it has the exact tensor names and
 shapes of Llama-3.2-1B, takes no disk space and no download, and exercises the same loader, layout
-preparation, KernelCache and dispatch path as a real model. The null device counts dispatches and bytes
+preparation, ModuleExecutor and dispatch path as a real model. The null device counts dispatches and bytes
 but computes nothing, so logits are zeros; decode is therefore driven step by step instead of sampling.
 """
 from __future__ import annotations
@@ -111,7 +111,7 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
 def bench_memory_plan(shapes: ModelShapes = LLAMA32_1B, buckets=(64, 256, 1024, 2048),
                       contexts=(2048, 8192, 32768)) -> None:
     """Device buffers of a run with the default buckets (llama_npu.memory.plan_memory: the figure the
-    KernelCache allocates, equal on the null device - tests/test_memory_plan.py), the KV cache apart."""
+    ModuleExecutor allocates, equal on the null device - tests/test_memory_plan.py), the KV cache apart."""
     from llama_npu.memory import fmt, plan_memory
 
     for ctx in contexts:

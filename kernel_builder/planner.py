@@ -60,7 +60,7 @@ def _copies(steps: int) -> int:
 
 def _even_or_one(steps: int) -> bool:
     """Ping-ponged loops get an even trip count: mlir-air before PR #2000 (2026-09) unrolled odd trip counts
-    into a third buffer whose DMA could send unwritten data (designs.md 6)."""
+    into a third buffer whose DMA could send unwritten data (mlir-air PR #2000)."""
     return steps == 1 or steps % 2 == 0
 
 

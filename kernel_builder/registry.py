@@ -3,7 +3,7 @@
 `SIGNATURES[kind]` names each kernel's canonical arguments (the order of its module's function arguments
 and of a Launch's wiring) and which of them the kernel writes; `inplace` ones are read and written (e.g.
 a running softmax state). The stitcher checks data flow with it, the launch program (emu) knows which
-operands a launch produces, and the KernelCache's alias/hazard check knows what each launch touches.
+operands a launch produces, and the ModuleExecutor's alias/hazard check knows what each launch touches.
 
 `kernel_text(kind, *args, **kwargs)` is the memoised entry point to the builders: identical (kind, shape)
 kernels are generated once per process.

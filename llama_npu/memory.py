@@ -1,7 +1,7 @@
 """How much memory a model run holds: device buffers from the module declarations plus the device states
 (KV cache, RoPE table) for a context of `context` positions.
 
-Follows the KernelCache's sharing rules (docs/cache.md, "Buffer sharing"): a static buffer belongs to
+Follows the ModuleExecutor's sharing rules (docs/cache.md, "Buffer sharing"): a static buffer belongs to
 (module family, bo_key, arg name, shape, dtype), so a layer's weights are counted once however many
 modules share them, input/intermediate/output/scalar buffers belong to the module, once for all its
 bo_keys, and a state has one buffer per layer (KV cache) or one in all (RoPE table). The bo_keys are the

@@ -1,5 +1,5 @@
 """The declaration format of a multi-launch module, shared by the stitcher, the build driver, the
-KernelCache, the devices and the model layer that derives the declarations.
+ModuleExecutor, the devices and the model layer that derives the declarations.
 
 A module is declared once: its combined signature (each argument with a role and an element type), the
 per-call integer scalars it takes, its ordered launches with their wiring, and its aircc preset. Index sets
@@ -7,7 +7,7 @@ are always derived from here, never re-typed. Which arguments a launch writes co
 signature (kernel_builder.registry.SIGNATURES), not from the declaration.
 
 Roles (docs/architecture.md, "Contracts"):
-  INPUT         host writes it on every call (or binds another module's buffer with KernelCache.ref)
+  INPUT         host writes it on every call (or binds another module's buffer with ModuleExecutor.ref)
   STATIC        written once per bo_key (weights, tables); shared by the modules of one family
   STATE         a window of a persistent device buffer (per bo_key, e.g. a layer's KV cache) that kernels
                 read and write in place; the window starts at the row named by a scalar (`at`)

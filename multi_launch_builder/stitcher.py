@@ -106,7 +106,7 @@ def stitch_modules(name: str, signature: Sequence[SigArg | tuple], slices: Seque
         others += [r.all(op) for op in k.module.others]
         bodies.append([r.op(op) for op in k.ops])
 
-    out = [f"// {name}: {len(kernels)} launches stitched by kernel_builder.stitching"]
+    out = [f"// {name}: {len(kernels)} launches stitched by multi_launch_builder.stitcher"]
     out += aliases
     out.append("module {")
     out += ["  " + _reindent(t, "  ") for t in externs.values()]

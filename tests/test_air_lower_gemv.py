@@ -1,9 +1,9 @@
 """The GEMV through the real lowering (mlir-air aircc's npu2 passes + the mlir-aie aiecc passes up to the NPU
-instructions), when LLAMA_NPU_AIR_LOWER points to a driver script with `/work/tools/air-lower.sh`'s interface
-(`air-lower.sh [--whole] [-q] MODULE.mlir OUTDIR`, last line `OK ...` or `FAIL <stage>/<pass>: ...`); skipped
-otherwise (no such toolchain in CI). Each case also asks the hardware model, whose verdict must agree, and reads
-the lowering's output: one circuit flow from a shim MM2S channel into every tile and one back (16 + 16 at the
-[8, 2] herds), and the L1 buffers each tile gets equal the plan's (x once, the weight block twice, acc, y).
+instructions), when LLAMA_NPU_AIR_LOWER points to a real-lowering driver (docs/verification.md,
+"Real lowering": `air-lower.sh [--whole] [-q] MODULE.mlir OUTDIR`, last line `OK ...` or
+`FAIL <stage>/<pass>: ...`); skipped otherwise (no such toolchain in CI). Each case also asks the hardware
+model, whose verdict must agree, and reads the lowering's output: one circuit flow from a shim MM2S channel
+into every tile and one back (16 + 16 at the [8, 2] herds), and the L1 buffers each tile gets equal the plan's (x once, the weight block twice, acc, y).
 The stitched Llama-3.2-1B `layer_kv256` and `lm_head` lower too (about 10-20 s each)."""
 from __future__ import annotations
 

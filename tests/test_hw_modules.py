@@ -85,8 +85,8 @@ def test_prefill_gemm_attention_and_k8192_gemv_fit():
 
 
 def test_known_lowering_outcomes_at_smollm2_shapes():
-    """What the real lowering (mlir-air air-to-aie + the aiecc passes up to the NPU instructions, the toolchain
-    under /work/tools, docs/hardware-model.md) did with the single-kernel modules at 64 rows: add, rope, swiglu,
+    """What the real lowering (mlir-air air-to-aie + the aiecc passes up to the NPU instructions, the real-lowering
+    toolchain, docs/verification.md) did with the single-kernel modules at 64 rows: add, rope, swiglu,
     rmsnorm and gemv lower (since the rework: affine 1-D offsets, the weight / x re-sent from L2 inside the
     loop); gemm lowers (since its rework: C drained through L2 row panels, external mmul kernel; before, it
     failed in air-to-aie, "failed to map to shim dma channels: out of channels", on its per-core C stores);

@@ -12,13 +12,13 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from multi_launch_builder.compile import build_modules
-from multi_launch_builder.executor import KernelCache
+from multi_launch_builder.executor import ModuleExecutor
 from multi_launch_builder.decl import ModuleDecl, Role
 from multi_launch_builder.devices.emu import EmuDevice
 from kernel_builder.numerics import to_bf16
 from kernel_builder.reference import KERNELS as K, decode_attn, flash_attn
 from llama_npu.engine import run_layers
-from llama_npu.kv_cache import HostAttention
+from llama_npu.host_attention import HostAttention
 from llama_npu.models.graph import PhasePlan
 from llama_npu.models.llama import SMOLLM2_135M, LlamaModel, QKNormLlama
 from llama_npu.rope import rope_lut
@@ -78,11 +78,11 @@ def _same(a, b) -> bool:
 
 
 def _run(tmp_path, model, plan: PhasePlan, w: dict, x: np.ndarray, pos: int, history=None):
-    """One layer of `plan` through KernelCache + emu, as the engine runs it. Returns (layer output, reads,
+    """One layer of `plan` through ModuleExecutor + emu, as the engine runs it. Returns (layer output, reads,
     K rows, V rows of the cache)."""
     decls = plan.decls
     arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
-    kc = KernelCache(EmuDevice(), arts, decls)
+    kc = ModuleExecutor(EmuDevice(), arts, decls)
     for name in ("k_cache", "v_cache"):
         kc.define_state(name, CAP)
     kc.define_state("rope", CAP, per_key=False)

@@ -105,7 +105,7 @@ class AttentionPlan:
         """Prefill: items carrying the Q tiles of the herd's cores, plus one pad item (a copy of the first, which
         no core keeps) when that count + kv_tiles would be odd: the item loops then have an even trip count, so
         aircc's ping-pong transform makes two copies of their buffers, not three (mlir-air's unroll epilogue;
-        PR #2000 later refuses odd trip counts: designs.md 6)."""
+        PR #2000 later refuses odd trip counts)."""
         if self.decode:
             return 0
         n = self.herd_x * self.herd_y // self.q_per_item

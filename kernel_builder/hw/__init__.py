@@ -15,9 +15,9 @@ from kernel_builder.hw.facts import NPU2, NPU2Facts
 # the cost model load on first use, so reading a figure does not import the module-text reader.
 _LAZY = {"cost": "kernel_builder.hw.cost", "LaunchReport": "kernel_builder.hw.results",
          "Usage": "kernel_builder.hw.results", "Violation": "kernel_builder.hw.results",
-         "HwParseError": "kernel_builder.hw.ir", "HwCheckError": "kernel_builder.hw.report",
-         "ModuleReport": "kernel_builder.hw.report", "analyze_module": "kernel_builder.hw.report",
-         "gate": "kernel_builder.hw.report", "hw_check_main": "kernel_builder.hw.report"}
+         "HwParseError": "kernel_builder.hw.ir", "HwCheckError": "kernel_builder.hw.module_report",
+         "ModuleReport": "kernel_builder.hw.module_report", "analyze_module": "kernel_builder.hw.module_report",
+         "gate": "kernel_builder.hw.module_report", "hw_check_main": "kernel_builder.hw.module_report"}
 
 
 def __getattr__(name: str):

@@ -36,9 +36,6 @@ class CostParams:
     launch_overhead_s: float = 50e-6            # calibrated: per air.launch (array reconfiguration)
     dispatch_overhead_s: float = NPU2.dispatch_overhead_s
 
-    def with_(self, **kw) -> "CostParams":
-        return replace(self, **kw)
-
 
 # Calibrated on the reference design's published figures and the kernel registry's measurements
 # (benchmarks.hw_calibration.all_points());

@@ -8,7 +8,7 @@ its inputs comes from, so the engine walks every phase with one loop:
 
   - roles follow from the cut: a tensor produced and consumed inside a segment is INTERMEDIATE, one that
     another step (or the next layer) needs is OUTPUT, one produced elsewhere is INPUT (bound on the device
-    with KernelCache.ref), weights are STATIC, state windows are STATE, the position is a scalar;
+    with ModuleExecutor.ref), weights are STATIC, state windows are STATE, the position is a scalar;
   - each op picks its kernel for the phase through a lowering rule (a linear layer is a GEMV for one row,
     a GEMM otherwise);
   - a segment made of a host op (decode attention on the CPU, the fallback) becomes a host step.

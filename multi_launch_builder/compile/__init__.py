@@ -18,7 +18,7 @@ BuildError); the public names are re-exported here.
 """
 from multi_launch_builder.compile.driver import build_modules, generate, load_artifacts, module_keys, stitch_text
 from multi_launch_builder.compile.keys import BUILD_FORMAT, ExternalRef, externals_for_text, module_key, target_of
-from multi_launch_builder.compile.report import STAGES, BuildError, BuildReport, ModuleResult
+from multi_launch_builder.compile.build_report import STAGES, BuildError, BuildReport, ModuleResult
 from multi_launch_builder.compile.store import MANIFEST, atomic_write_text, entry_valid, read_manifest
 
 __all__ = ["build_modules", "load_artifacts", "module_keys", "generate", "stitch_text", "BUILD_FORMAT",

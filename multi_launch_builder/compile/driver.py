@@ -18,7 +18,7 @@ from ..devices.base import Artifact
 from kernel_builder.toolchain import Toolchain, detect, toolchain_versions
 from .keys import externals_for_text, module_key, target_of
 from .npu import compile_npu, elf_kernel
-from .report import BuildError, BuildReport, ModuleResult
+from multi_launch_builder.compile.build_report import BuildError, BuildReport, ModuleResult
 from .store import MANIFEST, artifact_from_entry, atomic_write_text, entry_valid, flock, read_manifest, sha256_file
 
 
@@ -125,7 +125,7 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
 
 def _hw_gate(name: str, text: str, target: str, enforce: bool, preset):
     """(ModuleReport | None, notes): on the NPU a module over an NPU2 limit fails its build with one line."""
-    from kernel_builder.hw.report import HwCheckError, gate
+    from kernel_builder.hw.module_report import HwCheckError, gate
     try:
         rep, note = gate(name, text, target, enforce, preset)
     except HwCheckError as e:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kernel_builder.toolchain import Toolchain
 from .keys import ExternalRef
-from .report import BuildError
+from multi_launch_builder.compile.build_report import BuildError
 
 _PUBLIC_FUNC = re.compile(r"func\.func\s+@([\w.$-]+)\s*\(")
 

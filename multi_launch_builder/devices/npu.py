@@ -24,7 +24,7 @@ from .base import Artifact, Buffer, Device, DeviceRunError, DeviceStats, check_n
 MAX_CACHED_RUNS = 64   # xrt.run objects kept per loaded module (one per distinct buffer list, oldest dropped)
 # Hardware contexts held at once. amdxdna allows 16 per device on npu2, shared with every other process, and
 # mlir-air saw timeouts and CREATE_HWCTX failures from ~10 ELFs per process (docs/hardware-model.md); the
-# KernelCache unloads the least recently used module beyond this. LLAMA_NPU_MAX_CONTEXTS overrides it.
+# ModuleExecutor unloads the least recently used module beyond this. LLAMA_NPU_MAX_CONTEXTS overrides it.
 DEFAULT_MAX_CONTEXTS = 8
 
 
@@ -236,7 +236,7 @@ class NpuDevice(Device):
             if getattr(b, "group_owner", None) is handle:
                 continue
             if b.bo is not None and b.group_owner is not None:
-                # another kernel's output (a KernelCache ref): fetch what its run wrote before re-homing
+                # another kernel's output (a ModuleExecutor ref): fetch what its run wrote before re-homing
                 b.bo.sync(_from_device(xrt))
             staged = b.host.copy() if b.host is not None else np.zeros(b.nbytes, np.uint8)
             b.bo = xrt.bo(self.xrt_device, b.nbytes, xrt.bo.host_only, handle.kernel.group_id(i + 3))

@@ -12,7 +12,8 @@ from pathlib import Path
 from .kcache import check_kernel_cache
 from .limits import MemoryNeed, check_host_memory, check_memlock
 from .machine import CmdResult, DistInfo, Machine, run_command
-from .report import FAIL, OK, SKIP, SYMBOLS, Check, exit_code, fmt_bytes, ready, render_json, render_text
+from multi_launch_builder.doctor.check_report import (FAIL, OK, SKIP, SYMBOLS, Check, exit_code, fmt_bytes, ready,
+                                                      render_json, render_text)
 from .system import (Facts, check_device_node, check_driver, check_firmware, check_iommu, check_kernel,
                      check_npu, scan_pci)
 from .tools import check_aiecc, check_aircc, check_peano, check_toolchain_set

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from multi_launch_builder.compile import entry_valid, module_keys, read_manifest
 from .machine import Machine
-from .report import FAIL, OK, SKIP, Check
+from multi_launch_builder.doctor.check_report import FAIL, OK, SKIP, Check
 from .system import Facts
 from .tools import detected_versions
 

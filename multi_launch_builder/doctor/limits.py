@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .machine import Machine
-from .report import FAIL, OK, SKIP, Check, fmt_bytes
+from multi_launch_builder.doctor.check_report import FAIL, OK, SKIP, Check, fmt_bytes
 from .system import Facts
 
 GIB = 1 << 30

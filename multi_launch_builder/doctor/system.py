@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .machine import Machine
-from .report import FAIL, OK, SKIP, Check
+from multi_launch_builder.doctor.check_report import FAIL, OK, SKIP, Check
 
 AMD_VENDOR = 0x1022
 MIN_INTREE_KERNEL = (6, 14)     # CONFIG_DRM_ACCEL_AMDXDNA is in mainline Linux from 6.14

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kernel_builder.toolchain import toolchain_versions, version_line
 from .machine import Machine
-from .report import FAIL, OK, SKIP, Check
+from multi_launch_builder.doctor.check_report import FAIL, OK, SKIP, Check
 from .system import Facts
 
 INDEX_HINT = ("`pip install 'mlir_air[aie]'` with pip's -f pointing at the mlir-air, mlir-aie and llvm-aie "

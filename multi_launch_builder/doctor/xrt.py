@@ -8,7 +8,7 @@ import re
 import sysconfig
 
 from .machine import Machine
-from .report import FAIL, OK, SKIP, Check
+from multi_launch_builder.doctor.check_report import FAIL, OK, SKIP, Check
 from .system import Facts
 
 MIN_XRT = (2, 19)

@@ -1,4 +1,5 @@
-"""KernelCache: compile-once artifacts, one loaded binary per module, one buffer set per bo_key.
+"""ModuleExecutor, the run-time executor of compiled modules: one loaded binary per module, one buffer set per
+bo_key. (The compiled-artifact store is multi_launch_builder.compile.store.)
 
 Transfer contract (roles come from the ModuleDecl, never re-typed; docs/cache.md):
 - input        : written by the host on every call, or bound to another module's buffer (`ref`, 0 bytes);
@@ -18,11 +19,11 @@ Hand-off policy: with handoff="device" (default) a ref binds the producer's buff
 the same call copies it through the host (read back, written into the consumer's own buffer, counted), so
 the runtime has one code path and the policy decides where activations travel.
 
-Four modules: `kernel_cache` (KernelCache: loads modules, runs calls, counts bytes), `memory` (device buffers:
+Four modules: `runner` (ModuleExecutor: loads modules, runs calls, counts bytes), `buffers` (device buffers:
 pools, buffer sets, views), `state` (STATE buffers and their windows) and `binding` (argument checks, refs,
 aliasing); the public names are re-exported here.
 """
 from multi_launch_builder.executor.binding import DeviceRef
-from multi_launch_builder.executor.runner import HANDOFFS, KernelCache, ModuleCounters
+from multi_launch_builder.executor.runner import HANDOFFS, ModuleExecutor, ModuleCounters
 
-__all__ = ["KernelCache", "DeviceRef", "ModuleCounters", "HANDOFFS"]
+__all__ = ["ModuleExecutor", "DeviceRef", "ModuleCounters", "HANDOFFS"]

@@ -1,4 +1,4 @@
-"""What one KernelCache call binds to each argument slot, checked before anything reaches the device: host
+"""What one ModuleExecutor call binds to each argument slot, checked before anything reaches the device: host
 arrays (shape and dtype), scalars (ints that fit an i32), refs to another module's buffer (`DeviceRef`: size,
 dtype, role and "has run" checked) and the aliasing a ref can create between two slots of one call
 (docs/cache.md, "Device-side hand-off" and "Aliasing rule")."""
@@ -26,7 +26,7 @@ def host_shape(arg: Arg) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class DeviceRef:
     """An INPUT value meaning "the device buffer `module.arg` used in that module's last call"
-    (made by KernelCache.ref), or with `row`, the part of it starting at that leading-dimension row.
+    (made by ModuleExecutor.ref), or with `row`, the part of it starting at that leading-dimension row.
     Its contents are whatever the device holds there when the call runs."""
 
     module: str

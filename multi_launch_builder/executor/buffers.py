@@ -1,4 +1,4 @@
-"""The device buffers a KernelCache holds: allocation accounting, the shared static and activation pools,
+"""The device buffers a ModuleExecutor holds: allocation accounting, the shared static and activation pools,
 one buffer set per (module, bo_key), cached sub-buffer views, the buffer list of each module's last call (what
 a ref resolves to) and the value each scalar buffer last received.
 

@@ -1,5 +1,5 @@
-"""KernelCache: compile-once artifacts, one loaded binary per module, one buffer set per bo_key; the transfer
-contract is in multi_launch_builder/executor/__init__.py and docs/cache.md. Device buffers live in `memory`, STATE
+"""ModuleExecutor: one loaded binary per module, one buffer set per bo_key; the transfer contract is in
+multi_launch_builder/executor/__init__.py and docs/cache.md. Device buffers live in `buffers`, STATE
 buffers in `state`, argument checks and ref resolution in `binding`; this class runs calls and counts bytes."""
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class ModuleCounters:
     read_s: float = 0.0
 
 
-class KernelCache:
+class ModuleExecutor:
     def __init__(self, device: Device, artifacts: Mapping[str, Artifact] | str | Path,
                  decls: Mapping[str, ModuleDecl] | Iterable[ModuleDecl], handoff: str = "device"):
         if not isinstance(decls, Mapping):
@@ -269,10 +269,6 @@ class KernelCache:
         self._resident.discard((name, bo_key))
         if (name, bo_key) in self._mem.sets:
             self._mem.free_set(self._decl(name), bo_key)
-
-    def free_state(self, name: str) -> None:
-        """Release every buffer of a state (its capacity stays defined; buffers come back zeroed)."""
-        self._states.free(name)
 
     def bo_keys(self, name: str) -> list[str]:
         return self._mem.bo_keys(name)

@@ -1,4 +1,4 @@
-"""STATE buffers of a KernelCache: persistent buffer families (a layer's K/V cache, the RoPE table) that
+"""STATE buffers of a ModuleExecutor: persistent buffer families (a layer's K/V cache, the RoPE table) that
 kernels read and write in place through windows, and that the host moves only on request.
 
 A state is `rows` rows of `row_nbytes` bytes, one buffer per bo_key (per_key) or one for all; a STATE argument
@@ -66,7 +66,7 @@ class StateStore:
         st = self.states[arg.state_name]
         if st.rows == 0:
             raise ValueError(f"module {decl.name} arg {arg.name}: state {st.name!r} has no capacity yet "
-                             f"(KernelCache.define_state({st.name!r}, rows))")
+                             f"(ModuleExecutor.define_state({st.name!r}, rows))")
         row0 = scalars[arg.at] if arg.at else 0
         rows = arg.shape[0]
         if row0 < 0 or row0 + rows > st.rows:
@@ -126,13 +126,6 @@ class StateStore:
         self._mem.device.write(buf, np.ascontiguousarray(data))
         c.write_s += time.perf_counter() - t0
         c.bytes_written += rows * st.row_nbytes
-
-    def free(self, name: str) -> None:
-        st = self.states[name]
-        for buf in st.bufs.values():
-            self._mem.drop_views(buf)
-            self._mem.release(buf)
-        st.bufs = {}
 
     def nbytes(self) -> int:
         return sum(b.nbytes for st in self.states.values() for b in st.bufs.values())

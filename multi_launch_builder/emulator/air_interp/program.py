@@ -13,7 +13,7 @@ from kernel_builder import mlir_text as mt
 from kernel_builder.air_ops import MemRefType, OpText
 from multi_launch_builder.emulator.air_interp.channels import ChannelOps
 from multi_launch_builder.emulator.air_interp.compute import ComputeOps
-from multi_launch_builder.emulator.air_interp.memory import MemoryOps
+from multi_launch_builder.emulator.air_interp.memref_ops import MemoryOps
 from multi_launch_builder.emulator.air_interp.scalars import _FLOAT_BINARY, _INT_BINARY, _MATH_UNARY, ScalarOps
 from multi_launch_builder.emulator.air_interp.values import (DTYPES, Env, Fn, InterpError, MemRef, Stats, _Ctx, _SSA,
                                                              _State, _operand, _operands, _region_span, _split_block,

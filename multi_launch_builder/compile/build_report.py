@@ -63,7 +63,7 @@ class BuildReport:
             if r.error:
                 lines.append(f"FAILED {r.name}: {r.error}")
         lines += [f"note: {n}" for n in self.notes]
-        from kernel_builder.hw.report import build_summary
+        from kernel_builder.hw.module_report import build_summary
         lines += build_summary(self.results, self.device_kind)
         return "\n".join(lines)
 

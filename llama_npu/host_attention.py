@@ -1,4 +1,4 @@
-"""Host side of the KV cache: the capacity plan and the CPU decode-attention fallback.
+"""The CPU decode-attention fallback (`--decode-attention host`) and the names of the KV cache states.
 
 The KV cache itself lives on the device: per layer, two STATE buffers `k_cache` / `v_cache` of `capacity`
 rows of kv_heads*head_dim bf16 (position-major: row p holds every KV head's vector of position p, exactly
@@ -8,7 +8,7 @@ append and read it in place; nothing crosses to the host.
 `HostAttention` is the `--decode-attention host` fallback: it mirrors the rows it needs from the device
 (read once each, incrementally, kept as f32: bf16 values exactly) and computes one query row against positions
 0..pos with `kernel_builder.reference.decode_attn`, the numerics the emulated NPU attention uses, so the two
-decode paths give the same bytes (tests/test_decode_paths.py).
+decode paths give the same bytes (tests/test_state_contract.py).
 """
 from __future__ import annotations
 
@@ -17,16 +17,6 @@ import numpy as np
 from kernel_builder.reference import decode_attn
 
 K_CACHE, V_CACHE = "k_cache", "v_cache"
-
-
-def grown_capacity(needed: int, current: int, limit: int, minimum: int = 256) -> int:
-    """The capacity to allocate for `needed` positions: at least double the current one (amortised
-    growth), at least `minimum`, never beyond the model's context `limit`."""
-    if needed > limit:
-        raise ValueError(f"{needed} positions exceed the context of {limit}")
-    if needed <= current:
-        return current
-    return min(limit, max(needed, 2 * current, minimum))
 
 
 class HostAttention:

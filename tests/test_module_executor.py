@@ -1,18 +1,18 @@
-"""KernelCache contract on the emu device (real stitched text, numpy references) and on null."""
+"""ModuleExecutor contract on the emu device (real stitched text, numpy references) and on null."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from multi_launch_builder.compile import build_modules
-from multi_launch_builder.executor import KernelCache
+from multi_launch_builder.executor import ModuleExecutor
 from multi_launch_builder.devices.emu import EmuDevice
 from multi_launch_builder.devices.null import NullDevice
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.reference import KERNELS
 from multi_launch_builder.decl import Role
 from llama_npu.models.llama import LlamaModel, ModelShapes
-from tests.h4_fixtures import D, R, add_norm, gemv_mod
+from tests.small_decls import D, R, add_norm, gemv_mod
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def _expected_add_norm(x, r, w):
 
 def test_results_match_references_and_intermediate_stays_on_device(built):
     cache_dir, decls = built
-    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    kc = ModuleExecutor(EmuDevice(), cache_dir, decls)
     rng = np.random.default_rng(1)
     x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
     out = kc.load_and_run("add_norm", x, r, w)
@@ -47,7 +47,7 @@ def test_results_match_references_and_intermediate_stays_on_device(built):
 
 def test_after_preload_a_call_writes_only_inputs(built):
     cache_dir, decls = built
-    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    kc = ModuleExecutor(EmuDevice(), cache_dir, decls)
     rng = np.random.default_rng(2)
     w = _rand(rng, (64, 64))
     kc.preload("lm_head_gemv_t", w=w)
@@ -66,7 +66,7 @@ def test_after_preload_a_call_writes_only_inputs(built):
 
 def test_bo_keys_keep_weights_apart(built):
     cache_dir, decls = built
-    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    kc = ModuleExecutor(EmuDevice(), cache_dir, decls)
     rng = np.random.default_rng(3)
     wa, wb = _rand(rng, (D,)), _rand(rng, (D,)) * to_bf16(3.0)
     x, r = _rand(rng, (R, D)), _rand(rng, (R, D))
@@ -84,7 +84,7 @@ def test_bo_keys_keep_weights_apart(built):
 
 def test_bad_calls_name_module_and_arg(built):
     cache_dir, decls = built
-    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    kc = ModuleExecutor(EmuDevice(), cache_dir, decls)
     rng = np.random.default_rng(4)
     x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
     with pytest.raises(ValueError, match="add_norm arg r: input missing"):
@@ -110,7 +110,7 @@ def test_null_device_counts_the_same_bytes_as_emu(built):
     x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
     rows = []
     for dev in (EmuDevice(), NullDevice()):
-        kc = KernelCache(dev, cache_dir, decls)
+        kc = ModuleExecutor(dev, cache_dir, decls)
         kc.load_and_run("add_norm", x, r, w, bo_key="a")
         kc.load_and_run("add_norm", x, r, bo_key="a")
         out = kc.load_and_run("add_norm", x, r, w, bo_key="b")
@@ -126,7 +126,7 @@ def test_emu_shadow_copy_gives_the_same_bytes_as_plain_bf16(built):
     cache_dir, decls = built
     rng = np.random.default_rng(6)
     x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
-    outs = [KernelCache(EmuDevice(shadow_f32=s), cache_dir, decls).load_and_run("add_norm", x, r, w)["y"]
+    outs = [ModuleExecutor(EmuDevice(shadow_f32=s), cache_dir, decls).load_and_run("add_norm", x, r, w)["y"]
             for s in (True, False)]
     np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
 
@@ -146,7 +146,7 @@ def test_registry_decode_module_contract_emu_and_null(tmp_path):
     out_bytes = sum(a.nbytes for a in decl.args if a.role is Role.OUTPUT)
     counts = []
     for dev in (EmuDevice(), NullDevice()):
-        kc = KernelCache(dev, rep.artifacts, [decl])
+        kc = ModuleExecutor(dev, rep.artifacts, [decl])
         for layer, st in enumerate(statics):
             kc.preload("ffn_dec", bo_key=f"L{layer}", **st)
         kc.reset_counters()
@@ -172,7 +172,7 @@ def test_module_family_shares_a_layers_static_buffers(tmp_path):
     b = dataclasses.replace(add_norm("fam_b"), family="fam")
     other = add_norm("solo")  # same arg names and shapes, different family: must not share
     report = build_modules([a, b, other], tmp_path, "emu", progress=False)
-    kc = KernelCache(EmuDevice(), report.artifacts, [a, b, other])
+    kc = ModuleExecutor(EmuDevice(), report.artifacts, [a, b, other])
     rng = np.random.default_rng(5)
     w0, w1 = _rand(rng, (D,)), _rand(rng, (D,)) * to_bf16(2.0)
     x, r = _rand(rng, (R, D)), _rand(rng, (R, D))
@@ -198,10 +198,10 @@ def test_ref_binds_another_modules_buffer_without_a_host_write(built):
     cache_dir, decls = built
     rng = np.random.default_rng(8)
     x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
-    host = KernelCache(EmuDevice(), cache_dir, decls)
+    host = ModuleExecutor(EmuDevice(), cache_dir, decls)
     y1 = host.load_and_run("add_norm", x, r, w)["y"]
     y2 = host.load_and_run("add_norm", y1, r)["y"]
-    dev = KernelCache(EmuDevice(), cache_dir, decls)
+    dev = ModuleExecutor(EmuDevice(), cache_dir, decls)
     dev.load_and_run("add_norm", x, r, w, read=())
     c = dev.counters["add_norm"]
     assert c.bytes_read == 0                                  # read=(): y stayed on the device
@@ -215,7 +215,7 @@ def test_ref_binds_another_modules_buffer_without_a_host_write(built):
 
 def test_ref_errors_name_both_ends(built):
     cache_dir, decls = built
-    kc = KernelCache(NullDevice(), cache_dir, decls)
+    kc = ModuleExecutor(NullDevice(), cache_dir, decls)
     rng = np.random.default_rng(9)
     x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
     with pytest.raises(ValueError, match="add_norm arg x: ref to add_norm.y, but add_norm has not run yet"):
@@ -248,10 +248,10 @@ def test_ref_alias_within_one_run_follows_launch_order(tmp_path):
     rng = np.random.default_rng(10)
     statics = {a.name: to_bf16(rng.standard_normal(a.shape) * 0.1) for a in decl.args if a.role is Role.STATIC}
     attn, x = (to_bf16(rng.standard_normal(decl.arg(n).shape)) for n in ("attn", "x"))
-    host = KernelCache(EmuDevice(), rep.artifacts, [decl])
+    host = ModuleExecutor(EmuDevice(), rep.artifacts, [decl])
     x1 = host.load_and_run("ffn_dec", attn=attn, x=x, **statics)["x_out"]
     x2 = host.load_and_run("ffn_dec", attn=attn, x=x1.reshape(x.shape))["x_out"]
-    kc = KernelCache(EmuDevice(), rep.artifacts, [decl])
+    kc = ModuleExecutor(EmuDevice(), rep.artifacts, [decl])
     kc.load_and_run("ffn_dec", attn=attn, x=x, read=(), **statics)
     runs = kc.device.stats.runs
     with pytest.raises(ValueError, match="arg x aliases proj, which launch order overwrites before launch 1"):
@@ -268,7 +268,7 @@ def test_loaded_modules_stay_within_the_devices_context_limit(tmp_path):
     arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
     dev = EmuDevice()
     dev.max_loaded = 2
-    kc = KernelCache(dev, arts, decls)
+    kc = ModuleExecutor(dev, arts, decls)
     rng = np.random.default_rng(11)
     x, r, w = _rand(rng, (R, D)), _rand(rng, (R, D)), _rand(rng, (D,))
     want = _expected_add_norm(x, r, w)
@@ -299,7 +299,7 @@ def test_emu_hands_gemv_its_stored_weights_read_only(built, monkeypatch):
     monkeypatch.setattr(reference, "gemv", spy)                 # raw_reads recognises the real gemv by identity
     monkeypatch.setitem(reference.KERNELS, "gemv", spy)
     cache_dir, decls = built
-    kc = KernelCache(EmuDevice(), cache_dir, decls)
+    kc = ModuleExecutor(EmuDevice(), cache_dir, decls)
     rng = np.random.default_rng(4)
     w, x = _rand(rng, (64, 64)), _rand(rng, (1, 64))
     out = kc.load_and_run("lm_head_gemv_t", w=w, x=x)
