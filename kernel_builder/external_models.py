@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernel_builder.numerics import BF16
 
 F32 = np.float32
 
@@ -18,7 +17,7 @@ class ModelError(ValueError):
     """A call whose arguments do not match the kernel (the interpreter names the call site)."""
 
 
-def _need(mr, name: str, size: int, dtype: str = "bf16") -> np.ndarray:
+def need_memref(mr, name: str, size: int, dtype: str = "bf16") -> np.ndarray:
     if not hasattr(mr, "data"):
         raise ModelError(f"argument {name} must be a memref")
     if mr.data.size != size or mr.dtype != dtype:
@@ -26,11 +25,7 @@ def _need(mr, name: str, size: int, dtype: str = "bf16") -> np.ndarray:
     return mr.data
 
 
-def _to_bf16(x) -> np.ndarray:
-    return np.asarray(x, dtype=F32).astype(BF16)
-
-
-def _seq_sum(products: np.ndarray, init: np.ndarray) -> np.ndarray:
+def seq_sum(products: np.ndarray, init: np.ndarray) -> np.ndarray:
     """Row sums accumulated left to right in f32 starting from `init` (the host C++ loop's order, bit for bit:
     cumsum over float32 adds sequentially)."""
     return np.cumsum(np.concatenate([init[:, None], products], axis=1), axis=1, dtype=F32)[:, -1]

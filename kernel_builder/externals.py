@@ -16,13 +16,7 @@ from typing import Callable
 from external_kernels.compile_rules import ExternalKernel
 
 
-def _positive(kernel: str, **dims: int) -> None:
-    for name, value in dims.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{kernel}: {name} must be a positive int, got {value!r}")
-
-
-def _multiple(kernel: str, name: str, value: int, multiple: int) -> None:
+def check_multiple(kernel: str, name: str, value: int, multiple: int) -> None:
     if value % multiple:
         raise ValueError(
             f"{kernel}: {name}={value} must be a multiple of {multiple} (AIE2P vector width of the kernel)")

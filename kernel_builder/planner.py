@@ -30,7 +30,7 @@ MAX_ELEMWISE_CHUNK = 4096     # elements per elementwise L1 chunk: beyond this D
 MIN_ELEMWISE_CHUNK = 256      # below this a chunk's DMA setup dominates; spread over fewer tiles instead
 
 
-def _kib(nbytes: int) -> str:
+def kib(nbytes: int) -> str:
     return f"{nbytes / KiB:.3g} KiB"
 
 
@@ -40,17 +40,17 @@ def check_positive(kernel: str, **dims) -> None:
             raise ValueError(f"{kernel}: {name} must be a positive int, got {value!r}")
 
 
-def _divisors_desc(n: int, cap: int) -> list[int]:
+def divisors_desc(n: int, cap: int) -> list[int]:
     return [d for d in range(min(n, cap), 0, -1) if n % d == 0]
 
 
-def _herd(n_units: int, cap: int = NPU2_COLS) -> int:
+def widest_herd(n_units: int, cap: int = NPU2_COLS) -> int:
     """Largest herd extent <= cap that divides the number of work units evenly."""
-    return _divisors_desc(n_units, cap)[0]
+    return divisors_desc(n_units, cap)[0]
 
 
 # --- plans ---------------------------------------------------------------------------------------------
-def _copies(steps: int) -> int:
+def pingpong_copies(steps: int) -> int:
     """L1 copies of a buffer allocated in a loop of `steps` trips and filled by a DMA first: aircc's ping-pong
     transform (air-label-scf-for-to-ping-pong + air-ping-pong-transform) doubles it when the loop runs at least
     twice. Our builders allocate only DMA-filled buffers inside loops; buffers an external call writes (outputs,
@@ -58,7 +58,7 @@ def _copies(steps: int) -> int:
     return 2 if steps >= 2 else 1
 
 
-def _even_or_one(steps: int) -> bool:
+def even_or_one(steps: int) -> bool:
     """Ping-ponged loops get an even trip count: mlir-air before PR #2000 (2026-09) unrolled odd trip counts
     into a third buffer whose DMA could send unwritten data (mlir-air PR #2000)."""
     return steps == 1 or steps % 2 == 0
@@ -89,7 +89,7 @@ class RowPlan:
         return self.chunk * self.group
 
     def l1_buffers(self) -> dict[str, int]:
-        c = _copies(self.steps)
+        c = pingpong_copies(self.steps)
         out = {name: c * BF16 * n for name, n in self.inputs}
         out["y"] = BF16 * self.chunk_elements
         return out
@@ -98,14 +98,14 @@ class RowPlan:
         return sum(self.l1_buffers().values())
 
 
-def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,
+def flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, int], ...], multiple: int,
                max_chunk: int, unit: str) -> RowPlan | None:
     """The best RowPlan over n_units units of `group` elements; `inputs` = (name, elements per unit) of the
     DMA-filled input buffers. Chunks hold a multiple of `multiple` elements (vector width)."""
     best, best_key = None, None
-    for herd in _divisors_desc(n_units, NPU2_COLS):
+    for herd in divisors_desc(n_units, NPU2_COLS):
         per = n_units // herd
-        for chunk in _divisors_desc(per, max(1, max_chunk // group)):
+        for chunk in divisors_desc(per, max(1, max_chunk // group)):
             elems = chunk * group
             if elems % multiple:
                 continue
@@ -114,20 +114,20 @@ def _flat_plan(kernel: str, n_units: int, group: int, inputs: tuple[tuple[str, i
                 continue
             # prefer: a safe ping-pong trip count, chunks that amortise a DMA, then the widest herd, then the
             # biggest chunk
-            key = (_even_or_one(plan.steps), elems >= min(MIN_ELEMWISE_CHUNK, group * n_units), herd, elems)
+            key = (even_or_one(plan.steps), elems >= min(MIN_ELEMWISE_CHUNK, group * n_units), herd, elems)
             if best_key is None or key > best_key:
                 best, best_key = plan, key
     return best
 
 
-def _plan_elementwise(kernel: str, rows: int, dim: int, inputs: tuple[str, ...], multiple: int) -> RowPlan:
+def plan_elementwise(kernel: str, rows: int, dim: int, inputs: tuple[str, ...], multiple: int) -> RowPlan:
     check_positive(kernel, rows=rows, dim=dim)
-    plan = _flat_plan(kernel, rows * dim, 1, tuple((nm, 1) for nm in inputs), multiple, MAX_ELEMWISE_CHUNK,
+    plan = flat_plan(kernel, rows * dim, 1, tuple((nm, 1) for nm in inputs), multiple, MAX_ELEMWISE_CHUNK,
                       "elements")
     if plan is None:
         raise ValueError(f"{kernel}: dim={dim} x rows={rows} has no chunk that is a multiple of {multiple} "
                          f"(vector width) and at most {MAX_ELEMWISE_CHUNK} elements with "
-                         f"{len(inputs)} double-buffered inputs and one output in {_kib(L1_BUDGET)} of L1")
+                         f"{len(inputs)} double-buffered inputs and one output in {kib(L1_BUDGET)} of L1")
     return plan
 
 

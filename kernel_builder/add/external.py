@@ -7,17 +7,19 @@ import re
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
-from kernel_builder.external_models import F32, _need, _to_bf16
-from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
 
 ADD_N_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
 
 def add_kernel(n: int) -> ExternalKernel:
     """y[n] = a[n] + b[n] (f32 add, bf16 RNE)."""
-    _positive("add", n=n)
-    _multiple("add", "n", n, ADD_N_MULTIPLE)
+    check_positive("add", n=n)
+    check_multiple("add", "n", n, ADD_N_MULTIPLE)
     symbol = f"add_bf16_n{n}"
     return ExternalKernel(symbol=symbol, obj=f"add_n{n}.o", source="add.cc",
                           defines=(("ADD_N", str(n)), ("ADD_SYMBOL", symbol)))
@@ -25,8 +27,8 @@ def add_kernel(n: int) -> ExternalKernel:
 
 def add_model(n: int):
     def add(a, b, y):
-        s = _need(a, "a", n).astype(F32) + _need(b, "b", n).astype(F32)
-        _need(y, "y", n)[:] = _to_bf16(s)
+        s = need_memref(a, "a", n).astype(F32) + need_memref(b, "b", n).astype(F32)
+        need_memref(y, "y", n)[:] = to_bf16(s)
         y.written = True
     return add
 

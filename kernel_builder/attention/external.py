@@ -11,9 +11,11 @@ import numpy as np
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.attention.reference import attention_scale
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
-from kernel_builder.external_models import F32, ModelError, _need, _to_bf16
-from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.external_models import F32, ModelError, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
 
 ATTN_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 ATTN_LK_MULTIPLE = NPU2.vector_lanes_f32   # keys per K/V tile: whole 16-lane softmax vectors
@@ -36,17 +38,17 @@ class AttentionKernels(NamedTuple):
 
 def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> AttentionKernels:
     kind = "prefill" if mode == "p" else "decode"
-    _positive(f"attention {kind}", head_dim=head_dim, lq=lq, lk=lk)
-    _multiple("attention", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
-    _multiple("attention", "lk", lk, ATTN_LK_MULTIPLE)
+    check_positive(f"attention {kind}", head_dim=head_dim, lq=lq, lk=lk)
+    check_multiple("attention", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
+    check_multiple("attention", "lk", lk, ATTN_LK_MULTIPLE)
     if mode == "p":
-        _multiple("attention", "lq", lq, ATTN_LQ_MULTIPLE)
+        check_multiple("attention", "lq", lq, ATTN_LQ_MULTIPLE)
         if not lk <= lq <= 2 * lk:
             raise ValueError(f"attention: lq={lq} must lie in [lk, 2*lk] = [{lk}, {2 * lk}] (a Q tile travels in "
                              f"one item as two lk-row halves)")
         parts, tag = ("init", "item", "finish"), f"hd{head_dim}_q{lq}_k{lk}"
     else:
-        _positive("attention decode", n_parts=n_parts)
+        check_positive("attention decode", n_parts=n_parts)
         if n_parts > ATTN_MAX_PARTS:
             raise ValueError(f"attention: n_parts={n_parts} exceeds {ATTN_MAX_PARTS} (one 16-lane merge vector)")
         parts, tag = ("init", "step", "merge"), f"hd{head_dim}_q{lq}_k{lk}_n{n_parts}"
@@ -98,7 +100,7 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
     n_state = lq * (hd + 2)
 
     def parts_of(state):
-        data = _need(state, "state", n_state, "f32")
+        data = need_memref(state, "state", n_state, "f32")
         return data[:lq * hd].reshape(lq, hd), data[lq * hd:lq * hd + lq], data[lq * hd + lq:]
 
     def reset(state):
@@ -113,7 +115,7 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         if mode == "p":          # prefill: init(state, q) also zeroes the query tile
             if q is None:
                 raise ModelError("prefill init takes (state, q)")
-            _need(q, "q", lq * hd)[:] = 0
+            need_memref(q, "q", lq * hd)[:] = 0
             q.written = True
         elif q is not None:
             raise ModelError("decode init takes (state)")
@@ -147,8 +149,8 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
 
     def item(it, q, state, t, n_q, slot, q_pos0):
         t, n_q, slot, q_pos0 = int(t), int(n_q), int(slot), int(q_pos0)
-        data = _need(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
-        qd = _need(q, "q", lq * hd).reshape(lq, hd)
+        data = need_memref(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
+        qd = need_memref(q, "q", lq * hd).reshape(lq, hd)
         if t < n_q:      # slot = 2 * (the item holding this core's Q tile) + (the half it starts in)
             if t == slot >> 1:
                 half = slot & 1
@@ -162,19 +164,19 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         update(data[:lk], data[lk:], qd, state, q_pos0, 1, (t - n_q) * lk)
 
     def step(it, state, pos, k_pos0):
-        data = _need(it, "item", (2 * lk + lq) * hd).reshape(2 * lk + lq, hd)
+        data = need_memref(it, "item", (2 * lk + lq) * hd).reshape(2 * lk + lq, hd)
         update(data[:lk], data[lk:2 * lk], data[2 * lk:], state, int(pos), 0, int(k_pos0))
 
     def finish(state, out):
         acc, _, l_ = parts_of(state)
         with np.errstate(divide="ignore", invalid="ignore"):
             o = np.where(l_[:, None] > 0, acc / np.where(l_ > 0, l_, F32(1.0))[:, None], F32(0.0))
-        _need(out, "out", lq * hd)[:] = _to_bf16(o).reshape(-1)
+        need_memref(out, "out", lq * hd)[:] = to_bf16(o).reshape(-1)
         out.written = True
         reset(state)             # ready for the next query block
 
     def merge(parts, out):
-        data = _need(parts, "parts", n_parts * n_state, "f32").reshape(n_parts, n_state)
+        data = need_memref(parts, "parts", n_parts * n_state, "f32").reshape(n_parts, n_state)
         acc = data[:, :lq * hd].reshape(n_parts, lq, hd)
         m, l_ = data[:, lq * hd:lq * hd + lq], data[:, lq * hd + lq:]
         mx = np.full(lq, _LOWEST, dtype=F32)
@@ -189,7 +191,7 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
             o += w[s][:, None] * acc[s]
         with np.errstate(divide="ignore", invalid="ignore"):
             res = np.where(total[:, None] > 0, o / np.where(total > 0, total, F32(1.0))[:, None], F32(0.0))
-        _need(out, "out", lq * hd)[:] = _to_bf16(res).reshape(-1)
+        need_memref(out, "out", lq * hd)[:] = to_bf16(res).reshape(-1)
         out.written = True
 
     table = {("p", "init"): init, ("p", "item"): item, ("p", "finish"): finish,

@@ -14,7 +14,7 @@ from kernel_builder.attention.external import (ATTN_HEAD_DIM_MULTIPLE, ATTN_LK_M
                                                ATTN_ROW_BLOCK, attn_prefill_blocks)
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, L2_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS,
-                                    _divisors_desc, _kib, check_positive)
+                                    check_positive, divisors_desc, kib)
 
 ATTN_MAX_LQ = 64              # prefill query rows per tile considered
 ATTN_PREFILL_LK = (64, 32, 16)  # prefill K/V tile lengths considered (largest first)
@@ -258,15 +258,15 @@ def _decode_plans(args, group: int):
 
 def _prefill_plans(args, group: int):
     rows, kv_rows, heads, kv_heads, hd = args
-    herd_y = next(d for d in _divisors_desc(group, NPU2_ROWS))
-    for lq in _divisors_desc(rows, ATTN_MAX_LQ):
+    herd_y = next(d for d in divisors_desc(group, NPU2_ROWS))
+    for lq in divisors_desc(rows, ATTN_MAX_LQ):
         if lq % ATTN_LQ_MULTIPLE:
             continue
         for lk in ATTN_PREFILL_LK:
             if kv_rows % lk or not lk <= lq <= 2 * lk:   # a Q tile travels in one item: two lk-row halves
                 continue
             # query blocks side by side (all cores share the one item stream; one output buffer per block)
-            for herd_x in _divisors_desc(rows // lq, NPU2_COLS):
+            for herd_x in divisors_desc(rows // lq, NPU2_COLS):
                 if herd_y > MEMTILE_CHANNELS:
                     continue
                 yield AttentionPlan(*args, lq=lq, lk=lk, herd_x=herd_x, herd_y=herd_y)
@@ -295,5 +295,5 @@ def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim:
     what = "decode" if rows == 1 else f"prefill (query tiles must divide rows={rows} in multiples of " \
                                       f"{ATTN_LQ_MULTIPLE})"
     raise ValueError(f"attention: no {what} tiling of rows={rows}, kv_rows={kv_rows}, head_dim={head_dim} fits "
-                     f"{_kib(L1_BUDGET)} of L1 per tile, one {_kib(MEMTILE_BYTES)} memory tile per L2 buffer and "
+                     f"{kib(L1_BUDGET)} of L1 per tile, one {kib(MEMTILE_BYTES)} memory tile per L2 buffer and "
                      f"{SHIM_MM2S} shim MM2S channels")

@@ -10,9 +10,11 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
-from kernel_builder.external_models import F32, _need, _to_bf16
-from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
 
 GEMM_M_MULTIPLE, GEMM_K_MULTIPLE, _GEMM_N_BLOCK = NPU2.bfp16_mmul_shape   # 8x8 blocks
 GEMM_N_MULTIPLE = 2 * _GEMM_N_BLOCK   # two 8-column blocks per mmul step
@@ -37,10 +39,10 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
     mac(a[tile_m*tile_k] bf16, w[tile_n*tile_k] bf16, acc)   acc += a . w^T (w rows = output columns)
     out(acc, c[tile_m*tile_n] bf16)                           RNE
     """
-    _positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
-    _multiple("gemm", "tile_m", tile_m, GEMM_M_MULTIPLE)
-    _multiple("gemm", "tile_k", tile_k, GEMM_K_MULTIPLE)
-    _multiple("gemm", "tile_n", tile_n, GEMM_N_MULTIPLE)
+    check_positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
+    check_multiple("gemm", "tile_m", tile_m, GEMM_M_MULTIPLE)
+    check_multiple("gemm", "tile_k", tile_k, GEMM_K_MULTIPLE)
+    check_multiple("gemm", "tile_n", tile_n, GEMM_N_MULTIPLE)
     tag = f"m{tile_m}_k{tile_k}_n{tile_n}"
     zero_sym, mac_sym, out_sym = (f"gemm_{part}_bf16_{tag}" for part in ("zero", "mac", "out"))
     defines = (
@@ -77,13 +79,13 @@ def gemm_model(part: str, tm: int, tk: int, tn: int):
     """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / out (bf16 RNE)."""
 
     def zero(acc):
-        _need(acc, "acc", tm * tn, "f32")[:] = 0.0
+        need_memref(acc, "acc", tm * tn, "f32")[:] = 0.0
         acc.written = True
 
     def mac(a, w, acc):
-        af = _unblock(_need(a, "a", tm * tk), tm, tk).astype(F32)
-        wf = _unblock(_need(w, "w", tn * tk), tn, tk).astype(F32)
-        cf = _unblock(_need(acc, "acc", tm * tn, "f32"), tm, tn)
+        af = _unblock(need_memref(a, "a", tm * tk), tm, tk).astype(F32)
+        wf = _unblock(need_memref(w, "w", tn * tk), tn, tk).astype(F32)
+        cf = _unblock(need_memref(acc, "acc", tm * tn, "f32"), tm, tn)
         # bf16 x bf16 products are exact in f32; the host loop adds them to acc one k at a time, in
         # ascending k: a float32 cumsum starting from acc is that order, bit for bit.
         terms = np.concatenate([cf[:, :, None], af[:, None, :] * wf[None, :, :]], axis=2)
@@ -91,7 +93,7 @@ def gemm_model(part: str, tm: int, tk: int, tn: int):
         acc.written = True
 
     def out(acc, c):
-        _need(c, "c", tm * tn)[:] = _to_bf16(_need(acc, "acc", tm * tn, "f32"))
+        need_memref(c, "c", tm * tn)[:] = to_bf16(need_memref(acc, "acc", tm * tn, "f32"))
         c.written = True
 
     return {"zero": zero, "mac": mac, "out": out}[part]

@@ -14,7 +14,7 @@ from fractions import Fraction
 from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K, MMUL_M, MMUL_N, N_MEMTILES, NPU2_COLS,
-                                    NPU2_ROWS, _herd, _kib, check_positive)
+                                    NPU2_ROWS, check_positive, kib, widest_herd)
 
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
@@ -153,9 +153,9 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
         if k % tile_k:
             continue
         for tile_m in m_tiles:
-            herd_m = _herd(m // tile_m, NPU2_COLS)
+            herd_m = widest_herd(m // tile_m, NPU2_COLS)
             for tile_n in n_tiles:
-                plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, _herd(n // tile_n, NPU2_ROWS), k=k)
+                plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // tile_n, NPU2_ROWS), k=k)
                 if not _gemm_fits(plan, k):
                     continue
                 # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/W tiles
@@ -167,8 +167,8 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
         if best is not None:
             return _deepest_l2_panel(best, k)
     raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
-                     f"2x W bf16 tiles, bf16 output tile) fit {_kib(L1_BUDGET)} per tile, whose L2 panels "
-                     f"fit one {_kib(MEMTILE_BYTES)} memory tile and whose W block stride (BN*k) fits a shim BD")
+                     f"2x W bf16 tiles, bf16 output tile) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
+                     f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride (BN*k) fits a shim BD")
 
 
 def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:

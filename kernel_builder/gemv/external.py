@@ -9,9 +9,11 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
-from kernel_builder.external_models import F32, ModelError, _need, _seq_sum, _to_bf16
-from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.external_models import F32, ModelError, need_memref, seq_sum
+from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
 
 # Vector-path granularity: the AIE2P kernels work on 32-lane bf16 vectors (16 lanes for the RoPE halves), so
 # shapes must be multiples of these. Checked here so a bad shape fails at build time with a clear message.
@@ -23,9 +25,9 @@ def gemv_kernel(k: int, kc: int, tile_m: int, rows: int) -> ExternalKernel:
     `(w[tile_m][kc], x[k], acc[tile_m] f32, y[rows], int32 row, int32 k0)` (x whole: the step reads
     x[k0, k0+kc)); partial sums carried in `acc` across the k/kc chunks, the last chunk writes bf16 RNE into y.
     f32 accumulation."""
-    _positive("gemv", k=k, kc=kc, tile_m=tile_m, rows=rows)
-    _multiple("gemv", "k", k, GEMV_K_MULTIPLE)
-    _multiple("gemv", "kc", kc, GEMV_K_MULTIPLE)
+    check_positive("gemv", k=k, kc=kc, tile_m=tile_m, rows=rows)
+    check_multiple("gemv", "k", k, GEMV_K_MULTIPLE)
+    check_multiple("gemv", "kc", kc, GEMV_K_MULTIPLE)
     if k % kc:
         raise ValueError(f"gemv: kc={kc} must divide k={k}")
     if rows % tile_m:
@@ -43,10 +45,10 @@ def gemv_kernel(k: int, kc: int, tile_m: int, rows: int) -> ExternalKernel:
 
 def gemv_model(k: int, kc: int, tm: int, rows: int):
     def mv(w, x, acc, y, row, k0):
-        wf = _need(w, "w", tm * kc).reshape(tm, kc).astype(F32)
-        xs = _need(x, "x", k)
-        a = _need(acc, "acc", tm, "f32")
-        out = _need(y, "y", rows)
+        wf = need_memref(w, "w", tm * kc).reshape(tm, kc).astype(F32)
+        xs = need_memref(x, "x", k)
+        a = need_memref(acc, "acc", tm, "f32")
+        out = need_memref(y, "y", rows)
         r, c0 = int(row), int(k0)
         if not (0 <= r and r + tm <= rows and r % tm == 0):
             raise ModelError(f"row offset {r} is not a tile_m={tm} block of the {rows} output rows")
@@ -55,9 +57,9 @@ def gemv_model(k: int, kc: int, tm: int, rows: int):
         if c0 > 0 and not acc.written:
             raise ModelError("a later K chunk reads the f32 partial sums before any chunk wrote them")
         init = np.zeros(tm, dtype=F32) if c0 == 0 else a.astype(F32)
-        s = _seq_sum(wf * xs[c0:c0 + kc].astype(F32), init)
+        s = seq_sum(wf * xs[c0:c0 + kc].astype(F32), init)
         if c0 + kc >= k:
-            out[r:r + tm] = _to_bf16(s)
+            out[r:r + tm] = to_bf16(s)
             y.written = True
         else:
             a[:] = s

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from kernel_builder.gemv.external import GEMV_K_MULTIPLE
 from kernel_builder.hw.facts import NPU2
-from kernel_builder.planner import (BF16, F32, L1_BUDGET, L1_BYTES, L1_STACK_RESERVE, NPU2_COLS, KiB, _copies,
-                                    _divisors_desc, _even_or_one, _kib, check_positive)
+from kernel_builder.planner import (BF16, F32, L1_BUDGET, L1_BYTES, L1_STACK_RESERVE, NPU2_COLS, KiB, check_positive,
+                                    divisors_desc, even_or_one, kib, pingpong_copies)
 
 MAX_GEMV_TILE_M = 16          # rows per GEMV step (bigger steps amortise the per-step DMA/lock overhead)
 GEMV_MAX_TILES = NPU2.shim_mm2s_total  # GEMV tiles streaming weights at once: one shim MM2S channel each, 2 per
@@ -69,11 +69,11 @@ class GemvPlan:
     def core_task_repeats(self) -> int:
         """Runs of the core DMA task that receives a tile's weight blocks (a BD per buffer copy, the chain
         repeated): the real lowering's `aie.dma_start(S2MM, ..., repeat_count = runs - 1)`."""
-        c = _copies(self.steps)
+        c = pingpong_copies(self.steps)
         return -(-self.row_steps * self.k_steps // c)
 
     def l1_buffers(self) -> dict[str, int]:
-        return {"w": _copies(self.steps) * BF16 * self.tile_m * self.k_chunk, "x": BF16 * self.k,
+        return {"w": pingpong_copies(self.steps) * BF16 * self.tile_m * self.k_chunk, "x": BF16 * self.k,
                 "acc_f32": F32 * self.tile_m, "y": BF16 * self.rows_per_tile}
 
     def l1_bytes(self) -> int:
@@ -106,15 +106,15 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
         raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
                          f"(AIE2P 32-lane bf16 vector path of the external kernel)")
     # each tile stores its rows once: rows_per_tile * 2 bytes must be a whole number of 32-bit words
-    counts = [t for t in _divisors_desc(m, GEMV_MAX_TILES) if (m // t) % 2 == 0 and gemv_herd_shape(t)]
+    counts = [t for t in divisors_desc(m, GEMV_MAX_TILES) if (m // t) % 2 == 0 and gemv_herd_shape(t)]
     if not counts:
         raise ValueError(f"gemv: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
-    chunks = [c for c in _divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
+    chunks = [c for c in divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
     for tiles in counts:  # the most weight streams first
         hx, hy = gemv_herd_shape(tiles)
         rows = m // tiles
         best, best_key = None, None
-        for tile_m in _divisors_desc(rows, MAX_GEMV_TILE_M):
+        for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
             for kc in chunks:
                 plan = GemvPlan(m, k, hx, hy, tile_m, kc)
                 if plan.l1_bytes() > L1_BUDGET or not plan.contiguous_stream \
@@ -122,7 +122,7 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
                     continue
                 # prefer: a safe ping-pong trip count, then the most weight bytes per step (fewer steps), then
                 # longer K chunks (whole rows: no partial-sum carry), then more rows per step
-                key = (_even_or_one(plan.steps), tile_m * kc, kc, tile_m)
+                key = (even_or_one(plan.steps), tile_m * kc, kc, tile_m)
                 if best_key is None or key > best_key:
                     best, best_key = plan, key
         if best is not None:
@@ -131,8 +131,8 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
     rows = m // t
     need = GemvPlan(m, k, *gemv_herd_shape(t), 1, GEMV_K_MULTIPLE).l1_bytes()
     if need > L1_BUDGET:
-        raise ValueError(f"gemv: m={m}, k={k} needs {_kib(need)} of L1 per tile (x of {k} elements and {rows} "
-                         f"output rows per tile stay in L1); the NPU2 limit is {_kib(L1_BUDGET)} "
+        raise ValueError(f"gemv: m={m}, k={k} needs {kib(need)} of L1 per tile (x of {k} elements and {rows} "
+                         f"output rows per tile stay in L1); the NPU2 limit is {kib(L1_BUDGET)} "
                          f"({L1_BYTES // KiB} KiB minus {L1_STACK_RESERVE // KiB} KiB stack reserve): "
                          f"split {'k' if BF16 * k > L1_BUDGET // 2 else 'm into partitions'}")
     raise ValueError(f"gemv: m={m}, k={k}: {rows} output rows per tile take more weight blocks than one core DMA "

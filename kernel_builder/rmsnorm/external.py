@@ -9,9 +9,11 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import SOFT_FLOAT_DIV_STACK, CallWork, ExternalCost
-from kernel_builder.external_models import F32, _need, _seq_sum, _to_bf16
-from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.external_models import F32, need_memref, seq_sum
+from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
 
 RMSNORM_GROUP_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
@@ -19,8 +21,8 @@ RMSNORM_GROUP_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vecto
 def rmsnorm_kernel(group: int, units: int) -> ExternalKernel:
     """RMSNorm of `units` consecutive groups of `group` elements with one weight: `(x[units*group],
     w[group], y[units*group], f32 eps)`; the mean multiplies by 1/group (no run-time division)."""
-    _positive("rmsnorm", group=group, units=units)
-    _multiple("rmsnorm", "group", group, RMSNORM_GROUP_MULTIPLE)
+    check_positive("rmsnorm", group=group, units=units)
+    check_multiple("rmsnorm", "group", group, RMSNORM_GROUP_MULTIPLE)
     tag = f"g{group}_u{units}"
     symbol = f"rmsnorm_bf16_{tag}"
     return ExternalKernel(
@@ -35,12 +37,12 @@ def rmsnorm_model(g: int, units: int):
     inv_g = F32(1.0) / F32(g)
 
     def rms(x, w, y, eps):
-        xf = _need(x, "x", units * g).reshape(units, g).astype(F32)
-        wf = _need(w, "w", g).astype(F32)
-        ss = _seq_sum(xf * xf, np.zeros(units, dtype=F32))
+        xf = need_memref(x, "x", units * g).reshape(units, g).astype(F32)
+        wf = need_memref(w, "w", g).astype(F32)
+        ss = seq_sum(xf * xf, np.zeros(units, dtype=F32))
         ms = (ss * inv_g).astype(F32) + F32(eps)
         r = F32(1.0) / np.sqrt(ms, dtype=F32)
-        _need(y, "y", units * g)[:] = _to_bf16((xf * r[:, None]) * wf).reshape(-1)
+        need_memref(y, "y", units * g)[:] = to_bf16((xf * r[:, None]) * wf).reshape(-1)
         y.written = True
     return rms
 

@@ -9,9 +9,11 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
-from kernel_builder.external_models import F32, _need, _to_bf16
-from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
 
 ROPE_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
@@ -19,8 +21,8 @@ ROPE_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vecto
 def rope_kernel(head_dim: int, heads: int, rows: int = 1) -> ExternalKernel:
     """Half-split RoPE of `rows` position rows x `heads` heads: `(x[rows][heads*head_dim],
     lut[rows][head_dim] = [cos | sin], y like x)`. The L1 types depend on all three, so the symbol does."""
-    _positive("rope", head_dim=head_dim, heads=heads, rows=rows)
-    _multiple("rope", "head_dim", head_dim, ROPE_HEAD_DIM_MULTIPLE)
+    check_positive("rope", head_dim=head_dim, heads=heads, rows=rows)
+    check_multiple("rope", "head_dim", head_dim, ROPE_HEAD_DIM_MULTIPLE)
     tag = f"hd{head_dim}_h{heads}_r{rows}"
     symbol = f"rope_bf16_{tag}"
     return ExternalKernel(
@@ -36,14 +38,14 @@ def rope_model(hd: int, heads: int, rows: int):
     half = hd // 2
 
     def rope(x, lut, y):
-        xf = _need(x, "x", rows * heads * hd).astype(F32).reshape(rows, heads, hd)
-        lf = _need(lut, "lut", rows * hd).astype(F32).reshape(rows, 1, hd)
+        xf = need_memref(x, "x", rows * heads * hd).astype(F32).reshape(rows, heads, hd)
+        lf = need_memref(lut, "lut", rows * hd).astype(F32).reshape(rows, 1, hd)
         c, s = lf[..., :half], lf[..., half:]
         x1, x2 = xf[..., :half], xf[..., half:]
         out = np.empty((rows, heads, hd), dtype=F32)
         out[..., :half] = x1 * c - x2 * s  # products exact in f32; one f32 add then one RNE
         out[..., half:] = x2 * c + x1 * s
-        _need(y, "y", rows * heads * hd)[:] = _to_bf16(out).reshape(-1)
+        need_memref(y, "y", rows * heads * hd)[:] = to_bf16(out).reshape(-1)
         y.written = True
     return rope
 

@@ -9,17 +9,19 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
-from kernel_builder.external_models import F32, _need, _to_bf16
-from kernel_builder.externals import ExternalFamily, _multiple, _positive
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
 
 SWIGLU_N_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
 
 def swiglu_kernel(n: int) -> ExternalKernel:
     """y[n] = silu(gate[n]) * up[n] in f32, bf16 RNE output."""
-    _positive("swiglu", n=n)
-    _multiple("swiglu", "n", n, SWIGLU_N_MULTIPLE)
+    check_positive("swiglu", n=n)
+    check_multiple("swiglu", "n", n, SWIGLU_N_MULTIPLE)
     symbol = f"swiglu_bf16_n{n}"
     return ExternalKernel(
         symbol=symbol,
@@ -31,11 +33,11 @@ def swiglu_kernel(n: int) -> ExternalKernel:
 
 def swiglu_model(n: int):
     def swiglu(gate, up, y):
-        g = _need(gate, "gate", n).astype(F32)
-        u = _need(up, "up", n).astype(F32)
+        g = need_memref(gate, "gate", n).astype(F32)
+        u = need_memref(up, "up", n).astype(F32)
         with np.errstate(over="ignore"):
             silu = g / (F32(1.0) + np.exp(-g))
-        _need(y, "y", n)[:] = _to_bf16(silu * u)
+        need_memref(y, "y", n)[:] = to_bf16(silu * u)
         y.written = True
     return swiglu
 
