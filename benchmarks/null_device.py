@@ -121,6 +121,32 @@ def bench_memory_plan(shapes: ModelShapes = LLAMA32_1B, buckets=(64, 256, 1024, 
               f"{fmt(p.activation_bytes)}; target <= 2.9 GiB) + KV cache and RoPE table {fmt(p.kv_cache_bytes)}")
 
 
+_COLD_PLAN = """
+import time
+t0 = time.perf_counter()
+from llama_npu.memory import plan_memory
+from llama_npu.models.llama import LLAMA32_1B
+t1 = time.perf_counter()
+plan_memory(LLAMA32_1B, (64, 256, 1024, 2048), 32768)
+t2 = time.perf_counter()
+print(t2 - t0, t1 - t0)
+"""
+
+
+def bench_cold_plan() -> float:
+    """The memory check of `llama-npu doctor` / Engine.load for Llama-3.2-1B at a 32k context in a fresh
+    interpreter (imports included): every phase's module declarations, no MLIR generated (the build derives
+    the aircc presets). Target < 1 s."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _COLD_PLAN], capture_output=True, text=True, check=True).stdout
+    total, imports = map(float, out.split())
+    print(f"[bench] cold memory check (all plans + plan_memory) for Llama-3.2-1B at a 32k context: {total:.2f} s "
+          f"(imports {imports:.2f} s; target < 1 s)")
+    return total
+
+
 def bench_load_rss(shapes: ModelShapes = LLAMA32_1B) -> int:
     """Peak host RSS of a process that loads a model of these shapes on the null device (weights are read
     from the checkpoint straight into device buffers: the host holds at most one tensor in flight besides

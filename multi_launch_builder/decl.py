@@ -101,7 +101,8 @@ class ModuleDecl:
     family: str = ""
     # Per-call integer operands, by name: SCALAR arguments and the `at` of STATE windows.
     scalars: tuple[str, ...] = ()
-    preset: AirccPreset = field(default_factory=AirccPreset)
+    # aircc options; None (what the model layer declares): the build derives them from the kernels, aircc_preset()
+    preset: AirccPreset | None = None
 
     @property
     def static_group(self) -> str:
@@ -119,6 +120,24 @@ class ModuleDecl:
             if a.role is Role.STATE and a.at and a.at not in scalars:
                 raise ValueError(f"module {self.name}: STATE argument {a.name!r} starts at scalar {a.at!r}, "
                                  f"which is not in scalars={self.scalars}")
+
+    def aircc_preset(self) -> AirccPreset:
+        """The declared preset; without one, the one the NPU2 hardware model derives from the module's kernels
+        (kernel_builder.hw.tune.preset_for_kernels): the stack their core code needs (RMSNorm's soft-float invsqrt
+        needs 1152 bytes, rounded up to `--stack-size 1280`; without an RMSNorm aircc's default 1024 stays) and
+        the runtime loop tiling their launch grids need to keep the shim BDs in budget (the coarsest of 2,2 / 1,2
+        / 2,1 / 1,1 under which the model counts no overflow; none when the grid fits untiled). The stitcher and
+        the build driver ask this when they generate the module's text, so declaring a module (the model
+        layer's plans, the memory check, `llama-npu doctor`) generates no MLIR. Kernels the hardware model cannot
+        read (hand-written test modules) get aircc's defaults; the build's hardware gate reports them."""
+        if self.preset is not None:
+            return self.preset
+        from kernel_builder.hw.ir import HwParseError
+        from kernel_builder.hw.tune import preset_for_kernels
+        try:
+            return preset_for_kernels([launch.build() for launch in self.launches])
+        except HwParseError:
+            return AirccPreset()
 
     def index(self, name: str) -> int:
         for i, a in enumerate(self.args):

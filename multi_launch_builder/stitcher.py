@@ -74,7 +74,7 @@ def stitch(decl: ModuleDecl) -> str:
     slices = [Slice(l.prefix, l.build(), tuple(l.wiring)) for l in decl.launches]
     text = stitch_modules(decl.name, signature, slices)
     head, _, rest = text.partition("\n")
-    return f"{head}\n{PRESET_COMMENT} {' '.join(decl.preset.flags())}\n{rest}"
+    return f"{head}\n{PRESET_COMMENT} {' '.join(decl.aircc_preset().flags())}\n{rest}"
 
 
 def stitch_modules(name: str, signature: Sequence[SigArg | tuple], slices: Sequence[Slice]) -> str:

@@ -4,7 +4,7 @@ decode layer), plus the host-attention decode modules (docs/hardware-model.md).
 
 Every module fits (issue 11 flipped the pinned violations of the earlier builders to "all pass"): the GEMMs
 drain C through L2, attention streams K/V through memory tiles, the GEMVs keep 4-byte stores and ping-pong,
-the elementwise kernels use affine offsets, and each module's preset (LlamaModel.presets, from the model's
+the elementwise kernels use affine offsets, and each module's preset (ModuleDecl.aircc_preset, from the model's
 own numbers) carries the stack and runtime loop tiling its kernels need.
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_known_lowering_outcomes_at_smollm2_shapes():
         assert lowering[k] == [], (k, lowering[k])
     assert reps["gemm"].ok
     assert reps["attention"].ok, reps["attention"].first_violation()
-    # the one rule left for rmsnorm alone: its stack (the module presets raise it, LlamaModel.presets)
+    # the one rule left for rmsnorm alone: its stack (the module presets raise it, ModuleDecl.aircc_preset)
     assert {v.resource for v in reps["rmsnorm"].violations} == {"stack bytes"}
 
 

@@ -138,7 +138,7 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
         if kinds != {False}:
             raise ValueError(f"phase {phase.name}: segment {seg} mixes host and device ops")
         steps.append(_module(i, ops, name, phase, graph, rules, producer, consumers, taken, steps, family,
-                             (presets or {}).get(seg, AirccPreset())))
+                             (presets or {}).get(seg)))
     out = graph.outputs[0]
     return PhasePlan(phase, tuple(steps), (producer[out], out))
 
@@ -159,7 +159,7 @@ def _source(t: str, graph: LayerGraph, producer: dict, taken: dict, steps: list[
 
 
 def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules: dict, producer: dict,
-            consumers: dict, taken: dict, steps: list, family: str, preset: AirccPreset) -> Step:
+            consumers: dict, taken: dict, steps: list, family: str, preset: AirccPreset | None) -> Step:
     rows = phase.rows
     args: dict[str, Arg] = {}
     inputs: dict[str, Source] = {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..decl import ModuleDecl
 from ..devices.base import Artifact
+from kernel_builder.presets import preset_of_text
 from kernel_builder.toolchain import Toolchain, detect, toolchain_versions
 from .keys import externals_for_text, module_key, target_of
 from .npu import compile_npu, elf_kernel
@@ -24,7 +25,8 @@ from .store import MANIFEST, artifact_from_entry, atomic_write_text, entry_valid
 
 def generate(decl: ModuleDecl) -> ModuleDecl:
     """Run every Launch.build once; return a decl whose launches replay the generated texts, so the
-    stitcher does not generate again (and the generate stage is timed on its own)."""
+    stitcher does not generate again (and the generate stage is timed on its own), with its aircc preset
+    resolved (ModuleDecl.aircc_preset: declared, or derived from these texts by the hardware model)."""
     launches = []
     for launch in decl.launches:
         try:
@@ -33,7 +35,8 @@ def generate(decl: ModuleDecl) -> ModuleDecl:
             raise BuildError(f"module {decl.name}: launch {launch.prefix!r} failed to generate: "
                              f"{type(e).__name__}: {e}") from e
         launches.append(dataclasses.replace(launch, build=(lambda t=text: t)))
-    return dataclasses.replace(decl, launches=tuple(launches))
+    replay = dataclasses.replace(decl, launches=tuple(launches))
+    return dataclasses.replace(replay, preset=replay.aircc_preset())
 
 
 def stitch_text(decl: ModuleDecl) -> str:
@@ -54,9 +57,10 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
     t0 = time.perf_counter()
     text = stitch_text(gen)
     times["stitch"] = time.perf_counter() - t0
-    hw, hw_notes = _hw_gate(name, text, target, hw_check, decl.preset)  # NPU2 hardware model (kernel_builder/hw)
+    preset = preset_of_text(text)   # chosen in generate(), recorded in the stitched header; it keys the artifact
+    hw, hw_notes = _hw_gate(name, text, target, hw_check, preset)  # NPU2 hardware model (kernel_builder/hw)
     refs = externals_for_text(text)
-    key = module_key(text, refs, target, versions, decl.preset.flags())
+    key = module_key(text, refs, target, versions, preset.flags())
 
     with flock(cache_dir / ".locks" / f"{target}.{name}.lock"):
         with flock(cache_dir / ".lock"):
@@ -85,7 +89,7 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
                 log = cache_dir / "logs" / f"{name}.log"
                 log.parent.mkdir(exist_ok=True)
                 log.write_text("")
-                files.update(compile_npu(name, text, refs, work, out, tc, times, log, decl.preset.flags()))
+                files.update(compile_npu(name, text, refs, work, out, tc, times, log, preset.flags()))
                 kernel = elf_kernel(name, text)
             elif check:
                 from kernel_builder.mlir_check import check_text
@@ -198,7 +202,7 @@ def module_keys(decls: list[ModuleDecl], target: str, versions: dict) -> dict[st
     keys = {}
     for d in decls:
         text = stitch_text(generate(d))
-        keys[d.name] = module_key(text, externals_for_text(text), target, versions, d.preset.flags())
+        keys[d.name] = module_key(text, externals_for_text(text), target, versions, preset_of_text(text).flags())
     return keys
 
 
