@@ -118,11 +118,6 @@ class Block:
         self.items.append(_Nested(header, child, footer))
         return child
 
-    def if_else(self, cond: str) -> tuple["Block", "Block"]:
-        then, other = Block(self.names, self.root), Block(self.names, self.root)
-        self.items.append(_Nested(f"scf.if {cond} {{", then, "}", [("} else {", other)]))
-        return then, other
-
     # -- common ops -------------------------------------------------------------------------------------
     def for_(self, lb, ub, step, hint: str = "i") -> tuple["Block", str]:
         iv = self.names.fresh(hint)

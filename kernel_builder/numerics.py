@@ -16,17 +16,6 @@ def to_bf16(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float32).astype(BF16)
 
 
-def as_f32(x) -> np.ndarray:
-    """View bf16 (or already-f32) data as float32 without copying when it is already f32."""
-    x = np.asarray(x)
-    return x if x.dtype == np.float32 else x.astype(np.float32)
-
-
-def bf16_from_bytes(raw: bytes | bytearray | memoryview | np.ndarray, shape) -> np.ndarray:
-    """Interpret raw device bytes as a bf16 array of `shape` (no copy)."""
-    return np.frombuffer(raw, dtype=BF16).reshape(shape)
-
-
 def check_dims(kernel: str, **dims) -> None:
     """A reference's integer parameters are positive ints (ValueError naming the kernel and the parameter)."""
     for name, value in dims.items():

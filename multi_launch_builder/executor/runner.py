@@ -125,9 +125,6 @@ class ModuleExecutor:
         device-side copy); windows and refs into the old buffers are dropped."""
         self._states.define(name, rows, per_key)
 
-    def state_rows(self, name: str) -> int:
-        return self._states.rows(name)
-
     def read_state(self, name: str, bo_key: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Host copy of rows [start, stop) of a state buffer (counted under `state:<name>`)."""
         return self._states.read(name, bo_key, start, stop)

@@ -93,9 +93,6 @@ class StateStore:
             self._mem.drop_views(buf)
             self._mem.release(buf)
 
-    def rows(self, name: str) -> int:
-        return self.states[name].rows if name in self.states else 0
-
     def read(self, name: str, bo_key: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         st = self.states[name]
         stop = st.rows if stop is None else stop
