@@ -199,6 +199,31 @@ def _attrs_clause(attrs: list[str]) -> str:
     return f" attributes {{{', '.join(attrs)}}}" if attrs else ""
 
 
+def elementwise_body(h: AirRegion, plan, symbol: str, l1_ty: str, names: tuple[str, str], in_ty: str,
+                     out_ty: str) -> None:
+    """The herd body of a two-input elementwise kernel over 1-D data (add, swiglu; `plan` a planner.RowPlan):
+    tile t owns `plan.units_per_tile` contiguous elements and moves `plan.chunk_elements` per step, both inputs
+    DMA'd L3 -> L1 (allocated in the loop, so aircc's ping-pong transform doubles them), one call of `symbol`
+    into `y_l1` (allocated once: the call writes it), y stored. Offsets are affine in the tile id and the loop
+    iv (no div/rem)."""
+    b, n = h.body, plan.chunk_elements
+    x0, x1, y = h.args
+    yl = b.alloc("y_l1", l1_ty)
+    if plan.steps > 1:
+        b.pin_to_scope(yl, l1_ty)  # written by the call: one copy, outside the ping-ponged loop
+    first = b.muli(h.ids[0], plan.units_per_tile)
+    loop, i = b.for_(0, plan.units_per_tile, n, "e") if plan.steps > 1 else (b, 0)
+    off = loop.addi(first, i) if plan.steps > 1 else first
+    l0, l1 = loop.alloc(f"{names[0]}_l1", l1_ty), loop.alloc(f"{names[1]}_l1", l1_ty)
+    loop.dma(l0, l1_ty, None, x0, in_ty, ([off], [n], [1]))
+    loop.dma(l1, l1_ty, None, x1, in_ty, ([off], [n], [1]))
+    loop.call(symbol, [(l0, l1_ty), (l1, l1_ty), (yl, l1_ty)])
+    loop.dma(y, out_ty, ([off], [n], [1]), yl, l1_ty, None)
+    loop.dealloc(l0, l1_ty)
+    loop.dealloc(l1, l1_ty)
+    b.dealloc(yl, l1_ty)
+
+
 def launch(parent: Block, sizes: list[int], operands: list[tuple[str, str]], attrs: list[str]) -> AirRegion:
     names = parent.names
     ids = [names.fresh("lx") for _ in sizes]

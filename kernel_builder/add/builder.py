@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kernel_builder.add.external import add_kernel
 from kernel_builder.add.plan import plan_add
-from kernel_builder.emit import L1, Module, attr_dict, herd, memref
+from kernel_builder.emit import L1, Module, attr_dict, elementwise_body, herd, memref
 
 KIND = "add"
 
@@ -30,21 +30,5 @@ def build(rows: int, dim: int, flat_out: bool = False) -> str:
     attrs = [attr_dict(KIND, {"rows": rows, "dim": dim, "flat_out": bool(flat_out)}), f'link_with = "{ext.obj}"']
     h = herd(mod.body, "add_herd", (plan.herd, 1),
              [(mod.args[0], in_ty), (mod.args[1], in_ty), (mod.args[2], out_ty)], attrs)
-    b = h.body
-    a, bb, y = h.args
-
-    yl = b.alloc("y_l1", l1_ty)
-    if plan.steps > 1:
-        b.pin_to_scope(yl, l1_ty)  # written by the call: one copy, outside the ping-ponged loop
-    first = b.muli(h.ids[0], plan.units_per_tile)
-    loop, i = b.for_(0, plan.units_per_tile, n, "e") if plan.steps > 1 else (b, 0)
-    off = loop.addi(first, i) if plan.steps > 1 else first
-    al, bl = loop.alloc("a_l1", l1_ty), loop.alloc("b_l1", l1_ty)
-    loop.dma(al, l1_ty, None, a, in_ty, ([off], [n], [1]))
-    loop.dma(bl, l1_ty, None, bb, in_ty, ([off], [n], [1]))
-    loop.call(ext.symbol, [(al, l1_ty), (bl, l1_ty), (yl, l1_ty)])
-    loop.dma(y, out_ty, ([off], [n], [1]), yl, l1_ty, None)
-    loop.dealloc(al, l1_ty)
-    loop.dealloc(bl, l1_ty)
-    b.dealloc(yl, l1_ty)
+    elementwise_body(h, plan, ext.symbol, l1_ty, ("a", "b"), in_ty, out_ty)
     return mod.text()
