@@ -8,7 +8,9 @@
 4. `llama-npu serve` with the embedded model on emu: requests/min and TTFT under 4 concurrent clients
    (benchmarks/serve.py, also `make bench-serve`).
 5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
-   (benchmarks/hw_model.py).
+   (benchmarks/hw_model.py); like-for-like figures, ours and the reference design's modules, modeled NPU + host
+   time in three scenarios (likely, optimistic, pessimistic), and the out-of-sample calibration errors
+   (benchmarks/hw_scenarios.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 """
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", action="append", default=[],
                     choices=["stitch", "embedded", "null1b", "serve", "hw", "long"])
     args = ap.parse_args(argv)
+    host = None   # the null device's host time per prefill / token at the reference design's shape
     if "stitch" not in args.skip:
         bench_stitch()
     if "embedded" not in args.skip:
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.null_device import bench_cold_plan, bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=8)
-        bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+        host = bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
         bench_memory_plan()
         bench_cold_plan()
         bench_load_rss()
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if "hw" not in args.skip:
         from benchmarks.hw_model import bench_hw_model
 
-        bench_hw_model()
+        bench_hw_model(host_times=host)
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 

@@ -77,7 +77,9 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         eng.prefill(ids)  # first call of every bo_key writes the weights: not what a steady pass costs
         eng.reset()
         cache.reset_counters()
+        t0 = time.perf_counter()
         eng.prefill(ids)
+        prefill_host_s = time.perf_counter() - t0   # everything but device compute (the null device computes nothing)
         pre = _totals(cache)
 
         cache.reset_counters()
@@ -94,12 +96,14 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         "decode_dispatches_per_token": dec["calls"] / n_tokens,
         "decode_bytes_written_per_token": dec["w"] / n_tokens, "decode_bytes_read_per_token": dec["r"] / n_tokens,
         "host_ms_per_decode_token": host_s * 1e3,
+        "host_s_per_prefill": prefill_host_s, "prompt_len": prompt_len,
     }
     print(f"[bench] Llama-3.2-1B shapes on null device (prompt {prompt_len} in bucket {bucket}, "
           f"{'device-side hand-off' if handoff == 'device' else 'host round trips'}, "
           f"setup {load_s:.1f} s):")
     print(f"[bench]   prefill pass: {res['prefill_dispatches']} dispatches, "
-          f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device")
+          f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device, "
+          f"host time {prefill_host_s * 1e3:.1f} ms (no device compute)")
     print(f"[bench]   decode: {res['decode_dispatches_per_token']:.0f} dispatches/token, "
           f"{_kb(res['decode_bytes_written_per_token'])} written + {_kb(res['decode_bytes_read_per_token'])} "
           f"read per token, host time {res['host_ms_per_decode_token']:.2f} ms/token (no device compute)")

@@ -13,16 +13,19 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
   (x*r and (x*r)*w from bf16 hi/lo pairs); per group a few f32 scalar ops and `aie::invsqrt` on the scalar
   unit, which has no FPU on AIE2P (soft-float; stack as for a division);
 - add.cc: one 32-lane accfloat add per 32 elements;
-- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V on the bf16 matrix unit
-  (`mmul_macs`, 4*lk*hd MACs each per computed 4-row block - the kernel skips the blocks and tiles past the
+- attention.cc (the `attention` kernel): prefill `item` runs q.K^T and p.V as bf16 aie::mmul<4, 8, 8>
+  (4*lk*hd MACs each per computed 4-row block; `mmul_macs` when the kernel's compile defines carry aie_api's
+  block-float flag, else `emulated_mmul_macs`: aie_api then emulates the mmul with element-wise macs and
+  shuffles, charged at the cost model's emulated rate - `bfp16_mmul`; the kernel skips the blocks and tiles past the
   causal bound, which the analyzer evaluates from the call's operands; the in-register K-block transposes
   issue around the mmuls as in gemm.cc),
   decode `step` on 32-/16-lane macs; both carry the online-softmax bookkeeping per score (query, key): mask,
   max, subtract, exp2 (costed per score by the cost model's `softmax_cycles_per_score`); reciprocals come from
   a bf16 `aie::inv` and an f32 Newton step (no soft-float division: the default stack holds);
 - gemm.cc: zero / out stream the f32 tile once (32 lanes); mac runs tm*tk*tn MACs as 8x8x8 `aie::mmul` steps
-  on the matrix unit (`mmul_macs`, costed at the bf16 mmul rate like the registry GEMM points the cost model is
-  calibrated on, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on every call: those
+  on the matrix unit, compiled with the block-float flag (`mmul_macs`, costed at the bf16 mmul rate x the
+  registry's measured GEMM efficiency, whose mm_aie2p.cc kernel also loads/stores its f32 accumulator blocks on
+  every call: those
   loads/stores and the w-block `aie::transpose`s issue in the VLIW bundles around the mmuls and are not
   counted separately).
 """
@@ -44,7 +47,10 @@ class CallWork:
     vector_macs: int       # MAC-equivalent work done by vector instructions
     scalar_ops: int        # scalar float ops (soft-float / emulated) per call
     scores: int = 0        # attention scores (query, key pairs) through the online-softmax bookkeeping
-    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul), costed at the bf16 mmul rate
+    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul) in aie_api's block-float mode, costed at the
+                           # bf16 mmul rate x gemm_efficiency
+    emulated_mmul_macs: int = 0  # MACs of a bf16 aie::mmul compiled WITHOUT the block-float flag: aie_api builds it
+                                 # from element-wise vector macs and shuffles (costed at mmul_emulated_macs_per_cycle)
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,21 @@ class ExternalCost:
     valued: tuple[int, ...] = ()                 # integer operand positions the work depends on: the analyzer
                                                  # evaluates them per call (kernel_builder.hw.analyze) and
                                                  # passes ints where it can (the others stay expressions)
+
+
+BFP16_FLAG = "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"
+
+
+def bfp16_mmul(defines) -> bool:
+    """Whether a kernel's compile defines (ExternalKernel.defines) select aie_api's block-float bf16 mmul on
+    AIE2P (one matrix instruction per 8x8x8 step). Without it a bf16 aie::mmul runs aie_api's emulation
+    (element-wise macs + shuffles): the cost model charges the two differently, from this declared property."""
+    return any(name == BFP16_FLAG and str(value) not in ("0", "") for name, value in defines)
+
+
+def mmul_split(macs: int, defines) -> dict:
+    """CallWork's matrix-unit field for `macs` MACs of a kernel compiled with `defines`."""
+    return {"mmul_macs": macs} if bfp16_mmul(defines) else {"emulated_mmul_macs": macs}
 
 
 def external_costs() -> tuple[ExternalCost, ...]:

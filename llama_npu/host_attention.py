@@ -32,6 +32,10 @@ class HostAttention:
     def reset(self) -> None:
         self.have = [0] * len(self.have)
 
+    def truncate(self, keep: int) -> None:
+        """Forget the mirrored rows from position `keep` on (the device cache is rewritten there)."""
+        self.have = [min(h, keep) for h in self.have]
+
     def _sync(self, cache, layer: int, upto: int) -> None:
         have = self.have[layer]
         if upto <= have:

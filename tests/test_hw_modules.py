@@ -111,12 +111,14 @@ def test_known_lowering_outcomes_at_smollm2_shapes():
 def test_modeled_time_reflects_the_vector_micro_kernel():
     """The GEMM's MACs run in the external aie::mmul micro-kernel (no linalg.matmul left for aircc's
     convert-linalg-to-loops): scalar share 0, and the modeled time of 2048^3 is the registry's order (2.0 ms
-    measured, f32 out), orders of magnitude below scalar loops."""
+    measured, f32 out, xclbin), orders of magnitude below scalar loops. Ours is modeled slower than the
+    registry's (about 5 ms): its A/W streams share 6 shim columns (two channels a column) and, in an ELF, it
+    pays the measured ELF factor."""
     from kernel_builder.hw import cost
     text = kernel_text("gemm", 2048, 2048, 2048)
     rep = analyze_module(text, preset=AirccPreset(runtime_loop_tiling_sizes=(2, 2)))
     assert rep.scalar_share == 0.0 and "linalg" not in text
-    assert 1.0 < rep.modeled_ms < 5.0
+    assert 2.0 < rep.modeled_ms < 8.0
     assert sum(la.work.tile_mmul_macs for la in rep.launches) == 2048 ** 3 // 32   # the busiest tile's share
     assert cost.module_seconds([la.work for la in rep.launches]) * 1e3 == pytest.approx(rep.modeled_ms)
     gemv = analyze_module(kernel_text("gemv", 2048, 2048))

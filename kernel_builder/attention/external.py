@@ -3,6 +3,7 @@
 descriptor for the hardware model; FAMILY and COSTS register them with the kernel spec."""
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.attention.reference import attention_scale
-from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, mmul_split
 from kernel_builder.external_models import F32, ModelError, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -211,13 +212,18 @@ def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int) -> int:
     return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1)
 
 
-def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int) -> CallWork:
+@functools.lru_cache(maxsize=None)
+def _attn_prefill_defines(hd: int, lq: int, lk: int) -> tuple:
+    return attention_prefill_kernels(hd, lq, lk).update.defines
+
+
+def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int, defines=()) -> CallWork:
     """`blocks` computed row blocks of a prefill item: per block q.K^T and p.V (4 rows x lk keys x hd, twice)
     on the matrix unit, 4 x lk scores through the softmax, the alpha rescale of 4 acc rows (8-lane f32);
     plus zeroing the V rows of the keys no row of the tile sees (32-lane stores)."""
     macs = 2 * ATTN_ROW_BLOCK * lk * hd * blocks
     return CallWork(ATTN_ROW_BLOCK * hd / 8 * blocks + zeroed_keys * hd / 32, macs, 0,
-                    ATTN_ROW_BLOCK * lk * blocks, mmul_macs=macs)
+                    ATTN_ROW_BLOCK * lk * blocks, **mmul_split(macs, defines))
 
 
 def _attn(m, args):
@@ -232,6 +238,8 @@ def _attn(m, args):
     mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
     n = int(m.group(6) or 1)
     qk = pv = lq * lk * hd
+    if part == "item":   # the kernel's own compile defines decide the mmul path (block-float or emulated)
+        defines = _attn_prefill_defines(hd, lq, lk)
     if part == "init":
         return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
     if part == "item":
@@ -242,8 +250,8 @@ def _attn(m, args):
             k_pos0 = (t - n_q) * lk
             blocks = attn_prefill_blocks(lq, lk, q_pos0, k_pos0)
             seen = min(max(q_pos0 + lq - k_pos0, 0), lk)     # keys some row of the tile sees
-            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0)
-        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0)
+            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0, defines)
+        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0, defines)
     if part == "step":
         return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
     if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block

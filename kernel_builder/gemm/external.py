@@ -3,13 +3,14 @@
 descriptor for the hardware model; FAMILY and COSTS register them with the kernel spec."""
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
 import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
-from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, mmul_split
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -104,7 +105,12 @@ def _gemm(m, args):
     if part != "mac":  # zero / out: one pass over the f32 tile
         return CallWork(tm * tn / 32, 0, 0)
     macs = tm * tk * tn
-    return CallWork(0.0, macs, 0, mmul_macs=macs)
+    return CallWork(0.0, macs, 0, **mmul_split(macs, _gemm_defines(tm, tk, tn)))
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_defines(tm: int, tk: int, tn: int) -> tuple:
+    return gemm_kernels(tm, tk, tn).mac.defines
 
 
 FAMILY = ExternalFamily("gemm", "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",

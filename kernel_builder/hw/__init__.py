@@ -4,8 +4,10 @@ Public API (docs/hardware-model.md):
 - `NPU2`: the facts object (kernel_builder.hw.facts.NPU2Facts); `NPU2.sources()` gives each figure's source;
 - `analyze_module(text, name=None) -> ModuleReport`: per-launch reports, `usage` per tile type, `violations`
   (in the order the real lowering would meet them), `ok`, `first_violation()` (one line), `modeled_ms`;
-- `cost`: the cost model module; `cost.PARAMS` is the calibrated `cost.CostParams` (one frozen dataclass),
-  `cost.calibrate(points)` refits it from measured points.
+- `cost`: the cost model module; `cost.PARAMS` is the likely `cost.CostParams` (one frozen dataclass, every
+  field with its source and range), `cost.calibrate(points)` refits its FITTED fields from measured points;
+  `kernel_builder.hw.scenarios` gives the optimistic / likely / pessimistic parameter sets and
+  `kernel_builder.hw.calibration` validates a calibration out of sample.
 """
 import importlib
 

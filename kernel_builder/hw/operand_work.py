@@ -59,10 +59,10 @@ def valued_work(launch: Region, herd: Region, call: Call, loops: tuple[Loop, ...
             for (i, a), v in zip(used, vals):
                 args[i] = a if v is None else v
             w = ec.work(m, args)
-            hit = cache[vals] = (w.vector_cycles, 0, w.scalar_ops, w.scores, w.mmul_macs)
+            hit = cache[vals] = (w.vector_cycles, 0, w.scalar_ops, w.scores, w.mmul_macs, w.emulated_mmul_macs, 0, 0)
         return hit
 
-    total = [0.0, 0, 0, 0, 0]
+    total = [0.0, 0, 0, 0, 0, 0, 0, 0]
     for lpoint in itertools.product(*[range(n) for _, n in la_ids]):
         lenv = {**top, **{i: v for (i, _), v in zip(la_ids, lpoint)}}
         steps: list[list] = []      # per call iteration: the busiest tile's work so far
@@ -75,6 +75,6 @@ def valued_work(launch: Region, herd: Region, call: Call, loops: tuple[Loop, ...
                 else:
                     steps[j] = [max(a, b) for a, b in zip(steps[j], w)]
         for w in steps:
-            for i in range(5):
+            for i in range(len(total)):
                 total[i] += w[i] * mult
     return tuple(total)
