@@ -3,7 +3,8 @@
 1. Generating + stitching all six modules for Llama-3.2-1B (target < 2 s on 2 cores).
 2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token.
 3. Llama-3.2-1B shapes on the null-compute device: dispatches per decode token, host<->device bytes per prefill
-   pass and per decode token, host time per decode token (everything except device compute).
+   pass and per decode token, host time per decode token (everything except device compute); the device
+   buffers of a run and the cold memory check at a 32k context (target < 1 s).
 4. `llama-npu serve` with the embedded model on emu: requests/min and TTFT under 4 concurrent clients
    (benchmarks/serve.py, also `make bench-serve`).
 5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
@@ -21,8 +22,8 @@ import time
 
 
 def bench_stitch() -> None:
-    from kernel_builder.kernels import clear_kernel_cache
-    from kernel_builder.stitching import stitch
+    from kernel_builder.registry import clear_kernel_cache
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
 
     clear_kernel_cache()
@@ -74,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     if "embedded" not in args.skip:
         bench_embedded(args.model, args.n_tokens)
     if "null1b" not in args.skip:
-        from benchmarks.null_device import bench_load_rss, bench_memory_plan, bench_null_llama32_1b
+        from benchmarks.null_device import bench_cold_plan, bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=8)
         host = bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
         bench_memory_plan()
+        bench_cold_plan()
         bench_load_rss()
     if "serve" not in args.skip:
         from benchmarks.serve import bench_serve

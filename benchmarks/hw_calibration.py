@@ -1,15 +1,15 @@
 """Calibration points for the cost model: published per-module NPU2 (Strix) times of a reference design,
 with the work and data movement of each of its launches modelled from the design's description.
 
-Source of the figures and of the designs: /work/shared/reference/llama32_1b_npu2_implementation_guide.txt
-(the mlir-air llama32_1b example; its B2 tile-mapping table gives the herds: GEMM [8, 4], RMSNorm, RoPE,
+Source of the figures and of the designs: the Llama-3.2-1B NPU2 implementation guide
+(of the mlir-air llama32_1b example; its B2 tile-mapping table gives the herds: GEMM [8, 4], RMSNorm, RoPE,
 SwiGLU, add and GEMV [8, 1], decode RoPE [1, 1], FlashAttention a cascade of about 32 tiles) and the
 per-module times published for it (per layer at 2048 rows: o_ffn 41.0 ms, flash_attn 21.6 ms,
 rms_gemms_rope 7.3 ms; per decode token: o_gemv_ffn 3.6 ms, rms_gemv_rope 0.9 ms, LM head about 14 ms).
 The points are plain kernel shapes (m, k, n, rows, dim, heads ...): the kernel layer knows no model.
 
 How each launch is modelled (docs/hardware-model.md, "Calibration"):
-- GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.gemm_plan.plan_gemm (the reference's
+- GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.gemm.plan.plan_gemm (the reference's
   own tile configs are not published), MACs vectorised at the bf16 mmul rate; A and B streamed over the 8
   columns (n/BN and m/BM times, two MM2S per column), C drained through L2 over herd_m channels.
 - GEMV: W rows split over 8 tiles and 8 shim channels, x broadcast once, 32-lane MACs.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kernel_builder import gemm_plan
+from kernel_builder.gemm import plan as gemm_plan
 from kernel_builder.hw.results import Flow
 from kernel_builder.hw.cost import Point
 
@@ -58,7 +58,7 @@ def gemm(m: int, k: int, n: int, tile_m: int | None = None, tile_n: int | None =
     """The upstream L2-staged GEMM: per launch point a [BM, BN] block (BM = herd_m*tile_m, BN = herd_n*tile_n);
     A streamed n/BN times and B m/BM times, each spread over the 8 columns (two MM2S channels per column: the
     reference's shim layout is not published), C drained through L2 over herd_m channels; MACs on the mmul
-    unit. Without tile sizes: kernel_builder.gemm_plan's plan."""
+    unit. Without tile sizes: kernel_builder.gemm.plan's plan."""
     if tile_m is None:
         p = gemm_plan.plan_gemm(m, k, n)
         tile_m, tile_n, herd_m, herd_n = p.tile_m, p.tile_n, p.herd_m, p.herd_n
@@ -104,7 +104,7 @@ def rope(rows: int, heads: int, head_dim: int, herd: int = 8) -> RefWork:
 
 
 def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 32, lqp: int = 256) -> RefWork:
-    """The seq-first cascade design (designs.md 2.3): launch [seq/lqp, heads/2], 2 heads x 4 query tiles x 4
+    """The seq-first cascade design: launch [seq/lqp, heads/2], 2 heads x 4 query tiles x 4
     cascade stages = 32 tiles; every K chunk is streamed and computed (the causal mask is applied per block),
     so the work is the full seq x seq score matrix; Q/K and V through 16 shim MM2S streams, K/V re-read once
     per launch row, O out through 2 S2MM."""
@@ -117,7 +117,7 @@ def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 
 
 def reference_points() -> list[Point]:
     """The published modules of the reference design (shapes of its 1B model, 2048-row prefill; GEMM tile
-    configs from the kernel registry, as its builders use them - designs.md 2.2)."""
+    configs from the kernel registry, as its builders use them)."""
     h, q, kv, ffn, hd, seq = 2048, 2048, 512, 8192, 64, 2048
     src = "reference design, published per-module Strix times (guide; llama32_1b docs/profile.md)"
     qo = lambda kk, nn: (gemm(seq, kk, nn, 64, 128, out_bytes=4), cast(seq * nn))  # noqa: E731 - fused-cast

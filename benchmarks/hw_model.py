@@ -31,7 +31,7 @@ def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: b
     None); `scenarios=False` skips the like-for-like section (benchmarks/hw_scenarios.py)."""
     from kernel_builder.hw import analyze_module, cost
     from benchmarks.hw_calibration import all_points
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B as sh
     from llama_npu.models.llama import LlamaModel
 
@@ -108,7 +108,7 @@ def modeled_chunks(m, chunks, windows) -> float:
     import re
 
     from kernel_builder.hw import analyze_module
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
 
     seconds = 0.0
     for pos, rows in chunks:

@@ -55,7 +55,7 @@ def our_figures(host: dict) -> tuple[Figure, Figure]:
     """(prefill 2048, decode at a 1k context) of our Llama-3.2-1B modules. `host`: the null-device result
     (host_s_per_prefill, host_ms_per_decode_token, prompt_len)."""
     from kernel_builder.hw import analyze_module
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B as sh
     from llama_npu.models.llama import LlamaModel
 

@@ -51,7 +51,7 @@ def bench_long_prompts(model: str | None = None) -> dict:
 def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: int = 260) -> list[dict]:
     from benchmarks.hw_model import modeled_chunks
     from kernel_builder.hw import analyze_module
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.engine import Engine
 
     eng = Engine.load(model, device="emu", progress=False)

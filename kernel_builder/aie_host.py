@@ -3,7 +3,7 @@ aie_api (external_kernels/aie_api_host/, docs/aie-api-host.md) and called throug
 counts of each call.
 
 One shared library per kernel object (an `ExternalKernel`: its source and -D shape flags), cached under
-`<cache root>/aie_host/` by kernel_builder.host_native.build_library (the name hashes the source, the shared
+`<cache root>/aie_host/` by external_kernels.host_build.build_library (the name hashes the source, the shared
 headers, the host aie_api headers, the flags and the compiler). A source override (a mutated copy in a test)
 is compiled the same way.
 
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from kernel_builder import externals
-from kernel_builder.host_native import HostKernelsUnavailable, build_library, compiler
-from kernel_builder.paths import cache_root
+from external_kernels.host_build import HostKernelsUnavailable, build_library, compiler
+from external_kernels.paths import SOURCE_DIR, cache_root
 
 API_DIR = Path(__file__).resolve().parent.parent / "external_kernels" / "aie_api_host"
 # -ffp-contract=off: no mul+add fusion the chip would not do; -D__AIENGINE__ selects the kernels' AIE2P path.
@@ -45,11 +45,11 @@ def api_headers() -> list[Path]:
 
 def compile_flags(kernel: externals.ExternalKernel | None, defines: tuple[str, ...] = ()) -> list[str]:
     own = kernel.define_flags() if kernel is not None else []
-    return [*FLAGS, f"-I{API_DIR}", f"-I{externals.SOURCE_DIR}", *own, *defines]
+    return [*FLAGS, f"-I{API_DIR}", f"-I{SOURCE_DIR}", *own, *defines]
 
 
 def _inputs() -> bytes:
-    paths = [*sorted(externals.SOURCE_DIR.glob("*.h")), *api_headers()]
+    paths = [*sorted(SOURCE_DIR.glob("*.h")), *api_headers()]
     return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in paths)
 
 

@@ -25,6 +25,11 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+class OneLineParser(_Parser):
+    """The CLI's argument parser for other command lines (python -m verify): a bad argument prints one line and
+    exits with EXIT_BAD_INPUT."""
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -345,7 +350,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from kernel_builder.build import build_modules
+    from multi_launch_builder.compile import build_modules
     from kernel_builder.toolchain import resolve_device_kind
 
     from .config import load_config, select_buckets
@@ -453,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         from kernel_builder.toolchain import ToolchainMissing
     except ImportError:  # pragma: no cover - kernel_builder always ships with us
         ToolchainMissing = ()
-    from kernel_builder.build import BuildError
-    from kernel_builder.devices.base import DeviceRunError
+    from multi_launch_builder.compile import BuildError
+    from multi_launch_builder.devices.base import DeviceRunError
 
     try:
         return COMMANDS[args.command](args)

@@ -1,10 +1,13 @@
-"""The runtime: walks the model description's phase plans through one KernelCache.
+"""The runtime: walks the model description's phase plans through one ModuleExecutor
+(multi_launch_builder.executor).
 
-Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer); decode feeds one token
-(2 dispatches per layer + attention); the LM head (final RMSNorm + vocabulary GEMVs) is one more dispatch.
-Both phases go through `_run_layers`, which binds every module input from where the plan says it comes
-from: the layer input, another module's output (a KernelCache ref: on the device, or through the host when
-the cache's hand-off policy says so), or a host step (the CPU decode attention). The KV cache and the RoPE
+Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer: attention inputs with the
+K/V append, attention, the rest); decode feeds one token through ONE fused module per layer (attention on the
+NPU over the cache window), so a token is n_layers + 1 dispatches with the LM head (final RMSNorm +
+vocabulary GEMVs). With --decode-attention host, decode runs the attention-input and FFN modules with the CPU
+attention between them. Both phases go through `run_layers`, which binds every module input from where the plan
+says it comes from: the layer input, another module's output (a ref: on the device, or through the host when
+the executor's hand-off policy says so), or a host step (the CPU decode attention). The KV cache and the RoPE
 table are device states; the host writes embeddings and positions, and reads logits.
 """
 from __future__ import annotations
@@ -17,12 +20,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from kernel_builder.decl import Role
+from multi_launch_builder.decl import Role
 from kernel_builder.numerics import BF16, to_bf16
 
 from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-exported)
 from .errors import PromptError
-from .kv_cache import K_CACHE, V_CACHE, HostAttention
+from .host_attention import K_CACHE, V_CACHE, HostAttention
 from .model_source import resolve_model
 from .models.graph import POS, PhasePlan
 from .models.llama import ROPE_TABLE
@@ -156,9 +159,9 @@ class Engine:
         build or reuse every kernel module, read all weights straight into their device buffers and
         (warmup) run one untimed prefill and decode step, so one-time device work stays out of the first
         timed request."""
-        from kernel_builder.build import build_modules
-        from kernel_builder.cache import KernelCache
-        from kernel_builder.devices import make_device
+        from multi_launch_builder.compile import build_modules
+        from multi_launch_builder.executor import ModuleExecutor as KernelCache
+        from multi_launch_builder.devices import make_device
 
         from .embedded import cache_root
 

@@ -1,4 +1,4 @@
-"""The `attention` kernel (kernel_builder/kernels/attention.py) executed by the AIR interpreter (emu-interp:
+"""The `attention` kernel (kernel_builder/attention/builder.py) executed by the AIR interpreter (emu-interp:
 herds, L1/L2 buffers, DMAs, broadcast channels, the tile primitives' numpy model) against
 kernel_builder.reference.attention, for prefill chunks (at position 0 and over a KV prefix) and decode
 (flash-decoding over the window, merged), at reduced shapes and at SmolLM2 decode shapes. Keys past the last
@@ -12,9 +12,9 @@ import re
 import numpy as np
 import pytest
 
-from kernel_builder import air_interp
-from kernel_builder import attention_plan as planner
-from kernel_builder.kernels import attention
+from multi_launch_builder.emulator import air_interp
+from kernel_builder.attention import plan as planner
+from kernel_builder.attention import builder as attention
 from kernel_builder.numerics import BF16
 from kernel_builder.reference import attention as reference
 

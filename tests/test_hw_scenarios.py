@@ -62,7 +62,7 @@ def _assert_ordered(name, works, vectorized=False, elf=True):
 
 
 def test_scenarios_are_ordered_for_every_module():
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B, SMOLLM2_135M, LlamaModel
 
     for shapes in (LLAMA32_1B, SMOLLM2_135M):
@@ -111,26 +111,27 @@ def test_compute_seam_takes_counts_by_kind():
 def test_emulated_mmul_charge_follows_the_kernels_compile_defines(monkeypatch):
     """attention.cc's item is compiled without the block-float flag today: its MACs are charged at the
     emulated rate; the same kernel with the flag in its defines is charged at the block-float mmul rate."""
-    from kernel_builder import externals
+    from kernel_builder.attention import external as attention_ext
+    from kernel_builder.gemm import external as gemm_ext
 
-    assert ec.bfp16_mmul(externals.gemm_kernels(64, 64, 64).mac.defines)
+    assert ec.bfp16_mmul(gemm_ext.gemm_kernels(64, 64, 64).mac.defines)
     sym = "attnp_item_bf16_hd64_q64_k64"
     c, m = ec.external_cost(sym)
     plain = c.work(m, [])
     assert plain.emulated_mmul_macs > 0 and plain.mmul_macs == 0
-    orig = externals.attention_prefill_kernels
+    orig = attention_ext.attention_prefill_kernels
 
     def flagged(hd, lq, lk):
         k = orig(hd, lq, lk)
         upd = dataclasses.replace(k.update, defines=k.update.defines + ((ec.BFP16_FLAG, "1"),))
         return k._replace(update=upd)
 
-    monkeypatch.setattr(externals, "attention_prefill_kernels", flagged)
-    ec._attn_prefill_defines.cache_clear()
+    monkeypatch.setattr(attention_ext, "attention_prefill_kernels", flagged)
+    attention_ext._attn_prefill_defines.cache_clear()
     try:
         fast = c.work(m, [])
     finally:
-        ec._attn_prefill_defines.cache_clear()
+        attention_ext._attn_prefill_defines.cache_clear()
     assert fast.mmul_macs == plain.emulated_mmul_macs and fast.emulated_mmul_macs == 0
     p = cost.PARAMS
     assert (p.mmul_macs_per_cycle * p.gemm_efficiency) > 4 * p.mmul_emulated_macs_per_cycle

@@ -23,12 +23,12 @@ from kernel_builder.hw.facts import NPU2, NPU2Facts
 from kernel_builder.hw.checks import TransferChecks
 from kernel_builder.hw.flows import FlowAccounting
 from kernel_builder.hw.ir import L1, L2, L3, Alloc, Buffer, Call, Compute, Loop, Region, Transfer
-from kernel_builder.hw.valued import valued_work
+from kernel_builder.hw.operand_work import valued_work
 from kernel_builder.hw.results import (AIECC, AIR_TO_AIE, PING_PONG, RUNTIME, STAGES, Flow,
                                        LaunchReport, Usage, Violation, Work)
 
-# Which ping-pong rule decides the buffer copies: "all-loops" (the mlir-air the lowering toolchain under
-# /work/tools builds, 2026-04) or "candidates" (mlir-air HEAD's isPingPongCandidate, 2026-08).
+# Which ping-pong rule decides the buffer copies: "all-loops" (the mlir-air the real-lowering toolchain
+# pins, efeb41ce4, 2026-04) or "candidates" (mlir-air HEAD's isPingPongCandidate, 2026-08).
 PINGPONG_RULE = "all-loops"
 
 __all__ = ["analyze_launches", "STAGES", "Flow", "LaunchReport", "Usage", "Violation", "Work"]

@@ -98,9 +98,6 @@ class CostParams:
                                     "facts.py dispatch_overhead_s (guide B5: ~100 us per xrt.run); range +-30% "
                                     "is an assumption")
 
-    def with_(self, **kw) -> "CostParams":
-        return replace(self, **kw)
-
 
 # The likely values; kernel_builder.hw.scenarios gives the optimistic and pessimistic ones. The FITTED values
 # come from `python -m benchmarks.hw_calibration` (docs/hardware-model.md, "Calibration").
