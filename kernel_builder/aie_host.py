@@ -7,7 +7,7 @@ One shared library per kernel object (an `ExternalKernel`: its source and -D sha
 headers, the host aie_api headers, the flags and the compiler). A source override (a mutated copy in a test)
 is compiled the same way.
 
-    lib = load(externals.gemm_kernels(64, 64, 64).zero)
+    lib = load(gemm_kernels(64, 64, 64).zero)
     counts = lib.call("gemm_mac_bf16_m64_k64_n64", a, w, acc)    # numpy arrays -> pointers; ints -> int32
     counts["mmul_bfp16_8x8x8"]                                     # 512
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernel_builder import externals
+from external_kernels.compile_rules import ExternalKernel
 from external_kernels.host_build import HostKernelsUnavailable, build_library, compiler
 from external_kernels.paths import SOURCE_DIR, cache_root
 
@@ -43,7 +43,7 @@ def api_headers() -> list[Path]:
     return sorted(API_DIR.rglob("*.hpp"))
 
 
-def compile_flags(kernel: externals.ExternalKernel | None, defines: tuple[str, ...] = ()) -> list[str]:
+def compile_flags(kernel: ExternalKernel | None, defines: tuple[str, ...] = ()) -> list[str]:
     own = kernel.define_flags() if kernel is not None else []
     return [*FLAGS, f"-I{API_DIR}", f"-I{SOURCE_DIR}", *own, *defines]
 
@@ -53,7 +53,7 @@ def _inputs() -> bytes:
     return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in paths)
 
 
-def build(kernel: externals.ExternalKernel, source: Path | None = None, defines: tuple[str, ...] = ()) -> Path:
+def build(kernel: ExternalKernel, source: Path | None = None, defines: tuple[str, ...] = ()) -> Path:
     """Path of the cached shared library of `kernel`'s vector path (built on first use)."""
     cxx = compiler()
     if cxx is None:
@@ -63,7 +63,7 @@ def build(kernel: externals.ExternalKernel, source: Path | None = None, defines:
     return build_library(cxx, cache_root() / "aie_host", stem, [src], [compile_flags(kernel, defines)], _inputs())
 
 
-def compile_errors(kernel: externals.ExternalKernel | None, source: Path, defines: tuple[str, ...] = ()) -> str:
+def compile_errors(kernel: ExternalKernel | None, source: Path, defines: tuple[str, ...] = ()) -> str:
     """Compile `source` (syntax and templates only, nothing cached) and return the compiler's stderr ('' when it
     compiles): how a test shows that a construct is rejected."""
     cxx = compiler()
@@ -118,7 +118,7 @@ class AieHostLibrary:
 _loaded: dict[Path, AieHostLibrary] = {}
 
 
-def load(kernel: externals.ExternalKernel, source: Path | None = None,
+def load(kernel: ExternalKernel, source: Path | None = None,
          defines: tuple[str, ...] = ()) -> AieHostLibrary:
     path = build(kernel, source, defines)
     if path not in _loaded:

@@ -14,6 +14,9 @@ from kernel_builder import aie_host
 from kernel_builder import externals as ext
 from kernel_builder.external_costs import external_cost
 from kernel_builder.external_models import ModelError
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.attention import external as attention_external
+from kernel_builder.gemm.external import gemm_kernels
 
 ENV = "LLAMA_NPU_EXTERNALS"
 
@@ -31,16 +34,16 @@ def model_for(symbol: str):
     return vector_model(symbol) if enabled() else ext.external_model(symbol)
 
 
-def kernel_for_symbol(symbol: str) -> ext.ExternalKernel | None:
+def kernel_for_symbol(symbol: str) -> ExternalKernel | None:
     """The kernel object (one compile) that holds `symbol`, or None."""
     found = ext.family_of_symbol(symbol)
     if found is None:
         return None
     fam, p = found
     if fam.name == "attention":           # (mode, part, hd, lq, lk, n)
-        return ext._attention(p[0], p[2], p[3], p[4], p[5] or 0).init
+        return attention_external._attention(p[0], p[2], p[3], p[4], p[5] or 0).init
     if fam.name == "gemm":                # (part, m, k, n)
-        return ext.gemm_kernels(p[1], p[2], p[3]).zero
+        return gemm_kernels(p[1], p[2], p[3]).zero
     return fam.from_object(*p)            # the other families name their object by the same parameters
 
 

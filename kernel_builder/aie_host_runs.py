@@ -29,6 +29,15 @@ from kernel_builder import aie_host
 from kernel_builder import externals as ext
 from kernel_builder import reference as ref
 from kernel_builder.numerics import BF16, to_bf16, to_bfp16ebs8
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.add.external import add_kernel
+from kernel_builder.attention.external import attention_decode_kernels
+from kernel_builder.attention.external import attention_prefill_kernels
+from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.gemv.external import gemv_kernel
+from kernel_builder.rmsnorm.external import rmsnorm_kernel
+from kernel_builder.rope.external import rope_kernel
+from kernel_builder.swiglu.external import swiglu_kernel
 
 A = aie_host.aligned
 
@@ -46,14 +55,14 @@ def rand(rng, shape, scale=1.0) -> np.ndarray:
 
 
 def family(obj: str):
-    for fam in ext.FAMILIES:
+    for fam in ext.families():
         m = re.fullmatch(fam.object_re, obj)
         if m:
             return fam.name, ext._ints(m.groups())
     raise ValueError(f"no kernel family makes {obj}")
 
 
-def kernel_of(obj: str) -> ext.ExternalKernel:
+def kernel_of(obj: str) -> ExternalKernel:
     k = ext.kernel_for_object(obj)
     if k is None:
         raise ValueError(f"no kernel family makes {obj}")
@@ -78,7 +87,7 @@ def _close(want, rel, absolute=0.0):
 
 # ------------------------------------------------------------------------------------------- elementwise
 def _gemv(lib, rng, k, kc, tm, rows):
-    sym = ext.gemv_kernel(k, kc, tm, rows).symbol
+    sym = gemv_kernel(k, kc, tm, rows).symbol
     w, x = rand(rng, (rows, k), 0.03), A(rand(rng, (k,)))
     acc, y = A(np.full(tm, np.nan, np.float32)), A(np.zeros(rows, BF16))
     counts = None
@@ -91,7 +100,7 @@ def _gemv(lib, rng, k, kc, tm, rows):
 
 
 def _rope(lib, rng, hd, heads, rows):
-    sym = ext.rope_kernel(hd, heads, rows).symbol
+    sym = rope_kernel(hd, heads, rows).symbol
     x, lut = rand(rng, (rows, heads * hd)), to_bf16(rng.uniform(-1, 1, (rows, hd)).astype(np.float32))
     y = A(np.zeros((rows, heads * hd), BF16))
     counts = lib.call(sym, A(x), A(lut), y)
@@ -100,7 +109,7 @@ def _rope(lib, rng, hd, heads, rows):
 
 
 def _rmsnorm(lib, rng, g, units):
-    sym = ext.rmsnorm_kernel(g, units).symbol
+    sym = rmsnorm_kernel(g, units).symbol
     x, w = rand(rng, (units, g), 2.0), rand(rng, (g,))
     y = A(np.zeros((units, g), BF16))
     counts = lib.call(sym, A(x), A(w), y, 1e-5)
@@ -109,7 +118,7 @@ def _rmsnorm(lib, rng, g, units):
 
 
 def _swiglu(lib, rng, n):
-    sym = ext.swiglu_kernel(n).symbol
+    sym = swiglu_kernel(n).symbol
     gate, up = rand(rng, (n,), 3.0), rand(rng, (n,))
     y = A(np.zeros(n, BF16))
     counts = lib.call(sym, A(gate), A(up), y)
@@ -118,7 +127,7 @@ def _swiglu(lib, rng, n):
 
 
 def _add(lib, rng, n):
-    sym = ext.add_kernel(n).symbol
+    sym = add_kernel(n).symbol
     a, b = rand(rng, (n,)), rand(rng, (n,))
     y = A(np.zeros(n, BF16))
     counts = lib.call(sym, A(a), A(b), y)
@@ -145,7 +154,7 @@ def gemm_bfp_reference(a: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _gemm(lib, rng, tm, tk, tn, steps=2):
-    ks = ext.gemm_kernels(tm, tk, tn)
+    ks = gemm_kernels(tm, tk, tn)
     a, w = rand(rng, (tm, steps * tk)), rand(rng, (tn, steps * tk))
     acc = A(np.full(tm * tn, np.nan, np.float32))
     lib.call(ks.zero.symbol, acc)
@@ -165,7 +174,7 @@ def _gemm(lib, rng, tm, tk, tn, steps=2):
 def _prefill(lib, rng, hd, lq, lk, pos=None, cores=2):
     """`cores` cores share the Q stream (this is core 1); one query block of lq rows at `pos`, a KV window one tile
     longer than the causal bound (that tile holds inf/NaN: never read)."""
-    ks = ext.attention_prefill_kernels(hd, lq, lk)
+    ks = attention_prefill_kernels(hd, lq, lk)
     pos = 3 * lk + 5 if pos is None else pos
     window = -(-(pos + lq) // lk) * lk + lk
     q = rand(rng, (lq, cores * hd), 1.5)
@@ -197,7 +206,7 @@ def _prefill(lib, rng, hd, lq, lk, pos=None, cores=2):
 
 
 def _decode(lib, rng, hd, g, lk, parts, pos=None):
-    ks = ext.attention_decode_kernels(hd, g, lk, parts)
+    ks = attention_decode_kernels(hd, g, lk, parts)
     window = 2 * lk * parts
     pos = window - lk // 2 - 1 if pos is None else pos
     k, v, q = rand(rng, (window, hd), 1.5), rand(rng, (window, hd)), rand(rng, (g, hd), 1.5)

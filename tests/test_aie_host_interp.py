@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from kernel_builder import externals
+from kernel_builder.rmsnorm.external import rmsnorm_kernel
 from kernel_builder.aie_host_models import model_for
-from kernel_builder.devices.emu import EmuDevice
-from kernel_builder.devices.interp import InterpEmuDevice
+from multi_launch_builder.devices.emu import EmuDevice
+from multi_launch_builder.devices.interp import InterpEmuDevice
 from llama_npu.models.llama import LlamaModel
 from test_air_interp import MODULES, SEQ, TINY, _artifact, _inputs, _run, _shapes_of
 from tooling import require_tool
@@ -23,7 +23,7 @@ ULPS = 4
 
 @pytest.fixture(scope="module")
 def stitched():
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     require_tool("g++")
     m = LlamaModel(TINY)
     return {d.name: stitch(d) for d in m.modules([SEQ]) + m.modules([SEQ], decode_attention="host")}
@@ -48,11 +48,11 @@ def test_stitched_module_runs_the_vector_paths(stitched, tmp_path, vector_paths,
 
 
 def test_external_model_switch(monkeypatch):
-    sym = externals.rmsnorm_kernel(64, 1).symbol
+    sym = rmsnorm_kernel(64, 1).symbol
     monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "aie-host")
     assert model_for(sym).__module__ == "kernel_builder.aie_host_models"
     monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "numpy")
-    assert model_for(sym).__module__ == "kernel_builder.external_models"
+    assert model_for(sym).__module__ == "kernel_builder.rmsnorm.external"  # the kernel's own numpy model
     monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "peano")
     with pytest.raises(ValueError, match="expected 'numpy'"):
         model_for(sym)

@@ -60,7 +60,7 @@ def test_vector_path_matches_reference(obj):
 
 
 def test_listed_objects_are_the_builders():
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models import llama as shapes
     from llama_npu.models.llama import LlamaModel
 

@@ -13,6 +13,10 @@ from kernel_builder import aie_host_runs as runs
 from kernel_builder import aie_host
 from kernel_builder import externals as ext
 from tooling import require_tool
+from external_kernels.compile_rules import ExternalKernel
+from external_kernels.paths import SOURCE_DIR
+from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.rope.external import rope_kernel
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,14 +58,14 @@ def test_flag_values_and_types_outside_aie_api_do_not_compile(tmp_path):
 
 
 def test_misaligned_vector_load_and_store_fail(rng=np.random.default_rng(0)):
-    k = ext.rope_kernel(64, 3, 1)
+    k = rope_kernel(64, 3, 1)
     lib = aie_host.load(k)
     x, lut = runs.rand(rng, (1, 192)), runs.rand(rng, (1, 64))
     y = aie_host.aligned(np.zeros((1, 192), x.dtype))
     lib.call(k.symbol, aie_host.aligned(x), aie_host.aligned(lut), y)      # aligned: fine
     with pytest.raises(aie_host.AieHostError, match=r"misaligned load_v of 32 x bfloat16 .*64-byte alignment"):
         lib.call(k.symbol, aie_host.aligned(x, offset=2), aie_host.aligned(lut), y)
-    g = ext.gemm_kernels(8, 64, 48)
+    g = gemm_kernels(8, 64, 48)
     with pytest.raises(aie_host.AieHostError, match=r"misaligned store_v of 32 x float"):
         aie_host.load(g.zero).call(g.zero.symbol, aie_host.aligned(np.zeros(8 * 48, np.float32), offset=32))
 
@@ -83,7 +87,7 @@ MUTATIONS = [
 
 
 def _mutant(tmp_path, obj, source, pattern, repl) -> aie_host.AieHostLibrary:
-    text = (ext.SOURCE_DIR / source).read_text()
+    text = (SOURCE_DIR / source).read_text()
     mutated, n = re.subn(pattern, repl, text)
     assert n >= 1, f"{source}: the loop bound {pattern!r} is gone; update the mutation"
     path = tmp_path / source
@@ -130,7 +134,7 @@ def test_host_block_float_equals_the_numpy_model(tmp_path):
                    "  aie::mmul<8, 8, 8, bfloat16, bfloat16> m;\n"
                    "  m.mul(aie::load_v<64>(a), aie::load_v<64>(eye));\n"
                    "  aie::store_v(c, m.template to_vector<float>());\n}\n")
-    kernel = ext.ExternalKernel(symbol="probe", obj="bfp_probe.o", source="probe.cc", defines=())
+    kernel = ExternalKernel(symbol="probe", obj="bfp_probe.o", source="probe.cc", defines=())
     lib = aie_host.load(kernel, source=src, defines=(f"-D{FLAG}=1",))
     rng = np.random.default_rng(5)
     a = runs.rand(rng, (8, 8)) * np.float32(2.0) ** rng.integers(-6, 6, (8, 1))   # rows of different scales
