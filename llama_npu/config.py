@@ -1,22 +1,25 @@
 """Read and validate a Llama-family config.json *before* any weight is touched.
 
-Only the math we implement is accepted: RMSNorm, GQA attention without biases, SwiGLU (silu) MLP,
-RoPE (default or the `llama3` scaling of Llama 3.1/3.2), tied or untied embeddings; the Llama family
-(`llama`) and its Qwen3 variant (`qwen3`: per-head q/k RMSNorm, full attention only). Everything else is
-rejected with one UnsupportedModel line naming the offending key.
+Only the math we implement is accepted: RMSNorm, GQA attention, SwiGLU (silu) MLP, RoPE (default, the `llama3`
+scaling of Llama 3.1/3.2, or `longrope`), tied or untied embeddings, for the architectures of
+llama_npu.models.ARCHITECTURES (Llama, Qwen2/2.5, Qwen3, Mistral, Phi-3/3.5/4-mini; each family's own keys are
+read by its description file). Everything else is rejected with one UnsupportedModel line naming the offending
+key, before any weight is read.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from .errors import UnsupportedModel
+from .models import ARCHITECTURES
 from .models.llama import ModelShapes
 
-# model_type -> the architecture class name HF writes for it (llama_npu.models.FAMILIES has the descriptions)
-SUPPORTED = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+# model_type -> the architecture class name HF writes for it (llama_npu.models.ARCHITECTURES has the families)
+SUPPORTED = {f.model_type: a for a, f in ARCHITECTURES.items()}
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -37,7 +40,8 @@ class ModelConfig:
     max_position: int                   # max_position_embeddings: the model's context
     eos_ids: tuple[int, ...]            # from generation_config.json + config.json
     bos_id: int | None
-    family: str = "llama"               # llama_npu.models.FAMILIES key
+    family: str = "LlamaForCausalLM"    # llama_npu.models.ARCHITECTURES key
+    sliding_window: int | None = None   # the family's window (max_position is kept within it)
     raw: dict = field(repr=False, compare=False, default_factory=dict)
 
 
@@ -90,9 +94,11 @@ def parse_rope(cfg: dict, path: Path) -> RopeParams:
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type == "default":
         return RopeParams(float(theta), None)
+    if rope_type == "longrope":
+        return RopeParams(float(theta), _longrope(cfg, scaling, path))
     if rope_type != "llama3":
         raise UnsupportedModel(
-            f"{path}: unsupported rope_scaling type {rope_type!r} (supported: default, llama3)")
+            f"{path}: unsupported rope_scaling type {rope_type!r} (supported: default, llama3, longrope)")
     missing = [k for k in LLAMA3_ROPE_KEYS if not isinstance(scaling.get(k), (int, float))]
     if missing:
         raise UnsupportedModel(f"{path}: llama3 rope_scaling is missing {', '.join(missing)}")
@@ -101,17 +107,48 @@ def parse_rope(cfg: dict, path: Path) -> RopeParams:
     return RopeParams(float(theta), norm)
 
 
-def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
-                 generation: dict | None = None) -> ModelConfig:
+def _longrope(cfg: dict, scaling: dict, path: Path) -> dict:
+    """LongRoPE (Phi-3.5 / Phi-4-mini), as transformers' _compute_longrope_parameters: short/long factors per
+    frequency, original_max_position_embeddings (in the scaling dict or top level), the attention factor (given,
+    else sqrt(1 + ln(factor) / ln(original)) with factor = max_position_embeddings / original)."""
+    orig = scaling.get("original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
+    if isinstance(orig, bool) or not isinstance(orig, int) or orig <= 0:
+        raise UnsupportedModel(f"{path}: longrope rope_scaling needs original_max_position_embeddings")
+    factors = {}
+    for key in ("short_factor", "long_factor"):
+        f = scaling.get(key)
+        if not isinstance(f, (list, tuple)) or not f or not all(isinstance(v, (int, float)) and v > 0 for v in f):
+            raise UnsupportedModel(f"{path}: longrope rope_scaling needs {key} (a list of positive numbers)")
+        factors[key] = tuple(float(v) for v in f)
+    factor = scaling.get("factor") or cfg.get("max_position_embeddings", orig) / orig
+    att = scaling.get("attention_factor")
+    if att is None:
+        att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    return {"rope_type": "longrope", **factors, "original_max_position_embeddings": orig,
+            "attention_factor": float(att)}
+
+
+def _family(cfg: dict, path: Path):
+    """The family of config.json's architecture (or model_type), or one UnsupportedModel line listing them."""
     archs = cfg.get("architectures") or []
     model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED or (archs and SUPPORTED[model_type] not in archs):
+    name = archs[0] if archs else SUPPORTED.get(model_type)
+    fam = ARCHITECTURES.get(name)
+    if fam is None or fam.model_type != model_type:
         shown = ", ".join(archs) if archs else f"model_type={model_type!r}"
-        raise UnsupportedModel(
-            f"{path}: unsupported architecture {shown} (llama-npu runs Llama-family models: "
-            f"{', '.join(f'{a} / {t!r}' for t, a in SUPPORTED.items())})")
-    if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
-        raise UnsupportedModel(f"{path}: sliding-window attention layers are not supported")
+        raise UnsupportedModel(f"{path}: unsupported architecture {shown} (llama-npu runs: "
+                               f"{', '.join(f'{a} / {f.model_type!r}' for a, f in ARCHITECTURES.items())})")
+    return fam
+
+
+def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
+                 generation: dict | None = None) -> ModelConfig:
+    fam = _family(cfg, path)
+    mixed = any(t not in ("full_attention", "sliding_attention") for t in cfg.get("layer_types") or [])
+    sliding = cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or [])
+    if mixed or (sliding and not fam.honours_sliding_window):
+        raise UnsupportedModel(f"{path}: sliding-window attention layers are not supported for {fam.architecture}")
+    options = fam.options(cfg, path)
     hidden = _require(cfg, "hidden_size", path)
     n_heads = _require(cfg, "num_attention_heads", path)
     n_layers = _require(cfg, "num_hidden_layers", path)
@@ -141,11 +178,18 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
     eos = _ids(generation.get("eos_token_id")) + _ids(cfg.get("eos_token_id"))
     bos = generation.get("bos_token_id", cfg.get("bos_token_id"))
     shapes = ModelShapes(hidden=hidden, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, ffn=ffn,
-                         vocab=vocab, n_layers=n_layers, rms_eps=float(eps))
+                         vocab=vocab, n_layers=n_layers, rms_eps=float(eps), rotary_dim=options.get("rotary_dim", 0))
+    if rope.scaling and rope.scaling["rope_type"] == "longrope":
+        for key in ("short_factor", "long_factor"):
+            if len(rope.scaling[key]) != shapes.rot // 2:
+                raise UnsupportedModel(f"{path}: longrope {key} has {len(rope.scaling[key])} entries, "
+                                       f"rotary dims / 2 = {shapes.rot // 2}")
+    window = options.get("sliding_window")
     return ModelConfig(model_dir=Path(model_dir or path.parent), shapes=shapes, rope=rope,
-                       tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), max_position=max_pos,
+                       tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                       max_position=min(max_pos, window or max_pos),
                        eos_ids=tuple(dict.fromkeys(eos)), bos_id=bos if isinstance(bos, int) else None,
-                       family=model_type, raw=cfg)
+                       family=fam.architecture, sliding_window=window, raw=cfg)
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:

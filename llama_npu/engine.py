@@ -136,7 +136,7 @@ class Engine:
         self.windows = self.model.kv_windows(self.context)        # KV-cache windows attention is built for
         self.plans = self.model.plans(self.buckets, self.context, decode_attention)
         self._embed = weights.embed()
-        self.rope = RopeTable(self.shapes.head_dim, cfg.rope)
+        self.rope = RopeTable(self.shapes.head_dim, cfg.rope, rotary_dim=self.shapes.rotary_dim)
         self.stop_ids = frozenset(cfg.eos_ids) | frozenset(tokenizer.eos_ids)
         self.pad_id = min(self.stop_ids) if self.stop_ids else 0
         s = self.shapes

@@ -1,6 +1,7 @@
 """The RoPE table: one row per position, `[cos(p*f_0..f_{d/2-1}) | sin(...)]` (HF `rotate_half` layout), with
-the model's frequencies (default, `linear` or `llama3` rope_scaling; bit-identical to HF's rotary
-embedding). The runtime writes it once into the device state `rope`; the rope kernel reads the rows of the
+the model's frequencies (default, `linear`, `llama3` or `longrope` rope_scaling; bit-identical to HF's rotary
+embedding). With partial rotary embedding (rotary_dim < head_dim, Phi-3) the first rotary_dim/2 pairs carry the
+angles and the rest angle 0 (cos 1, sin 0: the model description loads q/k rows in the matching order). The runtime writes it once into the device state `rope`; the rope kernel reads the rows of the
 positions a call works on. The kernel layer only rotates by the cos/sin it is given."""
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> n
         return inv_freq / F32(scaling["factor"])
     if rope_type == "llama3":
         return _llama3_inv_freq(inv_freq, scaling)
+    if rope_type == "longrope":   # the short factors; rope_lut switches to the long ones past the original context
+        return _longrope_inv_freq(head_dim, theta, scaling["short_factor"])
     raise ValueError(f"rope_lut: unsupported rope_scaling type {rope_type!r} (supported: default, linear, llama3)")
 
 
@@ -55,26 +58,52 @@ def _llama3_inv_freq(inv_freq: np.ndarray, scaling: dict) -> np.ndarray:
     return np.where(is_medium, smoothed, inv_freq_llama).astype(F32, copy=False)
 
 
-def rope_lut(positions: np.ndarray, head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
+def _longrope_inv_freq(dim: int, theta: float, factors) -> np.ndarray:
+    # transformers' _compute_longrope_parameters: 1.0 / (ext_factors * base ** (arange(0, dim, 2).float() / dim))
+    exponent = np.arange(0, dim, 2, dtype=np.int64).astype(F32) / F32(dim)
+    ext = np.asarray(factors, dtype=F32)
+    if ext.shape != exponent.shape:
+        raise ValueError(f"rope_lut: longrope factors have {ext.size} entries, rotary dims / 2 = {exponent.size}")
+    return F32(1.0) / (ext * np.power(F32(theta), exponent, dtype=F32))
+
+
+def rope_lut(positions: np.ndarray, head_dim: int, theta: float, scaling: dict | None = None,
+             rotary_dim: int = 0) -> np.ndarray:
     """LUT rows [cos(p*f) | sin(p*f)] (half-split layout) as bf16[len(positions), head_dim].
 
-    Angles in float32 like HF (position.float() * inv_freq), cos/sin in float32, then bf16 RNE.
-    """
+    Angles in float32 like HF (position.float() * inv_freq), cos/sin in float32 (times longrope's attention
+    factor), then bf16 RNE. `rotary_dim` (< head_dim): frequencies over rotary_dim, the other pairs angle 0.
+    longrope: positions below original_max_position_embeddings use the short factors, the others the long ones
+    (HF picks by the highest position of a call: the same for every decode step)."""
     positions = np.asarray(positions)
     if positions.ndim != 1:
         raise ValueError(f"rope_lut: positions must be 1-D, got shape {positions.shape}")
     if positions.size and (positions.min() < 0 or not np.issubdtype(positions.dtype, np.integer)):
         raise ValueError("rope_lut: positions must be non-negative integers")
-    freqs = positions.astype(F32)[:, None] * rope_inv_freq(head_dim, theta, scaling)[None, :]
-    return to_bf16(np.concatenate([np.cos(freqs), np.sin(freqs)], axis=1))
+    rot = rotary_dim or head_dim
+    freqs = positions.astype(F32)[:, None] * rope_inv_freq(rot, theta, scaling)[None, :]
+    att = F32(1.0)
+    if scaling and scaling.get("rope_type") == "longrope":
+        long = positions >= scaling["original_max_position_embeddings"]
+        if long.any():
+            freqs[long] = positions[long].astype(F32)[:, None] * _longrope_inv_freq(rot, theta,
+                                                                                    scaling["long_factor"])[None, :]
+        att = F32(scaling["attention_factor"])
+    cos, sin = np.cos(freqs) * att, np.sin(freqs) * att
+    if rot < head_dim:
+        rest = (positions.size, (head_dim - rot) // 2)
+        cos = np.concatenate([cos, np.ones(rest, F32)], axis=1)
+        sin = np.concatenate([sin, np.zeros(rest, F32)], axis=1)
+    return to_bf16(np.concatenate([cos, sin], axis=1))
 
 
 class RopeTable:
     """LUT rows for positions [0, n), computed once and grown geometrically on demand."""
 
-    def __init__(self, head_dim: int, rope: RopeParams, initial: int = 0):
+    def __init__(self, head_dim: int, rope: RopeParams, initial: int = 0, rotary_dim: int = 0):
         self.head_dim = head_dim
         self.rope = rope
+        self.rotary_dim = rotary_dim
         self._lut = np.zeros((0, head_dim), dtype=BF16)
         if initial:
             self.ensure(initial)
@@ -84,7 +113,7 @@ class RopeTable:
         if n <= have:
             return
         n = max(n, 2 * have)
-        extra = rope_lut(np.arange(have, n), self.head_dim, self.rope.theta, self.rope.scaling)
+        extra = rope_lut(np.arange(have, n), self.head_dim, self.rope.theta, self.rope.scaling, self.rotary_dim)
         self._lut = np.ascontiguousarray(np.concatenate([self._lut, extra]))
 
     def rows(self, n: int) -> np.ndarray:

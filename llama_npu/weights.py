@@ -154,7 +154,7 @@ class ModelWeights:
         if self.lm_source == "lm_head":
             wanted.append(("lm_head.weight", (s.vocab, s.hidden)))
         for i in range(s.n_layers):
-            wanted += [(f"model.layers.{i}.{hf}", shape) for hf, shape in self.model.layer_tensors().values()]
+            wanted += [(f"model.layers.{i}.{hf}", shape) for hf, shape in self.model.checkpoint_tensors()]
         for name, shape in wanted:
             self.ckpt.get(name, shape)
 
@@ -171,7 +171,9 @@ class ModelWeights:
         spec = self.spec(arg, layer)
 
         def fill(view: np.ndarray) -> None:
-            if spec.rows:                     # a block of rows, zero-padded past the tensor's end
+            if spec.index:                    # rows of a (fused) tensor, in the order the description asks
+                _gather_rows(self.ckpt, spec, view)
+            elif spec.rows:                   # a block of rows, zero-padded past the tensor's end
                 hidden = spec.shape[1]
                 lo, hi = spec.row0, min(spec.row0 + spec.rows, spec.shape[0])
                 n = max(0, hi - lo) * hidden * 2
@@ -181,3 +183,15 @@ class ModelWeights:
             else:
                 self.ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
         return fill
+
+
+def _gather_rows(ckpt: Checkpoint, spec, view: np.ndarray) -> None:
+    """Rows `spec.index` of the stored tensor into `view`: one read when they are consecutive (a part of a fused
+    projection), else a gather (the partial-rotary q/k order)."""
+    cols = int(np.prod(spec.shape[1:], dtype=np.int64)) if len(spec.shape) > 1 else 1
+    idx = np.asarray(spec.index, dtype=np.int64)
+    if np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+        ckpt.read_into(spec.name, view, int(idx[0]) * cols, idx.size * cols)
+        return
+    rows = ckpt.get(spec.name, spec.shape).reshape(spec.shape[0], cols)[idx]
+    np.copyto(view.view(BF16).reshape(idx.size, cols), bf16(rows))

@@ -45,16 +45,20 @@ def write_tokenizer(out_dir: Path, vocab_size: int) -> None:
 def make_hf_checkpoint(out_dir: Path, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int, ffn: int,
                        n_layers: int, vocab: int, max_position: int = 4096, rope_theta: float = 500000.0,
                        rope_scaling: dict | None = None, tie: bool = False, seed: int = 0,
-                       arch: str = "llama") -> Path:
-    """arch "llama" (LlamaForCausalLM) or "qwen3" (Qwen3ForCausalLM: per-head q/k RMSNorm)."""
+                       arch: str = "llama", **extra) -> Path:
+    """arch "llama" (LlamaForCausalLM), "qwen3" (Qwen3ForCausalLM: per-head q/k RMSNorm), "qwen2", "mistral",
+    "phi3" (their XxxConfig / XxxForCausalLM); `extra` goes to the config (sliding_window, partial_rotary_factor,
+    original_max_position_embeddings, ...). Biases (Qwen2) get std 0.5, so a dropped bias changes the result."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    import transformers
 
-    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]
+    names = {"llama": "Llama", "qwen3": "Qwen3", "qwen2": "Qwen2", "mistral": "Mistral", "phi3": "Phi3"}[arch]
+    config_cls = getattr(transformers, f"{names}Config")
+    model_cls = getattr(transformers, f"{names}ForCausalLM")
+    kwargs = dict(extra)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    kwargs = {}
     if rope_scaling is not None:
         kwargs["rope_scaling"] = dict(rope_scaling)
     cfg = config_cls(hidden_size=hidden, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
@@ -67,6 +71,8 @@ def make_hf_checkpoint(out_dir: Path, *, hidden: int, n_heads: int, n_kv_heads: 
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.normal_(0.0, 0.5)
             elif p.dim() == 2:
                 p.normal_(0.0, 0.02)
     model = model.to(torch.bfloat16)

@@ -182,6 +182,7 @@ def test_unknown_op_is_a_clear_error():
 
 def _kernel_cases():
     from kernel_builder.add import builder as add
+    from kernel_builder.bias_add import builder as bias_add
     from kernel_builder.gemm import builder as gemm
     from kernel_builder.gemv import builder as gemv
     from kernel_builder.rmsnorm import builder as rmsnorm
@@ -191,6 +192,8 @@ def _kernel_cases():
         ("rmsnorm", lambda: rmsnorm.build(16, 64, 1e-5), {"rows": 16, "dim": 64, "eps": 1e-5}),
         ("add", lambda: add.build(16, 64), {"rows": 16, "dim": 64}),
         ("add_flat", lambda: add.build(16, 64, flat_out=True), {"rows": 16, "dim": 64, "flat_out": 1}),
+        ("bias-add", lambda: bias_add.build(16, 96), {"rows": 16, "dim": 96}),
+        ("bias-add_row", lambda: bias_add.build(1, 256), {"rows": 1, "dim": 256}),
         ("gemm", lambda: gemm.build(32, 128, 64), {"m": 32, "k": 128, "n": 64}),
         ("gemv", lambda: gemv.build(64, 96), {"m": 64, "k": 96}),
         ("rope", lambda: rope.build(8, 4, 32), {"rows": 8, "heads": 4, "head_dim": 32}),
@@ -202,7 +205,7 @@ def _kernel_cases():
 def test_single_kernel_matches_reference(tmp_path, case):
     label, build, params = case
     text = build()
-    kind = label.split("_")[0]
+    kind = label.split("_")[0].replace("-", "_")
     shapes = _shapes_of(text)
     data = _inputs(shapes, seed=len(label))
     got = _run(InterpEmuDevice(), _artifact(tmp_path, label, text), data)

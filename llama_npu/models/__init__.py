@@ -1,10 +1,16 @@
-"""Model descriptions: one per family (config -> shapes, tensor map, layer graph -> phase modules)."""
+"""Model descriptions: one per family (config -> shapes, tensor map, layer graph -> phase modules), each file
+defining its `FAMILY` (llama_npu.models.family.Family), registered here in ONE table keyed by the Hugging Face
+architecture name."""
 from __future__ import annotations
 
-from .llama import LlamaModel, ModelShapes, QKNormLlama
+from . import mistral, phi3, qwen2
+from .family import Family
+from .llama import LLAMA_FAMILY, QWEN3_FAMILY, LlamaModel, ModelShapes, QKNormLlama
 
-# config.json model_type -> description class (llama_npu.config validates the config first)
-FAMILIES = {"llama": LlamaModel, "qwen3": QKNormLlama}
+# architecture (config.json "architectures") -> family; llama_npu.config validates the config first
+ARCHITECTURES: dict[str, Family] = {f.architecture: f for f in (
+    LLAMA_FAMILY, QWEN3_FAMILY, qwen2.FAMILY, mistral.FAMILY, phi3.FAMILY)}
+FAMILIES = {a: f.model for a, f in ARCHITECTURES.items()}
 
 
 def model_for(cfg) -> LlamaModel:
@@ -12,4 +18,4 @@ def model_for(cfg) -> LlamaModel:
     return FAMILIES[cfg.family](cfg.shapes)
 
 
-__all__ = ["FAMILIES", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]
+__all__ = ["ARCHITECTURES", "FAMILIES", "Family", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]

@@ -28,6 +28,11 @@ class ModelShapes:
     vocab: int
     n_layers: int
     rms_eps: float
+    rotary_dim: int = 0  # dims of a head RoPE rotates (partial_rotary_factor); 0 = all of head_dim
+
+    @property
+    def rot(self) -> int:
+        return self.rotary_dim or self.head_dim
 
     @property
     def q_dim(self) -> int:
@@ -60,6 +65,7 @@ LAYER_TENSORS = {
     "w_down": "mlp.down_proj.weight",
 }
 QK_NORM_TENSORS = {"q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight"}
+QKV_BIAS_TENSORS = {"bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias"}
 GLOBAL_TENSORS = {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
                   "lm_head": "lm_head.weight"}
 
@@ -76,12 +82,22 @@ class TensorSpec:
     shape: tuple[int, ...]
     row0: int = 0
     rows: int = 0
+    index: tuple[int, ...] = ()    # rows gathered in this order (partial-rotary q/k layout), when set
 
+
+def rotary_order(head_dim: int, rotary_dim: int) -> list[int]:
+    """Per head, the order of a q/k projection's output rows that puts HF's partial-rotary pairs (i, i + rd/2),
+    i < rd/2, at the rope kernel's half-split pairs (j, j + hd/2) and the pass-through dims at the pairs the
+    RoPE table rotates by angle 0 (cos 1, sin 0: exact). q and k get the same order, so q.k is unchanged."""
+    rd, hd = rotary_dim, head_dim
+    half, pas = rd // 2, (hd - rd) // 2
+    return ([*range(half), *range(rd, rd + pas)] + [*range(half, rd), *range(rd + pas, hd)])
 
 class LlamaModel:
     """Llama (RMSNorm, GQA, RoPE, SwiGLU, no biases), tied or untied embeddings."""
 
-    qk_norm = False
+    qk_norm = False      # per-head RMSNorm on q and k before RoPE (Qwen3)
+    qkv_bias = False     # q/k/v projections with a bias (Qwen2): a bias_add launch after each
 
     def __init__(self, shapes: ModelShapes):
         self.shapes = shapes
@@ -95,9 +111,23 @@ class LlamaModel:
         shapes = {"attn_norm": (s.hidden,), "wq": (s.q_dim, s.hidden), "wk": (s.kv_dim, s.hidden),
                   "wv": (s.kv_dim, s.hidden), "wo": (s.hidden, s.q_dim), "ffn_norm": (s.hidden,),
                   "w_gate": (s.ffn, s.hidden), "w_up": (s.ffn, s.hidden), "w_down": (s.hidden, s.ffn),
-                  "q_norm": (s.head_dim,), "k_norm": (s.head_dim,)}
-        names = dict(LAYER_TENSORS, **(QK_NORM_TENSORS if self.qk_norm else {}))
+                  "q_norm": (s.head_dim,), "k_norm": (s.head_dim,), "bq": (s.q_dim,), "bk": (s.kv_dim,),
+                  "bv": (s.kv_dim,)}
+        names = dict(LAYER_TENSORS, **(QK_NORM_TENSORS if self.qk_norm else {}),
+                     **(QKV_BIAS_TENSORS if self.qkv_bias else {}))
         return {w: (hf, shapes[w]) for w, hf in names.items()}
+
+    def checkpoint_tensors(self) -> list[tuple[str, tuple[int, ...]]]:
+        """The per-layer HF tensors (name under model.layers.{i}., shape as stored) the checkpoint must hold."""
+        return sorted(set(self.layer_tensors().values()))
+
+    def _rotary_index(self, arg: str, rows: int) -> tuple[int, ...]:
+        """The q/k rows in the partial-rotary order (rotary_order), () when RoPE rotates whole heads."""
+        s = self.shapes
+        if arg not in ("wq", "wk", "bq", "bk", "q_norm", "k_norm") or s.rot == s.head_dim:
+            return ()
+        order = rotary_order(s.head_dim, s.rot)
+        return tuple(h * s.head_dim + j for h in range(rows // s.head_dim) for j in order)
 
     def static_tensor(self, arg: str, layer: int | None, lm_source: str = "lm_head") -> TensorSpec:
         """The tensor behind a static argument of a layer module (layer >= 0) or of the LM head."""
@@ -111,7 +141,7 @@ class LlamaModel:
                                   rows=self.lm_rows)
             raise KeyError(f"no tensor for LM-head argument {arg!r}")
         hf, shape = self.layer_tensors()[arg]
-        return TensorSpec(f"model.layers.{layer}.{hf}", shape)
+        return TensorSpec(f"model.layers.{layer}.{hf}", shape, index=self._rotary_index(arg, shape[0]))
 
     # ------------------------------------------------------------------------------ the layer graph
     @functools.cached_property
@@ -120,12 +150,14 @@ class LlamaModel:
         eps, hd = s.rms_eps, s.head_dim
         attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd}
         q, k = "q", "k"
-        ops = [
-            Op("rmsnorm", ("x", "w:attn_norm"), "h", s.hidden, {"eps": eps}),
-            Op("linear", ("h", "w:wq"), "q", s.q_dim),
-            Op("linear", ("h", "w:wk"), "k", s.kv_dim),
-            Op("linear", ("h", "w:wv"), "v_new", s.kv_dim, into=V_CACHE),
-        ]
+        ops = [Op("rmsnorm", ("x", "w:attn_norm"), "h", s.hidden, {"eps": eps})]
+        for w, out, width, into in (("wq", "q", s.q_dim, ""), ("wk", "k", s.kv_dim, ""),
+                                    ("wv", "v_new", s.kv_dim, V_CACHE)):
+            if self.qkv_bias:    # the projection, then its bias row added (into the cache for v)
+                ops += [Op("linear", ("h", f"w:{w}"), f"{out}_nb", width),
+                        Op("bias_add", (f"{out}_nb", f"w:b{w[1]}"), out, width, into=into)]
+            else:
+                ops.append(Op("linear", ("h", f"w:{w}"), out, width, into=into))
         if self.qk_norm:
             ops += [Op("rmsnorm", ("q", "w:q_norm"), "q_n", s.q_dim, {"eps": eps, "group": hd}),
                     Op("rmsnorm", ("k", "w:k_norm"), "k_n", s.kv_dim, {"eps": eps, "group": hd})]
@@ -238,3 +270,13 @@ class QKNormLlama(LlamaModel):
     """Qwen3-style attention: RMSNorm over each head of q and k (weights [head_dim]) before RoPE."""
 
     qk_norm = True
+
+
+def _families():
+    from .family import Family
+    return (Family("LlamaForCausalLM", "llama", LlamaModel, "the reference layer"),
+            Family("Qwen3ForCausalLM", "qwen3", QKNormLlama,
+                   "per-head RMSNorm on q and k before RoPE: two rmsnorm ops (group = head_dim)"))
+
+
+LLAMA_FAMILY, QWEN3_FAMILY = _families()

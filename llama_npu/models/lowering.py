@@ -33,6 +33,12 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
     return kernel("gemm", phase.rows, k, n), (x, w[2:], op.out), weight
 
 
+def bias_add(op: Op, phase: Phase, graph: LayerGraph):
+    """A projection's bias (the HF [out] vector, a [1, out] static) added to each of the call's rows."""
+    x, b = op.ins
+    return kernel("bias_add", phase.rows, op.width), (x, b[2:], op.out), [_static(b[2:], (1, op.width), graph)]
+
+
 def rope(op: Op, phase: Phase, graph: LayerGraph):
     """The RoPE table is a state (one row per position, written once); the call reads its rows [pos, pos+rows)."""
     x, table = op.ins
@@ -65,5 +71,5 @@ def swiglu(op: Op, phase: Phase, graph: LayerGraph):
     return kernel("swiglu", phase.rows, op.width), (g, u, op.out), []
 
 
-RULES = {"rmsnorm": rmsnorm, "linear": linear, "rope": rope, "attention": attention, "add": add,
+RULES = {"rmsnorm": rmsnorm, "linear": linear, "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
          "swiglu": swiglu}

@@ -1,0 +1,152 @@
+"""The families beside Llama (llama_npu/models/: qwen2.py, mistral.py, phi3.py, Qwen3 in llama.py) on random-weight
+checkpoints at tiny shapes, against transformers (bf16, eager attention): prefill and 16 greedy decode steps on
+emu (top-1 and top-5 by the verify gate's rule, logits cosine), per-layer hidden-state cosine of the prefill;
+plus what each family's config reading refuses, before any weight is read."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llama_npu.config import load_config
+from llama_npu.errors import UnsupportedModel
+from llama_npu.models import ARCHITECTURES
+
+from test_engine_hf import check_against_hf, cosine, load_engine, prompt_ids
+from tooling import require_module
+
+torch = require_module("torch")
+require_module("transformers")
+
+TINY = dict(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512, n_layers=2, vocab=512)
+DECODE = 16
+# Phi-4-mini-like longrope: original context 64, factors per rotary frequency (rotary dims 48 -> 24 factors)
+PHI_ROT = 48
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0 + 0.05 * i for i in range(PHI_ROT // 2)],
+            "long_factor": [1.5 + 0.2 * i for i in range(PHI_ROT // 2)]}
+CASES = {
+    "qwen2-untied": dict(arch="qwen2", rope_theta=1000000.0, max_position=512, seed=11),
+    "qwen2-tied": dict(arch="qwen2", rope_theta=1000000.0, max_position=512, seed=12, tie=True),
+    "qwen3": dict(arch="qwen3", rope_theta=1000000.0, max_position=512, seed=13),
+    "mistral": dict(arch="mistral", rope_theta=10000.0, max_position=1024, seed=14, sliding_window=128),
+    "phi3": dict(arch="phi3", rope_theta=10000.0, max_position=256, seed=15, partial_rotary_factor=0.75,
+                 rope_scaling=LONGROPE, original_max_position_embeddings=64, pad_token_id=0),
+}
+
+
+def hf_hidden(model_dir, ids):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16,
+                                                 attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_hidden_states=True)
+    # hidden_states[l + 1] is layer l's output; the last one is after the final norm in HF: compare the others
+    return [h[0].float().numpy() for h in out.hidden_states[1:]]
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_family_matches_hf(hf_checkpoint, kernel_cache_dir, case):
+    kw = CASES[case]
+    model_dir = hf_checkpoint(**TINY, **kw)
+    cfg = load_config(model_dir)
+    assert ARCHITECTURES[cfg.family].model_type == kw["arch"]
+    eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
+    # phi3: 55 prompt tokens (short factors), decode crosses the original context of 64 (long factors)
+    ids = prompt_ids(TINY["vocab"], 55 if case == "phi3" else 13, seed=len(case))
+    matched = check_against_hf(model_dir, eng, ids, steps=DECODE + 1)
+    assert matched >= 4, f"{case}: greedy sequences part after {matched} steps"
+    ours = eng.prefill(ids, return_hidden=True).hidden
+    ref = hf_hidden(model_dir, ids)
+    for layer in range(TINY["n_layers"] - 1):
+        for row in (0, len(ids) // 2, len(ids) - 1):
+            c = cosine(ours[layer][row], ref[layer][row])
+            assert c >= 0.99, f"{case}: layer {layer} row {row} hidden cosine {c:.4f}"
+
+
+def test_qwen2_bias_is_in_the_graph_and_matters(hf_checkpoint, kernel_cache_dir):
+    """The q/k/v biases are bias_add launches of the attention-input modules, and they matter: transformers with
+    the biases zeroed is far from our logits (the random biases are large), so the comparison above could not
+    pass without them."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir = hf_checkpoint(**TINY, **CASES["qwen2-untied"])
+    eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
+    qkv = eng.plans[("prefill", 16, 16)].steps[0].decl
+    assert [a.name for a in qkv.args if a.name in ("bq", "bk", "bv")] == ["bq", "bk", "bv"]
+    assert sum(1 for la in qkv.launches if "bias_add" in la.build.args) == 3
+    ids = prompt_ids(TINY["vocab"], 9)
+    ours = eng.prefill(ids).logits
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16,
+                                                 attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_proj.bias"):
+                p.zero_()
+        no_bias = model(torch.tensor([ids])).logits[0, -1].float().numpy()
+    assert cosine(ours, no_bias) < 0.95
+
+
+def test_mistral_window_bounds_the_context(hf_checkpoint):
+    model_dir = hf_checkpoint(**TINY, **CASES["mistral"])
+    cfg = load_config(model_dir)
+    assert (cfg.sliding_window, cfg.max_position) == (128, 128)
+
+
+def _config(tmp_path, **over):
+    base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512, "num_hidden_layers": 1,
+            "vocab_size": 512, "max_position_embeddings": 256, "rms_norm_eps": 1e-5}
+    base.update(over)
+    (tmp_path / "config.json").write_text(json.dumps(base))
+    return tmp_path
+
+
+@pytest.mark.parametrize("over,msg", [
+    ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, "unsupported architecture GPT2LMHeadModel"),
+    ({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "use_sliding_window": True},
+     "sliding-window attention layers are not supported for Qwen2ForCausalLM"),
+    ({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "partial_rotary_factor": 0.3},
+     "partial_rotary_factor 0.3 gives 19 rotary dims"),
+    ({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "original_max_position_embeddings": 64,
+      "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 3}},
+     "longrope short_factor has 3 entries, rotary dims / 2 = 32"),
+    ({"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 0},
+     "sliding_window must be a positive integer"),
+])
+def test_unsupported_configs_are_one_line(tmp_path, over, msg):
+    with pytest.raises(UnsupportedModel) as e:
+        load_config(_config(tmp_path, **over))
+    text = str(e.value)
+    assert msg in text and "\n" not in text
+    if "unsupported architecture" in msg:
+        for arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
+                     "Phi3ForCausalLM"):
+            assert arch in text
+
+
+def test_partial_rotary_table_and_order():
+    """The RoPE table of a partial-rotary head rotates rotary_dim/2 pairs and leaves the others exactly (cos 1,
+    sin 0); rotary_order pairs HF's (i, i + rd/2) at the kernel's (j, j + hd/2)."""
+    from kernel_builder.rope.reference import rope
+    from llama_npu.models.llama import rotary_order
+    from llama_npu.rope import rope_lut
+
+    hd, rd = 64, 48
+    order = rotary_order(hd, rd)
+    assert sorted(order) == list(range(hd))
+    assert all(order[j + hd // 2] == order[j] + rd // 2 for j in range(rd // 2))
+    lut = rope_lut(np.arange(5), hd, 10000.0, None, rd)
+    assert np.all(lut[:, rd // 2:hd // 2].astype(np.float32) == 1) and np.all(lut[:, hd // 2 + rd // 2:] == 0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, hd)).astype(np.float32)
+    # HF: rotate_half on x[:rd], pass x[rd:]; ours: permute, rotate half-split, un-permute
+    full = rope_lut(np.arange(5), rd, 10000.0)
+    c, s = full[:, :rd // 2].astype(np.float32), full[:, rd // 2:].astype(np.float32)
+    x1, x2 = x[:, :rd // 2], x[:, rd // 2:rd]
+    hf = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s, x[:, rd:]], axis=1)
+    ours = rope(x[:, order], lut, rows=5, heads=1, head_dim=hd).astype(np.float32)
+    back = np.empty_like(ours)
+    back[:, order] = ours
+    np.testing.assert_allclose(back, hf, rtol=1e-2, atol=1e-2)
