@@ -38,6 +38,7 @@ from kernel_builder.gemv.external import gemv_kernel
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
 from kernel_builder.rope.external import rope_kernel
 from kernel_builder.swiglu.external import swiglu_kernel
+from kernel_builder.bias_add.external import bias_add_kernel
 
 A = aie_host.aligned
 
@@ -132,6 +133,15 @@ def _add(lib, rng, n):
     y = A(np.zeros(n, BF16))
     counts = lib.call(sym, A(a), A(b), y)
     want = ref.add(a, b, rows=1, dim=n).reshape(-1)
+    return Run(y, want, np.zeros(want.shape), counts)
+
+
+def _bias_add(lib, rng, n):
+    sym = bias_add_kernel(n).symbol
+    x, b = rand(rng, (n,)), rand(rng, (n,))
+    y = A(np.zeros(n, BF16))
+    counts = lib.call(sym, A(x), A(b), y)
+    want = ref.bias_add(x, b, rows=1, dim=n).reshape(-1)
     return Run(y, want, np.zeros(want.shape), counts)
 
 
@@ -234,7 +244,7 @@ def _attention(lib, rng, mode, hd, lq, lk, n):
     return _prefill(lib, rng, hd, lq, lk) if mode == "p" else _decode(lib, rng, hd, lq, lk, n)
 
 
-DRIVERS = {"gemv": _gemv, "rope": _rope, "rmsnorm": _rmsnorm, "swiglu": _swiglu, "add": _add, "gemm": _gemm,
+DRIVERS = {"gemv": _gemv, "rope": _rope, "rmsnorm": _rmsnorm, "swiglu": _swiglu, "add": _add, "bias_add": _bias_add, "gemm": _gemm,
            "attention": _attention}
 
 

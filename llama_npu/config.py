@@ -171,7 +171,7 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
     if act != "silu":
         raise UnsupportedModel(f"{path}: unsupported hidden_act {act!r} (Llama uses silu / SwiGLU)")
     for key in ("attention_bias", "mlp_bias"):
-        if cfg.get(key):
+        if cfg.get(key) and not (key == "attention_bias" and fam.model.qkv_bias):
             raise UnsupportedModel(f"{path}: {key}=true is not supported (Llama projections have no bias)")
     rope = parse_rope(cfg, path)
     generation = generation or {}

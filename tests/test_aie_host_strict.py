@@ -78,6 +78,7 @@ MUTATIONS = [
     ("mv_k2048_c2048_m4_r128.o", "gemv.cc", r"c \+ 2 \* kLanes <= GEMV_KC", "c + 2 * kLanes < GEMV_KC"),
     ("mv_k576_c576_m12_r12.o", "gemv.cc", r"m < GEMV_TILE_M; \+\+m\) \{\n    const bfloat16 \*LLAMA_NPU_RESTRICT",
      "m < GEMV_TILE_M - 1; ++m) {\n    const bfloat16 *LLAMA_NPU_RESTRICT"),
+    ("bias_add_n1536.o", "add.cc", r"i < ADD_N; i \+= kLanes\)", "i < ADD_N - kLanes; i += kLanes)"),
     ("attnp_hd64_q32_k32.o", "attention.cc", r"j0 < kLk; j0 \+= 8\) mm\.mac", "j0 < kLk - 8; j0 += 8) mm.mac"),
     ("attnp_hd128_q16_k16.o", "attention.cc", r"d < kHd; d \+= 8\) \{\n        const",
      "d < kHd - 8; d += 8) {\n        const"),

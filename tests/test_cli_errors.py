@@ -46,11 +46,21 @@ def test_unsupported_architecture(capsys, tmp_path):
     assert_one_line(code, lines, "unsupported architecture GPT2LMHeadModel")
 
 
-def test_qwen2_with_qkv_bias(capsys, tmp_path):
+def test_qwen2_without_its_bias_tensors(capsys, tmp_path):
+    """Qwen2 is supported (q/k/v biases); a checkpoint lacking the bias tensors is refused from the headers."""
     d = write_numpy_checkpoint(tmp_path / "qwen", config_overrides={
         "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "attention_bias": True})
     code, lines = run_main(capsys, ["run", "--prompt", "hi", "--model", str(d), "--device", "emu"])
-    assert_one_line(code, lines, "unsupported architecture Qwen2ForCausalLM")
+    assert_one_line(code, lines, "_proj.bias is missing from the checkpoint")
+
+
+def test_unsupported_architecture_lists_the_supported(capsys, tmp_path):
+    d = write_numpy_checkpoint(tmp_path / "s2", config_overrides={
+        "architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2"})
+    code, lines = run_main(capsys, ["run", "--prompt", "hi", "--model", str(d), "--device", "emu"])
+    assert_one_line(code, lines, "unsupported architecture Starcoder2ForCausalLM")
+    for arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"):
+        assert arch in lines[0]
 
 
 def test_truncated_safetensors(capsys, tmp_path):

@@ -49,7 +49,9 @@ def test_default_rope_type_means_no_scaling(tmp_path):
 
 @pytest.mark.parametrize("change, needle", [
     ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, "unsupported architecture GPT2LMHeadModel"),
-    ({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}, "unsupported architecture Qwen2ForCausalLM"),
+    ({"architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2"},
+     "unsupported architecture Starcoder2ForCausalLM"),
+    ({"architectures": ["Qwen2ForCausalLM"], "model_type": "llama"}, "unsupported architecture Qwen2ForCausalLM"),
     ({"attention_bias": True}, "attention_bias"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),

@@ -1,16 +1,15 @@
 """Bias add: y[r, :] = x[r, :] + b (a [1, dim] bias row broadcast over the rows; bf16 in/out, f32 add, RNE) - the
 bias epilogue of a projection with a bias (a stitched launch after the GEMV / GEMM that computes x).
 
-MLIR + the `add` kernel's external C++ (kernel_builder.add.external.add_kernel with n = dim: one row per call).
+MLIR + external C++ (kernel_builder.bias_add.external.bias_add_kernel: add.cc with n = dim, one row per call).
 launch -> segment -> herd [herd, 1], the rmsnorm kernel's weight pattern: the segment stages the bias row once in a
 memory-tile buffer; tile t owns a contiguous range of rows and per step DMAs one row of x (L3) and the bias row
-(from L2: the same bytes for every tile, one broadcast, re-sent every step as rmsnorm's weight is), calls the add
-kernel into `y_l1` (allocated once: the call writes it) and stores the row. Offsets are affine in the tile id and
+(from L2: the same bytes for every tile, one broadcast, re-sent every step as rmsnorm's weight is), calls the kernel into `y_l1` (allocated once: the call writes it) and stores the row. Offsets are affine in the tile id and
 the loop iv; a loop of one trip is not emitted.
 """
 from __future__ import annotations
 
-from kernel_builder.add.external import add_kernel
+from kernel_builder.bias_add.external import bias_add_kernel
 from kernel_builder.bias_add.plan import plan_bias_add
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 
@@ -19,7 +18,7 @@ KIND = "bias_add"
 
 def build(rows: int, dim: int) -> str:
     plan = plan_bias_add(rows, dim)
-    ext = add_kernel(dim)
+    ext = bias_add_kernel(dim)
     x_ty, b_ty = memref([rows, dim]), memref([1, dim])
     l1_ty, b2_ty = memref([dim], "bf16", L1), memref([dim], "bf16", L2)
     mod = Module(KIND, [x_ty, b_ty, x_ty])
