@@ -152,4 +152,11 @@ def plan_lm_head(vocab: int, hidden: int) -> LmHeadPlan:
     p2 = 1 << (part_rows - 1).bit_length()
     if p2 * n_parts - vocab <= vocab // 8:
         part_rows = p2
-    return LmHeadPlan(n_parts, part_rows, plan_gemv(part_rows, hidden))
+    plan = plan_gemv(part_rows, hidden)
+    # a partition whose GEMV steps are an odd count (e.g. 25024 rows of a 200064 vocabulary: 391 steps of 4 rows
+    # per tile) gets a third weight buffer (planner.even_or_one): grow it to whole 16-row steps of a full herd
+    full = GEMV_MAX_TILES * MAX_GEMV_TILE_M
+    if not even_or_one(plan.steps) and part_rows % full:
+        part_rows = -(-part_rows // full) * full
+        plan = plan_gemv(part_rows, hidden)
+    return LmHeadPlan(n_parts, part_rows, plan)

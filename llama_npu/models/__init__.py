@@ -5,12 +5,25 @@ from __future__ import annotations
 
 from . import mistral, phi3, qwen2
 from .family import Family
-from .llama import LLAMA_FAMILY, QWEN3_FAMILY, LlamaModel, ModelShapes, QKNormLlama
+from .llama import LLAMA_FAMILY, QWEN3_0P6B, QWEN3_1P7B, QWEN3_FAMILY, LlamaModel, ModelShapes, QKNormLlama
 
 # architecture (config.json "architectures") -> family; llama_npu.config validates the config first
 ARCHITECTURES: dict[str, Family] = {f.architecture: f for f in (
     LLAMA_FAMILY, QWEN3_FAMILY, qwen2.FAMILY, mistral.FAMILY, phi3.FAMILY)}
 FAMILIES = {a: f.model for a, f in ARCHITECTURES.items()}
+# Real models' layer widths per family (tests, `make bench`): name -> (architecture, shapes)
+FAMILY_SHAPES = {"qwen2.5-1.5b": ("Qwen2ForCausalLM", qwen2.QWEN25_1P5B),
+                 "qwen3-0.6b": ("Qwen3ForCausalLM", QWEN3_0P6B), "qwen3-1.7b": ("Qwen3ForCausalLM", QWEN3_1P7B),
+                 "mistral-7b": ("MistralForCausalLM", mistral.MISTRAL_7B),
+                 "phi-4-mini": ("Phi3ForCausalLM", phi3.PHI4_MINI)}
+
+
+def family_model(name: str, n_layers: int | None = None) -> LlamaModel:
+    """The description of FAMILY_SHAPES[name] (optionally with fewer layers)."""
+    import dataclasses
+
+    arch, shapes = FAMILY_SHAPES[name]
+    return FAMILIES[arch](dataclasses.replace(shapes, n_layers=n_layers) if n_layers else shapes)
 
 
 def model_for(cfg) -> LlamaModel:
@@ -18,4 +31,4 @@ def model_for(cfg) -> LlamaModel:
     return FAMILIES[cfg.family](cfg.shapes)
 
 
-__all__ = ["ARCHITECTURES", "FAMILIES", "Family", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]
+__all__ = ["ARCHITECTURES", "FAMILIES", "FAMILY_SHAPES", "family_model", "Family", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]

@@ -51,6 +51,11 @@ LLAMA32_3B = ModelShapes(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ff
 SMOLLM2_135M = ModelShapes(hidden=576, n_heads=9, n_kv_heads=3, head_dim=64, ffn=1536,
                            vocab=49152, n_layers=30, rms_eps=1e-5)
 REFERENCE_SHAPES = {"smollm2-135m": SMOLLM2_135M, "llama32-1b": LLAMA32_1B, "llama32-3b": LLAMA32_3B}
+# Qwen3-0.6B / 1.7B config.json (per-head q/k norm: QKNormLlama)
+QWEN3_0P6B = ModelShapes(hidden=1024, n_heads=16, n_kv_heads=8, head_dim=128, ffn=3072, vocab=151936, n_layers=28,
+                         rms_eps=1e-6)
+QWEN3_1P7B = ModelShapes(hidden=2048, n_heads=16, n_kv_heads=8, head_dim=128, ffn=6144, vocab=151936, n_layers=28,
+                         rms_eps=1e-6)
 
 # The tensor map: weight name in the graph -> Hugging Face name (per layer under `model.layers.{i}.`).
 LAYER_TENSORS = {

@@ -5,7 +5,11 @@ sliding_window)), where windowed and full causal attention are the same."""
 from __future__ import annotations
 
 from .family import Family, sliding_window_option
-from .llama import LlamaModel
+from .llama import LlamaModel, ModelShapes
+
+# Mistral-7B-v0.3 config.json (sliding_window null; v0.1: 4096 and a 32000 vocabulary)
+MISTRAL_7B = ModelShapes(hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128, ffn=14336, vocab=32768, n_layers=32,
+                         rms_eps=1e-5)
 
 FAMILY = Family("MistralForCausalLM", "mistral", LlamaModel,
                 "sliding_window: the run's context is kept within the window (where it equals causal attention)",

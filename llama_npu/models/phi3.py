@@ -14,7 +14,11 @@ from pathlib import Path
 
 from ..errors import UnsupportedModel
 from .family import Family, sliding_window_option
-from .llama import LlamaModel, TensorSpec
+from .llama import LlamaModel, ModelShapes, TensorSpec
+
+# Phi-4-mini-instruct config.json: partial_rotary_factor 0.75 (96 of 128 dims), longrope, tied embeddings
+PHI4_MINI = ModelShapes(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192, vocab=200064, n_layers=32,
+                        rms_eps=1e-5, rotary_dim=96)
 
 FUSED = {"wq": "self_attn.qkv_proj.weight", "wk": "self_attn.qkv_proj.weight", "wv": "self_attn.qkv_proj.weight",
          "w_gate": "mlp.gate_up_proj.weight", "w_up": "mlp.gate_up_proj.weight"}

@@ -5,7 +5,11 @@ bias row added to every row; for v, into the KV cache). Tied or untied heads as 
 from __future__ import annotations
 
 from .family import Family
-from .llama import LlamaModel
+from .llama import LlamaModel, ModelShapes
+
+# Qwen2.5-1.5B(-Instruct) config.json (tied embeddings)
+QWEN25_1P5B = ModelShapes(hidden=1536, n_heads=12, n_kv_heads=2, head_dim=128, ffn=8960, vocab=151936,
+                          n_layers=28, rms_eps=1e-6)
 
 
 class Qwen2Model(LlamaModel):
