@@ -10,7 +10,8 @@
 5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
    (benchmarks/hw_model.py); like-for-like figures, ours and the reference design's modules, modeled NPU + host
    time in three scenarios (likely, optimistic, pessimistic), and the out-of-sample calibration errors
-   (benchmarks/hw_scenarios.py).
+   (benchmarks/hw_scenarios.py); the other families (Qwen2.5, Qwen3, Mistral, Phi-4-mini) at real widths:
+   modeled prefill and decode (benchmarks/hw_model.bench_families).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 """
@@ -87,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_serve(model=args.model)
     if "hw" not in args.skip:
-        from benchmarks.hw_model import bench_hw_model
+        from benchmarks.hw_model import bench_families, bench_hw_model
 
         bench_hw_model(host_times=host)
+        bench_families()
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 

@@ -84,6 +84,29 @@ def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: b
         bench_scenarios(host_times)
 
 
+def bench_families(seq: int = 2048, window: int = 2048) -> None:
+    """Modeled NPU time (cost model, likely scenario) of the other families at real models' widths
+    (llama_npu.models.FAMILY_SHAPES): a `seq`-token prefill (n_layers x the prefill modules + the LM head) and a
+    decode token (n_layers x layer_kv<window> + the LM head), with the weights a token reads."""
+    from kernel_builder.hw import analyze_module
+    from llama_npu.models import FAMILY_SHAPES, family_model
+    from multi_launch_builder.stitcher import stitch
+
+    print(f"[bench] NPU2 cost model, other families at real widths (prefill {seq} tokens; decode per token at "
+          f"KV window {window}; likely scenario, NPU time only):")
+    for name, (arch, sh) in FAMILY_SHAPES.items():
+        m = family_model(name)
+        t = {d.name: analyze_module(stitch(d), d.name) for d in
+             m.prefill(seq).decls + m.head().decls + m.decode(window).decls}
+        head = t["lm_head"].modeled_s
+        prefill = sh.n_layers * sum(t[d.name].modeled_s for d in m.prefill(seq).decls) + head
+        decode = sh.n_layers * sum(t[d.name].modeled_s for d in m.decode(window).decls) + head
+        over = sum(not r.ok for r in t.values())
+        print(f"[bench]   {name:13s} ({arch}, {sh.n_layers} layers, hidden {sh.hidden}): prefill {_s(prefill)}, "
+              f"decode {_s(decode)} per token ({weight_bytes_per_token(m) / 1e9:.2f} GB of weights per token; "
+              f"{over} of {len(t)} modules over an NPU2 limit)")
+
+
 def _chunked_prefill(m, total: int, rows: int, head_s: float) -> tuple[float, list[tuple[int, int]]]:
     """Modeled prefill of `total` tokens in chunks of `rows`, the window of each the smallest KV window holding
     it (as the engine picks it); see modeled_chunks."""

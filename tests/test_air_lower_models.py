@@ -1,4 +1,5 @@
-"""Every stitched module of SmolLM2-135M and Llama-3.2-1B through the real lowering (mlir-air aircc's npu2 passes
+"""Every stitched module of SmolLM2-135M, Llama-3.2-1B and the other families' real widths
+(llama_npu.models.FAMILY_SHAPES) through the real lowering (mlir-air aircc's npu2 passes
 + the mlir-aie aiecc passes up to the NPU instructions), each with the aircc preset its header records.
 
 Runs when LLAMA_NPU_AIR_LOWER points to a real-lowering driver (docs/verification.md, "Real lowering": `air-lower.sh
@@ -16,6 +17,7 @@ import pytest
 
 from kernel_builder.hw import analyze_module
 from multi_launch_builder.stitcher import stitch
+from llama_npu.models import FAMILY_SHAPES, family_model
 from llama_npu.models import llama as shapes
 from llama_npu.models.llama import LlamaModel
 
@@ -23,13 +25,14 @@ LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")
 pytestmark = pytest.mark.skipif(not (LOWER and os.environ.get("LLAMA_NPU_AIR_LOWER_ALL") == "1"),
                                 reason="LLAMA_NPU_AIR_LOWER and LLAMA_NPU_AIR_LOWER_ALL=1 not both set")
 
-MODELS = {"smollm2-135m": shapes.SMOLLM2_135M, "llama32-1b": shapes.LLAMA32_1B}
+MODELS = {"smollm2-135m": LlamaModel(shapes.SMOLLM2_135M), "llama32-1b": LlamaModel(shapes.LLAMA32_1B),
+          **{name: family_model(name) for name in FAMILY_SHAPES}}   # + Qwen2.5, Qwen3, Mistral, Phi-4-mini widths
 BUCKETS = (64, 256, 1024, 2048)   # llama_npu.config.DEFAULT_BUCKETS
 CONTEXT = 8192
 
 
 def _decls(model: str):
-    m = LlamaModel(MODELS[model])
+    m = MODELS[model]
     return m.modules(BUCKETS, CONTEXT) + [d for d in m.modules(BUCKETS, CONTEXT, "host") if d.name.endswith("_dec")]
 
 
