@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import LlamaNpuError, PromptError
-from .sampling import Sampler
+from . import serve_gen
 from .serve_api import ApiError, GenRequest, bad
 
 
@@ -64,6 +64,7 @@ class Job:
     ids: list[int]
     max_tokens: int
     stop: threading.Event = field(default_factory=threading.Event)  # set: client gone / stop string / shutdown
+    plan: object = None           # serve_gen.Plan: grammar constraint, tool-call syntax
 
 
 @dataclass
@@ -73,6 +74,8 @@ class Outcome:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0        # prompt tokens whose K/V were already in the cache (not computed again)
+    tool_calls: list | None = None  # OpenAI tool_calls (finish_reason "tool_calls")
+    logprobs: list | None = None    # chat-format logprob entries, one per generated token (logprobs asked)
 
 
 class EngineWorker:
@@ -96,7 +99,10 @@ class EngineWorker:
         tok = self.engine.tokenizer
         param = "messages" if req.kind == "chat" else "prompt"
         try:
-            if req.kind == "chat":
+            ids, plan = serve_gen.prepare(self.engine, req)  # tools rendered, grammar compiled (400 if bad)
+            if ids is not None:  # the conversation rendered with its tools
+                pass
+            elif req.kind == "chat":
                 ids = tok.apply_chat_template(req.messages)
             elif isinstance(req.prompt, list):
                 vocab = self.engine.config.shapes.vocab
@@ -120,12 +126,13 @@ class EngineWorker:
                                 f"tokens and {asked} were requested ({len(ids) + max(max_tokens, 1)} in all)",
                            "max_tokens" if req.max_tokens is not None and room > 0 else param,
                            "context_length_exceeded") from None
-        return Job(req, ids, max_tokens)
+        return Job(req, ids, max_tokens, plan=plan)
 
     # --------------------------------------------------------------------------- queue
-    def submit(self, job: Job, emit: Callable[[str], None] | None = None) -> Future:
-        """Queue `job` (from any thread); the returned future gives its Outcome. `emit(text)` is called
-        from the engine thread with each piece of reply text as it is generated."""
+    def submit(self, job: Job, emit: Callable[[dict], None] | None = None) -> Future:
+        """Queue `job` (from any thread); the returned future gives its Outcome. `emit(delta)` is called
+        from the engine thread with each piece of the reply as it is generated: {"content"?: text,
+        "tool_calls"?: [OpenAI tool-call deltas], "logprobs"?: [entries]}."""
         fut: Future = Future()
         with self._lock:
             self._jobs.add(job)
@@ -172,7 +179,7 @@ class EngineWorker:
                 self._jobs.discard(job)
 
     # --------------------------------------------------------------------------- engine thread
-    def _serve(self, job: Job, emit: Callable[[str], None] | None) -> Outcome:
+    def _serve(self, job: Job, emit: Callable[[dict], None] | None) -> Outcome:
         out = None
         try:
             if job.stop.is_set():  # the client left while the job was queued: the engine is not touched
@@ -191,43 +198,6 @@ class EngineWorker:
                     st["cached_tokens"] += out.cached_tokens
                     st["completion_tokens"] += out.completion_tokens
 
-    def _generate(self, job: Job, emit: Callable[[str], None] | None) -> Outcome:
-        req, eng = job.req, self.engine
-        temperature = self.default_temperature if req.temperature is None else req.temperature
-        sampler = Sampler(temperature=temperature, top_p=req.top_p, seed=req.seed)
-        stops = StopStrings(req.stop)
-        raw: list[str] = []   # the engine's deltas
-        out: list[str] = []   # what the client got (stop strings cut)
-
-        def send(text: str) -> None:
-            if text:
-                out.append(text)
-                if emit is not None:
-                    emit(text)
-
-        def on_token(_tok: int, delta: str) -> None:
-            if not delta or stops.hit:
-                return
-            raw.append(delta)
-            send(stops.push(delta))
-            if stops.hit:
-                job.stop.set()  # generate() ends before the next decode step
-
-        try:
-            # reuse_kv: a request that extends the conversation in the KV cache feeds only its new tokens
-            res = eng.generate(job.ids, job.max_tokens, sampler=sampler, on_token=on_token,
-                               stop_event=job.stop, reuse_kv=True)
-        except BaseException:
-            eng.reset()  # a failure mid-run leaves no half-written conversation behind
-            raise
-        if not stops.hit:
-            streamed = "".join(raw)
-            if res.text.startswith(streamed):  # e.g. a trailing incomplete UTF-8 sequence never streamed
-                send(stops.push(res.text[len(streamed):]))
-            send(stops.flush())
-        if stops.hit or res.stop_reason == "eos":
-            finish = "stop"
-        else:
-            finish = res.stop_reason  # "length" | "interrupted"
-        cached = min(max(len(job.ids) - res.prompt_computed, 0), len(job.ids))
-        return Outcome("".join(out), finish, len(job.ids), len(res.tokens), cached)
+    def _generate(self, job: Job, emit: Callable[[dict], None] | None) -> Outcome:
+        # generate_step with the request's processors, stop strings, tool calls, logprobs (serve_gen)
+        return serve_gen.generate(self.engine, job, emit, self.default_temperature)
