@@ -69,7 +69,8 @@ class GrammarEngine:
     def _matcher(self, grammar: str):
         m = self._llg.LLMatcher(self.tok, grammar, log_level=0)
         if m.is_error():
-            raise GrammarError(m.get_error().strip().splitlines()[0])
+            lines = [ln.strip() for ln in m.get_error().splitlines()]  # one line; regex carets dropped
+            raise GrammarError(" ".join(ln for ln in lines if ln and set(ln) != {"^"}))
         return m
 
     def json_schema(self, schema: dict, what: str = "schema") -> "Constraint":

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from .constrained import GrammarEngine, GrammarError
+from .constrained import GrammarEngine, GrammarError, check_schema
 from .engine import StepInfo, _TextStream
 from .processors import LogitBias, Penalties, top_k
 from .sampling import Sampler
@@ -50,6 +50,13 @@ def prepare(engine, req) -> tuple[list[int] | None, Plan]:
         raise bad(f"'logit_bias': token id {wrong[0]} is outside the vocabulary [0, {vocab})", "logit_bias")
     plan, ids = Plan(), None
     spec = opts.tools
+    for i, t in enumerate(spec.tools if spec is not None else ()):
+        params = t["function"].get("parameters")
+        if params is not None:
+            try:
+                check_schema(params, f"tools[{i}].function.parameters")
+            except GrammarError as e:
+                raise bad(str(e), f"tools[{i}].function.parameters") from None
     has_tool_msgs = req.kind == "chat" and any(m["role"] == "tool" or m.get("tool_calls") for m in req.messages)
     if spec is not None or has_tool_msgs:
         ids = render(engine.tokenizer, req.messages, spec)
