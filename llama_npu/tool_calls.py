@@ -203,9 +203,12 @@ def forced_grammar(syntax: ToolSyntax, spec: ToolSpec) -> str:
     """A Lark grammar (llguidance) for tool_choice "required" / named: one call (several when the syntax and
     parallel_tool_calls allow it) to one of the allowed tools, its arguments valid against the tool's schema."""
     names = [spec.named] if spec.choice == "named" else spec.names
-    alts = [{"type": "object", "properties": {"name": {"const": n}, syntax.args_key: spec.schema(n)},
-             "required": ["name", syntax.args_key], "additionalProperties": False} for n in names]
-    call = alts[0] if len(alts) == 1 else {"anyOf": alts}
+    # each tool's schema sits under the root's $defs (its own "#/..." references rebased there), so that
+    # references inside a tool's parameters still resolve within the one call schema
+    defs = {f"tool{k}": _rebase(spec.schema(n), f"#/$defs/tool{k}") for k, n in enumerate(names)}
+    alts = [{"type": "object", "properties": {"name": {"const": n}, syntax.args_key: {"$ref": f"#/$defs/tool{k}"}},
+             "required": ["name", syntax.args_key], "additionalProperties": False} for k, n in enumerate(names)]
+    call = {**(alts[0] if len(alts) == 1 else {"anyOf": alts}), "$defs": defs}
     # parallel: up to one call per tool (a model not trained on the syntax may otherwise go on calling)
     many = len(names) if syntax.parallel and spec.parallel else 1
     rule = "call"
@@ -214,6 +217,19 @@ def forced_grammar(syntax: ToolSyntax, spec: ToolSpec) -> str:
     return (f"start: {rule}\n"
             f"call: {lark_string(syntax.start) if syntax.start else ''} {schema_lark(call)} "
             f"{lark_string(syntax.end) if syntax.end else ''}\n")
+
+
+def _rebase(schema, root: str):
+    """`schema` with every local reference ("#", "#/...") made relative to `root`."""
+    if isinstance(schema, list):
+        return [_rebase(v, root) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _rebase(v, root) for k, v in schema.items()}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        out["$ref"] = root + ref[1:]
+    return out
 
 
 def new_call_id() -> str:

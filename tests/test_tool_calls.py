@@ -142,6 +142,19 @@ def test_forced_call_grammar(grammar, tokenizer, parallel):
     assert _feed(grammar.lark(llama), tokenizer, '{"name": "get_time", "parameters": {"tz": "UTC"}}')
 
 
+def test_references_inside_a_tools_schema_resolve_in_the_call_grammar(grammar, tokenizer):
+    tree = {"type": "function", "function": {"name": "plant", "parameters": {
+        "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {
+            "type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v", "kids"],
+            "additionalProperties": False}},
+        "type": "object", "properties": {"root": {"$ref": "#/$defs/node"}}, "required": ["root"],
+        "additionalProperties": False}}}
+    lark = forced_grammar(GENERIC, ToolSpec([WEATHER, tree], "required"))
+    ok = '<tool_call>\n{"name": "plant", "arguments": {"root": {"v": 1, "kids": [{"v": 2, "kids": []}]}}}\n</tool_call>'
+    assert _feed(grammar.lark(lark), tokenizer, ok)
+    assert not _feed(grammar.lark(lark), tokenizer, ok.replace('"v": 2', '"w": 2'))
+
+
 def test_bad_schemas_name_the_problem(grammar):
     for schema, words in (({"type": "foo"}, "not a valid JSON schema"), ({"$ref": "#/nope"}, "/nope"),
                           ({"type": "string", "format": "weird"}, "Unknown format: weird"),
