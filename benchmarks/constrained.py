@@ -57,8 +57,8 @@ def bench_constrained(decode_ms: float | None = None) -> list[float]:
             assert i == len(ids) or np.isfinite(out[ids[i]]), f"{label}: token {i} of a valid answer was masked"
         med, p90 = statistics.median(times) * 1e3, sorted(times)[int(0.9 * len(times))] * 1e3
         medians.append(med)
-        share = f", {100 * med / decode_ms:.1f} % of a {decode_ms:.1f} ms decode step" if decode_ms else ""
         mean = statistics.fmean(times) * 1e3
+        share = f", mean {100 * mean / decode_ms:.1f} % of a {decode_ms:.1f} ms decode step" if decode_ms else ""
         print(f"[bench]   {label}: compile {compile_ms:.1f} ms; per token median {med:.3f} ms, mean {mean:.3f} ms, "
               f"p90 {p90:.3f} ms "
               f"over {len(ids)} tokens{share}")

@@ -51,7 +51,8 @@ SCHEMAS = {  # name: (schema, a valid instance)
     "recursive": ({"$defs": {"node": {"type": "object", "properties": {
         "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
         "required": ["v", "kids"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
-        {"v": 1, "kids": [{"v": 2, "kids": []}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]}),
+        {"v": 1, "kids": [{"v": 2, "kids": []}, {"v": 3, "kids": [{"v": 4, "kids": [{"v": 5, "kids": [
+            {"v": 6, "kids": [{"v": 7, "kids": [{"v": 8, "kids": []}]}]}]}]}]}]}),  # depth 7
     "free dict": ({"type": "object", "additionalProperties": {"type": "integer"}},
                   {"apples": 3, "pears": 7}),
 }
@@ -94,9 +95,6 @@ class LLG:
         if not m.consume_token(token):
             raise ValueError(m.get_error())
 
-    def accepts_end(self, m) -> bool:
-        return m.is_accepting()
-
 
 class XGR:
     name = "xgrammar"
@@ -117,10 +115,6 @@ class XGR:
         m.fill_next_token_bitmask(self.mask)
         if not m.accept_token(token):
             raise ValueError("token rejected")
-
-    def accepts_end(self, m) -> bool:
-        return m.is_terminated() or m.accept_token(m._tokenizer_info.stop_token_ids[0]) if hasattr(m, "_x") \
-            else True
 
 
 class OC:
@@ -146,9 +140,6 @@ class OC:
     def step(self, g, token: int) -> None:
         g.write_mask_into(self.mask.ctypes.data, self.mask.size, 4)
         g.advance(token)
-
-    def accepts_end(self, g) -> bool:
-        return g.is_finished() or True
 
 
 def run(engine, tok, schema, instance) -> str:

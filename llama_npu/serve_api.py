@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from .serve_options import Options, message_extras, parse_options
+from .serve_options import Options, ToolError, message_extras, parse_options
 
 # Roles the chat template is given; "developer" (OpenAI's newer name for system) is passed on as "system".
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -144,6 +144,13 @@ def _content(value, where: str) -> str:
     raise bad(f"{where} must be a string or a list of text parts", where)
 
 
+def _checked(parse, *args):
+    try:
+        return parse(*args)
+    except ToolError as e:  # tools, response_format, logprobs, penalties (serve_options)
+        raise bad(str(e), e.param) from None
+
+
 def parse_chat(body: dict, served_model: str) -> GenRequest:
     req = _common(body, "chat", served_model)
     messages = body.get("messages")
@@ -160,9 +167,10 @@ def parse_chat(body: dict, served_model: str) -> GenRequest:
             raise bad(f"messages[{i}].role: unknown role {json.dumps(role)}; expected one of {', '.join(ROLES)}",
                       f"messages[{i}].role")
         text = _content(m.get("content"), f"messages[{i}].content")
-        out.append({"role": "system" if role == "developer" else role, "content": text, **message_extras(m, i)})
+        out.append({"role": "system" if role == "developer" else role, "content": text,
+                    **_checked(message_extras, m, i)})
     req.messages = out
-    req.options = parse_options(body, "chat")
+    req.options = _checked(parse_options, body, "chat")
     return req
 
 
@@ -183,7 +191,7 @@ def parse_completion(body: dict, served_model: str) -> GenRequest:
     if body.get("echo"):
         raise bad("'echo' is not supported", "echo")
     req.prompt = prompt
-    req.options = parse_options(body, "completion")
+    req.options = _checked(parse_options, body, "completion")
     return req
 
 

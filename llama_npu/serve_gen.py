@@ -89,10 +89,18 @@ def _entry(engine, tok: int, lp, k: int) -> dict:
     return e
 
 
-def generate(engine, job, emit: Callable | None, default_temperature: float):
-    """Run `job` (serve_worker.Job) to its end; returns serve_worker.Outcome."""
-    from .serve_worker import Outcome, StopStrings
+@dataclass
+class Result:
+    text: str                     # the content the client got
+    finish_reason: str            # "stop" | "length" | "tool_calls" | "interrupted"
+    completion_tokens: int
+    prompt_computed: int          # prompt tokens computed (the rest came from the KV cache)
+    tool_calls: list | None
+    logprobs: list | None
 
+
+def generate(engine, job, emit: Callable | None, default_temperature: float, stops) -> Result:
+    """Run `job` (serve_worker.Job) to its end; `stops`: its serve_worker.StopStrings."""
     req, plan, opts = job.req, job.plan or Plan(), job.req.options
     vocab = engine.config.shapes.vocab
     temperature = default_temperature if req.temperature is None else req.temperature
@@ -104,7 +112,6 @@ def generate(engine, job, emit: Callable | None, default_temperature: float):
         procs.append(LogitBias(vocab, opts.logit_bias))
     if plan.constraint is not None:
         procs.append(plan.constraint)  # last: nothing after it can make a forbidden token possible
-    stops = StopStrings(req.stop)
     calls = ToolCallStream(plan.syntax, list(plan.tool_names), plan.constraint is not None) if plan.syntax else None
     content: list[str] = []
     pending: list[dict] = []   # logprob entries not yet sent
@@ -170,6 +177,5 @@ def generate(engine, job, emit: Callable | None, default_temperature: float):
                   for c in (calls.calls if calls is not None else [])]
     if tool_calls and finish == "stop":
         finish = "tool_calls"
-    cached = min(max(len(job.ids) - info.prompt_computed, 0), len(job.ids))
-    return Outcome("".join(content), finish, len(job.ids), len(tokens), cached,
-                   tool_calls=tool_calls or None, logprobs=every if opts.logprobs else None)
+    return Result("".join(content), finish, len(tokens), info.prompt_computed, tool_calls or None,
+                  every if opts.logprobs else None)

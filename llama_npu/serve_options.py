@@ -1,4 +1,5 @@
-"""The request fields beyond plain generation, checked (a bad one is a 400 naming it): tools / tool_choice /
+"""The request fields beyond plain generation, checked (a bad one raises ToolError(message, param), which
+serve_api turns into a 400 naming it): tools / tool_choice /
 parallel_tool_calls, response_format, logprobs / top_logprobs, presence / frequency penalty, logit_bias.
 What each does: docs/serve.md, "Request fields"."""
 from __future__ import annotations
@@ -27,10 +28,8 @@ class Options:
             self.tools is not None and self.tools.choice in ("required", "named"))
 
 
-def _bad(message: str, param: str):
-    from .serve_api import bad
-
-    return bad(message, param)
+def _bad(message: str, param: str) -> ToolError:
+    return ToolError(message, param)  # serve_api turns it into a 400 naming `param`
 
 
 def _float(body: dict, name: str, lo: float, hi: float) -> float:
@@ -106,10 +105,7 @@ def parse_options(body: dict, kind: str) -> Options:
                    frequency_penalty=_float(body, "frequency_penalty", -2.0, 2.0),
                    logit_bias=_logit_bias(body))
     if kind == "chat":
-        try:
-            opts.tools = parse_tools(body)
-        except ToolError as e:
-            raise _bad(str(e), e.param) from None
+        opts.tools = parse_tools(body)
         opts.response_format = _response_format(body)
         if opts.response_format is not None and opts.tools is not None and opts.tools.choice in ("required", "named"):
             raise _bad("'response_format' and a forced 'tool_choice' cannot both constrain the reply",
@@ -123,7 +119,4 @@ def parse_options(body: dict, kind: str) -> Options:
 
 def message_extras(m: dict, i: int) -> dict:
     """A chat message's tool fields (tool_call_id, tool_calls), checked."""
-    try:
-        return parse_message(m, i)
-    except ToolError as e:
-        raise _bad(str(e), e.param) from None
+    return parse_message(m, i)

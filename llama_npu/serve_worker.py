@@ -200,4 +200,7 @@ class EngineWorker:
 
     def _generate(self, job: Job, emit: Callable[[dict], None] | None) -> Outcome:
         # generate_step with the request's processors, stop strings, tool calls, logprobs (serve_gen)
-        return serve_gen.generate(self.engine, job, emit, self.default_temperature)
+        r = serve_gen.generate(self.engine, job, emit, self.default_temperature, StopStrings(job.req.stop))
+        cached = min(max(len(job.ids) - r.prompt_computed, 0), len(job.ids))
+        return Outcome(r.text, r.finish_reason, len(job.ids), r.completion_tokens, cached,
+                       tool_calls=r.tool_calls, logprobs=r.logprobs)

@@ -47,7 +47,7 @@ GENERIC_BLOCK = (
 
 
 class ToolError(ValueError):
-    """A malformed `tools` / `tool_choice` (the message names the field; `param` is its path)."""
+    """A malformed request field (the message names it; `param` is its path): serve_api makes it a 400."""
 
     def __init__(self, message: str, param: str):
         super().__init__(message)

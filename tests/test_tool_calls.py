@@ -96,7 +96,8 @@ def test_the_embedded_template_ignores_tools_so_the_generic_rendering_is_used(to
     text = tokenizer.decode(render(tokenizer, history, spec), skip_special_tokens=False)
     assert text.startswith("<|im_start|>system\nYou may call one or more functions")
     assert json.dumps(WEATHER) in text
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "P"}}\n</tool_call>' in text
+    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "P"}}\n'
+            '</tool_call>') in text
     assert ("<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\nwarm\n"
             "</tool_response><|im_end|>") in text  # two results: one user turn
     none = tokenizer.decode(render(tokenizer, USER, ToolSpec([WEATHER], "none")), skip_special_tokens=False)
