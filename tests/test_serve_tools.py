@@ -186,6 +186,11 @@ def test_logprobs_match_the_engines_log_softmax(client, kernel_cache_dir):
     lp = c.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == 3 and "".join(lp.tokens) == c.choices[0].text
     assert all(max(top.values()) == v for top, v in zip(lp.top_logprobs, lp.token_logprobs))
+    chunks = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=3, temperature=0,
+                                       logprobs=2, stream=True)
+    streamed_c = [(t, v) for ch in chunks if ch.choices and ch.choices[0].logprobs
+                  for t, v in zip(ch.choices[0].logprobs.tokens, ch.choices[0].logprobs.token_logprobs)]
+    assert streamed_c == list(zip(lp.tokens, lp.token_logprobs))
 
 
 def test_seed_reproduces_a_sample_and_logit_bias_applies(client, tokenizer_ids):
