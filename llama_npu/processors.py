@@ -45,10 +45,11 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def top_k(logprobs: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """The k most likely (token, logprob), most likely first (ties: smaller id first)."""
+    """The k most likely (token, logprob), most likely first (ties: smaller id first); impossible tokens
+    (-inf: masked by a grammar or a bias) are left out, so fewer than k may come back."""
     if k <= 0:
         return []
     k = min(k, logprobs.size)
     idx = np.argpartition(-logprobs, k - 1)[:k]
     idx = idx[np.lexsort((idx, -logprobs[idx]))]
-    return [(int(i), float(logprobs[i])) for i in idx]
+    return [(int(i), float(logprobs[i])) for i in idx if np.isfinite(logprobs[i])]

@@ -140,9 +140,16 @@ def test_json_schema_samples_all_validate(client):
 
 def test_json_cut_off_by_max_tokens_says_length(client):
     fmt = {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}}
-    r = chat(client, [{"role": "user", "content": "Describe a pet as JSON."}], max_tokens=4, response_format=fmt)
+    r = chat(client, [{"role": "user", "content": "Describe a pet as JSON."}], max_tokens=4, response_format=fmt,
+             logprobs=True, top_logprobs=20)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4
     assert r.choices[0].message.content.startswith('{"name": "')
+    # the grammar leaves few possible tokens at each step: only they are listed (a masked token has no logprob)
+    entries = r.choices[0].logprobs.content
+    assert all(np.isfinite(t.logprob) for e in entries for t in e.top_logprobs)
+    few = min(entries, key=lambda e: len(e.top_logprobs))
+    assert len(few.top_logprobs) < 20  # then they are all the allowed tokens: their probabilities sum to 1
+    assert np.isclose(sum(np.exp(t.logprob) for t in few.top_logprobs), 1.0, atol=1e-3)
 
 
 def test_json_object_answers_parse(client):

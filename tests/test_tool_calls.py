@@ -222,3 +222,4 @@ def test_log_softmax_and_top_k():
     lp = log_softmax(logits)
     assert np.isclose(np.exp(lp[np.isfinite(lp)]).sum(), 1.0, atol=1e-6) and lp[2] == -np.inf
     assert [t for t, _ in top_k(lp, 3)] == [1, 3, 0]  # ties: the smaller id first
+    assert [t for t, _ in top_k(lp, 5)] == [1, 3, 0, 4]  # an impossible token is never listed
