@@ -104,6 +104,29 @@ def test_the_embedded_template_ignores_tools_so_the_generic_rendering_is_used(to
     assert "get_weather" not in none
 
 
+HERMES_LIKE = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "<tool_call>\n{{ c.function | tojson }}\n</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_template_that_renders_tools_gets_them_natively(tokenizer):
+    import copy
+
+    tok = copy.copy(tokenizer)
+    tok.chat_template, tok._template, tok._renders_tools = HERMES_LIKE, None, None
+    assert renders_tools(tok) and syntax_for(tok).name == "hermes"
+    history = USER + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "P"}}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1"}]
+    text = tok.decode(render(tok, history, ToolSpec([WEATHER, TIME], "auto")), skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nTools: get_weather get_time<|im_end|>")
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "P"}}\n</tool_call>' in text
+    assert "<|im_start|>tool\nsunny<|im_end|>" in text and "You may call" not in text
+
+
 def test_syntax_table_is_keyed_by_the_template():
     class Tpl:
         def __init__(self, text):
