@@ -115,3 +115,46 @@ class Constraint:
     @property
     def accepting(self) -> bool:
         return self.matcher.is_accepting()
+
+
+class Triggered:
+    """A constraint that starts when the generated text shows `trigger` and ends when its grammar is complete
+    (tool_choice "auto": the model opens a call in its syntax, the call grammar takes over until the call is
+    closed, then the model writes freely again and may open another). Before the trigger: no cost but a
+    short decode of the last few tokens per step."""
+
+    WINDOW = 16  # tokens decoded to look for the trigger
+
+    def __init__(self, make: "callable", trigger: str, decode, encode):
+        self.make, self.trigger, self.decode, self.encode = make, trigger, decode, encode
+        self.active: Constraint | None = None
+        self.start = 0      # the trigger is looked for in tokens[start:] (after the last closed call)
+        self.offset = 0     # tokens[offset:] are what the active constraint has been fed
+
+    def __call__(self, tokens: list[int], logits: np.ndarray) -> np.ndarray:
+        if self.active is None and not self._arm(tokens):
+            return logits
+        c = self.active
+        for t in tokens[self.offset + c.fed:]:
+            if not c.matcher.consume_token(int(t)):
+                self.active, self.start = None, len(tokens)
+                return logits
+        c.fed = len(tokens) - self.offset
+        if c.matcher.is_stopped():  # the call is closed: free text again
+            self.active, self.start = None, len(tokens)
+            return logits
+        return c(tokens[self.offset:], logits)
+
+    def _arm(self, tokens: list[int]) -> bool:
+        window = tokens[max(self.start, len(tokens) - self.WINDOW):]
+        text = self.decode(window) if window else ""
+        i = text.find(self.trigger)
+        if i < 0:
+            return False
+        c = self.make()
+        for t in self.encode(text[i + len(self.trigger):]):  # the rest of the token that completed the trigger
+            if not c.matcher.consume_token(int(t)):
+                self.start = len(tokens)
+                return False
+        self.active, self.offset, c.fed = c, len(tokens), 0
+        return True

@@ -11,11 +11,11 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from .constrained import GrammarEngine, GrammarError, check_schema
+from .constrained import GrammarEngine, GrammarError, Triggered, check_schema
 from .engine import StepInfo, _TextStream
 from .processors import LogitBias, Penalties, top_k
 from .sampling import Sampler
-from .tool_calls import ToolSyntax, forced_grammar, render, syntax_for
+from .tool_calls import ToolSyntax, auto_grammar, auto_trigger, forced_grammar, render, syntax_for
 from .tool_stream import ToolCallStream
 
 
@@ -23,6 +23,7 @@ from .tool_stream import ToolCallStream
 class Plan:
     """What a request needs beyond its ids: the constraint and how to read tool calls from the reply."""
     constraint: object | None = None
+    lazy: object | None = None           # tool_choice "auto": constrained.Triggered (the call grammar once opened)
     syntax: ToolSyntax | None = None     # set: the reply may hold tool calls
     tool_names: tuple[str, ...] = ()
 
@@ -68,8 +69,14 @@ def prepare(engine, req) -> tuple[list[int] | None, Plan]:
                                else ge.json_schema(rf["schema"], "response_format.json_schema.schema"))
         if spec is not None and spec.choice != "none":
             plan.syntax, plan.tool_names = syntax_for(engine.tokenizer), tuple(spec.names)
+            ge, tok = grammar_engine(engine), engine.tokenizer
             if spec.choice in ("required", "named"):
-                plan.constraint = grammar_engine(engine).lark(forced_grammar(plan.syntax, spec), "a tool's parameters")
+                plan.constraint = ge.lark(forced_grammar(plan.syntax, spec), "a tool's parameters")
+            elif auto_trigger(plan.syntax) and opts.response_format is None:
+                lark = auto_grammar(plan.syntax, spec)
+                ge.lark(lark, "a tool's parameters")  # compiles now: a bad schema is a 400 before queueing
+                plan.lazy = Triggered(lambda: ge.lark(lark), auto_trigger(plan.syntax), tok.decode,
+                                      lambda text: tok.encode(text, add_special_tokens=False))
     except GrammarError as e:
         param = "response_format" if opts.response_format is not None else "tools"
         raise bad(str(e), param) from None
@@ -110,8 +117,9 @@ def generate(engine, job, emit: Callable | None, default_temperature: float, sto
         procs.append(Penalties(vocab, opts.presence_penalty, opts.frequency_penalty))
     if opts.logit_bias:
         procs.append(LogitBias(vocab, opts.logit_bias))
-    if plan.constraint is not None:
-        procs.append(plan.constraint)  # last: nothing after it can make a forbidden token possible
+    if plan.constraint is not None or plan.lazy is not None:
+        # last: nothing after it can make a forbidden token possible
+        procs.append(plan.constraint if plan.constraint is not None else plan.lazy)
     calls = ToolCallStream(plan.syntax, list(plan.tool_names), plan.constraint is not None) if plan.syntax else None
     content: list[str] = []
     pending: list[dict] = []   # logprob entries not yet sent

@@ -199,16 +199,21 @@ def render(tokenizer, messages: list[dict], spec: ToolSpec | None) -> list[int]:
     return tokenizer.apply_chat_template(msgs)
 
 
+def _call_schema(syntax: ToolSyntax, spec: ToolSpec, names: list[str]) -> dict:
+    """{"name": <one of names>, <args_key>: <valid against that tool's parameters>}. Each tool's schema sits
+    under the root's $defs (its own "#/..." references rebased there), so references inside a tool's
+    parameters still resolve within the one call schema."""
+    defs = {f"tool{k}": _rebase(spec.schema(n), f"#/$defs/tool{k}") for k, n in enumerate(names)}
+    alts = [{"type": "object", "properties": {"name": {"const": n}, syntax.args_key: {"$ref": f"#/$defs/tool{k}"}},
+             "required": ["name", syntax.args_key], "additionalProperties": False} for k, n in enumerate(names)]
+    return {**(alts[0] if len(alts) == 1 else {"anyOf": alts}), "$defs": defs}
+
+
 def forced_grammar(syntax: ToolSyntax, spec: ToolSpec) -> str:
     """A Lark grammar (llguidance) for tool_choice "required" / named: one call (several when the syntax and
     parallel_tool_calls allow it) to one of the allowed tools, its arguments valid against the tool's schema."""
     names = [spec.named] if spec.choice == "named" else spec.names
-    # each tool's schema sits under the root's $defs (its own "#/..." references rebased there), so that
-    # references inside a tool's parameters still resolve within the one call schema
-    defs = {f"tool{k}": _rebase(spec.schema(n), f"#/$defs/tool{k}") for k, n in enumerate(names)}
-    alts = [{"type": "object", "properties": {"name": {"const": n}, syntax.args_key: {"$ref": f"#/$defs/tool{k}"}},
-             "required": ["name", syntax.args_key], "additionalProperties": False} for k, n in enumerate(names)]
-    call = {**(alts[0] if len(alts) == 1 else {"anyOf": alts}), "$defs": defs}
+    call = _call_schema(syntax, spec, names)
     # parallel: up to one call per tool (a model not trained on the syntax may otherwise go on calling)
     many = len(names) if syntax.parallel and spec.parallel else 1
     rule = "call"
@@ -216,6 +221,18 @@ def forced_grammar(syntax: ToolSyntax, spec: ToolSpec) -> str:
         rule = f"call ({lark_string(syntax.separator)} {rule})?"
     return (f"start: {rule}\n"
             f"call: {lark_string(syntax.start) if syntax.start else ''} {schema_lark(call)} "
+            f"{lark_string(syntax.end) if syntax.end else ''}\n")
+
+
+def auto_trigger(syntax: ToolSyntax) -> str | None:
+    """tool_choice "auto": the text that opens a call (the call grammar takes over from there), if any."""
+    return syntax.start.strip() or None
+
+
+def auto_grammar(syntax: ToolSyntax, spec: ToolSpec) -> str:
+    """The rest of one call after its trigger (auto_trigger): arguments valid against the named tool's schema."""
+    rest = syntax.start[len(syntax.start.strip()):]
+    return (f"start: {lark_string(rest) if rest else ''} {schema_lark(_call_schema(syntax, spec, spec.names))} "
             f"{lark_string(syntax.end) if syntax.end else ''}\n")
 
 

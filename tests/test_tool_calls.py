@@ -179,6 +179,29 @@ def test_references_inside_a_tools_schema_resolve_in_the_call_grammar(grammar, t
     assert not _feed(grammar.lark(lark), tokenizer, ok.replace('"v": 2', '"w": 2'))
 
 
+def _lazy_walk(grammar, tokenizer, text: str) -> list[bool]:
+    """Per token of `text`: was it allowed by the auto-mode constraint (Triggered) at its step?"""
+    from llama_npu.constrained import Triggered
+    from llama_npu.tool_calls import auto_grammar, auto_trigger
+
+    lark = auto_grammar(GENERIC, ToolSpec([WEATHER, TIME], "auto"))
+    lazy = Triggered(lambda: grammar.lark(lark), auto_trigger(GENERIC), tokenizer.decode,
+                     lambda t: tokenizer.encode(t, add_special_tokens=False))
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    logits = np.zeros(tokenizer.vocab_size, dtype=np.float32)
+    return [bool(np.isfinite(lazy(ids[:i], logits)[t])) for i, t in enumerate(ids)]
+
+
+def test_auto_mode_constrains_a_call_once_it_is_opened(grammar, tokenizer):
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>'
+    text = "Let me check. " + call + " Anything else? " + call.replace("get_time", "get_weather").replace(
+        '"tz": "UTC"', '"city": "Oslo", "unit": "c"')
+    assert all(_lazy_walk(grammar, tokenizer, text))          # free text, two valid calls, free text between
+    bad = _lazy_walk(grammar, tokenizer, "Sure. " + call.replace('"UTC"', "7"))
+    assert not all(bad) and all(bad[:5])                      # the wrong argument type is masked, text before is free
+    assert all(_lazy_walk(grammar, tokenizer, "No call here: {\"name\": 7}"))
+
+
 def test_bad_schemas_name_the_problem(grammar):
     for schema, words in (({"type": "foo"}, "not a valid JSON schema"), ({"$ref": "#/nope"}, "/nope"),
                           ({"type": "string", "format": "weird"}, "Unknown format: weird"),
