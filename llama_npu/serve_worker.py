@@ -99,9 +99,10 @@ class EngineWorker:
         tok = self.engine.tokenizer
         param = "messages" if req.kind == "chat" else "prompt"
         try:
-            ids, plan = serve_gen.prepare(self.engine, req)  # tools rendered, grammar compiled (400 if bad)
-            if ids is not None:  # the conversation rendered with its tools
-                pass
+            # a conversation with tools is rendered there; the grammar is compiled (a bad schema: 400 now)
+            ids, plan = serve_gen.prepare(self.engine, req)
+            if ids is not None:
+                ids = list(ids)
             elif req.kind == "chat":
                 ids = tok.apply_chat_template(req.messages)
             elif isinstance(req.prompt, list):
