@@ -96,6 +96,18 @@ def _entry(engine, tok: int, lp, k: int) -> dict:
     return e
 
 
+def _processors(plan: Plan, opts, vocab: int) -> list:
+    procs: list = []
+    if opts.presence_penalty or opts.frequency_penalty:
+        procs.append(Penalties(vocab, opts.presence_penalty, opts.frequency_penalty))
+    if opts.logit_bias:
+        procs.append(LogitBias(vocab, opts.logit_bias))
+    if plan.constraint is not None or plan.lazy is not None:
+        # last: nothing after it can make a forbidden token possible
+        procs.append(plan.constraint if plan.constraint is not None else plan.lazy)
+    return procs
+
+
 @dataclass
 class Result:
     text: str                     # the content the client got
@@ -112,14 +124,7 @@ def generate(engine, job, emit: Callable | None, default_temperature: float, sto
     vocab = engine.config.shapes.vocab
     temperature = default_temperature if req.temperature is None else req.temperature
     sampler = Sampler(temperature=temperature, top_p=req.top_p, seed=req.seed)
-    procs: list = []
-    if opts.presence_penalty or opts.frequency_penalty:
-        procs.append(Penalties(vocab, opts.presence_penalty, opts.frequency_penalty))
-    if opts.logit_bias:
-        procs.append(LogitBias(vocab, opts.logit_bias))
-    if plan.constraint is not None or plan.lazy is not None:
-        # last: nothing after it can make a forbidden token possible
-        procs.append(plan.constraint if plan.constraint is not None else plan.lazy)
+    procs = _processors(plan, opts, vocab)
     calls = ToolCallStream(plan.syntax, list(plan.tool_names), plan.constraint is not None) if plan.syntax else None
     content: list[str] = []
     pending: list[dict] = []   # logprob entries not yet sent
