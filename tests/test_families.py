@@ -150,3 +150,21 @@ def test_partial_rotary_table_and_order():
     back = np.empty_like(ours)
     back[:, order] = ours
     np.testing.assert_allclose(back, hf, rtol=1e-2, atol=1e-2)
+
+
+def test_phi4_mini_style_config_transformers4_keys(tmp_path):
+    """Phi-4-mini's config.json keys as published (transformers-4 style: top-level partial_rotary_factor and
+    original_max_position_embeddings, rope_scaling {"type": "longrope", ...}, sliding_window)."""
+    import math
+
+    rot = 48
+    d = _config(tmp_path, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=3072,
+                num_attention_heads=24, num_key_value_heads=8, intermediate_size=8192,
+                max_position_embeddings=131072, original_max_position_embeddings=4096, partial_rotary_factor=0.75,
+                sliding_window=262144, tie_word_embeddings=True, rope_theta=10000.0,
+                rope_scaling={"type": "longrope", "short_factor": [1.0] * rot, "long_factor": [2.0] * rot})
+    cfg = load_config(d)
+    assert cfg.family == "Phi3ForCausalLM" and cfg.shapes.rotary_dim == 96 and cfg.max_position == 131072
+    sc = cfg.rope.scaling
+    assert sc["rope_type"] == "longrope" and sc["original_max_position_embeddings"] == 4096
+    assert sc["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
