@@ -94,7 +94,7 @@ def parse_rope(cfg: dict, path: Path) -> RopeParams:
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type == "default":
         return RopeParams(float(theta), None)
-    if rope_type == "longrope":
+    if rope_type in ("longrope", "su"):   # "su": the early Phi-3-128k name of longrope (transformers maps it)
         return RopeParams(float(theta), _longrope(cfg, scaling, path))
     if rope_type != "llama3":
         raise UnsupportedModel(

@@ -168,3 +168,7 @@ def test_phi4_mini_style_config_transformers4_keys(tmp_path):
     sc = cfg.rope.scaling
     assert sc["rope_type"] == "longrope" and sc["original_max_position_embeddings"] == 4096
     assert sc["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    raw = json.loads((d / "config.json").read_text())
+    raw["rope_scaling"]["type"] = "su"          # Phi-3-mini-128k's early name for longrope
+    (d / "config.json").write_text(json.dumps(raw))
+    assert load_config(d).rope.scaling == sc
