@@ -211,7 +211,9 @@ def _prepare(args, prompt: str | None):
         else:
             ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
         if args.context is not None and args.context > cfg.max_position:
-            raise UsageError(f"--context {args.context} exceeds the model's context of {cfg.max_position} positions")
+            from .config import context_note
+            raise UsageError(f"--context {args.context} exceeds the model's context of {cfg.max_position} positions"
+                             f"{context_note(cfg)}")
         ctx = args.context or cfg.max_position
         check_budget(len(ids), args.n_tokens, ctx,
                      "the model's context" if ctx == cfg.max_position else "this run's --context")

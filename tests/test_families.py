@@ -89,9 +89,15 @@ def test_qwen2_bias_is_in_the_graph_and_matters(hf_checkpoint, kernel_cache_dir)
 
 
 def test_mistral_window_bounds_the_context(hf_checkpoint):
+    from llama_npu.errors import ContextError
+    from llama_npu.memory import choose_context
+
     model_dir = hf_checkpoint(**TINY, **CASES["mistral"])
     cfg = load_config(model_dir)
     assert (cfg.sliding_window, cfg.max_position) == (128, 128)
+    assert choose_context(cfg, (16, 64)) == 128
+    with pytest.raises(ContextError, match=r"exceeds the model's context of 128 positions \(its sliding_window"):
+        choose_context(cfg, (16, 64), 256)
 
 
 def _config(tmp_path, **over):
