@@ -32,7 +32,7 @@ The figures follow the AIE2P (`__AIENGINE__`) path of each .cc file:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from kernel_builder.hw.facts import NPU2
@@ -43,14 +43,21 @@ SOFT_FLOAT_DIV_STACK = NPU2.soft_float_div_stack_bytes
 
 @dataclass(frozen=True)
 class CallWork:
-    vector_cycles: float   # cycles on the vector unit at full issue (before the cost model's efficiency)
-    vector_macs: int       # MAC-equivalent work done by vector instructions
-    scalar_ops: int        # scalar float ops (soft-float / emulated) per call
-    scores: int = 0        # attention scores (query, key pairs) through the online-softmax bookkeeping
-    mmul_macs: int = 0     # MACs on the matrix unit (aie::mmul) in aie_api's block-float mode, costed at the
-                           # bf16 mmul rate x gemm_efficiency
-    emulated_mmul_macs: int = 0  # MACs of a bf16 aie::mmul compiled WITHOUT the block-float flag: aie_api builds it
-                                 # from element-wise vector macs and shuffles (costed at mmul_emulated_macs_per_cycle)
+    vector_macs: int       # MAC-equivalent work done by vector instructions (the analyzer's scalar share)
+    scalar_ops: int        # scalar float ops (soft-float / emulated) per call: C++ float arithmetic the host
+                           # aie_api does not count (charged at the cost model's scalar_cycles_per_op)
+    counts: dict = field(default_factory=dict)   # instruction counts per call by kind
+                                                 # (kernel_builder.instr_counts: the host aie_api's kinds)
+
+    @property
+    def mmul_macs(self) -> int:
+        """MACs on the matrix unit in block-float mode (8x8x8 = 512 each)."""
+        return 512 * self.counts.get("mmul_bfp16_8x8x8", 0)
+
+    @property
+    def emulated_mmul_macs(self) -> int:
+        """MACs of a bf16 aie::mmul compiled without the block-float flag (4x8x8 = 256 each, emulated)."""
+        return 256 * self.counts.get("mmul_bf16_4x8x8_emulated", 0)
 
 
 @dataclass(frozen=True)
