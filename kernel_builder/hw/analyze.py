@@ -236,6 +236,17 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         self._pingpong_failure(herd, paths)
         # transfers: shim flows, memtile endpoints, checks
         # work
+        for n, k in totals.items():
+            if isinstance(n, Call):
+                ec = external_cost(n.symbol)
+                if ec is not None:
+                    self.work.vector_macs += ec[0].work(ec[1], n.args).vector_macs * k
+            elif isinstance(n, Compute):
+                self.work.scalar_macs += n.macs * k
+        return self._herd_work(herd, by_tile, paths)
+
+    def _herd_work(self, herd: Region, by_tile: dict, paths: dict) -> tuple:
+        """(counts, linalg.matmul MACs, scalar ops, likely cycles, (busiest L1 in, out bytes)) of the busiest tile."""
         # the busiest tile over the whole launch grid (launch iterations run in turn): its counted instructions
         # (external calls: kernel_builder/<kind>/external.py counts, + one "calls" each), linalg.matmul MACs,
         # scalar ops; the busiest L1 in / out stream bytes of any tile
@@ -282,13 +293,6 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         counts, mm, sc, l1 = best
         cycles = cost.compute_cycles(cost.work_counts(Work(tile_counts=counts, tile_matmul_macs=mm,
                                                            tile_scalar_ops=sc)))
-        for n, k in totals.items():
-            if isinstance(n, Call):
-                ec = external_cost(n.symbol)
-                if ec is not None:
-                    self.work.vector_macs += ec[0].work(ec[1], n.args).vector_macs * k
-            elif isinstance(n, Compute):
-                self.work.scalar_macs += n.macs * k
         return counts, mm, sc, cycles, (max(tw[3][0] for tw in tiles), max(tw[3][1] for tw in tiles))
 
     def _pingpong_failure(self, herd: Region, paths: dict) -> None:

@@ -47,9 +47,8 @@ def _p(likely, optimistic, pessimistic, kind: str, source: str):
 class CostParams:
     clock_hz: float = _p(1.5e9, 1.5e9, 1.5e9, "derived",
                          "50 TOPS int8 marketed for Strix / (32 tiles x 512 int8 MACs x 2 ops)")
-    mmul_macs_per_cycle: int = _p(NPU2.bf16_mmul_macs_per_cycle, NPU2.bf16_mmul_macs_per_cycle,
-                                  NPU2.bf16_mmul_macs_per_cycle, "fact", "facts.py bf16_mmul_macs_per_cycle")
-    bfp16_mmul_cycles: float = _p(2.0, 1.0, 2.0, "assumption",
+    bfp16_mmul_cycles: float = _p(512 / NPU2.bf16_mmul_macs_per_cycle, 1.0, 512 / NPU2.bf16_mmul_macs_per_cycle,
+                                  "assumption",
                                   "issue cycles of one block-float 8x8x8 mmul (512 MACs) in the vector slot: 2 at the "
                                   "bf16 rate facts.py bf16_mmul_macs_per_cycle (256); optimistic 1 if bfp16 runs at "
                                   "the int8 rate (512 MAC/cycle: AMD markets XDNA 2 block FP16 at 8-bit throughput; "
