@@ -212,8 +212,8 @@ class LaunchCost:
 def launch_cost(work, params: CostParams = PARAMS, vectorized_matmul: bool = False, elf: bool = True,
                 counts: dict | None = None) -> LaunchCost:
     """Cost of one launch from its analyzer Work (kernel_builder.hw.analyze.Work) or any object with the same
-    fields (tile_vector_cycles, tile_matmul_macs, tile_scalar_ops, flows; optionally tile_mmul_macs,
-    tile_mmul_emulated_macs, tile_scores, tile_l1_in_bytes, tile_l1_out_bytes). `counts` (by ISSUE_KINDS)
+    fields (tile_counts, tile_matmul_macs, tile_scalar_ops, flows; optionally tile_l1_in_bytes,
+    tile_l1_out_bytes). `counts` (by ISSUE_KINDS)
     replaces the Work's compute counts, e.g. counted from a kernel run. `elf`: the module is a (multi-launch)
     ELF, whose launches with matrix-unit work cost elf_gemm_factor x (the registry's xclbins: elf=False)."""
     p = params
