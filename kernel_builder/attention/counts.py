@@ -7,10 +7,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
+from kernel_builder.hw.facts import NPU2
 from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, fmul, inv, load, load_unaligned, scalar_bf16
 from kernel_builder.instr_counts import store, vmac
 
-LANES, DOT = 16, 32            # kLanes, kDotLanes
+# attention.cc's kLanes (16-lane f32 statistics / softmax vectors) and kDotLanes (32-lane bf16 dot products)
+LANES, DOT = NPU2.vector_lanes_f32, NPU2.vector_lanes_bf16
 
 
 def visible_keys(q_pos: int, k_pos0: int, lk: int) -> int:
