@@ -179,7 +179,8 @@ def compute_cycles(counts: dict, params: CostParams = PARAMS) -> float:
     the busiest VLIW slot, plus (1 - vliw_overlap) of the other slots' cycles, plus the call overheads."""
     slots = slot_cycles(counts, params)
     busiest, total = max(slots.values()), sum(slots.values())
-    return busiest + (1 - params.vliw_overlap) * (total - busiest) + counts.get("calls", 0) * params.call_overhead_cycles
+    calls = counts.get("calls", 0) * params.call_overhead_cycles
+    return busiest + (1 - params.vliw_overlap) * (total - busiest) + calls
 
 
 def work_counts(work, vectorized_matmul: bool = False) -> dict:

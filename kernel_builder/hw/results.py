@@ -90,7 +90,8 @@ class Work:
 
     @property
     def tile_mmul_macs(self) -> int:
-        """MACs of the busiest tile on the matrix unit in block-float mode (8x8x8 = 512 each)."""
+        """Matrix-unit MACs of the busiest tile in block-float mode: 512 per 8x8x8 instruction (a 4x8x8 under the
+        flag occupies a whole instruction); the cost model reads the instruction counts, not this."""
         return 512 * self.tile_counts.get("mmul_bfp16_8x8x8", 0)
 
     @property
