@@ -10,6 +10,10 @@
    (benchmarks/hw_model.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
+
+`--quick` (`make bench QUICK=1`) runs every section through the same code with small sizes (few tokens, short
+prompts, 2 chat turns, 2 serve clients): a smoke test of the benchmarks (tests/test_make_targets.py), not
+figures to quote.
 """
 from __future__ import annotations
 
@@ -65,32 +69,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-tokens", type=int, default=32)
     ap.add_argument("--skip", action="append", default=[],
                     choices=["stitch", "embedded", "null1b", "serve", "hw", "long"])
+    ap.add_argument("--quick", action="store_true", help="every section with small sizes (a smoke test, not figures)")
     args = ap.parse_args(argv)
+    q = args.quick
     if "stitch" not in args.skip:
         bench_stitch()
     if "embedded" not in args.skip:
-        bench_embedded(args.model, args.n_tokens)
+        bench_embedded(args.model, 4 if q else args.n_tokens)
     if "null1b" not in args.skip:
         from benchmarks.null_device import bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 
-        bench_null_llama32_1b(n_tokens=8)
-        bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+        bench_null_llama32_1b(n_tokens=2 if q else 8)
+        if not q:
+            bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
         bench_memory_plan()
         bench_load_rss()
     if "serve" not in args.skip:
         from benchmarks.serve import bench_serve
 
-        bench_serve(model=args.model)
+        bench_serve(**({"n_clients": 2, "per_client": 1, "max_tokens": 4} if q else {}), model=args.model)
     if "hw" not in args.skip:
         from benchmarks.hw_model import bench_hw_model
 
-        bench_hw_model()
+        bench_hw_model(**({"seq": 256} if q else {}))
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 
-        bench_long_prompts(args.model)
-        bench_long_chat(args.model)
-        bench_null_long()
+        bench_long_prompts(args.model, **({"lengths": (300,)} if q else {}))
+        bench_long_chat(args.model, **({"turns": 2, "words_per_turn": 20} if q else {}))
+        bench_null_long(**({"n_tokens": 1, "lengths": (300,), "depths": (100,)} if q else {}))
     return 0
 
 

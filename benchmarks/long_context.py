@@ -28,12 +28,12 @@ def _text_ids(tokenizer, n: int) -> list[int]:
     return [bos] + ids[: n - 1]
 
 
-def bench_long_prompts(model: str | None = None) -> dict:
+def bench_long_prompts(model: str | None = None, lengths=PROMPT_LENGTHS) -> dict:
     from llama_npu.engine import Engine
 
     eng = Engine.load(model, device="emu", progress=False)
     out = {}
-    for n in PROMPT_LENGTHS:
+    for n in lengths:
         if n + 1 > eng.context:
             continue
         ids = _text_ids(eng.tokenizer, n)
@@ -79,7 +79,7 @@ def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: i
     return rows
 
 
-def bench_null_long(n_tokens: int = 6) -> dict:
+def bench_null_long(n_tokens: int = 6, lengths=PROMPT_LENGTHS, depths=(100, 4000)) -> dict:
     """Llama-3.2-1B shapes on the null device (sparse checkpoint: no weights on disk, no compute)."""
     from benchmarks.null_device import _kb, _mb, _totals, write_sparse_checkpoint
     from llama_npu.engine import Engine
@@ -93,7 +93,7 @@ def bench_null_long(n_tokens: int = 6) -> dict:
         eng = Engine.load(str(model_dir), device="null", cache_dir=Path(tmp) / "kernels", progress=False,
                           warmup=False, context=16384)
         cache = eng.cache
-        for n in PROMPT_LENGTHS:
+        for n in lengths:
             ids = list(range(3, 3 + n))
             eng.prefill(ids)                     # the first call of each module writes nothing new: weights are
             cache.reset_counters()               # resident; count a steady pass
@@ -102,7 +102,7 @@ def bench_null_long(n_tokens: int = 6) -> dict:
             res[n] = t
             print(f"[bench] Llama-3.2-1B shapes on null: {n}-token prefill: {t['calls']} dispatches "
                   f"({len(eng.chunks(n, 0))} chunks), {_mb(t['w'])} written + {_mb(t['r'])} read host<->device")
-        for depth in (100, 4000):
+        for depth in depths:
             eng.prefill(list(range(3, 3 + depth)))
             cache.reset_counters()
             t0 = time.perf_counter()

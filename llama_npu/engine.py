@@ -168,13 +168,16 @@ class Engine:
         cfg = load_config(model_dir)
         tokenizer = Tokenizer(model_dir)
         dev = make_device(device)
+        from .sizes import check_model_sizes, plan_modules
+
+        check_model_sizes(cfg)      # every size the kernels constrain, before any weight is read
         weights = ModelWeights(cfg)  # headers + shapes checked; data is read straight into device buffers
         from .memory import available_bytes, choose_context
 
         avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
         ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
         bs = select_buckets(buckets, ctx)
-        decls = weights.model.modules(bs, ctx, decode_attention)
+        decls = plan_modules(weights.model, cfg, bs, ctx, decode_attention)
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)
