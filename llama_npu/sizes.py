@@ -83,8 +83,8 @@ def check_run_sizes(cfg, buckets: Sequence[int] | None, context: int | None) -> 
             raise UsageError(f"--buckets {b}: a prefill bucket must be a multiple of {BUCKET_MULTIPLE} (the "
                              f"attention kernel's {ATTN_LK_MULTIPLE}-key K/V tiles); nearest valid: {near}")
         if b > ctx:
-            raise UsageError(f"--buckets {b} exceeds {what} of {ctx} positions; the largest useful bucket "
-                             f"is {ctx // BUCKET_MULTIPLE * BUCKET_MULTIPLE}")
+            largest = ctx // BUCKET_MULTIPLE * BUCKET_MULTIPLE
+            raise UsageError(f"--buckets {b} exceeds {what} of {ctx} positions; the largest useful bucket is {largest}")
     return tuple(buckets)
 
 

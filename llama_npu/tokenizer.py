@@ -111,7 +111,35 @@ class Tokenizer:
         `--raw` opt-in); `add_special_tokens` adds what the tokenizer's post-processor adds (e.g. BOS)."""
         if parse_special or not any(t in text for t in self.special_texts):
             return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
-        return self._plain().encode(text, add_special_tokens=add_special_tokens).ids
+        if not add_special_tokens:
+            return self._plain_ids(text)
+        with_specials = self._tok.encode("", add_special_tokens=True).ids   # e.g. [BOS]: what the post-processor adds
+        return with_specials + self._plain_ids(text) if with_specials else self._plain_ids(text)
+
+    def _plain_ids(self, text: str) -> list[int]:
+        """Ids of `text` with every special-token spelling as text. The tokenizer's own split of such text is
+        used unless its model maps the spelling back to a control id (a word-level vocabulary holding "</s>"):
+        then each spelling is cut after its first character and the pieces are encoded apart."""
+        control = self._control_ids()
+        ids = self._plain().encode(text, add_special_tokens=False).ids
+        if not control.intersection(ids):
+            return ids
+        ids = []
+        pattern = "|".join(re.escape(t) for t in sorted(self.special_texts, key=len, reverse=True))
+        for piece in re.split(f"({pattern})", text):
+            parts = (piece[:1], piece[1:]) if piece in self.special_texts else (piece,)
+            for part in parts:
+                if part:
+                    ids += self._plain().encode(part, add_special_tokens=False).ids
+        if control.intersection(ids):
+            raise TokenizerError(f"{self.model_dir}: this tokenizer maps special-token text to control tokens "
+                                 f"even as plain text; use --raw to pass such text on purpose")
+        return ids
+
+    def _control_ids(self) -> frozenset:
+        """Ids of the special tokens that steer the model (the unknown-token id is what unknown text becomes)."""
+        unk = self.special.get("unk_token")
+        return frozenset(self._tok.token_to_id(t) for t in self.special_texts if t != unk)
 
     def _plain(self):
         """The tokenizer with `encode_special_tokens` set: special-token spellings are split as text."""
@@ -164,15 +192,15 @@ class Tokenizer:
         nonce = secrets.token_hex(8)
         start, end = f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue001"
         text = self.render_chat(_mark(messages, start, end, self.special_texts), add_generation_prompt)
+        if text.replace(start, "").replace(end, "") != self.render_chat(messages, add_generation_prompt):
+            raise TokenizerError(f"{self.model_dir}: the chat template changes a message that spells a special "
+                                 f"token, so its text cannot be kept apart from the template's control tokens")
         ids, pos = [], 0
         for m in re.finditer(re.escape(start) + "(.*?)" + re.escape(end), text, re.S):
             ids += self._tok.encode(text[pos:m.start()], add_special_tokens=False).ids
-            ids += self._plain().encode(m.group(1), add_special_tokens=False).ids
+            ids += self._plain_ids(m.group(1))
             pos = m.end()
         ids += self._tok.encode(text[pos:], add_special_tokens=False).ids
-        if nonce in re.sub(re.escape(start) + ".*?" + re.escape(end), "", text, flags=re.S):
-            raise TokenizerError(f"{self.model_dir}: the chat template splits a message that spells a special "
-                                 f"token, so its text cannot be kept apart from the template's control tokens")
         return ids
 
 
