@@ -168,16 +168,18 @@ class Engine:
         cfg = load_config(model_dir)
         tokenizer = Tokenizer(model_dir)
         dev = make_device(device)
-        from .sizes import check_model_sizes, plan_modules
-
-        check_model_sizes(cfg)      # every size the kernels constrain, before any weight is read
-        weights = ModelWeights(cfg)  # headers + shapes checked; data is read straight into device buffers
         from .memory import available_bytes, choose_context
+        from .models import model_for
+        from .sizes import check_model_sizes, kernel_sizes, plan_modules
 
+        check_model_sizes(cfg)      # every size the kernels constrain, before the checkpoint is opened
         avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
-        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
+        with kernel_sizes(cfg):     # the memory plan declares every module
+            ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
         bs = select_buckets(buckets, ctx)
-        decls = plan_modules(weights.model, cfg, bs, ctx, decode_attention)
+        model = model_for(cfg)
+        decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
+        weights = ModelWeights(cfg, model)  # headers + shapes checked; data is read straight into device buffers
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)

@@ -11,6 +11,7 @@ one line naming the constraint and the nearest valid value (llama_npu.errors), n
 """
 from __future__ import annotations
 
+import contextlib
 from math import lcm
 from typing import Sequence
 
@@ -88,11 +89,18 @@ def check_run_sizes(cfg, buckets: Sequence[int] | None, context: int | None) -> 
     return tuple(buckets)
 
 
-def plan_modules(model, cfg, buckets, context: int, decode_attention: str = "npu"):
-    """model.modules(...) with a kernel planner's ValueError (a size past an L1/DMA budget) as one
-    UnsupportedModel line."""
+@contextlib.contextmanager
+def kernel_sizes(cfg):
+    """A kernel planner's ValueError (a size past an L1/DMA budget) inside the block as one UnsupportedModel line
+    (planning the modules, or the memory plan that declares them)."""
     try:
-        return model.modules(buckets, context, decode_attention)
+        yield
     except ValueError as e:
         raise UnsupportedModel(f"{cfg.model_dir}: these model sizes are not supported by the kernels yet "
                                f"({str(e).splitlines()[0]})") from None
+
+
+def plan_modules(model, cfg, buckets, context: int, decode_attention: str = "npu"):
+    """model.modules(...) under kernel_sizes: no weight is needed to plan every kernel."""
+    with kernel_sizes(cfg):
+        return model.modules(buckets, context, decode_attention)
