@@ -37,7 +37,7 @@ def bench_stitch() -> None:
           f"{sum(map(len, texts)) / 1e3:.0f} kB MLIR) for Llama-3.2-1B @2048: {dt:.3f} s (target < 2 s)")
 
 
-def bench_embedded(model: str | None, n_tokens: int) -> None:
+def bench_embedded(model: str | None, n_tokens: int):
     from llama_npu.engine import Engine
 
     eng = Engine.load(model, device="emu", progress=False)
@@ -55,6 +55,7 @@ def bench_embedded(model: str | None, n_tokens: int) -> None:
           f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s)")
     mem = eng.cache.memory_report()["cache_allocated_bytes"]
     print(f"[bench] embedded model device buffers, buckets {list(eng.buckets)}: {mem / 2**20:.0f} MiB")
+    return eng
 
 
 def _accepts(fn, name: str) -> bool:
@@ -72,17 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="every section with small sizes (a smoke test, not figures)")
     args = ap.parse_args(argv)
     q = args.quick
+    shared = None   # --quick: the long-context sections reuse the embedded section's engine (one model load)
     if "stitch" not in args.skip:
         bench_stitch()
     if "embedded" not in args.skip:
-        bench_embedded(args.model, 4 if q else args.n_tokens)
+        eng = bench_embedded(args.model, 4 if q else args.n_tokens)
+        shared = {"engine": eng} if q else None
     if "null1b" not in args.skip:
         from benchmarks.null_device import bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=2 if q else 8)
         if not q:
             bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
-        bench_memory_plan()
+        bench_memory_plan(**({"contexts": (2048,)} if q else {}))
         bench_load_rss()
     if "serve" not in args.skip:
         from benchmarks.serve import bench_serve
@@ -95,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 
-        bench_long_prompts(args.model, **({"lengths": (300,)} if q else {}))
-        bench_long_chat(args.model, **({"turns": 2, "words_per_turn": 20} if q else {}))
-        bench_null_long(**({"n_tokens": 1, "lengths": (300,), "depths": (100,)} if q else {}))
+        bench_long_prompts(args.model, **({"lengths": (100,), **(shared or {})} if q else {}))
+        bench_long_chat(args.model, **({"turns": 2, "words_per_turn": 20, **(shared or {})} if q else {}))
+        bench_null_long(**({"n_tokens": 1, "lengths": (100,), "depths": (100,)} if q else {}))
     return 0
 
 

@@ -28,10 +28,10 @@ def _text_ids(tokenizer, n: int) -> list[int]:
     return [bos] + ids[: n - 1]
 
 
-def bench_long_prompts(model: str | None = None, lengths=PROMPT_LENGTHS) -> dict:
+def bench_long_prompts(model: str | None = None, lengths=PROMPT_LENGTHS, engine=None) -> dict:
     from llama_npu.engine import Engine
 
-    eng = Engine.load(model, device="emu", progress=False)
+    eng = engine or Engine.load(model, device="emu", progress=False)
     out = {}
     for n in lengths:
         if n + 1 > eng.context:
@@ -48,13 +48,15 @@ def bench_long_prompts(model: str | None = None, lengths=PROMPT_LENGTHS) -> dict
     return out
 
 
-def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: int = 260) -> list[dict]:
+def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: int = 260,
+                    engine=None) -> list[dict]:
     from benchmarks.hw_model import modeled_chunks
     from kernel_builder.hw import analyze_module
     from kernel_builder.stitching import stitch
     from llama_npu.engine import Engine
 
-    eng = Engine.load(model, device="emu", progress=False)
+    eng = engine or Engine.load(model, device="emu", progress=False)
+    eng.reset()
     head_s = analyze_module(stitch(eng.model.head().decls[0]), "lm_head").modeled_s
     root = Path(__file__).resolve().parents[1] / "docs"
     words = " ".join(p.read_text() for p in sorted(root.glob("*.md"))).split()

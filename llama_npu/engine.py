@@ -31,7 +31,7 @@ from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .weights import ModelWeights
 
-DEFAULT_BUCKETS = (64, 256, 1024, 2048)
+from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
 HANDOFFS = ("device", "host")
 DECODE_ATTENTION = ("npu", "host")
 # A chat turn that extends the cached conversation by at most this many tokens is fed through decode

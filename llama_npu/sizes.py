@@ -28,6 +28,8 @@ HIDDEN_MULTIPLE = lcm(GEMV_K_MULTIPLE, RMSNORM_GROUP_MULTIPLE, ADD_N_MULTIPLE)
 HEAD_DIM_MULTIPLE = lcm(ATTN_HEAD_DIM_MULTIPLE, ROPE_HEAD_DIM_MULTIPLE)
 FFN_MULTIPLE = lcm(SWIGLU_N_MULTIPLE, GEMV_K_MULTIPLE, GEMM_N_MULTIPLE)
 MIN_CONTEXT = BUCKET_MULTIPLE
+DEFAULT_BUCKETS = (64, 256, 1024, 2048)   # prefill lengths when none are given (filtered to the context)
+DEFAULT_CONTEXT_CAP = 32768   # positions the KV cache is planned for when --context is not given
 
 
 def nearest(value: int, multiple: int) -> list[int]:
@@ -54,18 +56,10 @@ def check_model_sizes(cfg) -> None:
                                f"need a context of at least {MIN_CONTEXT} positions")
 
 
-def default_buckets() -> tuple[int, ...]:
-    from .engine import DEFAULT_BUCKETS
-
-    return DEFAULT_BUCKETS
-
-
 def check_run_sizes(cfg, buckets: Sequence[int] | None, context: int | None) -> tuple[int, ...]:
     """The prefill buckets of a run (the defaults when `buckets` is None), after checking the model's sizes,
     --context (UsageError/ContextError) and every bucket the user named (a multiple of BUCKET_MULTIPLE, at
     most the context: an oversized one is refused with the largest useful value)."""
-    from .memory import DEFAULT_CONTEXT_CAP
-
     check_model_sizes(cfg)
     if context is not None:
         if context > cfg.max_position:
@@ -75,7 +69,7 @@ def check_run_sizes(cfg, buckets: Sequence[int] | None, context: int | None) -> 
                                f"(one prefill bucket of {BUCKET_MULTIPLE} rows); nearest valid: {MIN_CONTEXT}")
     ctx = context or min(cfg.max_position, DEFAULT_CONTEXT_CAP)
     if buckets is None:
-        return default_buckets()
+        return DEFAULT_BUCKETS
     what = ("this run's --context" if context else "the model's context" if ctx == cfg.max_position
             else "the default context cap")
     for b in buckets:
