@@ -76,8 +76,8 @@ def test_make_chat_scripted():
 
 
 def test_make_doctor():
-    p = make("doctor")
-    assert p.returncode in (0, 1), (p.stdout + p.stderr)[-3000:]
+    p = make("doctor")   # exit 0 when the NPU path can work, 1 otherwise (make reports that as 2)
+    assert p.returncode in (0, 2), (p.stdout + p.stderr)[-3000:]
     assert re.search(r"^\s*[✓✗–] ", p.stdout, re.M), p.stdout
 
 
@@ -139,7 +139,8 @@ def test_make_serve_answers_one_request():
                              "BUCKETS=64"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True)
+    reader.start()
     seen = []
     try:
         while True:
@@ -147,8 +148,8 @@ def test_make_serve_answers_one_request():
             seen.append(ln)
             if ln.startswith("llama-npu serve: http://"):
                 break
-        assert f"http://127.0.0.1:{port}/v1" in ln
-        body = json.dumps({"model": "x", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2,
+        model = re.search(rf"http://127.0.0.1:{port}/v1 \(model (\S+)\)", ln).group(1)
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2,
                            "temperature": 0}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
                                      headers={"Content-Type": "application/json"})
@@ -162,4 +163,9 @@ def test_make_serve_answers_one_request():
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode in (0, 2, 130), "".join(seen)
+    reader.join(timeout=30)   # the rest of the output, up to EOF
+    while not lines.empty():
+        seen.append(lines.get())
+    # make re-raises the Ctrl-C it forwarded (-SIGINT) after serve stopped cleanly
+    assert proc.returncode in (0, 130, -signal.SIGINT), "".join(seen)
+    assert any("llama-npu serve: stopped" in ln for ln in seen), "".join(seen)
