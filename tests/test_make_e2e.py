@@ -45,10 +45,18 @@ def _ok(p: subprocess.CompletedProcess) -> str:
 def test_make_run_passes_the_prompt_verbatim(tmp_path):
     marker = tmp_path / "executed"
     prompt = HOSTILE.format(marker=marker)
-    out = _ok(make("run", "DRY_RUN=1", f"PROMPT={prompt}"))
+    # MODEL with quotes, a backtick and $: the embedded model's files linked into such a directory
+    from llama_npu.model_source import resolve_model
+
+    model = tmp_path / "we'ird \"m\" `touch model-quoting-failed` $HOME"   # run in ROOT, if it ever ran
+    model.mkdir()
+    for f in resolve_model(None, progress=False).iterdir():
+        (model / f.name).symlink_to(f)
+    out = _ok(make("run", "DRY_RUN=1", f"PROMPT={prompt}", f"MODEL={model}"))
     line = next(ln for ln in out.splitlines() if ln.startswith("prompt ("))
     assert json.loads(line.split(": ", 1)[1]) == prompt
-    assert not marker.exists()
+    assert f"model {model}, buckets" in out
+    assert not marker.exists() and not (ROOT / "model-quoting-failed").exists()
     # the real run: the same text generates (the forged end-of-turn stays text)
     out = _ok(make("run", "N_TOKENS=2", f"PROMPT={prompt}"))
     assert re.search(r"\| 2 tokens, stop: length", out) and not marker.exists(), out[-2000:]
