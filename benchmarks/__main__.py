@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_long_prompts(args.model, **({"lengths": (100,), **(shared or {})} if q else {}))
         bench_long_chat(args.model, **({"turns": 2, "words_per_turn": 20, **(shared or {})} if q else {}))
-        bench_null_long(**({"n_tokens": 1, "lengths": (100,), "depths": (100,)} if q else {}))
+        bench_null_long(**({"n_tokens": 1, "lengths": (100,), "depths": (100,), "context": 512} if q else {}))
     return 0
 
 

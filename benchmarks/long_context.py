@@ -81,7 +81,7 @@ def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: i
     return rows
 
 
-def bench_null_long(n_tokens: int = 6, lengths=PROMPT_LENGTHS, depths=(100, 4000)) -> dict:
+def bench_null_long(n_tokens: int = 6, lengths=PROMPT_LENGTHS, depths=(100, 4000), context: int = 16384) -> dict:
     """Llama-3.2-1B shapes on the null device (sparse checkpoint: no weights on disk, no compute)."""
     from benchmarks.null_device import _kb, _mb, _totals, write_sparse_checkpoint
     from llama_npu.engine import Engine
@@ -93,7 +93,7 @@ def bench_null_long(n_tokens: int = 6, lengths=PROMPT_LENGTHS, depths=(100, 4000
     with tempfile.TemporaryDirectory(prefix="llama32-1b-long-") as tmp:
         model_dir = write_sparse_checkpoint(Path(tmp) / "model", LLAMA32_1B, tok_dir, tied=True)
         eng = Engine.load(str(model_dir), device="null", cache_dir=Path(tmp) / "kernels", progress=False,
-                          warmup=False, context=16384)
+                          warmup=False, context=context)
         cache = eng.cache
         for n in lengths:
             ids = list(range(3, 3 + n))
