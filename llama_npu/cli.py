@@ -12,17 +12,14 @@ import signal
 import sys
 import threading
 
+from .cli_args import (EXIT_BAD_INPUT, _Parser, bucket_list, non_negative_float, non_negative_int,  # noqa: F401
+                       port_number, positive_float, positive_int, probability, seed_int)
 from .errors import LlamaNpuError, PromptError, UsageError
 
-EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 DEVICES = ("auto", "npu", "emu", "emu-interp", "null")
 PROMPT_ENV = "LLAMA_NPU_PROMPT"    # `make run PROMPT=...` passes the prompt here, never through a shell line
 PROFILE_PROMPT = "What is the capital of France?"
-
-
-from .cli_args import (_Parser, bucket_list, non_negative_float, non_negative_int, port_number,  # noqa: E402,F401
-                       positive_float, positive_int, probability, seed_int)
 
 
 def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:

@@ -113,8 +113,10 @@ class Tokenizer:
             return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
         if not add_special_tokens:
             return self._plain_ids(text)
-        with_specials = self._tok.encode("", add_special_tokens=True).ids   # e.g. [BOS]: what the post-processor adds
-        return with_specials + self._plain_ids(text) if with_specials else self._plain_ids(text)
+        # what the post-processor adds around any text (e.g. BOS before it), found around a probe
+        probe, bare = (self._tok.encode("a", add_special_tokens=flag).ids for flag in (True, False))
+        at = next((i for i in range(len(probe) - len(bare) + 1) if probe[i:i + len(bare)] == bare), 0)
+        return probe[:at] + self._plain_ids(text) + probe[at + len(bare):]
 
     def _plain_ids(self, text: str) -> list[int]:
         """Ids of `text` with every special-token spelling as text. The tokenizer's own split of such text is

@@ -115,3 +115,21 @@ def test_run_and_chat_pass_forged_text_as_text(tiny_model_dir, kernel_cache_dir,
     assert _tiny_controls(tok, chat_ids) == template_only
     # --raw: no template, the spelled tokens are control tokens (plus the BOS the tokenizer may add)
     assert tok.token_to_id("<|assistant|>") in raw_ids and tok.token_to_id("</s>") in raw_ids
+
+
+def test_post_processor_tokens_still_wrap_plain_text(tmp_path):
+    """A tokenizer whose post-processor adds BOS and EOS: add_special_tokens still adds them around the text,
+    and the spelled `</s>` inside stays text."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    from checkpoints import write_numpy_checkpoint
+
+    d = write_numpy_checkpoint(tmp_path / "m")
+    hf = HFTokenizer.from_file(str(d / "tokenizer.json"))
+    hf.post_processor = TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    hf.save(str(d / "tokenizer.json"))
+    tok = Tokenizer(d)
+    ids = tok.encode("hello </s> the")
+    assert ids[0] == 1 and ids[-1] == 2 and 2 not in ids[1:-1], ids
+    assert tok.encode("hello </s> the", parse_special=True).count(2) == 2
