@@ -19,6 +19,7 @@ from kernel_builder import mlir_text as mt
 SSA = r"%[\w$.\-]+(?:#\d+)?"
 RESULTS_RE = re.compile(rf"^\s*((?:{SSA})(?:\s*,\s*{SSA})*)\s*=\s*")
 _RESULTS_AT = re.compile(RESULTS_RE.pattern[1:])   # the same, matched at a position inside the module text
+_NAME_AT = re.compile(r"([A-Za-z_][\w$.]*)(?![\w$.\-])")       # a bare op name (`arith.addi`, `return`)
 
 # bytes per element of the element types our builders use
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
@@ -119,8 +120,11 @@ def iter_block(ctx: ModuleCtx, start: int, end: int) -> Iterator[OpText]:
     for s, e in mt.iter_ops(text, start, end):
         m = _RESULTS_AT.match(text, s, e)
         results, rest = ([], s) if m is None else ([r.strip() for r in m.group(1).split(",")], m.end())
-        # the name is the first token after the results: read it from a short window, not a copy of the op
-        yield OpText(mt.op_name(text[rest:min(e, rest + 512)]), results, text, s, e, rest, ctx.line_of(s))
+        # the name is the first token after the results: a bare op name read in place, else (a quoted name, a
+        # comment) from a short window, never a copy of the op
+        n = _NAME_AT.match(text, rest, e)
+        name = n.group(1) if n else mt.op_name(text[rest:min(e, rest + 512)])
+        yield OpText(name, results, text, s, e, rest, ctx.line_of(s))
 
 
 def split_block(ctx: ModuleCtx, start: int, end: int) -> list[OpText]:

@@ -151,6 +151,7 @@ _CASTS = {"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui"
 _TERMINATORS = {"air.launch_terminator", "air.segment_terminator", "air.herd_terminator", "scf.yield",
                 "linalg.yield", "return", "func.return"}
 _IGNORED = {"memref.dealloc", "air.wait_all"}
+_INT_RE = re.compile(r"-?\d+")
 _RANGE_RE = re.compile(r"\{[^}]*llama_npu\.range\s*=\s*\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\][^}]*\}")
 
 
@@ -168,7 +169,7 @@ class _Parser:
     @staticmethod
     def value(env: dict, tok: str, op: OpText):
         tok = tok.strip()
-        if re.fullmatch(r"-?\d+", tok):
+        if _INT_RE.fullmatch(tok):
             return sym.const(int(tok))
         if tok not in env:
             raise HwParseError(f"{op.where()}: value {tok} is not defined in this region")
