@@ -78,14 +78,14 @@ def _measure(text: str, traced: bool) -> tuple[float, float]:
 
 def test_large_module_time_and_memory_are_linear():
     """Peak Python memory < 10x the module text (it was ~21x; a module followed by more text, 46x), and time
-    linear in the size: a 2 MB module takes about 4x a 0.5 MB one (generous bounds for a loaded CI machine)."""
+    linear in the size: a 2 MB module takes about 4x a 0.5 MB one (bounds generous for a loaded CI machine)."""
     small, large = _dense_module(5_000), _dense_module(20_000)
     assert len(large) > 1.9e6
     _, ratio = _measure(small, traced=True)
     assert ratio < 10, f"peak memory {ratio:.1f}x the module text"
-    t_small, _ = _measure(small, traced=False)
+    t_small = min(_measure(small, traced=False)[0] for _ in range(2))
     t_large, _ = _measure(large, traced=False)
-    assert t_large < 8 * max(t_small, 0.05), (t_small, t_large)
+    assert t_large < 12 * max(t_small, 0.05), (t_small, t_large)   # linear: ~4x; quadratic would be 16x
     assert t_large / (len(large) / 2**20) < 10, f"{t_large:.1f} s for {len(large) / 2**20:.1f} MiB"
 
 
