@@ -3,11 +3,14 @@
 1. Generating + stitching all six modules for Llama-3.2-1B (target < 2 s on 2 cores).
 2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token.
 3. Llama-3.2-1B shapes on the null-compute device: dispatches per decode token, host<->device bytes per prefill
-   pass and per decode token, host time per decode token (everything except device compute).
+   pass and per decode token, host time per decode token (everything except device compute); the device
+   buffers of a run and the cold memory check at a 32k context (target < 1 s).
 4. `llama-npu serve` with the embedded model on emu: requests/min and TTFT under 4 concurrent clients
    (benchmarks/serve.py, also `make bench-serve`).
 5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
-   (benchmarks/hw_model.py).
+   (benchmarks/hw_model.py); like-for-like figures, ours and the reference design's modules, modeled NPU + host
+   time in three scenarios (likely, optimistic, pessimistic), and the out-of-sample calibration errors
+   (benchmarks/hw_scenarios.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 
@@ -23,8 +26,8 @@ import time
 
 
 def bench_stitch() -> None:
-    from kernel_builder.kernels import clear_kernel_cache
-    from kernel_builder.stitching import stitch
+    from kernel_builder.registry import clear_kernel_cache
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
 
     clear_kernel_cache()
@@ -74,18 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     q = args.quick
     shared = None   # --quick: the long-context sections reuse the embedded section's engine (one model load)
+    host = None   # the null device's host time per prefill / token at the reference design's shape
     if "stitch" not in args.skip:
         bench_stitch()
     if "embedded" not in args.skip:
         eng = bench_embedded(args.model, 4 if q else args.n_tokens)
         shared = {"engine": eng} if q else None
     if "null1b" not in args.skip:
-        from benchmarks.null_device import bench_load_rss, bench_memory_plan, bench_null_llama32_1b
+        from benchmarks.null_device import bench_cold_plan, bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 
         bench_null_llama32_1b(n_tokens=2 if q else 8)
         if not q:
-            bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+            host = bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
         bench_memory_plan(**({"contexts": (2048,)} if q else {}))
+        bench_cold_plan()
         bench_load_rss()
     if "serve" not in args.skip:
         from benchmarks.serve import bench_serve
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if "hw" not in args.skip:
         from benchmarks.hw_model import bench_hw_model
 
-        bench_hw_model(**({"seq": 256} if q else {}))
+        bench_hw_model(host_times=host, **({"seq": 256} if q else {}))
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 

@@ -1,29 +1,33 @@
 """Calibration points for the cost model: published per-module NPU2 (Strix) times of a reference design,
 with the work and data movement of each of its launches modelled from the design's description.
 
-Source of the figures and of the designs: /work/shared/reference/llama32_1b_npu2_implementation_guide.txt
-(the mlir-air llama32_1b example; its B2 tile-mapping table gives the herds: GEMM [8, 4], RMSNorm, RoPE,
+Source of the figures and of the designs: the Llama-3.2-1B NPU2 implementation guide
+(of the mlir-air llama32_1b example; its B2 tile-mapping table gives the herds: GEMM [8, 4], RMSNorm, RoPE,
 SwiGLU, add and GEMV [8, 1], decode RoPE [1, 1], FlashAttention a cascade of about 32 tiles) and the
 per-module times published for it (per layer at 2048 rows: o_ffn 41.0 ms, flash_attn 21.6 ms,
 rms_gemms_rope 7.3 ms; per decode token: o_gemv_ffn 3.6 ms, rms_gemv_rope 0.9 ms, LM head about 14 ms).
 The points are plain kernel shapes (m, k, n, rows, dim, heads ...): the kernel layer knows no model.
 
 How each launch is modelled (docs/hardware-model.md, "Calibration"):
-- GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.gemm_plan.plan_gemm (the reference's
-  own tile configs are not published), MACs vectorised at the bf16 mmul rate; A streamed over herd_m shim
-  channels n/BN times, B over herd_n channels m/BM times, C drained through L2 over herd_m channels.
+- GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.gemm.plan.plan_gemm (the reference's
+  own tile configs are not published), MACs vectorised at the bf16 mmul rate; A and B streamed over the 8
+  columns (n/BN and m/BM times, two MM2S per column), C drained through L2 over herd_m channels.
 - GEMV: W rows split over 8 tiles and 8 shim channels, x broadcast once, 32-lane MACs.
 - RMSNorm / add / SwiGLU / RoPE: vectorised elementwise work (ops per element / 16 lanes) over 8 tiles (1 for
   decode RoPE), one shim channel per tile and stream.
 - FlashAttention: causal QK^T and PV as mmul work over 32 tiles plus the online-softmax bookkeeping per score
   (query, key), Q and O streamed once, K and V once per block of 4 query tiles. It is the only point whose
   time the softmax sets, so it is what calibrates `softmax_cycles_per_score`.
+- the stream into each tile's L1 (`tile_l1_in_bytes`: a GEMM tile's A or W panel, a GEMV tile's weight rows,
+  an elementwise tile's rows) for the L2 -> L1 rate.
+The reference's modules are multi-launch ELFs (the cost model's ELF factor applies to their GEMM launches);
+the registry's points are standalone xclbin runs (`elf=False`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from kernel_builder import gemm_plan
+from kernel_builder.gemm import plan as gemm_plan
 from kernel_builder.hw.results import Flow
 from kernel_builder.hw.cost import Point
 
@@ -36,27 +40,35 @@ class RefWork:
     tile_matmul_macs: int = 0
     tile_scalar_ops: int = 0
     tile_scores: int = 0
+    tile_l1_in_bytes: int = 0     # the busiest tile's busiest stream into L1
     flows: list = field(default_factory=list)
 
 
+COLUMNS = 8
+
+
 def _flows(direction: str, n: int, total_bytes: float, tasks: int = 1, what: str = "") -> list[Flow]:
-    return [Flow(direction, 0, what, int(total_bytes / n), tasks, 1) for _ in range(n)]
+    """n shim channels sharing total_bytes, channel i on column i mod 8 (so two such groups of one launch put
+    two channels on a column, as the shim allocator's two channels per column and direction)."""
+    return [Flow(direction, 0, what, int(total_bytes / n), tasks, 1, column=i % COLUMNS) for i in range(n)]
 
 
 def gemm(m: int, k: int, n: int, tile_m: int | None = None, tile_n: int | None = None, herd_m: int = 8,
          herd_n: int = 4, out_bytes: int = 2) -> RefWork:
     """The upstream L2-staged GEMM: per launch point a [BM, BN] block (BM = herd_m*tile_m, BN = herd_n*tile_n);
-    A streamed over herd_m shim channels n/BN times, B over herd_n channels m/BM times, C drained through L2
-    over herd_m channels; MACs on the mmul unit. Without tile sizes: kernel_builder.gemm_plan's plan."""
+    A streamed n/BN times and B m/BM times, each spread over the 8 columns (two MM2S channels per column: the
+    reference's shim layout is not published), C drained through L2 over herd_m channels; MACs on the mmul
+    unit. Without tile sizes: kernel_builder.gemm.plan's plan."""
     if tile_m is None:
         p = gemm_plan.plan_gemm(m, k, n)
         tile_m, tile_n, herd_m, herd_n = p.tile_m, p.tile_n, p.herd_m, p.herd_n
     bm, bn = herd_m * tile_m, herd_n * tile_n
     iters = (m // bm) * (n // bn)
-    flows = (_flows("MM2S", herd_m, 2 * m * k * (n // bn), iters, "A panels")
-             + _flows("MM2S", herd_n, 2 * k * n * (m // bm), iters, "B panels")
+    flows = (_flows("MM2S", COLUMNS, 2 * m * k * (n // bn), iters, "A panels")
+             + _flows("MM2S", COLUMNS, 2 * k * n * (m // bm), iters, "B panels")
              + _flows("S2MM", herd_m, out_bytes * m * n, iters, "C"))
-    return RefWork(tile_matmul_macs=tile_m * tile_n * k * iters, flows=flows)
+    return RefWork(tile_matmul_macs=tile_m * tile_n * k * iters, flows=flows,
+                   tile_l1_in_bytes=2 * k * max(tile_m, tile_n) * iters)
 
 
 def cast(elements: int) -> RefWork:
@@ -69,14 +81,15 @@ def cast(elements: int) -> RefWork:
 def gemv(m: int, k: int, herd: int = 8) -> RefWork:
     flows = _flows("MM2S", herd, 2 * m * k, 1, "W") + _flows("MM2S", 1, 2 * k, 1, "x") + \
         _flows("S2MM", herd, 2 * m, 1, "y")
-    return RefWork(tile_vector_cycles=(m / herd) * k / 32, flows=flows)
+    return RefWork(tile_vector_cycles=(m / herd) * k / 32, flows=flows, tile_l1_in_bytes=int(2 * m * k / herd))
 
 
 def eltwise(rows: int, dim: int, n_in: int, ops_per_element: float, herd: int = 8) -> RefWork:
     herd = min(herd, rows * dim // 256 or 1)
     flows = sum((_flows("MM2S", herd, 2 * rows * dim, 1) for _ in range(n_in)), []) + \
         _flows("S2MM", herd, 2 * rows * dim, 1)
-    return RefWork(tile_vector_cycles=rows * dim / herd * ops_per_element / VECTOR_LANES, flows=flows)
+    return RefWork(tile_vector_cycles=rows * dim / herd * ops_per_element / VECTOR_LANES, flows=flows,
+                   tile_l1_in_bytes=int(2 * rows * dim / herd) if n_in else 0)
 
 
 def rmsnorm(rows: int, dim: int) -> RefWork:
@@ -91,7 +104,7 @@ def rope(rows: int, heads: int, head_dim: int, herd: int = 8) -> RefWork:
 
 
 def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 32, lqp: int = 256) -> RefWork:
-    """The seq-first cascade design (designs.md 2.3): launch [seq/lqp, heads/2], 2 heads x 4 query tiles x 4
+    """The seq-first cascade design: launch [seq/lqp, heads/2], 2 heads x 4 query tiles x 4
     cascade stages = 32 tiles; every K chunk is streamed and computed (the causal mask is applied per block),
     so the work is the full seq x seq score matrix; Q/K and V through 16 shim MM2S streams, K/V re-read once
     per launch row, O out through 2 S2MM."""
@@ -104,7 +117,7 @@ def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 
 
 def reference_points() -> list[Point]:
     """The published modules of the reference design (shapes of its 1B model, 2048-row prefill; GEMM tile
-    configs from the kernel registry, as its builders use them - designs.md 2.2)."""
+    configs from the kernel registry, as its builders use them)."""
     h, q, kv, ffn, hd, seq = 2048, 2048, 512, 8192, 64, 2048
     src = "reference design, published per-module Strix times (guide; llama32_1b docs/profile.md)"
     qo = lambda kk, nn: (gemm(seq, kk, nn, 64, 128, out_bytes=4), cast(seq * nn))  # noqa: E731 - fused-cast
@@ -130,7 +143,11 @@ def _gflops(macs: float, gflop_per_s: float) -> float:
 
 def registry_points() -> list[Point]:
     """Single-kernel NPU2 measurements of mlir-air's programming_examples/kernel_registry (supported_kernels.md
-    and details/*.md, June-August 2026, standalone xclbin harness; digested in /work/notes/designs.md 3)."""
+    and details/*.md, June-August 2026, standalone xclbin harness: `elf=False`)."""
+    return [replace(p, elf=False) for p in _registry_points()]
+
+
+def _registry_points() -> list[Point]:
     src = "mlir-air kernel_registry"
     m = 2048
     return [
@@ -163,12 +180,12 @@ def all_points() -> list[Point]:
     return reference_points() + registry_points()
 
 
-if __name__ == "__main__":  # pragma: no cover - prints the fitted parameters to paste into cost.PARAMS
+if __name__ == "__main__":  # pragma: no cover - prints the fitted values to paste into cost.CostParams
     from kernel_builder.hw import cost
 
-    pts = all_points()
-    fitted = cost.calibrate(pts, cost.CostParams())
-    for name in cost.FITTED:
-        print(f"{name} = {getattr(fitted, name):.4g}")
-    for name, m, s, e in cost.errors(pts, fitted):
+    for label, pts in (("all points (likely)", all_points()), ("registry alone", registry_points()),
+                       ("reference modules alone", reference_points())):
+        fitted = cost.calibrate(pts, cost.PARAMS)
+        print(f"{label}: " + ", ".join(f"{n} = {getattr(fitted, n):.4g}" for n in cost.FITTED))
+    for name, m, s, e in cost.errors(all_points()):
         print(f"{name:44s} modeled {m * 1e3:8.2f} ms  published {s * 1e3:7.2f} ms  error {e * 100:+6.1f}%")

@@ -52,7 +52,7 @@ def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: i
                     engine=None) -> list[dict]:
     from benchmarks.hw_model import modeled_chunks
     from kernel_builder.hw import analyze_module
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.engine import Engine
 
     eng = engine or Engine.load(model, device="emu", progress=False)

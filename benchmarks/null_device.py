@@ -2,7 +2,7 @@
 
 The checkpoint is a *sparse* safetensors file (header + a hole of zeros): it has the exact tensor names and
 shapes of Llama-3.2-1B, takes no disk space and no download, and exercises the same loader, layout
-preparation, KernelCache and dispatch path as a real model. The null device counts dispatches and bytes
+preparation, ModuleExecutor and dispatch path as a real model. The null device counts dispatches and bytes
 but computes nothing, so logits are zeros; decode is therefore driven step by step instead of sampling.
 """
 from __future__ import annotations
@@ -77,7 +77,9 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         eng.prefill(ids)  # first call of every bo_key writes the weights: not what a steady pass costs
         eng.reset()
         cache.reset_counters()
+        t0 = time.perf_counter()
         eng.prefill(ids)
+        prefill_host_s = time.perf_counter() - t0   # everything but device compute (the null device computes nothing)
         pre = _totals(cache)
 
         cache.reset_counters()
@@ -94,12 +96,14 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
         "decode_dispatches_per_token": dec["calls"] / n_tokens,
         "decode_bytes_written_per_token": dec["w"] / n_tokens, "decode_bytes_read_per_token": dec["r"] / n_tokens,
         "host_ms_per_decode_token": host_s * 1e3,
+        "host_s_per_prefill": prefill_host_s, "prompt_len": prompt_len,
     }
     print(f"[bench] Llama-3.2-1B shapes on null device (prompt {prompt_len} in bucket {bucket}, "
           f"{'device-side hand-off' if handoff == 'device' else 'host round trips'}, "
           f"setup {load_s:.1f} s):")
     print(f"[bench]   prefill pass: {res['prefill_dispatches']} dispatches, "
-          f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device")
+          f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device, "
+          f"host time {prefill_host_s * 1e3:.1f} ms (no device compute)")
     print(f"[bench]   decode: {res['decode_dispatches_per_token']:.0f} dispatches/token, "
           f"{_kb(res['decode_bytes_written_per_token'])} written + {_kb(res['decode_bytes_read_per_token'])} "
           f"read per token, host time {res['host_ms_per_decode_token']:.2f} ms/token (no device compute)")
@@ -111,7 +115,7 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
 def bench_memory_plan(shapes: ModelShapes = LLAMA32_1B, buckets=(64, 256, 1024, 2048),
                       contexts=(2048, 8192, 32768)) -> None:
     """Device buffers of a run with the default buckets (llama_npu.memory.plan_memory: the figure the
-    KernelCache allocates, equal on the null device - tests/test_memory_plan.py), the KV cache apart."""
+    ModuleExecutor allocates, equal on the null device - tests/test_memory_plan.py), the KV cache apart."""
     from llama_npu.memory import fmt, plan_memory
 
     for ctx in contexts:
@@ -119,6 +123,32 @@ def bench_memory_plan(shapes: ModelShapes = LLAMA32_1B, buckets=(64, 256, 1024, 
         print(f"[bench] Llama-3.2-1B device buffers, buckets {list(buckets)}, context {ctx}: "
               f"{fmt(p.weights_bytes + p.activation_bytes)} (weights {fmt(p.weights_bytes)} + activations "
               f"{fmt(p.activation_bytes)}; target <= 2.9 GiB) + KV cache and RoPE table {fmt(p.kv_cache_bytes)}")
+
+
+_COLD_PLAN = """
+import time
+t0 = time.perf_counter()
+from llama_npu.memory import plan_memory
+from llama_npu.models.llama import LLAMA32_1B
+t1 = time.perf_counter()
+plan_memory(LLAMA32_1B, (64, 256, 1024, 2048), 32768)
+t2 = time.perf_counter()
+print(t2 - t0, t1 - t0)
+"""
+
+
+def bench_cold_plan() -> float:
+    """The memory check of `llama-npu doctor` / Engine.load for Llama-3.2-1B at a 32k context in a fresh
+    interpreter (imports included): every phase's module declarations, no MLIR generated (the build derives
+    the aircc presets). Target < 1 s."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _COLD_PLAN], capture_output=True, text=True, check=True).stdout
+    total, imports = map(float, out.split())
+    print(f"[bench] cold memory check (all plans + plan_memory) for Llama-3.2-1B at a 32k context: {total:.2f} s "
+          f"(imports {imports:.2f} s; target < 1 s)")
+    return total
 
 
 def bench_load_rss(shapes: ModelShapes = LLAMA32_1B) -> int:

@@ -2,6 +2,10 @@
 4 concurrent clients (the official `openai` client, streamed chat requests with short prompts): requests per
 minute and time to first token as each client sees it (queueing included), beside one client alone.
 
+`python -m benchmarks.serve --big-body`: the hostile-upload check (docs/serve.md, "Limits"): while one client
+sends a 20 MB body, another client's short chat must finish within 2 s of its normal time, and the server's RSS
+must come back within 200 MB of its level before; prints the numbers and exits 1 when a target is missed.
+
 ServerProcess starts `llama-npu serve` on a free loopback port; tests/test_serve.py uses it too.
 """
 from __future__ import annotations
@@ -129,13 +133,101 @@ def bench_serve(n_clients: int = 4, per_client: int = 3, max_tokens: int = 16, m
           f"max {max(ttfts) * 1e3:.0f} ms ({n} requests, served one at a time)")
 
 
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc (Linux only)")
+
+
+def _big_upload(url: str, size: int, out: dict, spread_s: float = 0.0) -> None:
+    """POST a `size`-byte JSON chat body on a raw socket (as fast as the server takes it, or spread evenly over
+    `spread_s` seconds); out gets the status line and the seconds until it arrived."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    head, tail = b'{"messages": [{"role": "user", "content": "', b'"}], "max_tokens": 1}'
+    t0 = time.perf_counter()
+    try:
+        with socket.create_connection((u.hostname, u.port), timeout=600) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % size + head)
+            block, left = b"hello " * 10923, size - len(head) - len(tail)
+            total = left
+            try:
+                while left > 0:
+                    left -= s.send(block[:min(left, len(block))])
+                    if spread_s:
+                        time.sleep(max(0.0, t0 + spread_s * (1 - left / total) - time.perf_counter()))
+                s.sendall(tail)
+            except OSError:
+                pass  # the server answered (and closed) before the body was all sent
+            out["status"] = s.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace")
+    except OSError as e:
+        out["status"] = f"connection error: {e}"
+    out["seconds"] = time.perf_counter() - t0
+
+
+def bench_big_body(slack_s: float = 2.0, rss_slack_mb: float = 200.0) -> bool:
+    """The hostile-upload check: a 20 MB body sent over 3 s, then a 3.5 MB one (under the default 4 MB limit:
+    parsed and tokenized, ~0.6M tokens, refused for the context). True when every target is met."""
+    import tempfile
+
+    from openai import OpenAI
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MODEL", "DEVICE")}
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = ServerProcess(["--device", "emu", "--buckets", "64,256"], Path(tmp) / "serve.log", env=env)
+        try:
+            client = OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=600)
+            served = client.models.list().data[0].id
+
+            def chat() -> float:
+                t0 = time.perf_counter()
+                client.chat.completions.create(model=served, messages=[{"role": "user", "content": QUESTIONS[0]}],
+                                               max_tokens=16, temperature=0)
+                return time.perf_counter() - t0
+
+            chat()  # warm-up
+            normal = statistics.median(chat() for _ in range(3))
+            for size_mb, spread in ((20, 3.0), (3.5, 0.0)):
+                rss0 = _rss_mb(srv.proc.pid)
+                peak, big = [rss0], {}
+                upload = threading.Thread(target=_big_upload, args=(srv.url, int(size_mb * (1 << 20)), big, spread))
+                upload.start()
+                during = [chat()]
+                while upload.is_alive() and len(during) < 50:
+                    peak.append(_rss_mb(srv.proc.pid))
+                    during.append(chat())
+                upload.join()
+                time.sleep(1.0)
+                rss1 = _rss_mb(srv.proc.pid)
+                worst = max(during)
+                ok_time, ok_rss = worst <= normal + slack_s, rss1 <= rss0 + rss_slack_mb
+                ok = ok and ok_time and ok_rss
+                print(f"[bench] serve, {size_mb:g} MB body{f' sent over {spread:g} s' if spread else ''}: answered "
+                      f"{big.get('status')!r} after {big.get('seconds', 0):.1f} s; a short chat took {normal:.2f} s "
+                      f"alone, at most {worst:.2f} s meanwhile ({len(during)} chats; target <= +{slack_s:g} s: "
+                      f"{'ok' if ok_time else 'MISSED'}); RSS {rss0:.0f} MB before, peak {max(peak):.0f} MB, "
+                      f"{rss1:.0f} MB after (target <= +{rss_slack_mb:g} MB: {'ok' if ok_rss else 'MISSED'})",
+                      flush=True)
+        finally:
+            srv.interrupt()
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.serve")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--requests", type=int, default=3, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--model", default=None)
+    ap.add_argument("--big-body", action="store_true", help="only the hostile-upload check (20 MB body)")
     args = ap.parse_args(argv)
+    if args.big_body:
+        return 0 if bench_big_body() else 1
     bench_serve(args.clients, args.requests, args.max_tokens, args.model)
     return 0
 

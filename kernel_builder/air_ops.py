@@ -1,5 +1,5 @@
 """Op-level reading of the AIR module text our builders and the stitcher emit, shared by the interpreter
-(kernel_builder.air_interp) and the hardware model (kernel_builder.hw).
+(multi_launch_builder.emulator.air_interp) and the hardware model (kernel_builder.hw).
 
 Built on kernel_builder.mlir_text (tokens, balanced brackets, op spans): a block is split into `OpText`s
 (name, results, text, line), an op's trailing region is located, memref types and `air.channel`

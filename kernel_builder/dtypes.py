@@ -1,6 +1,6 @@
 """The one table of element types: declaration name -> MLIR element type, bits, host (numpy) storage.
 
-Every layer that sizes, transfers or interprets a device buffer (declarations, KernelCache, devices,
+Every layer that sizes, transfers or interprets a device buffer (declarations, ModuleExecutor, devices,
 interpreter, weights) reads it from here. `i4` is packed: two 4-bit values per byte, so a `[rows, n]` i4
 argument is stored on the host as `[rows, n // 2]` uint8 and occupies rows * n / 2 bytes on the device.
 """

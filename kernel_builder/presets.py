@@ -1,11 +1,11 @@
-"""aircc options of one module: a field of its declaration (kernel_builder.decl.ModuleDecl.preset).
+"""aircc options of one module: a field of its declaration (multi_launch_builder.decl.ModuleDecl.preset).
 
 Only flags the native aircc really accepts (tools/aircc/aircc.cpp in mlir-air): ping-pong omission,
 runtime loop tiling of shim DMA BDs, the while(true) wrapper, lock race fix, stack size.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,6 @@ class AirccPreset:
         if self.stack_size != 1024:
             out += ["--stack-size", str(self.stack_size)]
         return out
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_flags(cls, flags: list[str]) -> "AirccPreset":

@@ -12,8 +12,8 @@ import signal
 import sys
 import threading
 
-from .cli_args import (EXIT_BAD_INPUT, _Parser, bucket_list, non_negative_float, non_negative_int,  # noqa: F401
-                       port_number, positive_float, positive_int, probability, seed_int)
+from .cli_args import (EXIT_BAD_INPUT, OneLineParser, _Parser, bucket_list, non_negative_float,  # noqa: F401
+                       non_negative_int, port_number, positive_float, positive_int, probability, seed_int)
 from .errors import LlamaNpuError, PromptError, UsageError
 
 EXIT_INTERRUPTED = 130
@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="max_tokens of requests that set none (capped at the context; default 1024)")
     serve.add_argument("--temperature", type=non_negative_float, default=1.0,
                        help="temperature of requests that set none (default 1.0, as the OpenAI API)")
+    serve.add_argument("--max-body-mb", type=positive_float, default=4.0,
+                       help="largest request body in MB; larger ones get 413 (default 4)")
     _common(serve, sampling=False)
     comp = sub.add_parser("compile", help="build every kernel module of a model into the cache")
     _common(comp, sampling=False)
@@ -273,6 +275,7 @@ def cmd_chat(args) -> int:
 
 def cmd_serve(args) -> int:
     from . import server
+    from .serve_limits import ServeLimits
     from .serve_worker import EngineWorker
 
     model_dir, _ = _prepare(args, None)  # device name, model, config, chat template: before any work
@@ -285,7 +288,8 @@ def cmd_serve(args) -> int:
         eng = _engine(args, model_dir)
         worker = EngineWorker(eng, server.model_id(args.model, model_dir), args.max_tokens, args.temperature)
         print(f"llama-npu serve: {server.url_of(sock)}/v1 (model {worker.model_id}); Ctrl-C stops", flush=True)
-        server.run(worker, sock)  # until Ctrl-C / SIGTERM (a Ctrl-C while loading, or a second one: exit 130)
+        limits = ServeLimits(max_body_bytes=int(args.max_body_mb * (1 << 20)))
+        server.run(worker, sock, limits)  # until Ctrl-C / SIGTERM (Ctrl-C while loading, or a second one: exit 130)
     finally:
         sock.close()
     print("llama-npu serve: stopped", file=sys.stderr)
@@ -293,7 +297,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from kernel_builder.build import build_modules
+    from multi_launch_builder.compile import build_modules
     from kernel_builder.toolchain import resolve_device_kind
 
     from .config import load_config, select_buckets
@@ -383,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         from kernel_builder.toolchain import ToolchainMissing
     except ImportError:  # pragma: no cover - kernel_builder always ships with us
         ToolchainMissing = ()
-    from kernel_builder.build import BuildError
-    from kernel_builder.devices.base import DeviceRunError
+    from multi_launch_builder.compile import BuildError
+    from multi_launch_builder.devices.base import DeviceRunError
 
     try:
         return COMMANDS[args.command](args)

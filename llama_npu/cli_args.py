@@ -13,6 +13,11 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+class OneLineParser(_Parser):
+    """The CLI's argument parser for other command lines (python -m verify): a bad argument prints one line and
+    exits with EXIT_BAD_INPUT."""
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

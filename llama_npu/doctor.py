@@ -1,4 +1,4 @@
-"""`llama-npu doctor`: the machine checks of kernel_builder.doctor plus the one thing only the model
+"""`llama-npu doctor`: the machine checks of multi_launch_builder.doctor plus the one thing only the model
 layer knows, how much memory the chosen model needs (llama_npu.memory.plan_memory)."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from kernel_builder.doctor import (FAIL, OK, Check, Machine, MemoryNeed, exit_code, fmt_bytes, render_json,
-                                   render_text, run_checks)
+from multi_launch_builder.doctor import (FAIL, OK, Check, Machine, MemoryNeed, exit_code, fmt_bytes, render_json,
+                                         render_text, run_checks)
 
 from .errors import LlamaNpuError
 

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from kernel_builder.paths import cache_root
+from external_kernels.paths import cache_root
 
 from .errors import MissingDependency, ModelNotFound
 

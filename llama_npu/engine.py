@@ -1,10 +1,13 @@
-"""The runtime: walks the model description's phase plans through one KernelCache.
+"""The runtime: walks the model description's phase plans through one ModuleExecutor
+(multi_launch_builder.executor).
 
-Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer); decode feeds one token
-(2 dispatches per layer + attention); the LM head (final RMSNorm + vocabulary GEMVs) is one more dispatch.
-Both phases go through `_run_layers`, which binds every module input from where the plan says it comes
-from: the layer input, another module's output (a KernelCache ref: on the device, or through the host when
-the cache's hand-off policy says so), or a host step (the CPU decode attention). The KV cache and the RoPE
+Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer: attention inputs with the
+K/V append, attention, the rest); decode feeds one token through ONE fused module per layer (attention on the
+NPU over the cache window), so a token is n_layers + 1 dispatches with the LM head (final RMSNorm +
+vocabulary GEMVs). With --decode-attention host, decode runs the attention-input and FFN modules with the CPU
+attention between them. Both phases go through `run_layers`, which binds every module input from where the plan
+says it comes from: the layer input, another module's output (a ref: on the device, or through the host when
+the executor's hand-off policy says so), or a host step (the CPU decode attention). The KV cache and the RoPE
 table are device states; the host writes embeddings and positions, and reads logits.
 """
 from __future__ import annotations
@@ -17,12 +20,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from kernel_builder.decl import Role
+from multi_launch_builder.decl import Role
 from kernel_builder.numerics import BF16, to_bf16
 
 from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-exported)
 from .errors import PromptError
-from .kv_cache import K_CACHE, V_CACHE, HostAttention
+from .host_attention import K_CACHE, V_CACHE, HostAttention
 from .model_source import resolve_model
 from .models.graph import POS, PhasePlan
 from .models.llama import ROPE_TABLE
@@ -156,9 +159,9 @@ class Engine:
         build or reuse every kernel module, read all weights straight into their device buffers and
         (warmup) run one untimed prefill and decode step, so one-time device work stays out of the first
         timed request."""
-        from kernel_builder.build import build_modules
-        from kernel_builder.cache import KernelCache
-        from kernel_builder.devices import make_device
+        from multi_launch_builder.compile import build_modules
+        from multi_launch_builder.executor import ModuleExecutor as KernelCache
+        from multi_launch_builder.devices import make_device
 
         from .embedded import cache_root
 
@@ -361,25 +364,39 @@ class Engine:
         what = "the model's context" if self.context == self.config.max_position else "this run's --context"
         check_budget(n_prompt, max_new_tokens, self.context, what)
 
-    def reusable_prefix(self, token_ids: Sequence[int]) -> bool:
-        """True when `token_ids` extends the tokens whose K/V are in the cache (a chat turn appended to the
-        conversation): only the new tokens are computed."""
-        have, n = self.pos, len(token_ids)
-        return 0 < have < n and list(token_ids[:have]) == self.tokens
+    def reusable_prefix(self, token_ids: Sequence[int]) -> int:
+        """How many leading tokens of `token_ids` already have their K/V in the cache: the common prefix with
+        the cached tokens, at most all but the last token (its logits are computed). A chat turn appended to
+        the conversation reuses the whole history; a repeated or edited prompt reuses what it shares."""
+        limit = min(self.pos, len(token_ids) - 1)
+        cached = self.tokens
+        if limit > 0 and list(token_ids[:limit]) == cached[:limit]:
+            return limit
+        return next((i for i in range(limit) if token_ids[i] != cached[i]), max(limit, 0))
+
+    def _truncate(self, keep: int) -> None:
+        """Keep the cache's first `keep` positions; later rows are overwritten before anything reads them."""
+        self.pos = keep
+        self.tokens = self.tokens[:keep]
+        self.last_hidden = None
+        self.host_attention.truncate(keep)
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,
                  on_token: Callable[[int, str], None] | None = None,
                  on_logits: Callable[[int, np.ndarray], None] | None = None,
                  stop_event: threading.Event | None = None, reuse_kv: bool = False) -> GenerationResult:
-        """Prefill `token_ids` and decode up to `max_new_tokens`. With reuse_kv (chat), a prompt that extends
-        the conversation already in the KV cache only feeds its new tokens (see reusable_prefix)."""
+        """Prefill `token_ids` and decode up to `max_new_tokens`. With reuse_kv (chat, serve), the prompt's
+        prefix already in the KV cache is not computed again, only the rest (see reusable_prefix)."""
         ids = self._check_ids(token_ids)
-        reuse = reuse_kv and self.reusable_prefix(ids)
+        keep = self.reusable_prefix(ids) if reuse_kv else 0
+        reuse = keep > 0
         self.check_budget(len(ids), max_new_tokens)
         sampler = sampler or Sampler()
         stream = _TextStream(self.tokenizer, on_token)
         t0 = time.perf_counter()
-        n_fed = len(ids) - self.pos if reuse else len(ids)  # prompt tokens actually computed now
+        if reuse:
+            self._truncate(keep)
+        n_fed = len(ids) - keep  # prompt tokens actually computed now
         self._ensure_capacity(len(ids) + max_new_tokens)   # the cache grows once, not token by token
         if reuse and n_fed <= DECODE_FEED_TOKENS:
             for t in ids[self.pos:]:

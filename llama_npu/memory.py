@@ -1,7 +1,7 @@
 """How much memory a model run holds: device buffers from the module declarations plus the device states
 (KV cache, RoPE table) for a context of `context` positions.
 
-Follows the KernelCache's sharing rules (docs/cache.md, "Buffer sharing"): a static buffer belongs to
+Follows the ModuleExecutor's sharing rules (docs/cache.md, "Buffer sharing"): a static buffer belongs to
 (module family, bo_key, arg name, shape, dtype), so a layer's weights are counted once however many
 modules share them, input/intermediate/output/scalar buffers belong to the module, once for all its
 bo_keys, and a state has one buffer per layer (KV cache) or one in all (RoPE table). The bo_keys are the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from kernel_builder.decl import Role
+from multi_launch_builder.decl import Role
 
 from .models import FAMILIES, LlamaModel
 from .models.llama import ROPE_TABLE, ModelShapes
@@ -72,8 +72,8 @@ KV_SHARE = 0.5                # of the memory left after weights and activations
 
 def available_bytes() -> int | None:
     """MemAvailable of this machine (the NPU's buffers are host memory too), or None when unknown."""
-    from kernel_builder.doctor import Machine
-    from kernel_builder.doctor.limits import read_meminfo
+    from multi_launch_builder.doctor import Machine
+    from multi_launch_builder.doctor.limits import read_meminfo
 
     return read_meminfo(Machine.local()).get("MemAvailable")
 

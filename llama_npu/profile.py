@@ -1,4 +1,4 @@
-"""`llama-npu profile` tables: per-module device counters from the KernelCache plus host time per token."""
+"""`llama-npu profile` tables: per-module device counters from the ModuleExecutor plus host time per token."""
 from __future__ import annotations
 
 
@@ -7,7 +7,7 @@ def _mb(n: int) -> str:
 
 
 def module_table(rows: list[dict]) -> str:
-    """rows = KernelCache.report(): calls, ms (write/run/read), MB written/read per module."""
+    """rows = ModuleExecutor.report(): calls, ms (write/run/read), MB written/read per module."""
     w = max([len("module")] + [len(r["module"]) for r in rows])
     head = (f"{'module':<{w}}  {'calls':>6}  {'total ms':>9}  {'run ms':>9}  {'write ms':>9}  {'read ms':>8}"
             f"  {'ms/call':>8}  {'MB written':>10}  {'MB read':>10}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 # Roles the chat template is given; "developer" (OpenAI's newer name for system) is passed on as "system".
 ROLES = ("system", "developer", "user", "assistant")
 MAX_STOP_STRINGS = 4  # as the OpenAI API
+SEED_LIMIT = 2**63    # seeds are in [0, 2**63): numpy's generator takes no negative seed
 
 
 class ApiError(Exception):
@@ -54,6 +55,8 @@ def parse_json(raw: bytes) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
         raise bad(f"the request body is not valid JSON ({msg})") from None
+    except RecursionError:
+        raise bad("the request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
     return body
@@ -77,6 +80,13 @@ def _int(body: dict, name: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad(f"'{name}' must be an integer, got {json.dumps(value)}", name)
+    return value
+
+
+def _seed(body: dict) -> int | None:
+    value = _int(body, "seed")
+    if value is not None and not 0 <= value < SEED_LIMIT:
+        raise bad(f"'seed' must be an integer in [0, 2**63), got {value}", "seed")
     return value
 
 
@@ -117,10 +127,12 @@ def _common(body: dict, kind: str, served_model: str) -> GenRequest:
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise bad("'stream_options' must be an object", "stream_options")
+    if not isinstance(opts.get("include_usage", False), (bool, type(None))):
+        raise bad("'stream_options.include_usage' must be true or false", "stream_options.include_usage")
     return GenRequest(kind=kind, model=served_model, max_tokens=max_tokens,
                       temperature=_number(body, "temperature", None, 0.0, 2.0),
                       top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-                      seed=_int(body, "seed"), stop=_stop(body), stream=stream,
+                      seed=_seed(body), stop=_stop(body), stream=stream,
                       include_usage=bool(opts.get("include_usage", False)))
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 from .errors import LlamaNpuError, PromptError
 from .sampling import Sampler
 from .serve_api import ApiError, GenRequest, bad
+from .serve_limits import least_tokens, max_token_bytes
 
 
 class StopStrings:
@@ -64,12 +65,14 @@ class Job:
     ids: list[int]
     max_tokens: int
     stop: threading.Event = field(default_factory=threading.Event)  # set: client gone / stop string / shutdown
+    sampler: Sampler | None = None     # built (and so checked) by prepare()
 
 
 @dataclass
 class Outcome:
     text: str
-    finish_reason: str            # "stop" | "length" | "interrupted" (client gone or server shutting down)
+    finish_reason: str            # "stop" | "length" | "interrupted" (client gone or server shutting down;
+                                  # the client sees "length": server._finish)
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0        # prompt tokens whose K/V were already in the cache (not computed again)
@@ -81,7 +84,9 @@ class EngineWorker:
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
         self.default_temperature = default_temperature
-        self.context = engine.config.max_position
+        self.context = engine.context  # this run's context (--context, or what memory allows), not the model's
+        self.whose = "this model's" if self.context == engine.config.max_position else "this server's"
+        self.token_bytes = max_token_bytes(engine.tokenizer)
         self._queue: queue.Queue = queue.Queue()  # (job, emit, future), first come first served
         self._lock = threading.Lock()
         self._jobs: set[Job] = set()   # queued or running
@@ -95,6 +100,11 @@ class EngineWorker:
         (cheap: tokenizer only), so a bad request never waits behind others."""
         tok = self.engine.tokenizer
         param = "messages" if req.kind == "chat" else "prompt"
+        texts = [m["content"] for m in req.messages] if req.kind == "chat" else [req.prompt]
+        least = least_tokens([t for t in texts if isinstance(t, str)], self.token_bytes)
+        if least > self.context:  # megabytes of text: refused in microseconds, not after seconds of tokenizing
+            raise ApiError(400, f"{self.whose} context is {self.context} tokens; the prompt has at least {least} "
+                                "tokens", param, "context_length_exceeded")
         try:
             if req.kind == "chat":
                 ids = tok.apply_chat_template(req.messages)
@@ -108,6 +118,9 @@ class EngineWorker:
                 ids = tok.encode(req.prompt, add_special_tokens=True)
         except LlamaNpuError as e:  # e.g. the chat template rejects the conversation (roles must alternate)
             raise bad(str(e), param) from None
+        except (UnicodeError, ValueError, TypeError) as e:  # e.g. a lone surrogate the tokenizer cannot take
+            raise bad(f"the {param} cannot be tokenized: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                      param) from None
         if not ids:
             raise bad("the prompt is empty after tokenization", param)
         room = self.context - len(ids)
@@ -116,11 +129,16 @@ class EngineWorker:
             self.engine.check_budget(len(ids), max(max_tokens, 1))
         except PromptError:
             asked = f"{max_tokens} completion tokens" if req.max_tokens is not None else "at least 1 token"
-            raise ApiError(400, f"this model's context is {self.context} tokens; the prompt has {len(ids)} "
+            raise ApiError(400, f"{self.whose} context is {self.context} tokens; the prompt has {len(ids)} "
                                 f"tokens and {asked} were requested ({len(ids) + max(max_tokens, 1)} in all)",
                            "max_tokens" if req.max_tokens is not None and room > 0 else param,
                            "context_length_exceeded") from None
-        return Job(req, ids, max_tokens)
+        temperature = self.default_temperature if req.temperature is None else req.temperature
+        try:
+            sampler = Sampler(temperature=temperature, top_p=req.top_p, seed=req.seed)
+        except ValueError as e:  # checked here, on the request's thread: the engine never sees a bad request
+            raise bad(str(e)) from None
+        return Job(req, ids, max_tokens, sampler=sampler)
 
     # --------------------------------------------------------------------------- queue
     def submit(self, job: Job, emit: Callable[[str], None] | None = None) -> Future:
@@ -193,8 +211,8 @@ class EngineWorker:
 
     def _generate(self, job: Job, emit: Callable[[str], None] | None) -> Outcome:
         req, eng = job.req, self.engine
-        temperature = self.default_temperature if req.temperature is None else req.temperature
-        sampler = Sampler(temperature=temperature, top_p=req.top_p, seed=req.seed)
+        sampler = job.sampler or Sampler(temperature=self.default_temperature if req.temperature is None
+                                         else req.temperature, top_p=req.top_p, seed=req.seed)
         stops = StopStrings(req.stop)
         raw: list[str] = []   # the engine's deltas
         out: list[str] = []   # what the client got (stop strings cut)
@@ -214,7 +232,8 @@ class EngineWorker:
                 job.stop.set()  # generate() ends before the next decode step
 
         try:
-            # reuse_kv: a request that extends the conversation in the KV cache feeds only its new tokens
+            # reuse_kv: the prompt's prefix already in the KV cache (the conversation so far, or the same
+            # prompt again) is not computed again
             res = eng.generate(job.ids, job.max_tokens, sampler=sampler, on_token=on_token,
                                stop_event=job.stop, reuse_kv=True)
         except BaseException:

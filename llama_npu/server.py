@@ -1,7 +1,8 @@
 """`llama-npu serve`: the OpenAI-compatible HTTP API, a Starlette app served by uvicorn.
 
 Routes: GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, POST /v1/completions, GET /health.
-Requests are validated and tokenized on the event loop, then queued to the one engine thread
+The body is read within the limits of serve_limits (size, timeouts); it is parsed, validated and tokenized
+on a worker thread (never on the event loop), then queued to the one engine thread
 (serve_worker.EngineWorker); streamed text reaches the client as server-sent events in OpenAI's chunk
 format. See docs/serve.md.
 """
@@ -13,6 +14,7 @@ import sys
 import time
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -21,6 +23,7 @@ from starlette.routing import Route
 from .errors import LlamaNpuError
 from .serve_api import (ApiError, chunk, model_card, new_id, parse_chat, parse_completion, parse_json,
                         response, sse, usage)
+from .serve_limits import ServeLimits, read_body, uvicorn_config
 from .serve_worker import EngineWorker, Job, Outcome
 
 DISCONNECT_POLL_S = 0.25  # how often a waiting non-streamed request checks that its client is still there
@@ -31,8 +34,10 @@ class ServeError(LlamaNpuError):
 
 
 def _finish(outcome: Outcome) -> str:
-    # "interrupted" reaches a client only when the server shuts down mid-reply: the reply ends there
-    return "stop" if outcome.finish_reason == "interrupted" else outcome.finish_reason
+    """The OpenAI finish_reason: "stop" (end of turn, stop string) or "length". A reply cut short because the
+    server shuts down (Ctrl-C) is "length" too, the one OpenAI value for a reply that did not end by itself;
+    its completion_tokens is below max_tokens (a client that left never sees its reply)."""
+    return "length" if outcome.finish_reason == "interrupted" else outcome.finish_reason
 
 
 def _server_error(e: BaseException) -> ApiError:
@@ -57,7 +62,7 @@ class _JobStream(StreamingResponse):
             self.job.stop.set()
 
 
-def create_app(worker: EngineWorker) -> Starlette:
+def create_app(worker: EngineWorker, limits: ServeLimits = ServeLimits()) -> Starlette:
     created = int(time.time())
     card = model_card(worker.model_id, created)
 
@@ -80,9 +85,12 @@ def create_app(worker: EngineWorker) -> Starlette:
     async def completions(request: Request):
         return await _generate(request, parse_completion)
 
+    def _prepare(raw: bytes, parse) -> Job:  # on a worker thread: JSON, validation, template, tokenizer
+        return worker.prepare(parse(parse_json(raw), worker.model_id))
+
     async def _generate(request: Request, parse):
-        req = parse(parse_json(await request.body()), worker.model_id)
-        job = worker.prepare(req)
+        job = await run_in_threadpool(_prepare, await read_body(request, limits), parse)
+        req = job.req
         return _JobStream(_events(job), job) if req.stream else await _complete(request, job)
 
     async def _complete(request: Request, job: Job) -> JSONResponse:
@@ -126,7 +134,11 @@ def create_app(worker: EngineWorker) -> Starlette:
         yield sse("[DONE]")
 
     async def api_error(_request: Request, e: ApiError) -> JSONResponse:
-        return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse(e.body(), status_code=e.status, headers=getattr(e, "headers", None))
+
+    async def internal_error(_request: Request, e: Exception) -> JSONResponse:  # logged by serve_limits.catch_all
+        err = ApiError(500, f"internal error: {type(e).__name__}")
+        return JSONResponse(err.body(), status_code=500, headers={"Connection": "close"})
 
     async def http_error(_request: Request, e: HTTPException) -> JSONResponse:  # unknown path, wrong method
         err = ApiError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None)
@@ -139,7 +151,8 @@ def create_app(worker: EngineWorker) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
+    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
+                                                        Exception: internal_error})
 
 
 def model_id(arg: str | None, model_dir) -> str:
@@ -168,7 +181,7 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def run(worker: EngineWorker, sock: socket.socket) -> None:
+def run(worker: EngineWorker, sock: socket.socket, limits: ServeLimits = ServeLimits()) -> None:
     """Serve until Ctrl-C / SIGTERM. HTTP (uvicorn's event loop) runs on a thread; this thread, which
     loaded the engine, runs the generations. On Ctrl-C every queued or running generation stops after
     its current token, open streams end, and uvicorn shuts down; a second Ctrl-C raises KeyboardInterrupt."""
@@ -177,8 +190,8 @@ def run(worker: EngineWorker, sock: socket.socket) -> None:
 
     import uvicorn
 
-    config = uvicorn.Config(create_app(worker), log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=5)
+    config = uvicorn_config(create_app(worker, limits), limits, log_level="warning", access_log=False,
+                            lifespan="off", timeout_graceful_shutdown=5)
     http = uvicorn.Server(config)  # off the main thread it installs no signal handlers of its own
     thread = threading.Thread(target=http.run, kwargs={"sockets": [sock]}, name="llama-npu-http", daemon=True)
     stop = threading.Event()

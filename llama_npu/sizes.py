@@ -15,10 +15,13 @@ import contextlib
 from math import lcm
 from typing import Sequence
 
-from kernel_builder.attention_plan import ATTN_HEAD_DIM_MULTIPLE, ATTN_LK_MULTIPLE, ATTN_LQ_MULTIPLE
-from kernel_builder.gemm_plan import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
-from kernel_builder.planner import (ADD_N_MULTIPLE, GEMV_K_MULTIPLE, RMSNORM_GROUP_MULTIPLE, ROPE_HEAD_DIM_MULTIPLE,
-                                    SWIGLU_N_MULTIPLE)
+from kernel_builder.add.external import ADD_N_MULTIPLE
+from kernel_builder.attention.external import ATTN_HEAD_DIM_MULTIPLE, ATTN_LK_MULTIPLE, ATTN_LQ_MULTIPLE
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
+from kernel_builder.gemv.external import GEMV_K_MULTIPLE
+from kernel_builder.rmsnorm.external import RMSNORM_GROUP_MULTIPLE
+from kernel_builder.rope.external import ROPE_HEAD_DIM_MULTIPLE
+from kernel_builder.swiglu.external import SWIGLU_N_MULTIPLE
 
 from .errors import ContextError, UnsupportedModel, UsageError
 

@@ -166,7 +166,7 @@ class ModelWeights:
         return self.model.static_tensor(arg, layer, self.lm_source)
 
     def writer(self, arg: str, layer: int | None):
-        """`fill(view)` for KernelCache.write_static: the bytes of static `arg` of `layer` (None: LM head),
+        """`fill(view)` for ModuleExecutor.write_static: the bytes of static `arg` of `layer` (None: LM head),
         in the layout its name asks for, written into `view` (the device buffer's host mapping)."""
         spec = self.spec(arg, layer)
 

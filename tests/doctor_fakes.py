@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from kernel_builder.doctor import CmdResult, DistInfo, Machine
+from multi_launch_builder.doctor import CmdResult, DistInfo, Machine
 from kernel_builder.toolchain import Toolchain
 
 RELEASE = "6.14.0-15-generic"

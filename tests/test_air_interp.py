@@ -1,4 +1,4 @@
-"""The `emu-interp` device (kernel_builder/air_interp/) executes the AIR text itself.
+"""The `emu-interp` device (multi_launch_builder/emulator/air_interp/) executes the AIR text itself.
 
 1. Agreement: every stitched module of a tiny Llama-like model and every single-kernel module, run by the
    interpreter, matches the reference numerics (EmuDevice / kernel_builder.reference) within 2 bf16 ulps of
@@ -14,10 +14,10 @@ import re
 import numpy as np
 import pytest
 
-from kernel_builder import air_interp
-from kernel_builder.devices.base import Artifact, DeviceRunError
-from kernel_builder.devices.emu import EmuDevice
-from kernel_builder.devices.interp import InterpEmuDevice
+from multi_launch_builder.emulator import air_interp
+from multi_launch_builder.devices.base import Artifact, DeviceRunError
+from multi_launch_builder.devices.emu import EmuDevice
+from multi_launch_builder.devices.interp import InterpEmuDevice
 from kernel_builder.numerics import BF16
 from kernel_builder.reference import KERNELS
 from llama_npu.models.llama import LlamaModel, ModelShapes
@@ -30,7 +30,7 @@ ULPS = 2
 
 @pytest.fixture(scope="module")
 def stitched():
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     m = LlamaModel(TINY)
     decls = m.modules([SEQ]) + m.modules([SEQ], decode_attention="host")
     return {d.name: stitch(d) for d in decls}
@@ -77,7 +77,7 @@ def _assert_close(got: list[np.ndarray], ref: list[np.ndarray], what: str) -> No
 
 
 def _shapes_of(text: str) -> list[tuple[int, ...]]:
-    from kernel_builder.launch_program import read_launch_program
+    from multi_launch_builder.emulator.launch_program import read_launch_program
     prog = read_launch_program(text)
     return [I32Shape(s) if d == "i32" else tuple(s) for s, d in zip(prog.arg_shapes, prog.arg_dtypes)]
 
@@ -181,7 +181,12 @@ def test_unknown_op_is_a_clear_error():
 # ---------------------------------------------------------------------------------------- single kernels
 
 def _kernel_cases():
-    from kernel_builder.kernels import add, gemm, gemv, rmsnorm, rope, swiglu
+    from kernel_builder.add import builder as add
+    from kernel_builder.gemm import builder as gemm
+    from kernel_builder.gemv import builder as gemv
+    from kernel_builder.rmsnorm import builder as rmsnorm
+    from kernel_builder.rope import builder as rope
+    from kernel_builder.swiglu import builder as swiglu
     return [
         ("rmsnorm", lambda: rmsnorm.build(16, 64, 1e-5), {"rows": 16, "dim": 64, "eps": 1e-5}),
         ("add", lambda: add.build(16, 64), {"rows": 16, "dim": 64}),
@@ -210,8 +215,8 @@ def test_single_kernel_matches_reference(tmp_path, case):
 # ---------------------------------------------------------------------------------------- channels
 
 def _gemm_program(m, k, n):
-    from kernel_builder import gemm_plan
-    from kernel_builder.kernels import gemm
+    from kernel_builder.gemm import plan as gemm_plan
+    from kernel_builder.gemm import builder as gemm
     return gemm_plan.plan_gemm(m, k, n), gemm.build(m, k, n)
 
 

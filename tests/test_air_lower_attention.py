@@ -1,5 +1,5 @@
 """The `attention` kernel through the real lowering (mlir-air aircc's npu2 passes + the mlir-aie aiecc passes up to
-the NPU instructions), when LLAMA_NPU_AIR_LOWER points to a driver script with `/work/tools/air-lower.sh`'s
+the NPU instructions), when LLAMA_NPU_AIR_LOWER points to a driver script with the real-lowering driver's
 interface (see tests/test_air_lower_gemm.py); skipped otherwise. Each case is lowered with the preset the model
 layer records for it (kernel_builder.hw.tune.preset_for_kernels), and the hardware model must pass it with that
 preset. The prefill drains its output through L2 with chained writes to o, one per launch iteration and shim
@@ -14,7 +14,7 @@ import pytest
 
 from kernel_builder.hw import analyze_module
 from kernel_builder.hw.tune import preset_for_kernels
-from kernel_builder.kernels import kernel_text
+from kernel_builder.registry import kernel_text
 from kernel_builder.presets import AirccPreset
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")

@@ -1,8 +1,8 @@
 """The GEMM through the real lowering (mlir-air aircc's npu2 passes + the mlir-aie aiecc passes up to the NPU
-instructions), when LLAMA_NPU_AIR_LOWER points to a driver script with `/work/tools/air-lower.sh`'s interface
-(`air-lower.sh [--whole] [-q] [aircc options] MODULE.mlir OUTDIR`, last line `OK ...` or `FAIL <stage>/<pass>:
-...`); skipped otherwise (no such toolchain in CI). Each case also asks the hardware model, whose verdict must
-agree with the lowering's (docs/hardware-model.md "Agreement with the real lowering")."""
+instructions), when LLAMA_NPU_AIR_LOWER points to a real-lowering driver (docs/verification.md,
+"Real lowering": `air-lower.sh [--whole] [-q] [aircc options] MODULE.mlir OUTDIR`, last line `OK ...` or
+`FAIL <stage>/<pass>: ...`); skipped otherwise (no such toolchain in CI). Each case also asks the hardware
+model, whose verdict must agree with the lowering's (docs/hardware-model.md "Agreement with the real lowering")."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from kernel_builder.hw import analyze_module
-from kernel_builder.kernels import kernel_text
+from kernel_builder.registry import kernel_text
 from kernel_builder.presets import AirccPreset
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")

@@ -1,9 +1,9 @@
 """The GEMV through the real lowering (mlir-air aircc's npu2 passes + the mlir-aie aiecc passes up to the NPU
-instructions), when LLAMA_NPU_AIR_LOWER points to a driver script with `/work/tools/air-lower.sh`'s interface
-(`air-lower.sh [--whole] [-q] MODULE.mlir OUTDIR`, last line `OK ...` or `FAIL <stage>/<pass>: ...`); skipped
-otherwise (no such toolchain in CI). Each case also asks the hardware model, whose verdict must agree, and reads
-the lowering's output: one circuit flow from a shim MM2S channel into every tile and one back (16 + 16 at the
-[8, 2] herds), and the L1 buffers each tile gets equal the plan's (x once, the weight block twice, acc, y).
+instructions), when LLAMA_NPU_AIR_LOWER points to a real-lowering driver (docs/verification.md,
+"Real lowering": `air-lower.sh [--whole] [-q] MODULE.mlir OUTDIR`, last line `OK ...` or
+`FAIL <stage>/<pass>: ...`); skipped otherwise (no such toolchain in CI). Each case also asks the hardware
+model, whose verdict must agree, and reads the lowering's output: one circuit flow from a shim MM2S channel
+into every tile and one back (16 + 16 at the [8, 2] herds), and the L1 buffers each tile gets equal the plan's (x once, the weight block twice, acc, y).
 The stitched Llama-3.2-1B `layer_kv256` and `lm_head` lower too (about 10-20 s each)."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 
-from kernel_builder import planner
+from kernel_builder.gemv import plan as gemv_plan
 from kernel_builder.hw import analyze_module
-from kernel_builder.kernels import kernel_text
+from kernel_builder.registry import kernel_text
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")
 
@@ -36,7 +36,7 @@ CASES = [
 @pytest.mark.parametrize("m,k", CASES, ids=lambda c: str(c))
 def test_gemv_lowers_with_one_stream_per_tile(tmp_path, m, k):
     text = kernel_text("gemv", m, k)
-    p = planner.plan_gemv(m, k)
+    p = gemv_plan.plan_gemv(m, k)
     src = tmp_path / f"gemv_{m}_{k}.mlir"
     src.write_text(text)
     out = tmp_path / "out"
@@ -72,8 +72,8 @@ def test_gemv_lowers_with_one_stream_per_tile(tmp_path, m, k):
 def test_stitched_decode_modules_lower(tmp_path, name):
     """The Llama-3.2-1B fused decode layer and LM head with the 16-stream GEMVs, with the preset their header
     records (the model layer's): the lowering writes the NPU instructions, and the model agrees."""
-    from kernel_builder.stitching import stitch
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
+    from multi_launch_builder.stitcher import stitch
     m = LlamaModel(LLAMA32_1B)
     (decl,) = [d for d in m.decode(256).decls + m.head().decls if d.name == name]
     text = stitch(decl)

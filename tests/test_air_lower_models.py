@@ -1,7 +1,7 @@
 """Every stitched module of SmolLM2-135M and Llama-3.2-1B through the real lowering (mlir-air aircc's npu2 passes
 + the mlir-aie aiecc passes up to the NPU instructions), each with the aircc preset its header records.
 
-Runs when LLAMA_NPU_AIR_LOWER points to a driver with `/work/tools/air-lower.sh`'s interface (`air-lower.sh
+Runs when LLAMA_NPU_AIR_LOWER points to a real-lowering driver (docs/verification.md, "Real lowering": `air-lower.sh
 --whole -q MODULE.mlir OUTDIR`, last line `OK ...` or `FAIL <stage>/<pass>: ...`) AND LLAMA_NPU_AIR_LOWER_ALL=1:
 the whole set is ~90 modules of 10 s to a few minutes each on 2 cores, too long to run by accident. The modules
 are those `llama-npu compile` builds at the default buckets for an 8192-token context (every KV window's
@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from kernel_builder.hw import analyze_module
-from kernel_builder.stitching import stitch
+from multi_launch_builder.stitcher import stitch
 from llama_npu.models import llama as shapes
 from llama_npu.models.llama import LlamaModel
 

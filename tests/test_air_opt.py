@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from kernel_builder.stitching import stitch
+from multi_launch_builder.stitcher import stitch
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M, LlamaModel
 
 AIR_OPT = os.environ.get("AIR_OPT")

@@ -1,4 +1,4 @@
-"""Device-side hand-off (KernelCache handoff="device": refs bind the producer's buffer) against the host
+"""Device-side hand-off (ModuleExecutor handoff="device": refs bind the producer's buffer) against the host
 round-trip policy (handoff="host": the same refs copied through the host): one engine code path, the emu runs
 the same launches on the same bytes, so logits, hidden states and KV-cache bytes must be bit-identical,
 while the device policy transfers far fewer bytes."""

@@ -1,6 +1,6 @@
-"""The attention tile primitives (kernel_builder/external_kernels/attention.cc), scalar host path compiled with
+"""The attention tile primitives (external_kernels/attention.cc), scalar host path compiled with
 g++, against kernel_builder.reference.attention, driven with the schedules the builder emits
-(kernel_builder/kernels/attention.py): prefill items (Q capture, then the whole K/V window, static), decode
+(kernel_builder/attention/builder.py): prefill items (Q capture, then the whole K/V window, static), decode
 shares of the window merged into one output. The numpy model the interpreter runs
 (kernel_builder.external_models.attention_model) must agree with the compiled code.
 
@@ -15,33 +15,36 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-
-from kernel_builder import externals as ext
-from kernel_builder import reference as ref
-from kernel_builder.external_models import attention_model
-from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_tool
+
+from external_kernels import compile_rules
+from kernel_builder import reference as ref
+from kernel_builder.attention import external as attention_ext
+from kernel_builder.attention.external import attention_model
+from kernel_builder.numerics import BF16, to_bf16
 
 PREFILL = [(64, 64, 32), (64, 32, 32), (128, 16, 16), (128, 24, 16)]   # head_dim, lq, lk (lk <= lq <= 2 lk)
 DECODE = [(64, 4, 32, 4), (32, 3, 16, 2)]        # head_dim, group rows, lk, parts
 
 
 def _kernels():
-    return [ext.attention_prefill_kernels(*c) for c in PREFILL] + [ext.attention_decode_kernels(*c) for c in DECODE]
+    return ([attention_ext.attention_prefill_kernels(*c) for c in PREFILL]
+            + [attention_ext.attention_decode_kernels(*c) for c in DECODE])
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory) -> ctypes.CDLL:
     cxx = require_tool("g++")
     out = tmp_path_factory.mktemp("attention_host")
-    cmds = [ext.host_compile_command(k.init, out, cxx=cxx) + ["-Wall", "-Wextra"] for k in _kernels()]
+    cmds = [compile_rules.host_compile_command(k.init, out, cxx=cxx) + ["-Wall", "-Wextra"] for k in _kernels()]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), cmds))
     for cmd, res in zip(cmds, results):
         assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
         assert "warning" not in res.stderr, res.stderr
     so = out / "libattention.so"
-    subprocess.run(ext.host_link_command([out / ext.host_object_name(k.init) for k in _kernels()], so, cxx=cxx),
+    objects = [out / compile_rules.host_object_name(k.init) for k in _kernels()]
+    subprocess.run(compile_rules.host_link_command(objects, so, cxx=cxx),
                    check=True)
     return ctypes.CDLL(str(so))
 
@@ -81,7 +84,7 @@ class Prefill:
     tile per item (rows [0, lk) then rows [lq - lk, lq)); a core's slot = 2 * item + half."""
 
     def __init__(self, lib, hd, lq, lk):
-        ks = ext.attention_prefill_kernels(hd, lq, lk)
+        ks = attention_ext.attention_prefill_kernels(hd, lq, lk)
         self.hd, self.lq, self.lk = hd, lq, lk
         self.init, self.item, self.finish = _fn(lib, ks.init.symbol, 2), _fn(lib, ks.update.symbol, 3, 4), \
             _fn(lib, ks.out.symbol, 2)
@@ -170,7 +173,7 @@ def test_prefill_tile_past_the_queries_leaves_state_unchanged(lib, rng):
 
 class Decode:
     def __init__(self, lib, hd, g, lk, parts):
-        ks = ext.attention_decode_kernels(hd, g, lk, parts)
+        ks = attention_ext.attention_decode_kernels(hd, g, lk, parts)
         self.hd, self.g, self.lk, self.parts = hd, g, lk, parts
         self.init, self.step, self.merge = _fn(lib, ks.init.symbol, 1), _fn(lib, ks.update.symbol, 2, 2), \
             _fn(lib, ks.out.symbol, 2)

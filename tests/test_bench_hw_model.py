@@ -20,8 +20,8 @@ def test_weight_bytes_are_the_published_parameter_counts():
 
 def test_decode_line_sums_the_fused_modules(capsys):
     from kernel_builder.hw import analyze_module
-    from kernel_builder.stitching import stitch
-    bench_hw_model()
+    from multi_launch_builder.stitcher import stitch
+    bench_hw_model(scenarios=False)
     out = capsys.readouterr().out
     line = next(l for l in out.splitlines() if "modeled decode per token" in l)
     assert "16 x layer_kv<window> + lm_head, 17 dispatches" in line

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kernel_builder import build as B
-from kernel_builder.build import driver
-from kernel_builder.build.store import sha256_file
+from multi_launch_builder import compile as B
+from multi_launch_builder.compile import driver
+from multi_launch_builder.compile.store import sha256_file
 from kernel_builder.toolchain import Toolchain
-from tests.h4_fixtures import add_norm, gemv_mod
+from tests.small_decls import add_norm, gemv_mod
 
 
 def _status(report):

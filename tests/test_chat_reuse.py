@@ -1,5 +1,6 @@
 """Chat turns reuse the KV cache: a prompt that extends the cached conversation feeds only its new tokens
-(through decode), and gives the same next-token distribution as prefilling the whole history."""
+(through decode), and gives the same next-token distribution as prefilling the whole history; a repeated or
+edited prompt reuses the prefix it shares with the cache."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,16 +39,48 @@ def test_extension_feeds_only_new_tokens_and_matches_full_prefill(engine):
     assert int(np.argmax(reused)) == int(np.argmax(full))
 
 
-def test_diverging_prompt_falls_back_to_prefill(engine):
+def test_diverging_prompt_reuses_up_to_the_divergence(engine):
     eng = engine
     eng.reset()
     eng.generate([1, 7, 9], 2, reuse_kv=True)
-    other = [1, 8, 9, 10, 11]                    # differs inside the cached prefix
-    assert not eng.reusable_prefix(other)
+    other = [1, 8, 9, 10, 11]                    # differs inside the cached prefix: only [1] is shared
+    assert eng.reusable_prefix(other) == 1
+    res = eng.generate(other, 1, reuse_kv=True)
+    assert res.prompt_computed == 4 and eng.tokens[:len(other)] == other
+    fresh = [2, 7, 9, 10, 11]                    # nothing shared: a prefill from position 0
+    assert eng.reusable_prefix(fresh) == 0
     eng.cache.reset_counters()
-    eng.generate(other, 1, reuse_kv=True)
+    assert eng.generate(fresh, 1, reuse_kv=True).prompt_computed == 5
     assert _prefill_calls(eng) == eng.shapes.n_layers
-    assert eng.tokens[:len(other)] == other
+
+
+def _first_logits(eng, ids, reuse):
+    seen = []
+    res = eng.generate(ids, 1, reuse_kv=reuse, on_logits=lambda s, lg: seen.append(lg.copy()))
+    return res, seen[0]
+
+
+@pytest.mark.parametrize("attention", ["npu", "host"])
+def test_repeated_and_edited_prompts_reuse_all_they_share(engine, tiny_model_dir, tmp_path_factory, attention):
+    """The identical prompt again computes only its last token; a prompt edited after a shared prefix (or
+    shorter than the cached conversation) computes from the first difference. Each gives the logits of a
+    prefill from scratch (stale rows past the shared prefix are never read)."""
+    eng = engine if attention == "npu" else Engine.load(
+        str(tiny_model_dir), device="emu", buckets=(16, 128), progress=False, decode_attention="host",
+        cache_dir=tmp_path_factory.mktemp("kc_host"))
+    prompt = [1] + [20 + (5 * i) % 150 for i in range(30)]
+    edited = prompt[:12] + [200, 201, 202]
+    shorter = prompt[:20]
+    for ids, shared in ((prompt, len(prompt) - 1), (edited, 12), (shorter, len(shorter) - 1)):
+        eng.reset()
+        eng.generate(prompt, 6, reuse_kv=True)   # the cache: the prompt and 5 generated tokens
+        assert eng.reusable_prefix(ids) == shared
+        res, reused = _first_logits(eng, ids, reuse=True)
+        assert res.prompt_computed == len(ids) - shared
+        eng.reset()
+        _, full = _first_logits(eng, ids, reuse=False)
+        cos = float(reused @ full / (np.linalg.norm(reused) * np.linalg.norm(full)))
+        assert cos >= 0.999 and int(np.argmax(reused)) == int(np.argmax(full)), (len(ids), shared, cos)
 
 
 def test_any_extension_reuses_the_cache_long_ones_as_prefill_chunks(engine):

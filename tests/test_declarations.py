@@ -1,6 +1,6 @@
 """The module declarations derived from the layer graph (llama_npu.models), stitched from the real kernel
 builders at real model shapes: structure (tests/air_checks.py), non-AIR parts verified by mlir-opt-22, the
-wiring read back from the stitched text (kernel_builder.launch_program) equal to the declaration, and the
+wiring read back from the stitched text (multi_launch_builder.emulator.launch_program) equal to the declaration, and the
 roles the derivation assigns."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 
 import air_checks
 import air_generic
-from kernel_builder.launch_program import read_launch_program
-from kernel_builder.planner import plan_lm_head
-from kernel_builder.stitching import stitch
-from kernel_builder.decl import Role
-from kernel_builder.kernels import clear_kernel_cache, kernel_text
+from multi_launch_builder.emulator.launch_program import read_launch_program
+from kernel_builder.gemv.plan import plan_lm_head
+from multi_launch_builder.stitcher import stitch
+from multi_launch_builder.decl import Role
+from kernel_builder.registry import clear_kernel_cache, kernel_text
 from llama_npu.models.llama import LLAMA32_1B, SMOLLM2_135M, LlamaModel, QKNormLlama
 from tooling import require_tool
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from doctor_fakes import BDF, GIB, MIB, USER, examine, healthy, remove, write
-from kernel_builder.doctor import (CHECK_IDS, FAIL, OK, SKIP, CmdResult, DistInfo, Machine, MemoryNeed, exit_code,
-                                   render_json, render_text, run_checks, run_command)
+from multi_launch_builder.doctor import (CHECK_IDS, FAIL, OK, SKIP, CmdResult, DistInfo, Machine, MemoryNeed, exit_code,
+                                         render_json, render_text, run_checks, run_command)
 from kernel_builder.toolchain import Toolchain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +265,7 @@ def _manifest(cache: Path, entries: dict) -> None:
 
 
 def _npu_versions(fm) -> dict:
-    from kernel_builder.doctor.tools import detected_versions
+    from multi_launch_builder.doctor.tools import detected_versions
 
     return detected_versions(fm.machine())
 

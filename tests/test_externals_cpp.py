@@ -21,12 +21,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from kernel_builder import externals as ext
-from kernel_builder import reference as ref
-from llama_npu.rope import rope_lut
-from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_tool
+
+from external_kernels import compile_rules
+from kernel_builder import externals as ext, reference as ref
+from kernel_builder.add import external as add_ext
+from kernel_builder.attention import external as attention_ext
+from kernel_builder.gemm import external as gemm_ext
+from kernel_builder.gemv import external as gemv_ext
+from kernel_builder.numerics import BF16, to_bf16
+from kernel_builder.rmsnorm import external as rmsnorm_ext
+from kernel_builder.rope import external as rope_ext
+from kernel_builder.swiglu import external as swiglu_ext
+from llama_npu.rope import rope_lut
 
 GEMV_VARIANTS = [(576, 576, 12, 24), (2048, 2048, 4, 8), (8192, 4096, 2, 4), (8192, 512, 16, 32),
                  (8192, 8192, 2, 4), (8192, 4096, 1, 4), (8192, 8192, 1, 2)]  # (k, kc, tile_m, rows per tile)
@@ -39,15 +46,15 @@ LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                   "original_max_position_embeddings": 8192}
 
 
-def _all_kernels() -> list[ext.ExternalKernel]:
-    ks = [ext.gemv_kernel(*v) for v in GEMV_VARIANTS]
-    ks += [ext.rope_kernel(*v) for v in ROPE_VARIANTS]
-    ks += [ext.rmsnorm_kernel(*v) for v in RMSNORM_VARIANTS]
-    ks.append(ext.swiglu_kernel(SWIGLU_N))
-    ks.append(ext.add_kernel(ADD_N))
-    ks.append(ext.attention_prefill_kernels(64, 64, 32).init)  # one object holds init/item/finish
-    ks.append(ext.attention_decode_kernels(64, 4, 32, 4).init)  # one object holds init/step/merge
-    ks += [ext.gemm_kernels(*v).zero for v in GEMM_VARIANTS]  # one object holds zero/mac/out
+def _all_kernels() -> list[compile_rules.ExternalKernel]:
+    ks = [gemv_ext.gemv_kernel(*v) for v in GEMV_VARIANTS]
+    ks += [rope_ext.rope_kernel(*v) for v in ROPE_VARIANTS]
+    ks += [rmsnorm_ext.rmsnorm_kernel(*v) for v in RMSNORM_VARIANTS]
+    ks.append(swiglu_ext.swiglu_kernel(SWIGLU_N))
+    ks.append(add_ext.add_kernel(ADD_N))
+    ks.append(attention_ext.attention_prefill_kernels(64, 64, 32).init)  # one object holds init/item/finish
+    ks.append(attention_ext.attention_decode_kernels(64, 4, 32, 4).init)  # one object holds init/step/merge
+    ks += [gemm_ext.gemm_kernels(*v).zero for v in GEMM_VARIANTS]  # one object holds zero/mac/out
     return ks
 
 
@@ -55,15 +62,15 @@ def _all_kernels() -> list[ext.ExternalKernel]:
 def lib(tmp_path_factory) -> ctypes.CDLL:
     cxx = require_tool("g++")
     out = tmp_path_factory.mktemp("externals_host")
-    cmds = [ext.host_compile_command(k, out, cxx=cxx) + ["-Wall", "-Wextra"] for k in _all_kernels()]
+    cmds = [compile_rules.host_compile_command(k, out, cxx=cxx) + ["-Wall", "-Wextra"] for k in _all_kernels()]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), cmds))
     for cmd, res in zip(cmds, results):
         assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
         assert "warning" not in res.stderr, res.stderr
-    objects = [out / ext.host_object_name(k) for k in _all_kernels()]
+    objects = [out / compile_rules.host_object_name(k) for k in _all_kernels()]
     so = out / "libllama_npu_kernels.so"
-    subprocess.run(ext.host_link_command(objects, so, cxx=cxx), check=True)
+    subprocess.run(compile_rules.host_link_command(objects, so, cxx=cxx), check=True)
     return ctypes.CDLL(str(so))
 
 
@@ -100,7 +107,7 @@ def rng():
 def _gemv_tile(lib, k, kc, tm, rows, w, x):
     """Drive one tile the way the builder does: the whole x in one buffer, row blocks of tm rows, K chunks of kc
     (the kernel reads x at k0), one y buffer."""
-    f = fn(lib, ext.gemv_kernel(k, kc, tm, rows).symbol, 4, 2)
+    f = fn(lib, gemv_ext.gemv_kernel(k, kc, tm, rows).symbol, 4, 2)
     acc = np.full(tm, np.nan, np.float32)  # uninitialised: the first chunk must not read it
     y = np.zeros(rows, dtype=BF16)
     xs = np.ascontiguousarray(x)
@@ -116,7 +123,7 @@ def test_gemv_tiles_match_reference(lib, rng, k, kc, tile_m, rows):
     w = rand_bf16(rng, (rows, k), 0.03)
     x = rand_bf16(rng, (k,))
     y = _gemv_tile(lib, k, kc, tile_m, rows, w, x)
-    what = ext.gemv_kernel(k, kc, tile_m, rows).symbol
+    what = gemv_ext.gemv_kernel(k, kc, tile_m, rows).symbol
     assert_close(y, ref.gemv(w, x, m=rows, k=k).reshape(-1), what)
     assert_close(y, to_bf16(w.astype(np.float64) @ x.astype(np.float64)), what + " vs f64")
 
@@ -130,7 +137,7 @@ def test_gemv_k_chunks_continue_one_f32_sum(lib, rng):
     whole = _gemv_tile(lib, k, k, 2, 4, w, x)
     chunked = _gemv_tile(lib, k, 4096, 2, 4, w, x)
     np.testing.assert_array_equal(whole.view(np.uint16), chunked.view(np.uint16))
-    f = fn(lib, ext.gemv_kernel(k, 4096, 2, 4).symbol, 4, 2)
+    f = fn(lib, gemv_ext.gemv_kernel(k, 4096, 2, 4).symbol, 4, 2)
     acc, y = np.zeros(2, np.float32), np.full(4, 7.0, BF16)
     f(ptr(np.ascontiguousarray(w[2:4, :4096])), ptr(np.ascontiguousarray(x)), ptr(acc), ptr(y), 2, 0)
     np.testing.assert_array_equal(y.astype(np.float32), 7.0)
@@ -141,7 +148,7 @@ def test_gemv_k_chunks_continue_one_f32_sum(lib, rng):
 
 
 def test_gemv_variants_coexist_in_one_library(lib):
-    symbols = {ext.gemv_kernel(*v).symbol for v in GEMV_VARIANTS}
+    symbols = {gemv_ext.gemv_kernel(*v).symbol for v in GEMV_VARIANTS}
     assert len(symbols) == len(GEMV_VARIANTS)
     for sym in symbols:
         assert hasattr(lib, sym)
@@ -151,7 +158,7 @@ def test_gemv_variants_coexist_in_one_library(lib):
 
 @pytest.mark.parametrize("head_dim,heads,rows", ROPE_VARIANTS)
 def test_rope_blocks_bit_exact_vs_reference_up_to_131072(lib, rng, head_dim, heads, rows):
-    f = fn(lib, ext.rope_kernel(head_dim, heads, rows).symbol, 3)
+    f = fn(lib, rope_ext.rope_kernel(head_dim, heads, rows).symbol, 3)
     positions = np.array([0, 1, 5, 1000, 8191, 8192, 65536, 131000, 131071, 131072, 7, 3])
     n = len(positions) // rows * rows
     lut = rope_lut(positions[:n], head_dim, 500000.0, LLAMA3_SCALING)
@@ -169,7 +176,7 @@ def test_rope_blocks_bit_exact_vs_reference_up_to_131072(lib, rng, head_dim, hea
 
 @pytest.mark.parametrize("group,units", RMSNORM_VARIANTS)
 def test_rmsnorm_units_match_reference_within_one_ulp(lib, rng, group, units):
-    f = fn(lib, ext.rmsnorm_kernel(group, units).symbol, 3, 0, 1)
+    f = fn(lib, rmsnorm_ext.rmsnorm_kernel(group, units).symbol, 3, 0, 1)
     x = rand_bf16(rng, (units, group), 3.0)
     x[0, :] = to_bf16(np.float32(1e-3) * rng.standard_normal(group).astype(np.float32))  # eps matters here
     w = rand_bf16(rng, (group,))
@@ -184,7 +191,7 @@ def test_rmsnorm_units_match_reference_within_one_ulp(lib, rng, group, units):
 
 
 def test_add_bit_exact(lib, rng):
-    f = fn(lib, ext.add_kernel(ADD_N).symbol, 3)
+    f = fn(lib, add_ext.add_kernel(ADD_N).symbol, 3)
     a, b = rand_bf16(rng, (ADD_N,), 100.0), rand_bf16(rng, (ADD_N,))
     b[:3] = -a[:3]  # exact cancellation -> +0
     y = np.zeros(ADD_N, BF16)
@@ -196,7 +203,7 @@ def test_add_bit_exact(lib, rng):
 # ------------------------------------------------------------------------------------------ SwiGLU
 
 def test_swiglu_matches_reference_within_one_ulp(lib, rng):
-    kern = ext.swiglu_kernel(SWIGLU_N)
+    kern = swiglu_ext.swiglu_kernel(SWIGLU_N)
     f = fn(lib, kern.symbol, 3)
     g, u = rand_bf16(rng, (SWIGLU_N,), 4.0), rand_bf16(rng, (SWIGLU_N,))
     g[:4] = to_bf16(np.array([-200.0, -30.0, 0.0, 90.0], dtype=np.float32))
@@ -227,9 +234,9 @@ def test_gemm_micro_kernel_matches_reference_and_its_numpy_model(lib, rng, tm, t
     """zero, one mac per K step on 8x8-blocked tiles (w in the HF [n, k] layout), out: the reference's
     a @ w^T within 2 bf16 ulps, and the interpreter's numpy model (kernel_builder.external_models) bit for bit
     at every step (f32 accumulator included)."""
-    from kernel_builder.air_interp import MemRef
     from kernel_builder.externals import external_model
-    ks = ext.gemm_kernels(tm, tk, tn)
+    from multi_launch_builder.emulator.air_interp import MemRef
+    ks = gemm_ext.gemm_kernels(tm, tk, tn)
     zero, mac, out = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3), fn(lib, ks.out.symbol, 2)
     models = {part: external_model(getattr(ks, part).symbol) for part in ("zero", "mac", "out")}
     steps = 3
@@ -257,7 +264,7 @@ def test_gemm_micro_kernel_reads_w_rows_as_output_columns(lib):
     """w row j only feeds output column j: a unit w row picks one column of a (catches a kernel that reads
     w as [k, n] or swaps the block order)."""
     tm, tk, tn = GEMM_VARIANTS[0]
-    ks = ext.gemm_kernels(tm, tk, tn)
+    ks = gemm_ext.gemm_kernels(tm, tk, tn)
     zero, mac, out = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3), fn(lib, ks.out.symbol, 2)
     a = to_bf16(np.arange(tm * tk, dtype=np.float32).reshape(tm, tk) / 64)
     w = np.zeros((tn, tk), BF16)
@@ -274,8 +281,8 @@ def test_gemm_micro_kernel_reads_w_rows_as_output_columns(lib):
 # ------------------------------------------------------------------------------------------ compile rules
 
 def test_peano_compile_command_flags(tmp_path):
-    kern = ext.gemv_kernel(8192, 4096, 2, 256)
-    cmd = ext.compile_command(kern, tmp_path / "out", Path("/opt/peano"), aie_include_dir=Path("/opt/aie/include"))
+    kern = gemv_ext.gemv_kernel(8192, 4096, 2, 256)
+    cmd = compile_rules.compile_command(kern, tmp_path / "out", Path("/opt/peano"), aie_include_dir=Path("/opt/aie/include"))
     assert cmd[0] == "/opt/peano/bin/clang++"
     for flag in ("--target=aie2p-none-unknown-elf", "-O2", "-std=c++20", "-D__AIE_API_AIE_ADF_HPP__",
                  "-I/opt/aie/include", "-DGEMV_K=8192", "-DGEMV_KC=4096", "-DGEMV_TILE_M=2", "-DGEMV_ROWS=256",
@@ -288,15 +295,15 @@ def test_peano_compile_command_flags(tmp_path):
 
 def test_peano_include_dir_defaults_to_mlir_aie_install(tmp_path, monkeypatch):
     monkeypatch.setenv("MLIR_AIE_INSTALL_DIR", "/opt/mlir-aie")
-    cmd = ext.compile_command(ext.rope_kernel(64, 8), tmp_path, Path("/p"))
+    cmd = compile_rules.compile_command(rope_ext.rope_kernel(64, 8), tmp_path, Path("/p"))
     assert "-I/opt/mlir-aie/include" in cmd
     monkeypatch.delenv("MLIR_AIE_INSTALL_DIR")
-    assert not any(f.startswith("-I/opt") for f in ext.compile_command(ext.rope_kernel(64, 8), tmp_path, Path("/p")))
+    assert not any(f.startswith("-I/opt") for f in compile_rules.compile_command(rope_ext.rope_kernel(64, 8), tmp_path, Path("/p")))
 
 
 def test_host_compile_command_builds_scalar_path(tmp_path):
-    ks = ext.attention_prefill_kernels(128, 64, 32)
-    cmd = ext.host_compile_command(ks.update, tmp_path, cxx="c++")
+    ks = attention_ext.attention_prefill_kernels(128, 64, 32)
+    cmd = compile_rules.host_compile_command(ks.update, tmp_path, cxx="c++")
     assert cmd[0] == "c++" and "-std=c++20" in cmd and "-fPIC" in cmd
     assert not any("target" in f for f in cmd)
     assert cmd[cmd.index("-o") + 1] == str(tmp_path / "attnp_hd128_q64_k32.host.o")
@@ -306,62 +313,62 @@ def test_host_compile_command_builds_scalar_path(tmp_path):
 
 
 def test_registry_names_and_validation():
-    k = ext.gemv_kernel(2048, 2048, 4, 256)
+    k = gemv_ext.gemv_kernel(2048, 2048, 4, 256)
     assert (k.symbol, k.obj, k.source) == ("mv_bf16_k2048_c2048_m4_r256", "mv_k2048_c2048_m4_r256.o", "gemv.cc")
-    r, s = ext.rope_kernel(64, 32, 2), ext.swiglu_kernel(2048)
+    r, s = rope_ext.rope_kernel(64, 32, 2), swiglu_ext.swiglu_kernel(2048)
     assert (r.symbol, r.obj, s.symbol, s.obj) == ("rope_bf16_hd64_h32_r2", "rope_hd64_h32_r2.o", "swiglu_bf16_n2048",
                                                   "swiglu_n2048.o")
-    n, a = ext.rmsnorm_kernel(64, 4), ext.add_kernel(4096)
+    n, a = rmsnorm_ext.rmsnorm_kernel(64, 4), add_ext.add_kernel(4096)
     assert (n.symbol, n.obj, a.symbol, a.obj) == ("rmsnorm_bf16_g64_u4", "rmsnorm_g64_u4.o", "add_bf16_n4096",
                                                   "add_n4096.o")
-    init, item, finish = ext.attention_prefill_kernels(64, 64, 32)
+    init, item, finish = attention_ext.attention_prefill_kernels(64, 64, 32)
     assert init.obj == item.obj == finish.obj == "attnp_hd64_q64_k32.o"
     assert len({init.symbol, item.symbol, finish.symbol}) == 3
-    init, step, merge = ext.attention_decode_kernels(64, 4, 64, 4)
+    init, step, merge = attention_ext.attention_decode_kernels(64, 4, 64, 4)
     assert (step.symbol, merge.obj) == ("attnd_step_bf16_hd64_q4_k64_n4", "attnd_hd64_q4_k64_n4.o")
-    for bad, msg in ((lambda: ext.gemv_kernel(100, 100, 2, 4), "gemv: k=100 must be a multiple of 32"),
-                     (lambda: ext.gemv_kernel(2048, 2048, 0, 4), "gemv: tile_m must be a positive int"),
-                     (lambda: ext.gemv_kernel(2048, 768, 2, 4), "gemv: kc=768 must divide k=2048"),
-                     (lambda: ext.gemv_kernel(2048, 2048, 3, 4), "gemv: tile_m=3 must divide rows=4"),
-                     (lambda: ext.attention_prefill_kernels(64, 32, 40), "attention: lk=40 must be a multiple of 16"),
-                     (lambda: ext.attention_prefill_kernels(64, 12, 32), "attention: lq=12 must be a multiple of 8"),
-                     (lambda: ext.attention_prefill_kernels(64, 16, 32),
+    for bad, msg in ((lambda: gemv_ext.gemv_kernel(100, 100, 2, 4), "gemv: k=100 must be a multiple of 32"),
+                     (lambda: gemv_ext.gemv_kernel(2048, 2048, 0, 4), "gemv: tile_m must be a positive int"),
+                     (lambda: gemv_ext.gemv_kernel(2048, 768, 2, 4), "gemv: kc=768 must divide k=2048"),
+                     (lambda: gemv_ext.gemv_kernel(2048, 2048, 3, 4), "gemv: tile_m=3 must divide rows=4"),
+                     (lambda: attention_ext.attention_prefill_kernels(64, 32, 40), "attention: lk=40 must be a multiple of 16"),
+                     (lambda: attention_ext.attention_prefill_kernels(64, 12, 32), "attention: lq=12 must be a multiple of 8"),
+                     (lambda: attention_ext.attention_prefill_kernels(64, 16, 32),
                       r"attention: lq=16 must lie in \[lk, 2\*lk\]"),
-                     (lambda: ext.attention_decode_kernels(64, 4, 32, 32), "attention: n_parts=32 exceeds 16"),
-                     (lambda: ext.rope_kernel(48, 2), "rope: head_dim=48"),
-                     (lambda: ext.rmsnorm_kernel(48, 1), "rmsnorm: group=48 must be a multiple of 32"),
-                     (lambda: ext.add_kernel(100), "add: n=100 must be a multiple of 32")):
+                     (lambda: attention_ext.attention_decode_kernels(64, 4, 32, 32), "attention: n_parts=32 exceeds 16"),
+                     (lambda: rope_ext.rope_kernel(48, 2), "rope: head_dim=48"),
+                     (lambda: rmsnorm_ext.rmsnorm_kernel(48, 1), "rmsnorm: group=48 must be a multiple of 32"),
+                     (lambda: add_ext.add_kernel(100), "add: n=100 must be a multiple of 32")):
         with pytest.raises(ValueError, match=msg):
             bad()
-    zero, mac, out = ext.gemm_kernels(64, 64, 32)
+    zero, mac, out = gemm_ext.gemm_kernels(64, 64, 32)
     assert zero.obj == mac.obj == out.obj == "gemm_m64_k64_n32.o" and mac.source == "gemm.cc"
     assert (zero.symbol, mac.symbol, out.symbol) == ("gemm_zero_bf16_m64_k64_n32", "gemm_mac_bf16_m64_k64_n32",
                                                      "gemm_out_bf16_m64_k64_n32")
     assert ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1") in mac.defines
     with pytest.raises(ValueError, match="gemm: tile_n=24 must be a multiple of 16"):
-        ext.gemm_kernels(64, 64, 24)
+        gemm_ext.gemm_kernels(64, 64, 24)
     with pytest.raises(ValueError, match="gemm: tile_m=12 must be a multiple of 8"):
-        ext.gemm_kernels(12, 64, 32)
+        gemm_ext.gemm_kernels(12, 64, 32)
 
 
 def test_fingerprint_tracks_source_defines_and_flags(monkeypatch):
-    a, b = ext.gemv_kernel(2048, 2048, 2, 4), ext.gemv_kernel(2048, 2048, 4, 4)
-    fa = ext.kernel_fingerprint(a)
-    assert len(fa) == 64 and fa == ext.kernel_fingerprint(ext.gemv_kernel(2048, 2048, 2, 4))
-    assert fa != ext.kernel_fingerprint(b)
-    monkeypatch.setattr(ext, "PEANO_FLAGS", ext.PEANO_FLAGS + ("-O3",))
-    assert ext.kernel_fingerprint(a) != fa
+    a, b = gemv_ext.gemv_kernel(2048, 2048, 2, 4), gemv_ext.gemv_kernel(2048, 2048, 4, 4)
+    fa = compile_rules.kernel_fingerprint(a)
+    assert len(fa) == 64 and fa == compile_rules.kernel_fingerprint(gemv_ext.gemv_kernel(2048, 2048, 2, 4))
+    assert fa != compile_rules.kernel_fingerprint(b)
+    monkeypatch.setattr(compile_rules, "PEANO_FLAGS", compile_rules.PEANO_FLAGS + ("-O3",))
+    assert compile_rules.kernel_fingerprint(a) != fa
 
 
 def test_kernel_for_object_inverts_object_names():
-    for kern in (ext.gemv_kernel(8192, 512, 16, 256), ext.rope_kernel(128, 24, 1), ext.rope_kernel(64, 4, 2),
-                 ext.swiglu_kernel(512), ext.rmsnorm_kernel(2048, 2), ext.add_kernel(4096),
-                 ext.attention_prefill_kernels(64, 64, 32).init, ext.attention_decode_kernels(128, 3, 32, 4).init,
-                 ext.gemm_kernels(64, 64, 64).zero):
+    for kern in (gemv_ext.gemv_kernel(8192, 512, 16, 256), rope_ext.rope_kernel(128, 24, 1), rope_ext.rope_kernel(64, 4, 2),
+                 swiglu_ext.swiglu_kernel(512), rmsnorm_ext.rmsnorm_kernel(2048, 2), add_ext.add_kernel(4096),
+                 attention_ext.attention_prefill_kernels(64, 64, 32).init, attention_ext.attention_decode_kernels(128, 3, 32, 4).init,
+                 gemm_ext.gemm_kernels(64, 64, 64).zero):
         assert ext.kernel_for_object(kern.obj) == kern
-    assert ext.kernel_for_object(ext.attention_prefill_kernels(64, 64, 32).update.obj).symbol == \
+    assert ext.kernel_for_object(attention_ext.attention_prefill_kernels(64, 64, 32).update.obj).symbol == \
         "attnp_init_bf16_hd64_q64_k32"
-    assert ext.kernel_for_object(ext.attention_decode_kernels(64, 4, 64, 4).out.obj).symbol == \
+    assert ext.kernel_for_object(attention_ext.attention_decode_kernels(64, 4, 64, 4).out.obj).symbol == \
         "attnd_init_bf16_hd64_q4_k64_n4"
     assert ext.kernel_for_object("mv_k08192_c512_m16_r256.o") is None  # not a name the registry produces
     assert ext.kernel_for_object("zero.o") is None

@@ -165,7 +165,7 @@ def test_trace_shape_is_validated():
 
 import json  # noqa: E402
 
-from verify import diagnosis, report  # noqa: E402
+from verify import diagnosis, gate_report as report # noqa: E402
 from verify.prompt_set import PROMPTS_DIR, load_prompts  # noqa: E402
 
 

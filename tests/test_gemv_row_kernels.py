@@ -11,12 +11,17 @@ import re
 import numpy as np
 import pytest
 
-from kernel_builder import air_interp, planner
-from kernel_builder.kernels import add, gemv, rmsnorm, rope, swiglu
+from kernel_builder import planner
+from kernel_builder.add import builder as add
+from kernel_builder.gemv import builder as gemv, plan as gemv_plan
 from kernel_builder.numerics import BF16
 from kernel_builder.reference import KERNELS
-from llama_npu.rope import rope_lut
+from kernel_builder.rmsnorm import builder as rmsnorm, plan as rmsnorm_plan
+from kernel_builder.rope import builder as rope
+from kernel_builder.swiglu import builder as swiglu, plan as swiglu_plan
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M, LlamaModel
+from llama_npu.rope import rope_lut
+from multi_launch_builder.emulator import air_interp
 
 ULPS = 2
 
@@ -101,7 +106,7 @@ def test_interpreter_matches_reference(kind, params, build):
 def test_gemv_streams_x_then_weights_per_tile():
     """Every tile receives, on its own channel index, x once and then its weight blocks (row blocks x K chunks);
     the segment and the memory tiles take no part; each tile stores its rows once."""
-    p = planner.plan_gemv(32, 16384)
+    p = gemv_plan.plan_gemv(32, 16384)
     assert p.k_steps > 1 and p.row_steps > 1 and p.pingpong and (p.herd_x, p.herd_y) == (8, 2)
     text = gemv.build(32, 16384)
     _, stats = _interp(text, _inputs("gemv", dict(m=32, k=16384), 1))
@@ -297,7 +302,7 @@ def test_gemv_streams_fill_the_shim(model):
         if not name.startswith("gemv"):
             continue
         m, k = map(int, name[5:].split("x"))
-        p = planner.plan_gemv(m, k)
+        p = gemv_plan.plan_gemv(m, k)
         assert p.tiles == 16 and (p.herd_x, p.herd_y) == (8, 2), name
         puts = re.findall(r"air\.channel\.put @gemv_in\[(%\w+), (%\w+)\] \((%la_1|%la)\[([^\]]*)\] \[([^\]]*)\]", text)
         assert len(puts) == 2 * p.tiles
@@ -312,21 +317,21 @@ def test_gemv_streams_fill_the_shim(model):
         # per shim column 2 x (x + weights) + 2 y stores, each its own BD (the tool's runtime sequence: bd_id 0-5)
         assert u.core_s2mm <= 2 and u.core_mm2s == 1 and u.shim_bds == 6
         assert u.l1_bytes == p.l1_bytes() + u.stack_bytes, name
-        assert p.core_task_repeats <= planner.CORE_TASK_MAX_REPEATS and p.contiguous_stream
+        assert p.core_task_repeats <= gemv_plan.CORE_TASK_MAX_REPEATS and p.contiguous_stream
 
 
 def test_plans_at_llama_1b_shapes():
     s = LLAMA32_1B
-    p = planner.plan_gemv(s.hidden, s.ffn)   # down projection, K = 8192: one whole row per step
+    p = gemv_plan.plan_gemv(s.hidden, s.ffn)   # down projection, K = 8192: one whole row per step
     assert p.rows_per_tile * 2 % 4 == 0 and (p.tile_m, p.k_chunk) == (1, s.ffn) and p.pingpong
     assert p.l1_bytes() == sum(p.l1_buffers().values()) <= planner.L1_BUDGET
     b = p.l1_buffers()
     assert b["w"] == 2 * 2 * p.tile_m * p.k_chunk                                   # ping-pong copies
     assert b["x"] == 2 * s.ffn and b["y"] == 2 * p.rows_per_tile and b["acc_f32"] == 4 * p.tile_m  # one copy each
-    lm = planner.plan_gemv(LlamaModel(s).lm_rows, s.hidden)   # 16384 x 2048: whole rows, one contiguous stream
+    lm = gemv_plan.plan_gemv(LlamaModel(s).lm_rows, s.hidden)   # 16384 x 2048: whole rows, one contiguous stream
     assert (lm.tiles, lm.k_steps, lm.rows_per_tile) == (16, 1, 1024) and lm.l1_bytes() <= planner.L1_BUDGET
-    r = planner.plan_rmsnorm(2048, s.hidden)
+    r = rmsnorm_plan.plan_rmsnorm(2048, s.hidden)
     assert r.herd == 8 and r.steps % 2 == 0 and r.l1_buffers()["w"] == 2 * 2 * s.hidden
-    assert planner.plan_rmsnorm(1, s.hidden).l1_buffers() == {"x": 4096, "w": 4096, "y": 4096}  # no loop
-    e = planner.plan_swiglu(2048, s.ffn)
+    assert rmsnorm_plan.plan_rmsnorm(1, s.hidden).l1_buffers() == {"x": 4096, "w": 4096, "y": 4096}  # no loop
+    e = swiglu_plan.plan_swiglu(2048, s.ffn)
     assert e.herd == 8 and e.chunk_elements == 4096 and e.l1_bytes() == 5 * 2 * 4096

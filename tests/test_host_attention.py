@@ -1,5 +1,5 @@
-"""The emulator's host attention kernel (kernel_builder/host_kernels/attention_host.cc via
-kernel_builder.host_attention) against the numpy path, its own promises (a row's bits do not depend on the
+"""The emulator's host attention kernel (external_kernels/host/attention_host.cc via
+kernel_builder.attention.host) against the numpy path, its own promises (a row's bits do not depend on the
 chunk, the thread count or the vector/scalar build) and its fallbacks.
 
 Tolerance against `attention_numpy` (f64 products): both round once to bf16 from results that differ in the
@@ -12,8 +12,8 @@ import ctypes
 import numpy as np
 import pytest
 
-from kernel_builder import host_attention as ha
-from kernel_builder import host_native as hn
+from kernel_builder.attention import host as ha
+from external_kernels import host_build as hn
 from kernel_builder import reference as ref
 from kernel_builder.numerics import to_bf16
 from tooling import require_tool

@@ -1,4 +1,4 @@
-"""The emulator's bf16 GEMV (kernel_builder/host_kernels/gemv_host.cc via kernel_builder.host_gemv): against an
+"""The emulator's bf16 GEMV (external_kernels/host/gemv_host.cc via kernel_builder.gemv.host): against an
 f64 product and the BLAS f32 path, its fixed order (row blocks, threads, vector vs scalar build), and the emulator
 handing it the stored bf16 weights.
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernel_builder import host_gemv as hg
-from kernel_builder import host_native as hn
+from kernel_builder.gemv import host as hg
+from external_kernels import host_build as hn
 from kernel_builder import reference as ref
-from kernel_builder.launch_program import LaunchSpec, ReferenceExecutor
+from multi_launch_builder.emulator.launch_program import LaunchSpec, ReferenceExecutor
 from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_tool
 

@@ -37,10 +37,12 @@ def test_matmul_macs_scalar_versus_vectorised():
     w = RefWork(tile_matmul_macs=10**8)
     p = cost.PARAMS
     scalar = cost.launch_cost(w, p).compute_s
-    vec = cost.launch_cost(w, p, vectorized_matmul=True).compute_s
+    vec = cost.launch_cost(w, p, vectorized_matmul=True, elf=False).compute_s
     assert math.isclose(scalar, 10**8 * 2 * p.scalar_cycles_per_op / p.clock_hz)
     assert math.isclose(vec, 10**8 / (p.mmul_macs_per_cycle * p.gemm_efficiency) / p.clock_hz)
     assert scalar > 10 * vec
+    # in an ELF (every module we build) matrix-unit work costs elf_gemm_factor x the xclbin time
+    assert math.isclose(cost.launch_cost(w, p, vectorized_matmul=True).compute_s, vec * p.elf_gemm_factor)
 
 
 def test_calibration_errors_per_module_are_bounded():

@@ -9,8 +9,15 @@ import subprocess
 
 import pytest
 
-from kernel_builder import gemm_plan, planner
-from kernel_builder.kernels import add, attention, gemm, gemv, rmsnorm, rope, swiglu
+from kernel_builder.gemm import plan as gemm_plan
+from kernel_builder import planner
+from kernel_builder.add import builder as add
+from kernel_builder.attention import builder as attention
+from kernel_builder.gemm import builder as gemm
+from kernel_builder.gemv import builder as gemv
+from kernel_builder.rmsnorm import builder as rmsnorm
+from kernel_builder.rope import builder as rope
+from kernel_builder.swiglu import builder as swiglu
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 from tests import air_checks, air_generic
 from tests.tooling import require_tool

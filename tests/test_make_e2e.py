@@ -91,7 +91,7 @@ def test_make_doctor():
 
 def test_cli_launcher_hw_check_and_prepare_model(tmp_path):
     """README's CLI line: .venv/bin/llama-npu works as written."""
-    from kernel_builder.stitching import stitch
+    from multi_launch_builder.stitcher import stitch
     from llama_npu.models.llama import SMOLLM2_135M, LlamaModel
 
     f = tmp_path / "lm_head.mlir"

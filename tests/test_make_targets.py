@@ -62,8 +62,8 @@ def test_pyproject_has_no_setuptools_warnings():
         warnings.simplefilter("always")
         dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
     assert not [str(w.message) for w in caught]
-    for pkg in ("llama_npu", "llama_npu.models", "kernel_builder.hw", "kernel_builder.external_kernels",
-                "kernel_builder.host_kernels", "verify", "verify.prompts"):
+    for pkg in ("llama_npu", "llama_npu.models", "kernel_builder.hw", "multi_launch_builder", "external_kernels",
+                "external_kernels.host", "verify"):
         assert pkg in dist.packages, (pkg, dist.packages)
     assert not [p for p in dist.packages if p.startswith(("tests", "benchmarks"))]
 

@@ -1,4 +1,4 @@
-"""plan_memory against what the KernelCache really allocates on the null device for a tiny model, and the
+"""plan_memory against what the ModuleExecutor really allocates on the null device for a tiny model, and the
 sharing rules it follows (statics once per family and layer, activations once per module)."""
 from __future__ import annotations
 

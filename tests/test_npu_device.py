@@ -10,10 +10,10 @@ import types
 import numpy as np
 import pytest
 
-from kernel_builder.cache import KernelCache
-from kernel_builder.devices.base import Artifact, DeviceRunError
+from multi_launch_builder.executor import ModuleExecutor
+from multi_launch_builder.devices.base import Artifact, DeviceRunError
 from kernel_builder.numerics import to_bf16
-from tests.h4_fixtures import D, R, add_norm
+from tests.small_decls import D, R, add_norm
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
 
@@ -135,9 +135,9 @@ def _elf_artifact(tmp_path, name="add_norm"):
 
 
 def test_elf_flow_call_sequence(tmp_path, pyxrt_log):
-    from kernel_builder.devices.npu import NpuDevice
+    from multi_launch_builder.devices.npu import NpuDevice
     decl = add_norm()
-    kc = KernelCache(NpuDevice(), {"add_norm": _elf_artifact(tmp_path)}, [decl])
+    kc = ModuleExecutor(NpuDevice(), {"add_norm": _elf_artifact(tmp_path)}, [decl])
     rng = np.random.default_rng(0)
     x, r, w = (to_bf16(rng.standard_normal(s)) for s in ((R, D), (R, D), (D,)))
     out = kc.load_and_run("add_norm", x, r, w)
@@ -163,22 +163,22 @@ def test_elf_flow_call_sequence(tmp_path, pyxrt_log):
 
 
 def test_failed_run_state_raises_naming_the_module(tmp_path, monkeypatch):
-    from kernel_builder.devices.npu import NpuDevice
+    from multi_launch_builder.devices.npu import NpuDevice
     monkeypatch.setitem(sys.modules, "pyxrt", make_pyxrt([], final_state=TIMEOUT))
-    kc = KernelCache(NpuDevice(), {"add_norm": _elf_artifact(tmp_path)}, [add_norm()])
+    kc = ModuleExecutor(NpuDevice(), {"add_norm": _elf_artifact(tmp_path)}, [add_norm()])
     z = np.zeros((R, D), dtype=to_bf16(0).dtype)
     with pytest.raises(DeviceRunError, match="add_norm.*ERT_CMD_STATE_TIMEOUT"):
         kc.load_and_run("add_norm", z, z, np.zeros(D, z.dtype))
 
 
 def test_xclbin_flow_uses_instruction_bo_and_group_ids(tmp_path, pyxrt_log):
-    from kernel_builder.devices.npu import NpuDevice
+    from multi_launch_builder.devices.npu import NpuDevice
     (tmp_path / "m.xclbin").write_bytes(b"x")
     np.arange(6, dtype=np.uint32).tofile(tmp_path / "m.insts.bin")
     (tmp_path / "m.mlir").write_text("module {}\n")
     art = Artifact("add_norm", tmp_path / "m.mlir", xclbin=tmp_path / "m.xclbin",
                    insts=tmp_path / "m.insts.bin", kernel="MLIR_AIE")
-    kc = KernelCache(NpuDevice(), {"add_norm": art}, [add_norm()])
+    kc = ModuleExecutor(NpuDevice(), {"add_norm": art}, [add_norm()])
     z = np.zeros((R, D), dtype=to_bf16(0).dtype)
     kc.load_and_run("add_norm", z, z, np.zeros(D, z.dtype))
     log = pyxrt_log
@@ -194,7 +194,7 @@ def test_npu_module_imports_without_pyxrt(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyxrt", None)
     import importlib
 
-    import kernel_builder.devices.npu as npu
+    import multi_launch_builder.devices.npu as npu
     importlib.reload(npu)
     dev = npu.NpuDevice()
     with pytest.raises(RuntimeError, match="pyxrt"):
@@ -203,8 +203,8 @@ def test_npu_module_imports_without_pyxrt(monkeypatch):
 
 def test_elf_run_is_rebound_after_the_buffer_set_is_freed(tmp_path, pyxrt_log):
     """A freed-and-reallocated buffer set must never reuse a run bound to the old bos (ids can repeat)."""
-    from kernel_builder.devices.npu import NpuDevice
-    kc = KernelCache(NpuDevice(), {"add_norm": _elf_artifact(tmp_path)}, [add_norm()])
+    from multi_launch_builder.devices.npu import NpuDevice
+    kc = ModuleExecutor(NpuDevice(), {"add_norm": _elf_artifact(tmp_path)}, [add_norm()])
     rng = np.random.default_rng(1)
     x, r, w = (to_bf16(rng.standard_normal(s)) for s in ((R, D), (R, D), (D,)))
     kc.load_and_run("add_norm", x, r, w)
@@ -219,7 +219,7 @@ def test_elf_run_is_rebound_after_the_buffer_set_is_freed(tmp_path, pyxrt_log):
 
 
 def test_xclbin_flow_single_kernel_accepts_the_default_name(tmp_path, pyxrt_log):
-    from kernel_builder.devices.npu import NpuDevice
+    from multi_launch_builder.devices.npu import NpuDevice
     (tmp_path / "m.xclbin").write_bytes(b"x")
     np.arange(4, dtype=np.uint32).tofile(tmp_path / "m.insts.bin")
     (tmp_path / "m.mlir").write_text("module {}\n")
@@ -235,9 +235,9 @@ def test_xclbin_flow_single_kernel_accepts_the_default_name(tmp_path, pyxrt_log)
 def test_elf_ref_binds_the_producers_bo_and_keeps_both_runs(tmp_path, pyxrt_log):
     """A ref rebinds one slot to another module's bo: no host sync for it, a run bound to that bo
     (cached under its own buffer list), and the unaliased run is still reused afterwards."""
-    from kernel_builder.devices.npu import NpuDevice
+    from multi_launch_builder.devices.npu import NpuDevice
     a, b = add_norm("prod"), add_norm("cons")
-    kc = KernelCache(NpuDevice(), {"prod": _elf_artifact(tmp_path, "prod"), "cons": _elf_artifact(tmp_path, "cons")},
+    kc = ModuleExecutor(NpuDevice(), {"prod": _elf_artifact(tmp_path, "prod"), "cons": _elf_artifact(tmp_path, "cons")},
                      [a, b])
     rng = np.random.default_rng(2)
     x, r, w = (to_bf16(rng.standard_normal(s)) for s in ((R, D), (R, D), (D,)))
@@ -262,7 +262,7 @@ def test_elf_ref_binds_the_producers_bo_and_keeps_both_runs(tmp_path, pyxrt_log)
 def test_xclbin_ref_carries_the_producers_device_bytes_when_rehoming(tmp_path, pyxrt_log):
     """xclbin flow: bos live in a kernel's group ids, so a ref'd bo is re-homed for the consumer; the
     producer's device-side result is synced back first so the bytes survive the move."""
-    from kernel_builder.devices.npu import NpuDevice
+    from multi_launch_builder.devices.npu import NpuDevice
     arts = {}
     for name in ("prod", "cons"):
         (tmp_path / f"{name}.xclbin").write_bytes(b"x")
@@ -270,7 +270,7 @@ def test_xclbin_ref_carries_the_producers_device_bytes_when_rehoming(tmp_path, p
         (tmp_path / f"{name}.mlir").write_text("module {}\n")
         arts[name] = Artifact(name, tmp_path / f"{name}.mlir", xclbin=tmp_path / f"{name}.xclbin",
                               insts=tmp_path / f"{name}.insts.bin", kernel="MLIR_AIE")
-    kc = KernelCache(NpuDevice(), arts, [add_norm("prod"), add_norm("cons")])
+    kc = ModuleExecutor(NpuDevice(), arts, [add_norm("prod"), add_norm("cons")])
     z = np.zeros((R, D), dtype=to_bf16(0).dtype)
     kc.load_and_run("prod", z, z, np.zeros(D, z.dtype), read=())
     y_bo = [e for e in pyxrt_log if e[0].startswith("bo[host_only")][-1]   # prod's y, group 7

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_builder import gemm_plan as G
-from kernel_builder import attention_plan as A
 from kernel_builder import planner as P
+from kernel_builder.add import plan as add_plan
+from kernel_builder.attention import plan as A
+from kernel_builder.gemm import plan as G
+from kernel_builder.gemv import external as gemv_ext, plan as gemv_plan
+from kernel_builder.rmsnorm import plan as rmsnorm_plan
+from kernel_builder.rope import plan as rope_plan
+from kernel_builder.swiglu import plan as swiglu_plan
 from llama_npu.models.llama import LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M
 
 MODELS = [LLAMA32_1B, LLAMA32_3B, SMOLLM2_135M]
@@ -105,11 +110,11 @@ def test_gemm_uses_full_array_for_llama_prefill():
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
 def test_gemv_plans(s):
     for k, m in _projections(s):
-        p = P.plan_gemv(m, k)
+        p = gemv_plan.plan_gemv(m, k)
         assert m == p.tiles * p.rows_per_tile and p.rows_per_tile % p.tile_m == 0 and k % p.k_chunk == 0
-        assert p.tiles == P.GEMV_MAX_TILES and (p.herd_x, p.herd_y) == (P.NPU2_COLS, 2)   # 16 weight streams
-        assert p.contiguous_stream and p.core_task_repeats <= P.CORE_TASK_MAX_REPEATS
-        assert p.tile_m <= P.MAX_GEMV_TILE_M and p.k_chunk % P.GEMV_K_MULTIPLE == 0
+        assert p.tiles == gemv_plan.GEMV_MAX_TILES and (p.herd_x, p.herd_y) == (P.NPU2_COLS, 2)   # 16 weight streams
+        assert p.contiguous_stream and p.core_task_repeats <= gemv_plan.CORE_TASK_MAX_REPEATS
+        assert p.tile_m <= gemv_plan.MAX_GEMV_TILE_M and p.k_chunk % gemv_ext.GEMV_K_MULTIPLE == 0
         assert p.rows_per_tile * P.BF16 % 4 == 0          # one store of whole 32-bit words per tile
         assert p.l1_bytes() <= P.L1_BUDGET
         assert p.steps == 1 or p.steps % 2 == 0           # ping-ponged loop: even trip count
@@ -120,33 +125,33 @@ def test_gemv_large_k(hidden, ffn):
     """K up to 14336 (8B-class down projections): x stays whole in L1; K chunks (one row per step, so the
     weight stream stays one contiguous run) keep the ping-ponged weight block in budget."""
     for m, k in ((hidden, ffn), (ffn, hidden)):
-        p = P.plan_gemv(m, k)
+        p = gemv_plan.plan_gemv(m, k)
         assert p.l1_bytes() <= P.L1_BUDGET and p.pingpong and p.contiguous_stream
-    p = P.plan_gemv(4096, 14336)
+    p = gemv_plan.plan_gemv(4096, 14336)
     assert p.k_steps > 1 and p.tile_m == 1
 
 
 def test_gemv_herds_and_limits(monkeypatch):
     """Tiles: the most (<= 16, two per shim column) that leave an even number of rows per tile; up to 8 in one
     herd row, else two rows. A tile's weight blocks fit one core DMA task (256 runs of the ping-pong pair)."""
-    assert [P.gemv_herd_shape(t) for t in (1, 8, 10, 16)] == [(1, 1), (8, 1), (5, 2), (8, 2)]
-    assert P.gemv_herd_shape(9) is None and P.gemv_herd_shape(18) is None
-    assert (P.plan_gemv(20, 64).herd_x, P.plan_gemv(20, 64).herd_y) == (5, 2)   # 10 tiles of 2 rows
-    assert P.plan_gemv(6, 64).tiles == 3                                       # 2 rows each
-    assert P.plan_gemv(32768, 2048).core_task_repeats == 256                   # at the limit: 2048 rows per tile
+    assert [gemv_plan.gemv_herd_shape(t) for t in (1, 8, 10, 16)] == [(1, 1), (8, 1), (5, 2), (8, 2)]
+    assert gemv_plan.gemv_herd_shape(9) is None and gemv_plan.gemv_herd_shape(18) is None
+    assert (gemv_plan.plan_gemv(20, 64).herd_x, gemv_plan.plan_gemv(20, 64).herd_y) == (5, 2)   # 10 tiles of 2 rows
+    assert gemv_plan.plan_gemv(6, 64).tiles == 3                                       # 2 rows each
+    assert gemv_plan.plan_gemv(32768, 2048).core_task_repeats == 256                   # at the limit: 2048 rows per tile
     with pytest.raises(ValueError, match="core DMA task repeats"):
-        P.plan_gemv(65536, 2048)
-    monkeypatch.setattr(P, "CORE_TASK_MAX_REPEATS", 4)
-    p = P.plan_gemv(512, 2048)   # 32 rows per tile: at most 4 runs of 2 steps -> 4 rows per step
+        gemv_plan.plan_gemv(65536, 2048)
+    monkeypatch.setattr(gemv_plan, "CORE_TASK_MAX_REPEATS", 4)
+    p = gemv_plan.plan_gemv(512, 2048)   # 32 rows per tile: at most 4 runs of 2 steps -> 4 rows per step
     assert p.core_task_repeats <= 4 and p.tile_m == 4
 
 
 def test_gemv_l1_counts_pingpong_only_for_streamed_buffers():
-    p = P.GemvPlan(m=2048, k=8192, herd_x=8, herd_y=2, tile_m=1, k_chunk=4096)
+    p = gemv_plan.GemvPlan(m=2048, k=8192, herd_x=8, herd_y=2, tile_m=1, k_chunk=4096)
     assert (p.rows_per_tile, p.row_steps, p.k_steps, p.steps) == (128, 128, 2, 2)
     assert p.l1_buffers() == {"w": 2 * 2 * 4096, "x": 2 * 8192, "acc_f32": 4, "y": 256}
     assert p.stream_bytes() == 2 * (8192 + 128 * 8192)
-    one = P.GemvPlan(m=32, k=64, herd_x=8, herd_y=2, tile_m=2, k_chunk=64)   # one step per tile: no loop, one copy
+    one = gemv_plan.GemvPlan(m=32, k=64, herd_x=8, herd_y=2, tile_m=2, k_chunk=64)   # one step per tile: no loop, one copy
     assert one.steps == 1 and not one.pingpong and one.l1_buffers()["w"] == 2 * 2 * 64
 
 
@@ -155,23 +160,23 @@ def test_gemv_l1_counts_pingpong_only_for_streamed_buffers():
 def test_row_plans(s, rows):
     for g in (0, s.head_dim):
         dim = s.hidden if not g else s.q_dim
-        r = P.plan_rmsnorm(rows, dim, g)
+        r = rmsnorm_plan.plan_rmsnorm(rows, dim, g)
         assert r.herd * r.units_per_tile * r.group == rows * dim and r.units_per_tile % r.chunk == 0
         assert r.group == (g or dim) and r.l1_bytes() <= P.L1_BUDGET and r.herd <= P.NPU2_COLS
-    for kind, dim in (("add", s.hidden), ("swiglu", s.ffn)):
-        e = getattr(P, f"plan_{kind}")(rows, dim)
+    for plan, dim in ((add_plan.plan_add, s.hidden), (swiglu_plan.plan_swiglu, s.ffn)):
+        e = plan(rows, dim)
         assert e.herd * e.units_per_tile == rows * dim and e.units_per_tile % e.chunk == 0
         assert e.chunk % 32 == 0 and e.l1_bytes() <= P.L1_BUDGET and e.herd <= P.NPU2_COLS
         assert e.steps == 1 or e.steps % 2 == 0
     for heads in (s.n_heads, s.n_kv_heads):
-        ro = P.plan_rope(rows, heads, s.head_dim)
+        ro = rope_plan.plan_rope(rows, heads, s.head_dim)
         covered_rows = ro.herd * ro.rows_per_tile if ro.split == "rows" else ro.rows_per_tile
         covered_heads = ro.heads_per_tile if ro.split == "rows" else ro.herd * ro.heads_per_tile
         assert (covered_rows, covered_heads) == (rows, heads)
         assert ro.rows_per_tile % ro.step_rows == 0 and ro.heads_per_tile % ro.step_heads == 0
         assert ro.l1_bytes() <= P.L1_BUDGET and (ro.steps == 1 or ro.steps % 2 == 0)
     if rows == 1:  # decode: the heads of the one row are spread over tiles when each keeps >= 256 elements
-        q = P.plan_rope(1, s.n_heads, s.head_dim)
+        q = rope_plan.plan_rope(1, s.n_heads, s.head_dim)
         assert q.split == "heads" and q.herd * q.heads_per_tile == s.n_heads
         assert q.herd == 1 or q.heads_per_tile * s.head_dim >= P.MIN_ELEMWISE_CHUNK
 
@@ -233,36 +238,36 @@ def test_attention_plans_use_the_array():
 
 
 def test_lm_head_reference_partitioning():
-    p = P.plan_lm_head(128256, 2048)
+    p = gemv_plan.plan_lm_head(128256, 2048)
     assert (p.n_parts, p.part_rows) == (8, 16384)
     for vocab, hidden in ((49152, 576), (128256, 3072), (32000, 4096), (100, 576)):
-        p = P.plan_lm_head(vocab, hidden)
+        p = gemv_plan.plan_lm_head(vocab, hidden)
         assert p.n_parts * p.part_rows >= vocab
-        assert p.n_parts * p.part_rows - vocab <= max(vocab // 8, p.n_parts * P.LM_HEAD_ROW_QUANTUM)
-        assert p.gemv == P.plan_gemv(p.part_rows, hidden)
+        assert p.n_parts * p.part_rows - vocab <= max(vocab // 8, p.n_parts * gemv_plan.LM_HEAD_ROW_QUANTUM)
+        assert p.gemv == gemv_plan.plan_gemv(p.part_rows, hidden)
 
 
 @pytest.mark.parametrize("call,words", [
-    (lambda: P.plan_gemv(7, 2048), ["gemv", "m=7", "even"]),
-    (lambda: P.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
-    (lambda: P.plan_gemv(64, 40000), ["gemv", "k=40000", "KiB", "split k"]),
-    (lambda: P.plan_gemv(65536, 2048), ["gemv", "m=65536", "256", "split m"]),
+    (lambda: gemv_plan.plan_gemv(7, 2048), ["gemv", "m=7", "even"]),
+    (lambda: gemv_plan.plan_gemv(2048, 100), ["gemv", "k=100", "multiple of 32"]),
+    (lambda: gemv_plan.plan_gemv(64, 40000), ["gemv", "k=40000", "KiB", "split k"]),
+    (lambda: gemv_plan.plan_gemv(65536, 2048), ["gemv", "m=65536", "256", "split m"]),
     (lambda: G.plan_gemm(2048, 2048, 100), ["gemm", "n=100", "multiple of 16", "8x8x8"]),
     (lambda: G.plan_gemm(1, 2048, 2048), ["gemm", "m=1", "gemv"]),
-    (lambda: P.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
-    (lambda: P.plan_rmsnorm(4, 2064, 48), ["rmsnorm", "group=48", "multiple of 32"]),
-    (lambda: P.plan_rmsnorm(4, 2048, 96), ["rmsnorm", "group=96", "does not divide"]),
-    (lambda: P.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 32"]),
-    (lambda: P.plan_rope(4, 8, 63), ["rope", "head_dim=63", "even"]),
-    (lambda: P.plan_rope(4, 8, 48), ["rope", "head_dim=48", "multiple of 32"]),
+    (lambda: rmsnorm_plan.plan_rmsnorm(4, 10**6), ["rmsnorm", "dim=1000000", "limit"]),
+    (lambda: rmsnorm_plan.plan_rmsnorm(4, 2064, 48), ["rmsnorm", "group=48", "multiple of 32"]),
+    (lambda: rmsnorm_plan.plan_rmsnorm(4, 2048, 96), ["rmsnorm", "group=96", "does not divide"]),
+    (lambda: swiglu_plan.plan_swiglu(4, 8190), ["swiglu", "dim=8190", "multiple of 32"]),
+    (lambda: rope_plan.plan_rope(4, 8, 63), ["rope", "head_dim=63", "even"]),
+    (lambda: rope_plan.plan_rope(4, 8, 48), ["rope", "head_dim=48", "multiple of 32"]),
     (lambda: A.plan_attention(64, 64, 30, 8, 64), ["attention", "heads=30", "kv_heads=8"]),
     (lambda: A.plan_attention(64, 64, 32, 8, 65), ["attention", "head_dim=65", "even"]),
     (lambda: A.plan_attention(64, 64, 32, 8, 4096), ["attention", "head_dim=4096", "KiB"]),
     (lambda: A.plan_attention(1, 4096 * 64, 32, 8, 4096), ["attention", "decode", "KiB"]),
     (lambda: A.plan_attention(64, 32, 32, 8, 64), ["attention", "rows=64", "kv_rows=32"]),
-    (lambda: P.plan_add(0, 2048), ["add", "rows", "positive"]),
-    (lambda: P.plan_gemv(-5, 2048), ["gemv", "m", "positive"]),
-    (lambda: P.plan_lm_head(128256, 0), ["lm_head", "hidden", "positive"]),
+    (lambda: add_plan.plan_add(0, 2048), ["add", "rows", "positive"]),
+    (lambda: gemv_plan.plan_gemv(-5, 2048), ["gemv", "m", "positive"]),
+    (lambda: gemv_plan.plan_lm_head(128256, 0), ["lm_head", "hidden", "positive"]),
     (lambda: G.plan_gemm(64, 2048.0, 64), ["gemm", "k", "positive int"]),
 ])
 def test_bad_shapes_name_kernel_dimension_and_limit(call, words):

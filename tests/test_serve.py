@@ -110,8 +110,10 @@ def server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("serve")
     env = {k: v for k, v in os.environ.items() if k not in ("MODEL", "DEVICE")}  # the embedded model
+    # --context 512 below the model's 8192, with the default --max-tokens 1024: requests without max_tokens
+    # must be budgeted with this run's context (they were refused when the model's was used)
     srv = ServerProcess(["--device", "emu", "--buckets", "64,256", "--cache-dir", str(tmp / "kernels"),
-                         "--max-tokens", "32"], tmp / "serve.log", env=env)
+                         "--context", "512"], tmp / "serve.log", env=env)
     yield srv
     srv.stop()
 
@@ -227,15 +229,21 @@ def test_length_limit_and_completions_endpoint(client, tokenizer):
         client.completions.create(model=MODEL, prompt=[10**9], max_tokens=1)
 
 
-def test_next_turn_reuses_the_kv_cache(client, france):
+def test_next_turn_reuses_the_kv_cache(client, france, tokenizer):
     ask(client, FRANCE)  # the conversation the next turn extends
     turn2 = FRANCE + [{"role": "assistant", "content": france.choices[0].message.content},
                       {"role": "user", "content": "And of Germany?"}]
     r = ask(client, turn2, max_tokens=4)
     cached = r.usage.prompt_tokens_details.cached_tokens
     assert france.usage.prompt_tokens <= cached < r.usage.prompt_tokens
-    other = ask(client, GERMANY, max_tokens=2)  # diverges at once: computed from scratch
-    assert other.usage.prompt_tokens_details.cached_tokens == 0
+    other = ask(client, GERMANY, max_tokens=2)  # another conversation: only the shared template head is reused
+    f_ids, g_ids = (tokenizer.apply_chat_template(m) for m in (turn2, GERMANY))
+    shared = next(i for i, (a, b) in enumerate(zip(f_ids, g_ids)) if a != b)
+    assert 0 < shared < len(g_ids) - 1
+    assert other.usage.prompt_tokens_details.cached_tokens == shared
+    again = ask(client, GERMANY, max_tokens=2)  # the identical prompt: all but its last token reused
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == other.choices[0].message.content
 
 
 def test_bad_inputs_get_openai_errors_and_the_server_keeps_working(server, client, france):
@@ -248,8 +256,8 @@ def test_bad_inputs_get_openai_errors_and_the_server_keeps_working(server, clien
         ask(client, [{"role": "wizard", "content": "hi"}])
     assert e.value.status_code == 400 and "wizard" in e.value.message
     with pytest.raises(openai.BadRequestError) as e:
-        ask(client, FRANCE, max_tokens=9000)  # the context is 8192
-    assert e.value.code == "context_length_exceeded"
+        ask(client, FRANCE, max_tokens=500)  # this run's context is 512 (--context)
+    assert e.value.code == "context_length_exceeded" and "context is 512 tokens" in e.value.message
     with pytest.raises(openai.BadRequestError) as e:  # a prompt that alone fills the context
         ask(client, [{"role": "user", "content": "hello " * 8300}], max_tokens=None)
     assert e.value.code == "context_length_exceeded"
@@ -304,8 +312,89 @@ def test_two_concurrent_clients_are_both_served(server, client, france):
     assert "Berlin" in alone
 
 
-def test_ctrl_c_shuts_down_cleanly(server):
-    code = server.interrupt()
+def test_default_max_tokens_fits_the_runs_context(client):
+    """No max_tokens and --max-tokens 1024 on a --context 512 run: the reply may use what the context leaves
+    (it was refused: the worker budgeted with the model's 8192)."""
+    r = ask(client, FRANCE, max_tokens=None)
+    assert r.choices[0].finish_reason == "stop" and "Paris" in r.choices[0].message.content
+
+
+MALFORMED = [
+    b"[" * 100_000,                                                     # RecursionError in json.loads
+    b'{"messages": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+    {"messages": FRANCE, "seed": -1},                                    # numpy takes no negative seed
+    {"messages": FRANCE, "seed": 2**64},
+    {"messages": FRANCE, "seed": "1"},
+    {"messages": FRANCE, "max_tokens": 2.5},
+    {"messages": FRANCE, "temperature": "hot"},
+    {"messages": FRANCE, "stop": {"a": 1}},
+    {"messages": FRANCE, "stream_options": {"include_usage": "yes"}},
+    {"messages": "hello"},
+    {"messages": [["user", "hi"]]},
+    {"messages": [{"role": "user", "content": 5}]},
+    {"messages": [{"role": None, "content": "hi"}]},
+    {"prompt": "x", "messages": FRANCE, "model": ["a"]},
+    b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}',       # a lone surrogate: not tokenizable
+    b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+]
+
+
+def test_malformed_requests_are_4xx_and_keep_the_cache(server, client, france):
+    first = ask(client, FRANCE)  # the conversation in the KV cache
+    for body in MALFORMED:
+        status, ctype, text = http(server, "/v1/chat/completions", body)
+        assert 400 <= status < 500 and ctype == "application/json", (body[:60], status, text[:200])
+        assert set(json.loads(text)["error"]) == {"message", "type", "param", "code"}
+    status, _, text = http(server, "/v1/completions", {"prompt": [[1, 2], [3]]})
+    assert status == 400
+    again = ask(client, FRANCE)  # nothing reset the cache: all but the last prompt token reused
+    assert again.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == france.choices[0].message.content
+    assert "Traceback" not in server.errors()
+
+
+def test_a_20_mb_body_is_413_while_another_chat_is_served(server, client, france):
+    from benchmarks.serve import _big_upload
+
+    big: dict = {}
+    upload = threading.Thread(target=_big_upload, args=(server.url, 20 << 20, big))
+    upload.start()
+    other = ask(client, FRANCE)
+    upload.join(timeout=120)
+    assert not upload.is_alive() and big["status"] == "HTTP/1.1 413 Request Entity Too Large", big
+    assert other.choices[0].message.content == france.choices[0].message.content
+
+
+def test_client_gone_mid_body_is_one_log_line(server, client, france):
+    before = len(server.log.read_text())
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"mess")
+    assert ask(client, FRANCE).choices[0].message.content == france.choices[0].message.content
+    server.errors()  # flushes
+    lines = [ln for ln in server.log.read_text()[before:].splitlines() if ln.strip()]
+    assert len(lines) == 1 and "disconnected while sending its request (6 bytes received)" in lines[0], lines
+
+
+def test_ctrl_c_ends_a_stream_with_length_and_shuts_down_cleanly(server):
+    """Ctrl-C mid-reply: the stream ends with finish_reason "length" (not "stop": the reply did not end by
+    itself) and fewer tokens than asked, then [DONE]; the server exits 0."""
+    import signal
+
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    stream = c.chat.completions.create(model=MODEL, temperature=0, max_tokens=400, stream=True,
+                                       stream_options={"include_usage": True}, messages=[
+        {"role": "user", "content": "Write a very long story about a dragon who learns to bake bread."}])
+    got, finishes, used = 0, [], None
+    for ch in stream:
+        got += bool(ch.choices and ch.choices[0].delta.content)
+        if got == 3 and not finishes:
+            server.proc.send_signal(signal.SIGINT)
+            got += 1
+        finishes += [ch.choices[0].finish_reason] if ch.choices and ch.choices[0].finish_reason else []
+        used = ch.usage or used
+    assert finishes == ["length"] and used is not None and used.completion_tokens < 400
+    code = server.proc.wait(timeout=60)  # the one Ctrl-C above (a second one would be exit 130)
     log = server.errors()
     assert code == 0, log
     assert "Traceback" not in log and "llama-npu serve: stopped" in log

@@ -7,13 +7,14 @@ from functools import partial
 import numpy as np
 import pytest
 
-from kernel_builder.build import build_modules
-from kernel_builder.cache import KernelCache
-from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
-from kernel_builder.devices.emu import EmuDevice
-from kernel_builder.devices.interp import InterpEmuDevice
-from kernel_builder.devices.null import NullDevice
-from kernel_builder.kernels import add, rmsnorm
+from multi_launch_builder.compile import build_modules
+from multi_launch_builder.executor import ModuleExecutor
+from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
+from multi_launch_builder.devices.emu import EmuDevice
+from multi_launch_builder.devices.interp import InterpEmuDevice
+from multi_launch_builder.devices.null import NullDevice
+from kernel_builder.add import builder as add
+from kernel_builder.rmsnorm import builder as rmsnorm
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.reference import KERNELS
 
@@ -49,7 +50,7 @@ def _rand(rng, shape):
 @pytest.mark.parametrize("device", [EmuDevice, InterpEmuDevice, NullDevice])
 def test_state_written_in_place_then_read_by_another_module(artifacts, device):
     arts, decls = artifacts
-    kc = KernelCache(device(), arts, decls)
+    kc = ModuleExecutor(device(), arts, decls)
     kc.define_state("cache", CAP)
     rng = np.random.default_rng(0)
     w = _rand(rng, (D,))
@@ -76,7 +77,7 @@ def test_state_written_in_place_then_read_by_another_module(artifacts, device):
 
 def test_window_outside_the_state_and_missing_scalar_are_rejected(artifacts):
     arts, decls = artifacts
-    kc = KernelCache(NullDevice(), arts, decls)
+    kc = ModuleExecutor(NullDevice(), arts, decls)
     x = np.zeros((ROWS, D), BF16)
     with pytest.raises(ValueError, match="state 'cache' has no capacity yet"):
         kc.load_and_run("append", x=x, r=x, pos=0)
@@ -94,7 +95,7 @@ def test_window_outside_the_state_and_missing_scalar_are_rejected(artifacts):
 
 def test_growing_a_state_keeps_its_rows(artifacts):
     arts, decls = artifacts
-    kc = KernelCache(EmuDevice(), arts, decls)
+    kc = ModuleExecutor(EmuDevice(), arts, decls)
     kc.define_state("cache", 4)
     rng = np.random.default_rng(1)
     x, r = _rand(rng, (ROWS, D)), _rand(rng, (ROWS, D))
@@ -111,7 +112,7 @@ def test_growing_a_state_keeps_its_rows(artifacts):
 
 def test_write_state_rows_and_errors(artifacts):
     arts, decls = artifacts
-    kc = KernelCache(EmuDevice(), arts, decls)
+    kc = ModuleExecutor(EmuDevice(), arts, decls)
     kc.define_state("cache", CAP, per_key=False)
     rows = to_bf16(np.arange(3 * D).reshape(3, D))
     kc.write_state("cache", rows, start=4)
@@ -126,14 +127,14 @@ def test_write_state_rows_and_errors(artifacts):
 def test_host_handoff_policy_copies_through_the_host_with_the_same_result(tmp_path):
     """handoff="host": a ref is read back and written into the consumer's own buffer (counted), with
     bit-identical results to the device hand-off."""
-    from tests.h4_fixtures import add_norm
+    from tests.small_decls import add_norm
     decls = [add_norm()]
     arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
     rng = np.random.default_rng(2)
     x, r, w = _rand(rng, (4, 64)), _rand(rng, (4, 64)), _rand(rng, (64,))
     outs, counts = [], []
     for policy in ("device", "host"):
-        kc = KernelCache(EmuDevice(), arts, decls, handoff=policy)
+        kc = ModuleExecutor(EmuDevice(), arts, decls, handoff=policy)
         kc.load_and_run("add_norm", x, r, w, read=())
         kc.reset_counters()
         outs.append(kc.load_and_run("add_norm", kc.ref("add_norm", "y"), r)["y"])
@@ -143,19 +144,19 @@ def test_host_handoff_policy_copies_through_the_host_with_the_same_result(tmp_pa
     y_bytes = 4 * 64 * 2
     assert counts == [(y_bytes, y_bytes), (2 * y_bytes, 2 * y_bytes)]
     with pytest.raises(ValueError, match="handoff must be one of"):
-        KernelCache(EmuDevice(), arts, decls, handoff="pcie")
+        ModuleExecutor(EmuDevice(), arts, decls, handoff="pcie")
 
 
 def test_a_ref_may_start_at_a_row(tmp_path):
     """ref(module, arg, row=r) binds the rows from r on (the last prompt row feeding the LM head)."""
-    from tests.h4_fixtures import add_norm
+    from tests.small_decls import add_norm
     big = add_norm("big")
     one = ModuleDecl("one", (Arg("x", (1, 64), Role.INPUT), Arg("r", (1, 64), Role.INPUT),
                              Arg("y", (1, 64), Role.OUTPUT)),
                      (Launch("add", partial(add.build, 1, 64), ("x", "r", "y")),))
     decls = [big, one]
     arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
-    kc = KernelCache(EmuDevice(), arts, decls)
+    kc = ModuleExecutor(EmuDevice(), arts, decls)
     rng = np.random.default_rng(3)
     x, r, w = _rand(rng, (4, 64)), _rand(rng, (4, 64)), _rand(rng, (64,))
     y = kc.load_and_run("big", x, r, w)["y"]
@@ -170,7 +171,7 @@ def test_host_attention_fallback_matches_the_attention_reference(tmp_path):
     """The CPU decode attention (f32 mirrors of the device KV cache) against reference.decode_attn (= the row
     of causal attention the emulated NPU computes): the same bytes; a 2 % scaling error would not pass."""
     from kernel_builder.reference import decode_attn
-    from llama_npu.kv_cache import HostAttention
+    from llama_npu.host_attention import HostAttention
 
     heads, kv_heads, hd, n_pos = 6, 2, 64, 40
     width = kv_heads * hd
@@ -182,7 +183,7 @@ def test_host_attention_fallback_matches_the_attention_reference(tmp_path):
         (Launch("k", partial(add.build, 1, width), ("x", "r", "k_slot")),
          Launch("v", partial(add.build, 1, width), ("y", "z", "v_slot"))), scalars=("pos",))
     arts = build_modules([decl], tmp_path, "emu", progress=False).artifacts
-    kc = KernelCache(EmuDevice(), arts, [decl])
+    kc = ModuleExecutor(EmuDevice(), arts, [decl])
     kc.define_state("k_cache", 64)
     kc.define_state("v_cache", 64)
     rng = np.random.default_rng(7)

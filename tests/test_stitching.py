@@ -13,10 +13,10 @@ import pytest
 import air_checks
 import air_generic
 from kernel_builder import mlir_text as mt
-from kernel_builder.launch_program import read_launch_program, run_program, run_program_io
+from multi_launch_builder.emulator.launch_program import read_launch_program, run_program, run_program_io
 from kernel_builder.presets import AirccPreset, preset_of_text
-from kernel_builder.stitching import SigArg, Slice, stitch, stitch_modules
-from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
+from multi_launch_builder.stitcher import SigArg, Slice, stitch, stitch_modules
+from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from tooling import require_tool
 
 V4 = "memref<4xbf16>"

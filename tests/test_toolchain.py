@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernel_builder import toolchain as T
-from kernel_builder.devices import make_device
+from multi_launch_builder.devices import make_device
 
 ROOT = Path(__file__).resolve().parents[1]
 

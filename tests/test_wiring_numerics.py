@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from kernel_builder.build import build_modules
-from kernel_builder.cache import KernelCache
-from kernel_builder.decl import ModuleDecl, Role
-from kernel_builder.devices.emu import EmuDevice
+from multi_launch_builder.compile import build_modules
+from multi_launch_builder.executor import ModuleExecutor
+from multi_launch_builder.decl import ModuleDecl, Role
+from multi_launch_builder.devices.emu import EmuDevice
 from kernel_builder.numerics import to_bf16
-from kernel_builder.reference import KERNELS as K
+from kernel_builder.reference import KERNELS as K, decode_attn, flash_attn
 from llama_npu.engine import run_layers
-from llama_npu.kv_cache import HostAttention
+from llama_npu.host_attention import HostAttention
 from llama_npu.models.graph import PhasePlan
 from llama_npu.models.llama import SMOLLM2_135M, LlamaModel, QKNormLlama
 from llama_npu.rope import rope_lut
@@ -59,10 +59,10 @@ def _layer_math(w, x, pos, k_hist, v_hist, qk_norm):
     k_new = K["rope"](k, lut, rows=r, heads=S.n_kv_heads, head_dim=HD)
     keys, vals = np.concatenate([k_hist, k_new]), np.concatenate([v_hist, v])
     if r == 1:
-        t["attn"] = K["decode_attn"](t["q_roped"], keys, vals, pos, kv_rows=pos + 1, heads=S.n_heads,
+        t["attn"] = decode_attn(t["q_roped"], keys, vals, pos, kv_rows=pos + 1, heads=S.n_heads,
                                      kv_heads=S.n_kv_heads, head_dim=HD)
     else:
-        t["attn"] = K["flash_attn"](t["q_roped"], keys, vals, seq=r, heads=S.n_heads, kv_heads=S.n_kv_heads,
+        t["attn"] = flash_attn(t["q_roped"], keys, vals, seq=r, heads=S.n_heads, kv_heads=S.n_kv_heads,
                                     head_dim=HD, causal=1)
     proj = lin(t["attn"], w["wo"], H, Q)
     res1 = K["add"](x, proj, rows=r, dim=H)
@@ -78,11 +78,11 @@ def _same(a, b) -> bool:
 
 
 def _run(tmp_path, model, plan: PhasePlan, w: dict, x: np.ndarray, pos: int, history=None):
-    """One layer of `plan` through KernelCache + emu, as the engine runs it. Returns (layer output, reads,
+    """One layer of `plan` through ModuleExecutor + emu, as the engine runs it. Returns (layer output, reads,
     K rows, V rows of the cache)."""
     decls = plan.decls
     arts = build_modules(decls, tmp_path, "emu", progress=False).artifacts
-    kc = KernelCache(EmuDevice(), arts, decls)
+    kc = ModuleExecutor(EmuDevice(), arts, decls)
     for name in ("k_cache", "v_cache"):
         kc.define_state(name, CAP)
     kc.define_state("rope", CAP, per_key=False)

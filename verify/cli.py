@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from . import diagnosis as diag
-from . import report as rep
+from verify import gate_report as rep
 from .gate import compare
 from .hf_runner import (DEFAULT_SEED, DEFAULT_THREADS, HF_ATTN, HFReference, ReferenceUnavailable,
                         import_reference_stack)
@@ -23,12 +23,12 @@ EXIT_PASS, EXIT_FAIL, EXIT_UNAVAILABLE = 0, 1, 2
 
 # The runtime CLI's argument types and one-line parser: the same rules and messages for both commands
 # (its bad-input exit code, 2, is also verify's "cannot run").
-from llama_npu.cli import _Parser, bucket_list as _buckets, positive_int as _positive  # noqa: E402
+from llama_npu.cli import OneLineParser, bucket_list as _buckets, positive_int as _positive  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m verify", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p = OneLineParser(prog="python -m verify", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
 
     def common(sp):
         sp.add_argument("--model", default=None, help="HF directory or id (default: embedded SmolLM2-135M-Instruct)")

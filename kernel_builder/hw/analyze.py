@@ -23,12 +23,12 @@ from kernel_builder.hw.facts import NPU2, NPU2Facts
 from kernel_builder.hw.checks import TransferChecks
 from kernel_builder.hw.flows import FlowAccounting
 from kernel_builder.hw.ir import L1, L2, L3, Alloc, Buffer, Call, Compute, Loop, Region, Transfer
-from kernel_builder.hw.valued import valued_work
+from kernel_builder.hw.operand_work import valued_work
 from kernel_builder.hw.results import (AIECC, AIR_TO_AIE, PING_PONG, RUNTIME, STAGES, Flow,
                                        LaunchReport, Usage, Violation, Work)
 
-# Which ping-pong rule decides the buffer copies: "all-loops" (the mlir-air the lowering toolchain under
-# /work/tools builds, 2026-04) or "candidates" (mlir-air HEAD's isPingPongCandidate, 2026-08).
+# Which ping-pong rule decides the buffer copies: "all-loops" (the mlir-air the real-lowering toolchain
+# pins, efeb41ce4, 2026-04) or "candidates" (mlir-air HEAD's isPingPongCandidate, 2026-08).
 PINGPONG_RULE = "all-loops"
 
 __all__ = ["analyze_launches", "STAGES", "Flow", "LaunchReport", "Usage", "Violation", "Work"]
@@ -152,6 +152,9 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
             self.work.tile_scalar_ops = max(w[2] for w in tile_work)
             self.work.tile_scores = max(w[3] for w in tile_work)
             self.work.tile_mmul_macs = max(w[4] for w in tile_work)
+            self.work.tile_mmul_emulated_macs = max(w[5] for w in tile_work)
+            self.work.tile_l1_in_bytes = max(w[6] for w in tile_work)
+            self.work.tile_l1_out_bytes = max(w[7] for w in tile_work)
         return LaunchReport(self.index, self.launch_name, self.usage, self.work, self.violations)
 
     # ---- herds
@@ -237,11 +240,14 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         self._pingpong_failure(herd, paths)
         # transfers: shim flows, memtile endpoints, checks
         # work
-        best = (0.0, 0, 0, 0, 0)   # the busiest tile over the whole launch grid (launch iterations run in turn)
+        # the busiest tile over the whole launch grid (launch iterations run in turn): (vector cycles, matmul MACs,
+        # scalar ops, scores, block-float mmul MACs, emulated mmul MACs, busiest L1 in / out stream bytes)
+        best = (0.0, 0, 0, 0, 0, 0, 0, 0)
         valued = [n for n in paths if isinstance(n, Call) and (ec := external_cost(n.symbol)) is not None
                   and ec[0].valued]   # work depends on operand values: evaluated per call (_valued_work)
         for runs in by_tile.values():
-            vec = mm = sc = sc_ = mmul = 0
+            vec = mm = sc = sc_ = mmul = emul = 0
+            l1: Counter = Counter()   # (side, transfer) -> bytes: each L1 transfer is one core DMA stream
             for c, lmult in runs:
                 for n, k in c.items():
                     k *= lmult
@@ -253,12 +259,19 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
                             sc += w.scalar_ops * k
                             sc_ += w.scores * k
                             mmul += w.mmul_macs * k
+                            emul += w.emulated_mmul_macs * k
                     elif isinstance(n, Compute):
                         if n.kind == "matmul":
                             mm += n.macs * k
                         else:
                             sc += n.macs * k
-            best = max(best, (vec, mm, sc, sc_, mmul))
+                    elif isinstance(n, Transfer):
+                        for side, acc in (("in", n.dst), ("out", n.src)):
+                            if acc is not None and acc.buffer.space == L1:
+                                l1[side, n] += acc.nbytes * k
+            l1_in = max((b for (side, _), b in l1.items() if side == "in"), default=0)
+            l1_out = max((b for (side, _), b in l1.items() if side == "out"), default=0)
+            best = max(best, (vec, mm, sc, sc_, mmul, emul, l1_in, l1_out))
         for n in valued:
             best = tuple(a + b for a, b in zip(best, valued_work(self.launch, herd, n, paths[n], self.m.ranges)))
         for n, k in totals.items():

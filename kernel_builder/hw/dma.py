@@ -54,7 +54,7 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
     launch dim past the sizes given is not tiled: whole in every tile).
     A DDR write that shares its output with other writes of the launch (`chained_write`) folds no launch dim:
     AIR chains them by write-after-write dependencies and each stays one task per launch iteration (the GEMM's
-    8 C row-panel writes through /work/tools/air-lower.sh: one task per launch iteration, untiled and with
+    8 C row-panel writes through the real-lowering driver: one task per launch iteration, untiled and with
     tiling 2,2, while its A / W panel loads folded the grid; untiled, a 1 x 16 launch exhausted the shim BD
     IDs); a lone store folds like a load."""
     dims = canonical_dims(acc)
@@ -89,7 +89,7 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
         if extent <= 1:
             continue
         # launch dims past the tiling sizes stay whole inside a tile (attention's 8 x 1 x 8 grid with tiling
-        # 2,2 through /work/tools/air-lower.sh: 2 x 8 = 16 chained output writes per shim column per wait)
+        # 2,2 through the real-lowering driver: 2 x 8 = 16 chained output writes per shim column per wait)
         t = tiling[i] if i < len(tiling) else extent
         inner = _largest_factor(extent, t) if tiling else extent
         if stop or chained_write or not fold(launch.ids[i], inner, 1):

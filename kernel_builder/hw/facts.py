@@ -12,7 +12,7 @@ Sources (paths in mlir-aie / mlir-air, as read for docs/hardware-model.md, which
 - linalg.py = mlir-aie python/iron/kernels/linalg.py `_MM_MAC_DIMS["aie2p"]` (bf16 mmul 4x8x8; 8x8x8 with the
   BFP16 emulation); UG1603 = AMD AI Engine-ML Kernel and Graph Programming Guide (memory tile: 6 MM2S + 6 S2MM
   DMA channels, 512 KB; the scalar unit has no floating-point hardware)
-- guide = /work/shared/reference/llama32_1b_npu2_implementation_guide.txt (B5: ~100 us per xrt.run)
+- guide = the 1B-model NPU2 implementation guide of mlir-air's llama32_1b example (B5: ~100 us per xrt.run)
 """
 from __future__ import annotations
 
@@ -72,15 +72,20 @@ class NPU2Facts:
     bf16_mmul_macs_per_cycle: int = _f(256, "one 4x8x8 bf16 mmul per cycle (linalg.py shape; one vector op per "
                                            "VLIW bundle, UG1603)")
     vector_lanes_bf16: int = _f(32, "512-bit vector register = 32 bf16 lanes (UG1603 native vector size)")
+    vector_lanes_f32: int = _f(16, "512-bit vector register = 16 f32 lanes (UG1603 native vector size)")
+    bfp16_mmul_shape: tuple = _f((8, 8, 8), "linalg.py _MM_MAC_DIMS['aie2p']: 8x8x8 with the BFP16 emulation "
+                                           "(AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16)")
     scalar_float_hw: bool = _f(False, "AM020/UG1603: the scalar unit has no floating-point hardware (emulation)")
     # ---- dispatch and hardware contexts
     dispatch_overhead_s: float = _f(100e-6, "guide B5: each xrt.run() has ~100 us fixed overhead")
     hw_contexts: int = _f(16, "amdxdna driver hwctx_limit = 16 for the npu2 family; mlir-aie PR #3526 lowered "
-                              "its npu2 context cache to 16 (designs.md 5)")
+                              "its npu2 context cache to 16")
     hw_contexts_comfortable: int = _f(10, "mlir-air smolvla docs/profile.md: a process loading ~10+ ELFs starts "
-                                          "failing CREATE_HWCTX / timing out (designs.md 5)")
+                                          "failing CREATE_HWCTX / timing out")
+    core_task_max_repeats: int = _f(256, "aie-rt XAie_DmaChannelSetStartQueue: RepeatCount <= MaxRepeatCount = 256 "
+                                         "(driver/src/global/xaie2pgbl_reginit.c)")
     bd_max_repeat_count: int = _f(255, "kernel_registry GEMV page: launch loop beyond 'the 255 buffer-descriptor "
-                                       "repeat-count limit' (designs.md 3)")
+                                       "repeat-count limit' (mlir-air programming_examples/kernel_registry)")
 
     @property
     def core_tiles(self) -> int:

@@ -81,7 +81,10 @@ class Work:
     tile_matmul_macs: int = 0         # linalg.matmul MACs (lowered to scalar loops by aircc today)
     tile_scalar_ops: int = 0          # scalar float ops (codegen loops, linalg.generic/fill, externals' scalar part)
     tile_scores: int = 0              # attention scores through an online-softmax step
-    tile_mmul_macs: int = 0           # MACs of external kernels on the matrix unit (aie::mmul)
+    tile_mmul_macs: int = 0           # MACs of external kernels on the matrix unit (aie::mmul, block-float mode)
+    tile_mmul_emulated_macs: int = 0  # ... of a bf16 aie::mmul compiled without the block-float flag (emulated)
+    tile_l1_in_bytes: int = 0         # the busiest tile's busiest stream into L1 (one core S2MM channel)
+    tile_l1_out_bytes: int = 0        # ... out of L1 (one core MM2S channel)
     vector_macs: int = 0              # totals over the launch
     scalar_macs: int = 0
     flows: list[Flow] = field(default_factory=list)

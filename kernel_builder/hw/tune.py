@@ -2,7 +2,7 @@
 
 `stack_need(texts)` / `preset_for_kernels(texts)`: the cheap path a model family uses for every module it
 declares (the model layer calls it per module): the stack the core code of the module's kernels needs, from the
-model's per-family figures (external_costs.EXTERNAL_COSTS `stack_bytes`, and NPU2.soft_float_div_stack_bytes for
+model's per-family figures (each kernel's external.py COSTS `stack_bytes`, and NPU2.soft_float_div_stack_bytes for
 a scalar float division / square root in codegen core code - the same sources the analyzer uses), rounded up to
 `STACK_STEP`, and the runtime loop tiling its kernels' launch grids need (`runtime_tiling`: the analyzer on each
 kernel text alone, memoised - a GEMM's launch grid keeps one chained C row write per iteration in flight on the
@@ -52,7 +52,7 @@ def stack_need(texts) -> int:
 
 
 # Runtime loop tiling sizes tried, coarsest first: 2 x 2 is what mlir-air's GEMM designs use ("BD-ID recycling
-# tiling", designs.md 1.5); 1 x 1 waits after every launch iteration.
+# tiling"); 1 x 1 waits after every launch iteration.
 RUNTIME_TILINGS: tuple[tuple[int, ...], ...] = ((2, 2), (1, 2), (2, 1), (1, 1))
 
 
@@ -60,7 +60,7 @@ RUNTIME_TILINGS: tuple[tuple[int, ...], ...] = ((2, 2), (1, 2), (2, 1), (1, 1))
 def runtime_tiling(text: str) -> tuple[int, ...]:
     """The runtime loop tiling one kernel text needs: () when the model counts no shim BD overflow untiled,
     else the coarsest of RUNTIME_TILINGS under which it counts none (the last one when none helps)."""
-    from kernel_builder.hw.report import analyze_module
+    from kernel_builder.hw.module_report import analyze_module
 
     if not _has(analyze_module(text, preset=AirccPreset()), "shim", "BDs"):
         return ()
@@ -92,7 +92,7 @@ def _has(rep, tile: str, resource: str) -> bool:
 
 
 def derive_preset(text: str, name: str | None = None, base: AirccPreset | None = None) -> AirccPreset:
-    from kernel_builder.hw.report import analyze_module
+    from kernel_builder.hw.module_report import analyze_module
 
     preset = base or AirccPreset()
     rep = analyze_module(text, name, preset=preset)

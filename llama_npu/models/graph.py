@@ -8,7 +8,7 @@ its inputs comes from, so the engine walks every phase with one loop:
 
   - roles follow from the cut: a tensor produced and consumed inside a segment is INTERMEDIATE, one that
     another step (or the next layer) needs is OUTPUT, one produced elsewhere is INPUT (bound on the device
-    with KernelCache.ref), weights are STATIC, state windows are STATE, the position is a scalar;
+    with ModuleExecutor.ref), weights are STATIC, state windows are STATE, the position is a scalar;
   - each op picks its kernel for the phase through a lowering rule (a linear layer is a GEMV for one row,
     a GEMM otherwise);
   - a segment made of a host op (decode attention on the CPU, the fallback) becomes a host step.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kernel_builder.decl import Arg, Launch, ModuleDecl, Role
+from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from kernel_builder.presets import AirccPreset
 
 POS = "pos"   # the scalar holding the first row (position) a call works on
@@ -138,7 +138,7 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
         if kinds != {False}:
             raise ValueError(f"phase {phase.name}: segment {seg} mixes host and device ops")
         steps.append(_module(i, ops, name, phase, graph, rules, producer, consumers, taken, steps, family,
-                             (presets or {}).get(seg, AirccPreset())))
+                             (presets or {}).get(seg)))
     out = graph.outputs[0]
     return PhasePlan(phase, tuple(steps), (producer[out], out))
 
@@ -159,7 +159,7 @@ def _source(t: str, graph: LayerGraph, producer: dict, taken: dict, steps: list[
 
 
 def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules: dict, producer: dict,
-            consumers: dict, taken: dict, steps: list, family: str, preset: AirccPreset) -> Step:
+            consumers: dict, taken: dict, steps: list, family: str, preset: AirccPreset | None) -> Step:
     rows = phase.rows
     args: dict[str, Arg] = {}
     inputs: dict[str, Source] = {}

@@ -6,13 +6,11 @@ RoPE) adds two ops and two weights; nothing else in the code base changes for it
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
-from kernel_builder.decl import ModuleDecl
-from kernel_builder.hw.tune import preset_for_kernels
-from kernel_builder.planner import plan_lm_head
+from multi_launch_builder.decl import ModuleDecl
+from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower
 from .lowering import RULES
@@ -175,7 +173,7 @@ class LlamaModel:
                               ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}"), "attn"),
                               ("ffn", f"ffn_s{rows}", None))
         phase = Phase("prefill", rows, window)
-        return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY))
+        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY)
 
     def decode(self, kv_rows: int | None = None) -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
@@ -184,36 +182,15 @@ class LlamaModel:
         if kv_rows:
             segs = self._segments(("layer", f"layer_kv{kv_rows}", None))
             phase = Phase("decode", 1, kv_rows)
-            return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY))
+            return lower(self.graph, phase, RULES, segs, LAYER_FAMILY)
         segs = self._segments(("qkv", "qkv_dec", "k_new"), ("attn", "attn_host", "attn"), ("ffn", "ffn_dec", None))
         phase = Phase("decode", 1, 0)
-        return self.presets(lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"})))
+        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
         phase = Phase("decode", 1, 0)
-        return self.presets(lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY))
-
-    @staticmethod
-    def presets(plan: PhasePlan) -> PhasePlan:
-        """The plan with each module's aircc preset taken from the hardware model's numbers for its kernels
-        (kernel_builder.hw.tune.preset_for_kernels):
-        - the stack the kernels' core code needs: RMSNorm's soft-float invsqrt needs 1152 bytes
-          (external_costs.py), rounded up to `--stack-size 1280`; attention takes its reciprocals from
-          `aie::inv` + a Newton step (no soft-float division), so a module without an RMSNorm keeps aircc's
-          default 1024;
-        - the runtime loop tiling its kernels' launch grids need to keep the shim BDs in budget (the coarsest of
-          2,2 / 1,2 / 2,1 / 1,1 under which the model counts no overflow; none when the grid fits untiled),
-          e.g. 2,2 for the large prefill GEMMs, 1,2 for Llama-3.2-1B attention from 1024 rows.
-        The planners keep every kernel in L1 with its ping-pong copies, so no module omits ping-pong;
-        tests/test_hw_modules.py checks every declared module against the model with this preset."""
-        steps = []
-        for st in plan.steps:
-            if st.decl is not None:
-                preset = preset_for_kernels([launch.build() for launch in st.decl.launches])
-                st = dataclasses.replace(st, decl=dataclasses.replace(st.decl, preset=preset))
-            steps.append(st)
-        return dataclasses.replace(plan, steps=tuple(steps))
+        return lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
 
     WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
 

@@ -1,14 +1,14 @@
 """Lowering rules: which kernel computes a graph op in a phase, how it is wired, which arguments it adds.
 
 One rule per op kind (`RULES[kind](op, phase, graph) -> (kernel factory, wiring, extra Args)`); wiring names
-follow the kernel's canonical argument order (kernel_builder.kernels.SIGNATURES). Weight arguments are the
+follow the kernel's canonical argument order (kernel_builder.registry.SIGNATURES). Weight arguments are the
 Hugging Face `[out, in]` tensors as stored: both `linear` kernels (GEMV for one row, GEMM for more: c = a·wᵀ)
 read `<w>`, so prefill and decode share one device buffer per weight.
 """
 from __future__ import annotations
 
-from kernel_builder.decl import Arg, Role
-from kernel_builder.kernels import kernel
+from multi_launch_builder.decl import Arg, Role
+from kernel_builder.registry import kernel
 
 from .graph import POS, LayerGraph, Op, Phase
 

@@ -1,0 +1,492 @@
+// Tile primitives of the `attention` kernel (kernel_builder/attention/builder.py): causal GQA attention with an
+// online softmax whose state lives in f32 in L1.
+//
+// State of one core tile (f32, ATTN_LQ query rows): acc[ATTN_LQ][ATTN_HEAD_DIM] (unnormalised output), then
+// m[ATTN_LQ] (running max of the scaled scores), then l[ATTN_LQ] (running sum of exp(score - m)).
+// One update with a K tile and a V tile ([ATTN_LK][ATTN_HEAD_DIM] bf16, keys at k_pos0 .. k_pos0+ATTN_LK-1) for
+// query row i at position q_pos0 + i * q_pos_step: keys after the query are masked; a row whose keys are all
+// masked is left unchanged (so a schedule may stream tiles past the causal bound); otherwise, over the visible
+// keys j, s_j = (q_i . k_j) * ATTN_SCALE, m' = max(m, max_j s_j), alpha = exp(m - m'),
+// acc = alpha * acc + sum_j exp(s_j - m') v_j, l = alpha * l + sum_j exp(s_j - m'), m = m'.
+//
+// ATTN_MODE 1 (prefill; a core's input stream is a sequence of "items" of 2*ATTN_LK rows):
+//   init(state, q): empty state, q = 0 (once per launch iteration)
+//   item(item, q, state, t, n_q, slot, q_pos0): items t < n_q carry the Q tiles of the cores sharing the
+//       stream; slot = 2 * (the item holding this core's tile) + (the half it starts in). A tile starting in
+//       half 0 takes item rows [0, ATTN_LK) as Q rows [0, ATTN_LK) and item rows [2*ATTN_LK - (ATTN_LQ -
+//       ATTN_LK), 2*ATTN_LK) as Q rows [ATTN_LK, ATTN_LQ) (ATTN_LK <= ATTN_LQ <= 2*ATTN_LK); when ATTN_LQ ==
+//       ATTN_LK an item carries two tiles, one per half, and a tile may start in half 1. The core copies its
+//       tile when t == slot / 2.
+//       Item t >= n_q is the K/V tile (t - n_q): K = rows [0, ATTN_LK), V = rows
+//       [ATTN_LK, 2*ATTN_LK), keys at (t - n_q)*ATTN_LK; one update of the rows at q_pos0 + i.
+//   finish(state, out): out = acc / l in bf16 (rows with l == 0 -> 0); out may be the q buffer; the state is
+//       emptied again for the next query block.
+// ATTN_MODE 2 (decode; items of 2*ATTN_LK + ATTN_LQ rows: K, V, then the query rows of one GQA group):
+//   init(state)
+//   step(item, state, pos, k_pos0): one update of all ATTN_LQ rows at position pos.
+//   merge(parts, out): parts = ATTN_NPARTS states of the same rows over disjoint key ranges; with
+//       M = max_s m_s, w_s = exp(m_s - M): out = (sum_s w_s acc_s) / (sum_s w_s l_s) in bf16 (0 when the sum is 0).
+// ATTN_SCALE is 1/sqrt(head_dim) rounded to f32 (kernel_builder.reference.attention_scale), a hex-float literal.
+#include "kernel_common.h"
+
+#if !defined(ATTN_MODE) || !defined(ATTN_HEAD_DIM) || !defined(ATTN_LQ) || !defined(ATTN_LK) || \
+    !defined(ATTN_SCALE) || !defined(ATTN_INIT_SYMBOL) || !defined(ATTN_UPDATE_SYMBOL) || !defined(ATTN_OUT_SYMBOL)
+#error "compile with the -DATTN_* defines from kernel_builder/externals.py"
+#endif
+LLAMA_NPU_REQUIRE(ATTN_HEAD_DIM);
+LLAMA_NPU_REQUIRE(ATTN_LQ);
+LLAMA_NPU_REQUIRE(ATTN_LK);
+#if ATTN_MODE == 1
+static_assert(ATTN_LK <= ATTN_LQ && ATTN_LQ <= 2 * ATTN_LK, "a Q tile travels in one item as two ATTN_LK-row halves");
+#elif ATTN_MODE == 2
+LLAMA_NPU_REQUIRE(ATTN_NPARTS);
+#else
+#error "ATTN_MODE must be 1 (prefill) or 2 (decode)"
+#endif
+
+static constexpr int kHd = ATTN_HEAD_DIM;
+static constexpr int kLq = ATTN_LQ;
+static constexpr int kLk = ATTN_LK;
+static constexpr float kScale = ATTN_SCALE;
+static constexpr float kLowest = -0x1.fffffep127f;  // "no key seen yet"; exp(kLowest - m) == 0
+
+static inline float *state_m(float *state) { return state + kLq * kHd; }
+static inline float *state_l(float *state) { return state + kLq * kHd + kLq; }
+
+// Keys of a tile at k_pos0 visible to a query at q_pos: a prefix of the tile (causal).
+static inline int visible_keys(int32_t q_pos, int32_t k_pos0) {
+  const int32_t n = q_pos - k_pos0 + 1;
+  return n <= 0 ? 0 : (n >= kLk ? kLk : static_cast<int>(n));
+}
+
+#if defined(__AIENGINE__)
+
+// ---------------------------------------------------------------------------------------- AIE2P vector path
+// Prefill: q.K^T and p.V run on the bf16 matrix unit (aie::mmul<4, 8, 8>, f32 accumulation); the softmax runs
+// on 16-lane f32/bf16 vectors (aie::exp2 returns bf16, so probabilities carry bf16 precision, as the mmul
+// operands must anyway). Scores are scaled once by scale * log2(e) (one f32 constant) into log2 units, so exp2
+// takes them with no second multiply (aie_api's f32 multiplies are emulated); m, in the state, is kept in those
+// log2 units by this path. (Folding the constant into the bf16 Q instead would drop that multiply too, but the
+// bf16 rounding of q * c triples the output error: measured with the host aie_api, docs/aie-api-host.md.)
+// Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
+// Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core); the per-row
+// softmax statistics (max, sum, alpha) are computed in 16-lane vectors, one lane per row (no scalar float
+// arithmetic). Score/probability scratch and the statistics live in static arrays (core data memory, < 2 KiB;
+// the planner's L1 reserve holds it), not on the stack, so the call chain stays within aircc's default 1 KiB.
+static constexpr int kLanes = 16;
+static constexpr int kDotLanes = 32;
+static constexpr float kLog2e = 1.4426950408889634f;
+static constexpr float kScaleLog2e = kScale * kLog2e;  // scores -> log2 units in one multiply
+static constexpr float kMaskedArg = -80.0f;  // exp2 argument of a masked key: ~1e-24, keeps exp2 normal
+static_assert(kHd % kDotLanes == 0, "ATTN_HEAD_DIM must be a multiple of 32 on AIE2P");
+static_assert(kLk % kLanes == 0, "ATTN_LK must be a multiple of 16 on AIE2P");
+
+using MMul = ::aie::mmul<4, 8, 8, bfloat16, bfloat16>;
+
+// 1/x for 16 lanes of positive x: bf16 reciprocal, refined once in f32 (r = r0 * (2 - x * r0)).
+static inline ::aie::vector<float, kLanes> reciprocal16(::aie::vector<float, kLanes> x) {
+  ::aie::accum<accfloat, kLanes> xa;
+  xa.from_vector(x);
+  const ::aie::vector<bfloat16, kLanes> r0b = ::aie::inv(xa.template to_vector<bfloat16>());
+  ::aie::accum<accfloat, kLanes> r0a;
+  r0a.from_vector(r0b);
+  const ::aie::vector<float, kLanes> r0 = r0a.template to_vector<float>();
+  ::aie::accum<accfloat, kLanes> two;
+  two.from_vector(::aie::broadcast<float, kLanes>(2.0f));
+  const ::aie::accum<accfloat, kLanes> e = ::aie::msc(two, x, r0);
+  return ::aie::mul(e.template to_vector<float>(), r0).template to_vector<float>();
+}
+
+// 2^a for 16 lanes as bf16 (a in log2 units).
+static inline ::aie::vector<bfloat16, kLanes> exp16(::aie::vector<float, kLanes> a) { return ::aie::exp2<bfloat16>(a); }
+
+// x > 0 for a float read as its bits (+0 and negatives are not): no scalar float compare (emulated)
+static inline bool positive(float x) { return __builtin_bit_cast(int32_t, x) > 0; }
+
+// f32 vector helpers through the accumulator (AIE2P adds/subtracts f32 in accfloat)
+static inline ::aie::vector<float, kLanes> vsub(::aie::vector<float, kLanes> a, ::aie::vector<float, kLanes> b) {
+  ::aie::accum<accfloat, kLanes> x, y;
+  x.from_vector(a);
+  y.from_vector(b);
+  return ::aie::sub(x, y).template to_vector<float>();
+}
+static inline ::aie::vector<float, kLanes> vadd(::aie::vector<float, kLanes> a, ::aie::vector<float, kLanes> b) {
+  ::aie::accum<accfloat, kLanes> x, y;
+  x.from_vector(a);
+  y.from_vector(b);
+  return ::aie::add(x, y).template to_vector<float>();
+}
+static inline ::aie::vector<float, kLanes> bf16_to_f32_16(::aie::vector<bfloat16, kLanes> v) {
+  ::aie::accum<accfloat, kLanes> a;
+  a.from_vector(v);
+  return a.template to_vector<float>();
+}
+
+static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
+  for (int i = 0; i < kLq * kHd; i += kLanes) ::aie::store_v(state + i, ::aie::zeros<float, kLanes>());
+  float *m = state_m(state), *l = state_l(state);
+  for (int i = 0; i < kLq; ++i) {
+    m[i] = kLowest;
+    l[i] = 0.0f;
+  }
+}
+
+// Softmax of n <= 16 rows of raw scores s[n][kLk] (f32, unscaled; scaled here by scale * log2e into log2 units); row
+// r has vis[r] >= 1 visible keys (a prefix). Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and
+// alpha[0, n) = 2^(m_old - m_new). The per-row statistics live in 16-lane vectors (one lane per row): no scalar
+// float arithmetic (the scalar unit would emulate it); scalars only move between vectors and memory.
+static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, int n, const int *vis,
+                         float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT alpha) {
+  alignas(::aie::vector_decl_align) static float rmax[kLanes], rsum[kLanes], mo[kLanes], lo[kLanes];
+  alignas(::aie::vector_decl_align) static float mn[kLanes], mk[kLanes], al[kLanes], ln[kLanes];
+  for (int r = 0; r < kLanes; ++r) {
+    rmax[r] = kLowest;
+    rsum[r] = 0.0f;
+    mo[r] = r < n ? m[r] : kLowest;
+    lo[r] = r < n ? l[r] : 0.0f;
+  }
+  for (int r = 0; r < n; ++r) {
+    float *sr = s + r * kLk;
+    for (int j = 0; j < kLk; j += kLanes)
+      ::aie::store_v(sr + j, ::aie::mul(::aie::load_v<kLanes>(sr + j), kScaleLog2e).template to_vector<float>());
+    for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
+    ::aie::vector<float, kLanes> vmax = ::aie::load_v<kLanes>(sr);
+    for (int j = kLanes; j < kLk; j += kLanes) vmax = ::aie::max(vmax, ::aie::load_v<kLanes>(sr + j));
+    rmax[r] = ::aie::reduce_max(vmax);
+  }
+  const ::aie::vector<float, kLanes> vmo = ::aie::load_v<kLanes>(mo);
+  const ::aie::vector<float, kLanes> vmn = ::aie::max(vmo, ::aie::load_v<kLanes>(rmax));
+  ::aie::store_v(mn, vmn);
+  // exp argument of a masked key: m_new + kMaskedArg - m_new = kMaskedArg (exp ~ 0; zeroed below anyway)
+  ::aie::store_v(mk, vadd(vmn, ::aie::broadcast<float, kLanes>(kMaskedArg)));
+  const ::aie::vector<bfloat16, kLanes> ones = ::aie::broadcast<bfloat16, kLanes>(static_cast<bfloat16>(1.0f));
+  for (int r = 0; r < n; ++r) {
+    float *sr = s + r * kLk;
+    bfloat16 *pr = p + r * kLk;
+    for (int j = vis[r]; j < kLk; ++j) sr[j] = mk[r];
+    const ::aie::vector<float, kLanes> mr = ::aie::broadcast<float, kLanes>(mn[r]);
+    ::aie::accum<accfloat, kLanes> sum = ::aie::zeros<accfloat, kLanes>();
+    for (int j = 0; j < kLk; j += kLanes) {
+      ::aie::vector<bfloat16, kLanes> pj = exp16(vsub(::aie::load_v<kLanes>(sr + j), mr));
+      ::aie::store_v(pr + j, pj);
+      if (j + kLanes > vis[r]) {  // the chunk holding the causal edge: zero the masked probabilities
+        for (int c = vis[r] > j ? vis[r] - j : 0; c < kLanes; ++c) pr[j + c] = static_cast<bfloat16>(0.0f);
+        pj = ::aie::load_v<kLanes>(pr + j);
+      }
+      sum = ::aie::mac(sum, pj, ones);
+    }
+    rsum[r] = ::aie::reduce_add(sum.template to_vector<float>());
+  }
+  // alpha = 2^max(m_old - m_new, kMaskedArg) (log2 units); l = alpha * l + sum
+  const ::aie::vector<float, kLanes> va =
+      bf16_to_f32_16(exp16(::aie::max(vsub(vmo, vmn), ::aie::broadcast<float, kLanes>(kMaskedArg))));
+  ::aie::store_v(al, va);
+  ::aie::accum<accfloat, kLanes> lacc;
+  lacc.from_vector(::aie::load_v<kLanes>(rsum));
+  ::aie::store_v(ln, ::aie::mac(lacc, va, ::aie::load_v<kLanes>(lo)).template to_vector<float>());
+  for (int r = 0; r < n; ++r) {
+    m[r] = mn[r];
+    l[r] = ln[r];
+    alpha[r] = al[r];
+  }
+}
+
+#if ATTN_MODE == 1
+static_assert(kLq % 4 == 0 && kLk % 8 == 0 && kHd % 8 == 0, "prefill tiles must be whole 4x8x8 mmul blocks");
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (int i = 0; i < kLq * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::zeros<bfloat16, kDotLanes>());
+}
+
+// Loads a [rows x 8] block (row stride `stride` elements) as one row-major vector.
+static inline ::aie::vector<bfloat16, 32> load_4x8(const bfloat16 *p, int stride) {
+  return ::aie::concat(::aie::load_v<8>(p), ::aie::load_v<8>(p + stride), ::aie::load_v<8>(p + 2 * stride),
+                       ::aie::load_v<8>(p + 3 * stride));
+}
+static inline ::aie::vector<bfloat16, 64> load_8x8(const bfloat16 *p, int stride) {
+  return ::aie::concat(load_4x8(p, stride), load_4x8(p + 4 * stride, stride));
+}
+
+static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA_NPU_RESTRICT v,
+                           const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int32_t q_pos0,
+                           int32_t k_pos0) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  if (k_pos0 > q_pos0 + kLq - 1) return;  // every key after every query of the tile
+  alignas(::aie::vector_decl_align) static float s[4 * kLk];
+  alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
+  float *m = state_m(state), *l = state_l(state);
+  // keys no row of the tile sees may hold anything (a KV window past the chunk): zero their V rows so that
+  // p = 0 never meets a NaN/inf in the p.V product (their scores are replaced before the softmax)
+  const int vis_max = visible_keys(q_pos0 + kLq - 1, k_pos0);
+  for (int j = vis_max; j < kLk; ++j)
+    for (int d = 0; d < kHd; d += kDotLanes)
+      ::aie::store_v(v + j * kHd + d, ::aie::zeros<bfloat16, kDotLanes>());
+  for (int i0 = 0; i0 < kLq; i0 += 4) {
+    if (k_pos0 > q_pos0 + i0 + 3) continue;  // no row of this block sees a key of the tile
+    // scores of 4 query rows x kLk keys: S = Q . K^T, K^T blocks transposed in registers
+    for (int j0 = 0; j0 < kLk; j0 += 8) {
+      MMul mm;
+      for (int d = 0; d < kHd; d += 8) {
+        const ::aie::vector<bfloat16, 64> kt = ::aie::transpose(load_8x8(k + j0 * kHd + d, kHd), 8, 8);
+        if (d == 0)
+          mm.mul(load_4x8(q + i0 * kHd + d, kHd), kt);
+        else
+          mm.mac(load_4x8(q + i0 * kHd + d, kHd), kt);
+      }
+      const ::aie::vector<float, 32> c = mm.template to_vector<float>();
+      for (int r = 0; r < 4; ++r) ::aie::store_v(s + r * kLk + j0, c.template extract<8>(r));
+    }
+    alignas(::aie::vector_decl_align) float alpha[4];
+    int vis[4], live[4], n_live = 0;
+    for (int r = 0; r < 4; ++r) {
+      vis[r] = visible_keys(q_pos0 + i0 + r, k_pos0);
+      if (vis[r] == 0) {  // row unchanged: zero probabilities, alpha 1
+        for (int j = 0; j < kLk; j += kLanes) ::aie::store_v(p + r * kLk + j, ::aie::zeros<bfloat16, kLanes>());
+        alpha[r] = 1.0f;
+      } else {
+        live[n_live++] = r;
+      }
+    }
+    // the rows that see keys are a suffix of the block (positions grow with the row)
+    const int r0 = live[0];
+    softmax_rows(s + r0 * kLk, p + r0 * kLk, n_live, vis + r0, m + i0 + r0, l + i0 + r0, alpha + r0);
+    // acc (4 rows x 8 dims blocks) = alpha * acc + P . V
+    for (int d = 0; d < kHd; d += 8) {
+      float *a = state + i0 * kHd + d;
+      ::aie::vector<float, 32> a0 = ::aie::concat(
+          ::aie::mul(::aie::load_v<8>(a), alpha[0]).template to_vector<float>(),
+          ::aie::mul(::aie::load_v<8>(a + kHd), alpha[1]).template to_vector<float>(),
+          ::aie::mul(::aie::load_v<8>(a + 2 * kHd), alpha[2]).template to_vector<float>(),
+          ::aie::mul(::aie::load_v<8>(a + 3 * kHd), alpha[3]).template to_vector<float>());
+      MMul mm(a0);
+      for (int j0 = 0; j0 < kLk; j0 += 8) mm.mac(load_4x8(p + j0, kLk), load_8x8(v + j0 * kHd + d, kHd));
+      const ::aie::vector<float, 32> c = mm.template to_vector<float>();
+      for (int r = 0; r < 4; ++r) ::aie::store_v(a + r * kHd, c.template extract<8>(r));
+    }
+  }
+}
+
+extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
+                                   int32_t q_pos0) {
+  if (t < n_q) {  // a Q item: keep the tile of this core (slot = 2 * item + half)
+    if (t == (slot >> 1)) {
+      const bfloat16 *src = item + (kLq == kLk ? (slot & 1) * kLk * kHd : 0);
+      for (int i = 0; i < kLk * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(src + i));
+      for (int i = kLk * kHd; i < kLq * kHd; i += kDotLanes)
+        ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i + (2 * kLk - kLq) * kHd));
+    }
+    return;
+  }
+  update_prefill(item, item + kLk * kHd, q, state, q_pos0, (t - n_q) * kLk);
+}
+
+extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT out) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const float *l = state_l(state);
+  alignas(::aie::vector_decl_align) float inv[kLanes];
+  for (int i0 = 0; i0 < kLq; i0 += kLanes) {
+    alignas(::aie::vector_decl_align) float lv[kLanes];
+    for (int r = 0; r < kLanes; ++r) lv[r] = i0 + r < kLq && positive(l[i0 + r]) ? l[i0 + r] : 1.0f;
+    ::aie::store_v(inv, reciprocal16(::aie::load_v<kLanes>(lv)));
+    for (int r = 0; r < kLanes && i0 + r < kLq; ++r) {
+      const float w = positive(l[i0 + r]) ? inv[r] : 0.0f;
+      for (int d = 0; d < kHd; d += kLanes)
+        ::aie::store_v(out + (i0 + r) * kHd + d,
+                       ::aie::mul(::aie::load_v<kLanes>(state + (i0 + r) * kHd + d), w).template to_vector<bfloat16>());
+    }
+  }
+  reset_state(state);  // ready for the next query block
+}
+
+#else  // ATTN_MODE == 2
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
+
+extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
+                                   int32_t k_pos0) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const int vis = visible_keys(pos, k_pos0);
+  if (vis == 0) return;
+  const bfloat16 *k = item, *v = item + kLk * kHd, *q = item + 2 * kLk * kHd;
+  alignas(::aie::vector_decl_align) static float s[4 * kLk];
+  alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
+  float *m = state_m(state), *l = state_l(state);
+  const int visv[4] = {vis, vis, vis, vis};          // every row is at the position
+  for (int i0 = 0; i0 < kLq; i0 += 4) {
+    const int n = kLq - i0 < 4 ? kLq - i0 : 4;
+    for (int r = 0; r < n; ++r)
+      for (int j = 0; j < vis; ++j) {
+        ::aie::accum<accfloat, kDotLanes> dot = ::aie::zeros<accfloat, kDotLanes>();
+        for (int d = 0; d < kHd; d += kDotLanes)
+          dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + (i0 + r) * kHd + d),
+                           ::aie::load_v<kDotLanes>(k + j * kHd + d));
+        s[r * kLk + j] = ::aie::reduce_add(dot.template to_vector<float>());
+      }
+    alignas(::aie::vector_decl_align) float alpha[4];
+    softmax_rows(s, p, n, visv, m + i0, l + i0, alpha);
+    for (int r = 0; r < n; ++r) {
+      float *acc_r = state + (i0 + r) * kHd;
+      for (int d = 0; d < kHd; d += kLanes) {
+        ::aie::accum<accfloat, kLanes> o = ::aie::mul(::aie::load_v<kLanes>(acc_r + d), alpha[r]);
+        for (int j = 0; j < vis; ++j)
+          o = ::aie::mac(o, ::aie::load_v<kLanes>(v + j * kHd + d),
+                         ::aie::broadcast<bfloat16, kLanes>(p[r * kLk + j]));
+        ::aie::store_v(acc_r + d, o.template to_vector<float>());
+      }
+    }
+  }
+}
+
+extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA_NPU_RESTRICT out) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  constexpr int kState = kLq * (kHd + 2);
+  static_assert(kLq <= kLanes, "the merge keeps one lane per query row");
+  // per part s: m_s and l_s of the kLq rows in lanes; M = max_s m_s, w_s = exp(m_s - M), L = sum_s w_s l_s
+  alignas(::aie::vector_decl_align) static float ms[ATTN_NPARTS][kLanes], ls[ATTN_NPARTS][kLanes];
+  for (int p = 0; p < ATTN_NPARTS; ++p)
+    for (int r = 0; r < kLanes; ++r) {
+      ms[p][r] = r < kLq ? state_m(parts + p * kState)[r] : kLowest;
+      ls[p][r] = r < kLq ? state_l(parts + p * kState)[r] : 0.0f;
+    }
+  ::aie::vector<float, kLanes> vm = ::aie::load_v<kLanes>(ms[0]);
+  for (int p = 1; p < ATTN_NPARTS; ++p) vm = ::aie::max(vm, ::aie::load_v<kLanes>(ms[p]));
+  alignas(::aie::vector_decl_align) static float w[ATTN_NPARTS][kLanes];
+  ::aie::accum<accfloat, kLanes> total = ::aie::zeros<accfloat, kLanes>();
+  for (int p = 0; p < ATTN_NPARTS; ++p) {
+    const ::aie::vector<float, kLanes> d =
+        ::aie::max(vsub(::aie::load_v<kLanes>(ms[p]), vm), ::aie::broadcast<float, kLanes>(kMaskedArg));
+    const ::aie::vector<float, kLanes> wp = bf16_to_f32_16(exp16(d));
+    ::aie::store_v(w[p], wp);
+    total = ::aie::mac(total, wp, ::aie::load_v<kLanes>(ls[p]));
+  }
+  alignas(::aie::vector_decl_align) static float tot[kLanes], inv[kLanes];
+  ::aie::store_v(tot, total.template to_vector<float>());
+  for (int r = 0; r < kLanes; ++r) inv[r] = r < kLq && positive(tot[r]) ? tot[r] : 1.0f;
+  ::aie::store_v(inv, reciprocal16(::aie::load_v<kLanes>(inv)));
+  for (int r = 0; r < kLq; ++r) {
+    const float scale = positive(tot[r]) ? inv[r] : 0.0f;
+    for (int d = 0; d < kHd; d += kLanes) {
+      ::aie::accum<accfloat, kLanes> o = ::aie::zeros<accfloat, kLanes>();
+      // part p starts p * kState floats in: 8-byte aligned only (kState = kLq * (kHd + 2)), so the 512-bit
+      // load must be an unaligned one (a plain load_v would read the truncated, wrong address on the chip)
+      for (int p = 0; p < ATTN_NPARTS; ++p)
+        o = ::aie::mac(o, ::aie::load_unaligned_v<kLanes>(parts + p * kState + r * kHd + d, 2),
+                       ::aie::broadcast<float, kLanes>(w[p][r]));
+      ::aie::store_v(out + r * kHd + d, ::aie::mul(o.template to_vector<float>(), scale).template to_vector<bfloat16>());
+    }
+  }
+}
+
+#endif  // ATTN_MODE
+
+#else  // ------------------------------------------------------------ host scalar path: plain f32, exact exp
+
+static void reset_state(float *state) {
+  for (int i = 0; i < kLq * kHd; ++i) state[i] = 0.0f;
+  for (int i = 0; i < kLq; ++i) {
+    state_m(state)[i] = kLowest;
+    state_l(state)[i] = 0.0f;
+  }
+}
+
+// One online-softmax update of the rows at q_pos0 + i*q_pos_step with a K/V tile at k_pos0. The numpy model
+// kernel_builder.external_models.attention_model follows this order of f32 operations.
+static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, float *state, int32_t q_pos0,
+                   int32_t q_pos_step, int32_t k_pos0) {
+  float s[kLk];
+  float *m = state_m(state), *l = state_l(state);
+  for (int i = 0; i < kLq; ++i) {
+    const int vis = visible_keys(q_pos0 + i * q_pos_step, k_pos0);
+    if (vis == 0) continue;
+    const bfloat16 *qi = q + static_cast<long>(i) * kHd;
+    float row_max = kLowest;
+    for (int j = 0; j < vis; ++j) {
+      const bfloat16 *kj = k + static_cast<long>(j) * kHd;
+      float dot = 0.0f;
+      for (int d = 0; d < kHd; ++d) dot += bf16_to_f32(qi[d]) * bf16_to_f32(kj[d]);
+      s[j] = dot * kScale;
+      if (j == 0 || s[j] > row_max) row_max = s[j];
+    }
+    const float m_new = m[i] > row_max ? m[i] : row_max;
+    const float alpha = std::exp(m[i] - m_new);
+    float *acc_i = state + static_cast<long>(i) * kHd;
+    for (int d = 0; d < kHd; ++d) acc_i[d] *= alpha;
+    float sum = 0.0f;
+    for (int j = 0; j < vis; ++j) {
+      const float pj = std::exp(s[j] - m_new);
+      sum += pj;
+      const bfloat16 *vj = v + static_cast<long>(j) * kHd;
+      for (int d = 0; d < kHd; ++d) acc_i[d] += pj * bf16_to_f32(vj[d]);
+    }
+    l[i] = alpha * l[i] + sum;
+    m[i] = m_new;
+  }
+}
+
+#if ATTN_MODE == 1
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i) q[i] = bfloat16{0};
+}
+
+extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
+                                   int32_t q_pos0) {
+  if (t < n_q) {  // slot = 2 * item + half
+    if (t == (slot >> 1)) {
+      const bfloat16 *src = item + (kLq == kLk ? static_cast<long>(slot & 1) * kLk * kHd : 0);
+      for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i)
+        q[i] = src[i < static_cast<long>(kLk) * kHd ? i : i + static_cast<long>(2 * kLk - kLq) * kHd];
+    }
+    return;
+  }
+  update(item, item + kLk * kHd, q, state, q_pos0, 1, (t - n_q) * kLk);
+}
+
+extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT out) {
+  const float *l = state_l(state);
+  for (int i = 0; i < kLq; ++i)
+    for (int d = 0; d < kHd; ++d) {
+      const long idx = static_cast<long>(i) * kHd + d;
+      out[idx] = f32_to_bf16(l[i] > 0.0f ? state[idx] / l[i] : 0.0f);
+    }
+  reset_state(state);  // ready for the next query block
+}
+
+#else  // ATTN_MODE == 2
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
+
+extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
+                                   int32_t k_pos0) {
+  update(item, item + kLk * kHd, item + 2 * kLk * kHd, state, pos, 0, k_pos0);
+}
+
+extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA_NPU_RESTRICT out) {
+  constexpr long kState = static_cast<long>(kLq) * (kHd + 2);
+  for (int i = 0; i < kLq; ++i) {
+    float mx = kLowest;
+    for (int s = 0; s < ATTN_NPARTS; ++s) {
+      const float ms = state_m(parts + s * kState)[i];
+      if (ms > mx) mx = ms;
+    }
+    float w[ATTN_NPARTS];
+    float total = 0.0f;
+    for (int s = 0; s < ATTN_NPARTS; ++s) {
+      w[s] = std::exp(state_m(parts + s * kState)[i] - mx);
+      total += w[s] * state_l(parts + s * kState)[i];
+    }
+    for (int d = 0; d < kHd; ++d) {
+      float o = 0.0f;
+      for (int s = 0; s < ATTN_NPARTS; ++s) o += w[s] * parts[s * kState + static_cast<long>(i) * kHd + d];
+      out[static_cast<long>(i) * kHd + d] = f32_to_bf16(total > 0.0f ? o / total : 0.0f);
+    }
+  }
+}
+
+#endif  // ATTN_MODE
+
+#endif  // __AIENGINE__

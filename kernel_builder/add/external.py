@@ -1,0 +1,42 @@
+"""The `add` kernel's external C++ kernel (external_kernels/add.cc): its shapes and symbols
+(ExternalKernel), its numpy model for the interpreter (the .cc's portable path) and its cost/resource
+descriptor for the hardware model; FAMILY and COSTS register them with the kernel spec."""
+from __future__ import annotations
+
+import re
+
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
+
+ADD_N_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
+
+
+def add_kernel(n: int) -> ExternalKernel:
+    """y[n] = a[n] + b[n] (f32 add, bf16 RNE)."""
+    check_positive("add", n=n)
+    check_multiple("add", "n", n, ADD_N_MULTIPLE)
+    symbol = f"add_bf16_n{n}"
+    return ExternalKernel(symbol=symbol, obj=f"add_n{n}.o", source="add.cc",
+                          defines=(("ADD_N", str(n)), ("ADD_SYMBOL", symbol)))
+
+
+def add_model(n: int):
+    def add(a, b, y):
+        s = need_memref(a, "a", n).astype(F32) + need_memref(b, "b", n).astype(F32)
+        need_memref(y, "y", n)[:] = to_bf16(s)
+        y.written = True
+    return add
+
+
+def _add(m, args):
+    n = int(m.group(1))
+    return CallWork(n / 32, n, 0)
+
+
+FAMILY = ExternalFamily("add", "add.cc", r"add_n(\d+)\.o", r"add_bf16_n(\d+)", add_kernel, add_model)
+COSTS = (ExternalCost("add", re.compile(FAMILY.symbol_re), _add, DEFAULT_STACK, (2,), (2,)),)

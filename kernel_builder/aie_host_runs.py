@@ -1,0 +1,273 @@
+"""Drive each external kernel's AIE2P vector path (kernel_builder.aie_host) the way the builders call it, and
+compute what the numpy reference says it must produce; `counts(obj)` gives the instruction counts of one call.
+
+`run(obj, rng, lib=None)` -> Run(got, want, bound, counts): `bound` is the per-element tolerance (an array like
+`want`), `counts` the instruction counts of one representative call of the compute entry point: one GEMV step
+(tile_m rows x one K chunk), one GEMM mac (one K step of the tile), one prefill K/V item every query row sees
+whole, one decode step with every key visible, one call of rope/rmsnorm/swiglu/add. The objects the builders link
+for the reference models are listed in tests/test_aie_host_kernels.py (checked against the builders there).
+
+Tolerances (why, per family):
+- add, rope: the same f32 operations as the reference, one bf16 RNE rounding -> bit exact (bound 0).
+- gemv: f32 accumulation in 2 x 32 interleaved lanes + a halving-tree reduce vs numpy's order: two bf16 ulps at the
+  element plus 2^-10 max|ref| for cancellation (the scalar path's bound, tests/test_externals_cpp.py).
+- rmsnorm: r = invsqrt as a bf16 pair (hi + lo) -> within one bf16 ulp: 2^-7 |ref|.
+- swiglu: tanh in bf16 and two intermediate bf16 roundings -> 2^-6 |ref| + 2^-9 (about 2-4 bf16 ulps).
+- gemm (block-float flag): against the block-float reference (both operands through numerics.to_bfp16ebs8, f64
+  dot products): 2^-8 |ref| + 2^-12 max|ref| (one bf16 rounding, f32 accumulation of 8-term blocks).
+- attention: probabilities carry bf16 precision (exp2 returns bf16; P is a bf16 mmul operand), 1/l is a bf16
+  reciprocal refined by one f32 Newton step: 2^-6 |ref| + 2^-8 max|ref|.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernel_builder import aie_host
+from kernel_builder import externals as ext
+from kernel_builder import reference as ref
+from kernel_builder.numerics import BF16, to_bf16, to_bfp16ebs8
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.add.external import add_kernel
+from kernel_builder.attention.external import attention_decode_kernels
+from kernel_builder.attention.external import attention_prefill_kernels
+from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.gemv.external import gemv_kernel
+from kernel_builder.rmsnorm.external import rmsnorm_kernel
+from kernel_builder.rope.external import rope_kernel
+from kernel_builder.swiglu.external import swiglu_kernel
+
+A = aie_host.aligned
+
+
+@dataclass
+class Run:
+    got: np.ndarray
+    want: np.ndarray
+    bound: np.ndarray
+    counts: dict
+
+
+def rand(rng, shape, scale=1.0) -> np.ndarray:
+    return to_bf16(rng.standard_normal(shape).astype(np.float32) * np.float32(scale))
+
+
+def family(obj: str):
+    for fam in ext.families():
+        m = re.fullmatch(fam.object_re, obj)
+        if m:
+            return fam.name, ext._ints(m.groups())
+    raise ValueError(f"no kernel family makes {obj}")
+
+
+def kernel_of(obj: str) -> ExternalKernel:
+    k = ext.kernel_for_object(obj)
+    if k is None:
+        raise ValueError(f"no kernel family makes {obj}")
+    return k
+
+
+def mismatch(r: Run) -> str:
+    """'' when every element is within its bound, else a one-line description."""
+    g, w = r.got.astype(np.float64), r.want.astype(np.float64)
+    err = np.abs(g - w)
+    bad = ~(err <= r.bound)   # NaN counts as bad
+    if not bad.any():
+        return ""
+    i = int(np.argmax(np.where(bad, err - r.bound, -np.inf)))
+    return f"{int(bad.sum())} of {bad.size} elements out of bound; worst at {i}: got {g.flat[i]}, want {w.flat[i]}"
+
+
+def _close(want, rel, absolute=0.0):
+    w = np.abs(want.astype(np.float64))
+    return rel * w + absolute * (w.max() if w.size else 0.0)
+
+
+# ------------------------------------------------------------------------------------------- elementwise
+def _gemv(lib, rng, k, kc, tm, rows):
+    sym = gemv_kernel(k, kc, tm, rows).symbol
+    w, x = rand(rng, (rows, k), 0.03), A(rand(rng, (k,)))
+    acc, y = A(np.full(tm, np.nan, np.float32)), A(np.zeros(rows, BF16))
+    counts = None
+    for r in range(0, rows, tm):
+        for k0 in range(0, k, kc):
+            c = lib.call(sym, A(w[r:r + tm, k0:k0 + kc]), x, acc, y, r, k0)
+            counts = counts or c
+    want = ref.gemv(w, x, m=rows, k=k).reshape(-1)
+    return Run(y, want, _close(want, 2.0**-7, 2.0**-10), counts)
+
+
+def _rope(lib, rng, hd, heads, rows):
+    sym = rope_kernel(hd, heads, rows).symbol
+    x, lut = rand(rng, (rows, heads * hd)), to_bf16(rng.uniform(-1, 1, (rows, hd)).astype(np.float32))
+    y = A(np.zeros((rows, heads * hd), BF16))
+    counts = lib.call(sym, A(x), A(lut), y)
+    want = ref.rope(x, lut, rows=rows, heads=heads, head_dim=hd)
+    return Run(y, want, np.zeros(want.shape), counts)
+
+
+def _rmsnorm(lib, rng, g, units):
+    sym = rmsnorm_kernel(g, units).symbol
+    x, w = rand(rng, (units, g), 2.0), rand(rng, (g,))
+    y = A(np.zeros((units, g), BF16))
+    counts = lib.call(sym, A(x), A(w), y, 1e-5)
+    want = ref.rmsnorm(x, w, rows=units, dim=g, eps=1e-5)
+    return Run(y, want, _close(want, 2.0**-7), counts)
+
+
+def _swiglu(lib, rng, n):
+    sym = swiglu_kernel(n).symbol
+    gate, up = rand(rng, (n,), 3.0), rand(rng, (n,))
+    y = A(np.zeros(n, BF16))
+    counts = lib.call(sym, A(gate), A(up), y)
+    want = ref.swiglu(gate, up, rows=1, dim=n).reshape(-1)
+    return Run(y, want, _close(want, 2.0**-6) + 2.0**-9, counts)
+
+
+def _add(lib, rng, n):
+    sym = add_kernel(n).symbol
+    a, b = rand(rng, (n,)), rand(rng, (n,))
+    y = A(np.zeros(n, BF16))
+    counts = lib.call(sym, A(a), A(b), y)
+    want = ref.add(a, b, rows=1, dim=n).reshape(-1)
+    return Run(y, want, np.zeros(want.shape), counts)
+
+
+# ------------------------------------------------------------------------------------------------- GEMM
+def block(x: np.ndarray) -> np.ndarray:
+    """[R, C] -> 8x8 blocks, each row-major, blocks in row-major order (the L1 layout of external_kernels/gemm.cc)."""
+    r, c = x.shape
+    return np.ascontiguousarray(x.reshape(r // 8, 8, c // 8, 8).transpose(0, 2, 1, 3)).reshape(-1)
+
+
+def unblock(x: np.ndarray, r: int, c: int) -> np.ndarray:
+    return x.reshape(r // 8, c // 8, 8, 8).transpose(0, 2, 1, 3).reshape(r, c)
+
+
+def gemm_bfp_reference(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """c = a . w^T with both operands in the block-float model along K (blocks of 8), exact dot products, one bf16
+    rounding: what the AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 path computes up to f32 accumulation order."""
+    qa, qw = to_bfp16ebs8(a.astype(np.float32)), to_bfp16ebs8(w.astype(np.float32))
+    return to_bf16(qa.astype(np.float64) @ qw.astype(np.float64).T)
+
+
+def _gemm(lib, rng, tm, tk, tn, steps=2):
+    ks = gemm_kernels(tm, tk, tn)
+    a, w = rand(rng, (tm, steps * tk)), rand(rng, (tn, steps * tk))
+    acc = A(np.full(tm * tn, np.nan, np.float32))
+    lib.call(ks.zero.symbol, acc)
+    counts = None
+    for s in range(steps):
+        sl = slice(s * tk, (s + 1) * tk)
+        c = lib.call(ks.mac.symbol, A(block(a[:, sl])), A(block(w[:, sl])), acc)
+        counts = counts or c
+    out = A(np.zeros(tm * tn, BF16))
+    lib.call(ks.out.symbol, acc, out)
+    # the block-float path's products are per 8-element K block: the reference quantizes the same blocks
+    want = gemm_bfp_reference(a, w)
+    return Run(unblock(out, tm, tn), want, _close(want, 2.0**-8, 2.0**-12), counts)
+
+
+# -------------------------------------------------------------------------------------------- attention
+def _prefill(lib, rng, hd, lq, lk, pos=None, cores=2):
+    """`cores` cores share the Q stream (this is core 1); one query block of lq rows at `pos`, a KV window one tile
+    longer than the causal bound (that tile holds inf/NaN: never read)."""
+    ks = attention_prefill_kernels(hd, lq, lk)
+    pos = 3 * lk + 5 if pos is None else pos
+    window = -(-(pos + lq) // lk) * lk + lk
+    q = rand(rng, (lq, cores * hd), 1.5)
+    k, v = rand(rng, (window, hd), 1.5), rand(rng, (window, hd))
+    k[pos + lq:], v[pos + lq:] = np.inf, np.nan
+    tiles = [q[:, y * hd:(y + 1) * hd] for y in range(cores)]
+    if lq == lk:   # two tiles per Q item
+        tiles += [np.zeros_like(tiles[0])] * (len(tiles) % 2)
+        items = [np.concatenate(tiles[i:i + 2]) for i in range(0, len(tiles), 2)]
+        slot = 1
+    else:
+        items = [np.concatenate([t[:lk], t[lq - lk:]]) for t in tiles]
+        slot = 2
+    state, qbuf = A(np.empty(lq * (hd + 2), np.float32)), A(np.empty((lq, hd), BF16))
+    lib.call(ks.init.symbol, state, qbuf)
+    n_q = len(items)
+    for t, it in enumerate(items):
+        lib.call(ks.update.symbol, A(it), qbuf, state, t, n_q, slot, pos)
+    counts = None
+    for t in range(window // lk):
+        it = A(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
+        c = lib.call(ks.update.symbol, it, qbuf, state, n_q + t, n_q, slot, pos)
+        if (t + 1) * lk <= pos + 1:
+            counts = c                        # the last tile every query row sees whole
+    out = A(np.empty((lq, hd), BF16))
+    lib.call(ks.out.symbol, state, out)
+    want = ref.attention(q, k, v, pos, rows=lq, kv_rows=window, heads=cores, kv_heads=1, head_dim=hd)[:, hd:2 * hd]
+    return Run(out, want, _close(want, 2.0**-6, 2.0**-8), counts)
+
+
+def _decode(lib, rng, hd, g, lk, parts, pos=None):
+    ks = attention_decode_kernels(hd, g, lk, parts)
+    window = 2 * lk * parts
+    pos = window - lk // 2 - 1 if pos is None else pos
+    k, v, q = rand(rng, (window, hd), 1.5), rand(rng, (window, hd)), rand(rng, (g, hd), 1.5)
+    k[pos + 1:], v[pos + 1:] = np.nan, np.inf
+    share = window // parts
+    states = []                     # each core's state is its own L1 buffer; the merge gets them concatenated
+    counts = None
+    for s in range(parts):
+        st = A(np.empty(g * (hd + 2), np.float32))
+        lib.call(ks.init.symbol, st)
+        for t in range(share // lk):
+            r0 = s * share + t * lk
+            item = A(np.concatenate([k[r0:r0 + lk], v[r0:r0 + lk], q]))
+            c = lib.call(ks.update.symbol, item, st, pos, r0)
+            counts = counts or c
+        states.append(st)
+    out = A(np.empty((g, hd), BF16))
+    lib.call(ks.out.symbol, A(np.concatenate(states)), out)
+    want = ref.attention(q.reshape(1, -1), k, v, pos, rows=1, kv_rows=window, heads=g, kv_heads=1,
+                         head_dim=hd).reshape(g, hd)
+    return Run(out, want, _close(want, 2.0**-6, 2.0**-8), counts)
+
+
+def _attention(lib, rng, mode, hd, lq, lk, n):
+    return _prefill(lib, rng, hd, lq, lk) if mode == "p" else _decode(lib, rng, hd, lq, lk, n)
+
+
+DRIVERS = {"gemv": _gemv, "rope": _rope, "rmsnorm": _rmsnorm, "swiglu": _swiglu, "add": _add, "gemm": _gemm,
+           "attention": _attention}
+
+
+def counts(obj: str, seed: int = 0) -> dict[str, int]:
+    """Instruction counts of one representative call of the object's compute entry point (see the module doc;
+    kinds: docs/aie-api-host.md). Data-independent for every kernel but attention, whose masked/visible split
+    follows the positions the driver uses (fully visible here)."""
+    return run(obj, np.random.default_rng(seed)).counts
+
+
+def run(obj: str, rng, lib: aie_host.AieHostLibrary | None = None) -> Run:
+    """Run the object's kernel (its vector path; `lib` overrides the library, e.g. a mutated source's)."""
+    name, params = family(obj)
+    return DRIVERS[name](lib or aie_host.load(kernel_of(obj)), rng, *params)
+
+
+def main(argv=None) -> int:
+    """`python -m kernel_builder.aie_host_runs OBJ.o ...`: the counts of one representative call of each object, and
+    whether its vector path matches the reference (one line per object)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("objects", nargs="+", help="kernel object names, e.g. gemm_m64_k64_n64.o")
+    args = ap.parse_args(argv)
+    bad = 0
+    for obj in args.objects:
+        r = run(obj, np.random.default_rng(0))
+        why = mismatch(r)
+        bad += bool(why)
+        shown = ", ".join(f"{k}={v}" for k, v in r.counts.items() if v)
+        print(f"{obj}: {'MISMATCH ' + why if why else 'matches the reference'}; {shown}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

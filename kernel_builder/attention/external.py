@@ -1,0 +1,278 @@
+"""The `attention` kernel's external C++ kernel (external_kernels/attention.cc): its shapes and symbols
+(ExternalKernel), its numpy model for the interpreter (the .cc's portable path) and its cost/resource
+descriptor for the hardware model; FAMILY and COSTS register them with the kernel spec."""
+from __future__ import annotations
+
+import functools
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.attention.reference import attention_scale
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, mmul_split
+from kernel_builder.external_models import F32, ModelError, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
+
+ATTN_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
+ATTN_LK_MULTIPLE = NPU2.vector_lanes_f32   # keys per K/V tile: whole 16-lane softmax vectors
+ATTN_LQ_MULTIPLE = NPU2.bfp16_mmul_shape[0]  # prefill query rows per tile: whole 8-row blocks
+ATTN_MAX_PARTS = NPU2.vector_lanes_f32     # decode merge: partial states combined in one 16-lane vector
+
+
+class AttentionKernels(NamedTuple):
+    """The tile primitives of one attention configuration; they share one object file (one compile).
+    Prefill: (init, item, finish); decode: (init, step, merge)."""
+
+    init: ExternalKernel
+    update: ExternalKernel
+    out: ExternalKernel
+
+    @property
+    def obj(self) -> str:
+        return self.init.obj
+
+
+def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> AttentionKernels:
+    kind = "prefill" if mode == "p" else "decode"
+    check_positive(f"attention {kind}", head_dim=head_dim, lq=lq, lk=lk)
+    check_multiple("attention", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
+    check_multiple("attention", "lk", lk, ATTN_LK_MULTIPLE)
+    if mode == "p":
+        check_multiple("attention", "lq", lq, ATTN_LQ_MULTIPLE)
+        if not lk <= lq <= 2 * lk:
+            raise ValueError(f"attention: lq={lq} must lie in [lk, 2*lk] = [{lk}, {2 * lk}] (a Q tile travels in "
+                             f"one item as two lk-row halves)")
+        parts, tag = ("init", "item", "finish"), f"hd{head_dim}_q{lq}_k{lk}"
+    else:
+        check_positive("attention decode", n_parts=n_parts)
+        if n_parts > ATTN_MAX_PARTS:
+            raise ValueError(f"attention: n_parts={n_parts} exceeds {ATTN_MAX_PARTS} (one 16-lane merge vector)")
+        parts, tag = ("init", "step", "merge"), f"hd{head_dim}_q{lq}_k{lk}_n{n_parts}"
+    syms = [f"attn{mode}_{part}_bf16_{tag}" for part in parts]
+    defines = (
+        ("ATTN_MODE", "1" if mode == "p" else "2"),
+        ("ATTN_HEAD_DIM", str(head_dim)),
+        ("ATTN_LQ", str(lq)),
+        ("ATTN_LK", str(lk)),
+        *((("ATTN_NPARTS", str(n_parts)),) if mode == "d" else ()),
+        # f32 bits of 1/sqrt(head_dim) as a C hex-float literal: the C++ and the numpy reference use the same scale.
+        ("ATTN_SCALE", float.hex(attention_scale(head_dim)) + "f"),
+        ("ATTN_INIT_SYMBOL", syms[0]),
+        ("ATTN_UPDATE_SYMBOL", syms[1]),
+        ("ATTN_OUT_SYMBOL", syms[2]),
+    )
+    obj = f"attn{mode}_{tag}.o"
+    return AttentionKernels(*(ExternalKernel(symbol=s_, obj=obj, source="attention.cc", defines=defines)
+                              for s_ in syms))
+
+
+def attention_prefill_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
+    """Prefill tile primitives for [lq, head_dim] query tiles and items of 2*lk rows (kernels/attention.py):
+
+    init(state f32[lq*(hd+2)])
+    item(item bf16[2*lk*hd], q bf16[lq*hd], state, int32 t, int32 n_q, int32 slot, int32 q_pos0)
+        (slot = 2 * the Q item holding the core's tile + the half it starts in)
+    finish(state, out bf16[lq*hd])
+    """
+    return _attention("p", head_dim, lq, lk)
+
+
+def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int) -> AttentionKernels:
+    """Decode tile primitives for the lq query rows of one GQA group, K/V tiles of lk rows and a merge of
+    n_parts partial states:
+
+    init(state f32[lq*(hd+2)])
+    step(item bf16[(2*lk+lq)*hd], state, int32 pos, int32 k_pos0)
+    merge(parts f32[n_parts*lq*(hd+2)], out bf16[lq*hd])
+    """
+    return _attention("d", head_dim, lq, lk, n_parts)
+_LOWEST = np.finfo(F32).min  # -0x1.fffffep127f, "no key seen yet"
+
+
+def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: int | None):
+    """attention.cc (kernels/attention.py): prefill (mode "p": init / item / finish) and decode (mode "d": init /
+    step / merge) primitives on the f32 state acc[lq*hd] | m[lq] | l[lq]."""
+    scale = F32(attention_scale(hd))
+    n_state = lq * (hd + 2)
+
+    def parts_of(state):
+        data = need_memref(state, "state", n_state, "f32")
+        return data[:lq * hd].reshape(lq, hd), data[lq * hd:lq * hd + lq], data[lq * hd + lq:]
+
+    def reset(state):
+        acc, m, l_ = parts_of(state)
+        acc[:] = 0.0
+        m[:] = _LOWEST
+        l_[:] = 0.0
+        state.written = True
+
+    def init(state, q=None):
+        reset(state)
+        if mode == "p":          # prefill: init(state, q) also zeroes the query tile
+            if q is None:
+                raise ModelError("prefill init takes (state, q)")
+            need_memref(q, "q", lq * hd)[:] = 0
+            q.written = True
+        elif q is not None:
+            raise ModelError("decode init takes (state)")
+
+    def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int):
+        acc, m, l_ = parts_of(state)
+        qpos = q_pos0 + q_step * np.arange(lq)
+        vis = np.clip(qpos - k_pos0 + 1, 0, lk)                       # visible keys: a prefix per row
+        rows = vis > 0
+        if not rows.any():
+            return
+        keep = np.arange(lk)[None, :] < vis[:, None]                   # [lq, lk]
+        qf, kf, vf = q.astype(F32), k.astype(F32), v.astype(F32)
+        with np.errstate(all="ignore"):                                # masked keys may hold anything
+            # dot products accumulated over d sequentially in f32 (the host loop's order)
+            s = np.cumsum(qf[:, None, :] * kf[None, :, :], axis=2, dtype=F32)[:, :, -1] * scale
+            row_max = np.where(keep, s, _LOWEST).max(axis=1)
+            m_new = np.where(m > row_max, m, row_max).astype(F32)
+            alpha = np.exp(m - m_new).astype(F32)
+            p = np.where(keep, np.exp(s - m_new[:, None]), F32(0.0)).astype(F32)
+        new_acc = acc * alpha[:, None]
+        total = np.zeros(lq, dtype=F32)
+        for j in range(lk):  # sequential over keys, as in the host loop; masked keys are skipped
+            kj = keep[:, j]
+            total[kj] += p[kj, j]
+            new_acc[kj] += p[kj, j, None] * vf[j][None, :]
+        acc[rows] = new_acc[rows]
+        l_[rows] = (alpha * l_ + total)[rows]
+        m[rows] = m_new[rows]
+        state.written = True
+
+    def item(it, q, state, t, n_q, slot, q_pos0):
+        t, n_q, slot, q_pos0 = int(t), int(n_q), int(slot), int(q_pos0)
+        data = need_memref(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
+        qd = need_memref(q, "q", lq * hd).reshape(lq, hd)
+        if t < n_q:      # slot = 2 * (the item holding this core's Q tile) + (the half it starts in)
+            if t == slot >> 1:
+                half = slot & 1
+                if half and lq != lk:
+                    raise ModelError(f"attention item: slot {slot} starts a Q tile of {lq} rows in the second "
+                                     f"half of an item of 2x{lk} rows")
+                qd[:lk] = data[half * lk:half * lk + lk]          # rows [0, lk)
+                qd[lk:] = data[2 * lk - (lq - lk):]               # rows [lk, lq) (none when lq == lk)
+                q.written = True
+            return
+        update(data[:lk], data[lk:], qd, state, q_pos0, 1, (t - n_q) * lk)
+
+    def step(it, state, pos, k_pos0):
+        data = need_memref(it, "item", (2 * lk + lq) * hd).reshape(2 * lk + lq, hd)
+        update(data[:lk], data[lk:2 * lk], data[2 * lk:], state, int(pos), 0, int(k_pos0))
+
+    def finish(state, out):
+        acc, _, l_ = parts_of(state)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            o = np.where(l_[:, None] > 0, acc / np.where(l_ > 0, l_, F32(1.0))[:, None], F32(0.0))
+        need_memref(out, "out", lq * hd)[:] = to_bf16(o).reshape(-1)
+        out.written = True
+        reset(state)             # ready for the next query block
+
+    def merge(parts, out):
+        data = need_memref(parts, "parts", n_parts * n_state, "f32").reshape(n_parts, n_state)
+        acc = data[:, :lq * hd].reshape(n_parts, lq, hd)
+        m, l_ = data[:, lq * hd:lq * hd + lq], data[:, lq * hd + lq:]
+        mx = np.full(lq, _LOWEST, dtype=F32)
+        for s in range(n_parts):
+            mx = np.where(m[s] > mx, m[s], mx)
+        w = np.exp(m - mx[None, :]).astype(F32)                        # [n_parts, lq]
+        total = np.zeros(lq, dtype=F32)
+        o = np.zeros((lq, hd), dtype=F32)
+        for s in range(n_parts):                                      # sequential over parts (host order)
+            total += w[s] * l_[s]
+        for s in range(n_parts):
+            o += w[s][:, None] * acc[s]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            res = np.where(total[:, None] > 0, o / np.where(total > 0, total, F32(1.0))[:, None], F32(0.0))
+        need_memref(out, "out", lq * hd)[:] = to_bf16(res).reshape(-1)
+        out.written = True
+
+    table = {("p", "init"): init, ("p", "item"): item, ("p", "finish"): finish,
+             ("d", "init"): init, ("d", "step"): step, ("d", "merge"): merge}
+    if (mode, part) not in table:
+        raise ModelError(f"attention: no {part!r} primitive in mode {mode!r}")
+    return table[(mode, part)]
+ATTN_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # query rows per bf16 mmul<4, 8, 8> block of the prefill item
+
+
+def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int) -> int:
+    """Row blocks (4 query rows at q_pos0 + i) that attention.cc's prefill `item` computes against the K/V
+    tile at k_pos0 (AIE2P `update_prefill`): none when every key lies after every query of the tile (the early
+    return), else the blocks whose last row sees the tile's first key (the `continue` skips the others)."""
+    if k_pos0 > q_pos0 + lq - 1:
+        return 0
+    return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _attn_prefill_defines(hd: int, lq: int, lk: int) -> tuple:
+    return attention_prefill_kernels(hd, lq, lk).update.defines
+
+
+def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int, defines=()) -> CallWork:
+    """`blocks` computed row blocks of a prefill item: per block q.K^T and p.V (4 rows x lk keys x hd, twice)
+    on the matrix unit, 4 x lk scores through the softmax, the alpha rescale of 4 acc rows (8-lane f32);
+    plus zeroing the V rows of the keys no row of the tile sees (32-lane stores)."""
+    macs = 2 * ATTN_ROW_BLOCK * lk * hd * blocks
+    return CallWork(ATTN_ROW_BLOCK * hd / 8 * blocks + zeroed_keys * hd / 32, macs, 0,
+                    ATTN_ROW_BLOCK * lk * blocks, **mmul_split(macs, defines))
+
+
+def _attn(m, args):
+    """attention.cc (kernels/attention.py). Prefill item: with its operands (t, n_q, q_pos0) known, a Q item
+    (t < n_q) is a copy of at most one tile (32-lane loads/stores), a K/V item computes only the row blocks
+    `attn_prefill_blocks` names (the kernel skips the others, causal); with an operand unknown, a full tile
+    (every row block). Per row block: q.K^T and p.V on the bf16 matrix unit (mmul<4, 8, 8>, `mmul_macs`; the
+    in-register K transposes issue around the mmuls, as gemm.cc's w transposes) plus the alpha rescale of acc
+    (8-lane f32). Decode step: 32-lane q.k macs + reduction per key, 16-lane p.V macs. Both: the softmax
+    bookkeeping per score (the cost model's softmax_cycles_per_score), the per-row statistics in vector lanes
+    (no scalar float ops)."""
+    mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
+    n = int(m.group(6) or 1)
+    qk = pv = lq * lk * hd
+    if part == "item":   # the kernel's own compile defines decide the mmul path (block-float or emulated)
+        defines = _attn_prefill_defines(hd, lq, lk)
+    if part == "init":
+        return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
+    if part == "item":
+        t, n_q, q_pos0 = (args[i] if len(args) > i else None for i in (3, 4, 6))
+        if all(isinstance(x, int) for x in (t, n_q, q_pos0)):
+            if t < n_q:
+                return CallWork(lq * hd / 32, 0, 0)
+            k_pos0 = (t - n_q) * lk
+            blocks = attn_prefill_blocks(lq, lk, q_pos0, k_pos0)
+            seen = min(max(q_pos0 + lq - k_pos0, 0), lk)     # keys some row of the tile sees
+            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0, defines)
+        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0, defines)
+    if part == "step":
+        return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
+    if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
+        return CallWork(2 * lq * hd / 16 + lq / 4, lq * hd, 0)
+    return CallWork(lq * (n * hd / 16 + hd / 16) + 8 * n, n * lq * hd, 0)   # merge
+
+
+FAMILY = ExternalFamily("attention", "attention.cc", r"attn(p|d)_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?\.o",
+                        r"attn(p|d)_(init|item|finish|step|merge)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?",
+                        lambda mode, hd, lq, lk, n: _attention(mode, hd, lq, lk, n or 0).init, attention_model)
+COSTS = (
+    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (0, 1), (0, 1)),
+    ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (0,), (0,)),
+    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (1, 2), valued=(3, 4, 6)),
+    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
+                 (1,), (1,)),
+    ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (1,)),
+    ExternalCost("attn_merge", re.compile(r"attn(d)_(merge)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+                 DEFAULT_STACK, (1,), (1,)),
+)

@@ -1,0 +1,139 @@
+"""numpy reference of the `attention` kernel (causal GQA attention) with NPU numerics (kernel_builder.reference has the
+contract: bf16 inputs, f32 arithmetic, one bf16 round-to-nearest-even on the output)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kernel_builder.numerics import F32, check_dims, f32_input, to_bf16
+
+_SCORE_ELEMENTS_PER_BATCH = 1 << 25  # f64 scores: ~256 MiB per batch
+
+
+def attention_scale(head_dim: int) -> float:
+    """1/sqrt(head_dim) rounded to float32: the softmax scale shared by the reference and the C++ kernels."""
+    return float(F32(1.0 / math.sqrt(head_dim)))
+
+
+def flash_attn(q, k, v, *, seq: int, heads: int, kv_heads: int, head_dim: int, causal: int) -> np.ndarray:
+    """Multi-head (GQA) attention over `seq` positions; query head h uses kv head h // (heads // kv_heads).
+
+    scores = q.k^T * attention_scale(head_dim) in f32, causal mask (key j > query i excluded), softmax in f32
+    (max-subtracted), out = (p @ v) / sum(p), rounded once to bf16.
+    """
+    check_dims("flash_attn", seq=seq, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    if heads % kv_heads:
+        raise ValueError(f"flash_attn: heads={heads} is not a multiple of kv_heads={kv_heads}")
+    group = heads // kv_heads
+    qf = f32_input("flash_attn", "q", q, (seq, heads, head_dim))
+    kf = f32_input("flash_attn", "k", k, (seq, kv_heads, head_dim))
+    vf = f32_input("flash_attn", "v", v, (seq, kv_heads, head_dim))
+    # [kv_heads, group*seq, hd]: the query heads sharing one kv head stacked along rows -> one batched matmul.
+    qg = qf.reshape(seq, kv_heads, group, head_dim).transpose(1, 2, 0, 3).reshape(kv_heads, group * seq, head_dim)
+    kt = kf.transpose(1, 2, 0)  # [kv_heads, hd, seq]
+    vh = vf.transpose(1, 0, 2)  # [kv_heads, seq, hd]
+    scale = F32(attention_scale(head_dim))
+    future = np.triu(np.ones((seq, seq), dtype=bool), k=1) if causal else None  # [query, key]: key after query
+    out = np.empty((kv_heads, group * seq, head_dim), dtype=F32)
+    # Batches of kv heads bound the f32 score tensor (~256 MiB) for long prefill buckets.
+    step = max(1, _SCORE_ELEMENTS_PER_BATCH // (group * seq * seq))
+    for h0 in range(0, kv_heads, step):
+        h1 = min(kv_heads, h0 + step)
+        # f64: the key count changes with the bucket, so f32 BLAS sums would make a query row's result depend
+        # on the bucket it runs in (see gemm for the same issue along rows).
+        scores = np.matmul(qg[h0:h1].astype(np.float64), kt[h0:h1].astype(np.float64))  # [b, group*seq, seq]
+        scores *= scale
+        if future is not None:
+            scores.reshape(h1 - h0, group, seq, seq)[:, :, future] = -np.inf  # view: masks in place
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        denom = scores.sum(axis=-1, keepdims=True)
+        np.divide(np.matmul(scores, vh[h0:h1].astype(np.float64)), denom, out=out[h0:h1], casting="same_kind")
+    out = out.reshape(kv_heads, group, seq, head_dim).transpose(2, 0, 1, 3).reshape(seq, heads * head_dim)
+    return to_bf16(out)
+_ATTN_QB = 256   # query rows per block: a block reads only the keys up to its last row (causal work)
+_EXP_FLOOR = F32(-87.0)  # exp(-87) = 1.6e-38, the smallest normal f32 is 1.2e-38
+
+
+def _attention_position(pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    """Checks attention's parameters; returns the first query row's position."""
+    check_dims("attention", rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    if heads % kv_heads:
+        raise ValueError(f"attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
+    p = int(np.asarray(pos).reshape(-1)[0])
+    if not 0 <= p or p + rows > kv_rows:
+        raise ValueError(f"attention: rows at positions [{p}, {p + rows}) are outside the {kv_rows}-row KV window")
+    return p
+
+
+def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """Causal GQA attention of `rows` query rows at absolute positions pos..pos+rows-1 over a KV window of
+    `kv_rows` positions starting at position 0 (a window of the KV cache): query i sees keys j <= pos + i
+    (keys past the window or past the query are masked, whatever they hold). Query head h uses kv head
+    h // (heads // kv_heads). `pos` is an int or a 1-element int32 array (the kernel's scalar operand).
+
+    A row gives the same bytes in a prefill chunk of any size or position and alone in decode. Two
+    implementations keep that promise, each on its own, and agree within bf16 rounding: the host C++ kernel
+    (kernel_builder.attention.host: f32 in one fixed order per element, on every core), used when a C++
+    compiler is at hand, and `attention_numpy` (exact f64 products) otherwise."""
+    p = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    from external_kernels import host_build as host_native
+    from kernel_builder.attention import host as host_attention
+    lib = host_native.library() if head_dim % 16 == 0 else None
+    if lib is None:
+        return attention_numpy(q, k, v, pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads,
+                               head_dim=head_dim)
+    qf = f32_input("attention", "q", q, (rows, heads * head_dim))
+    kf = f32_input("attention", "k", k, (kv_rows, kv_heads * head_dim))
+    vf = f32_input("attention", "v", v, (kv_rows, kv_heads * head_dim))
+    out = host_attention.run(lib, qf, kf, vf, p, rows=rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                             scale=attention_scale(head_dim))
+    return to_bf16(out)
+
+
+def attention_numpy(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """`attention` in numpy (the path without a C++ compiler). The number of keys a row is computed against
+    (and so the BLAS summation order) changes with the chunk it runs in; every step is either order-free or far below a bf16 ulp, so a row gives the same bytes in a
+    prefill chunk of any size or position and alone in decode: QK^T in f64 (64 products of bf16 pairs sum
+    exactly), rounded once to f32; max, scale and exp per element in f32 (the exp pass is most of the time);
+    the denominator and P.V summed in f64; one bf16 rounding at the end. Blocks of 256 query rows read only
+    the keys up to their last row."""
+    p = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    group, n = heads // kv_heads, p + rows       # keys past the last query are always masked: never read
+    scale = attention_scale(head_dim)
+    qf = f32_input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)  # [kv, g, rows, hd]
+    kf = np.ascontiguousarray(f32_input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2),
+                              dtype=np.float64)                                                # [kv, n, hd]
+    vf = np.ones((kv_heads, n, head_dim + 1))              # [kv, n, hd | 1]: P.[V | 1] gives the denominator too
+    vf[:, :, :head_dim] = f32_input("attention", "v", v, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2)
+    out = np.empty((kv_heads, group, rows, head_dim), dtype=F32)
+    # Work buffers sized for the widest block, reused by every block and head: fresh multi-MiB temporaries
+    # cost more in page faults than the passes themselves. Mixed f32 @ f64 matmuls skip BLAS, so P is
+    # copied to f64 explicitly before P.[V | 1].
+    width = group * min(rows, _ATTN_QB) * n
+    s64, e32 = np.empty(width), np.empty(width, dtype=F32)
+    for r0 in range(0, rows, _ATTN_QB):
+        r1 = min(rows, r0 + _ATTN_QB)
+        rb, m = r1 - r0, p + r1                                      # keys this block may see: [0, m)
+        future = np.triu(np.ones((rb, rb), dtype=bool), k=1)         # key p+r0+c is past query r0+r when c > r
+        s, e = s64[:group * rb * m].reshape(group * rb, m), e32[:group * rb * m].reshape(group * rb, m)
+        for h in range(kv_heads):                                    # one 2-D BLAS product per kv head
+            qb = qf[h, :, r0:r1].reshape(group * rb, head_dim).astype(np.float64)
+            np.matmul(qb, kf[h, :m].T, out=s)                        # [g*rb, m]: exact f64 sums
+            s.reshape(group, rb, m)[:, :, p + r0:][:, future] = -np.inf
+            np.subtract(s, s.max(axis=-1, keepdims=True), out=e, casting="same_kind")  # one f32 rounding
+            e *= F32(scale)
+            np.maximum(e, _EXP_FLOOR, out=e)     # exp of a lower score would be an f32 denormal: 2x slower
+            np.exp(e, out=e)
+            e.reshape(group, rb, m)[:, :, p + r0:][:, future] = 0.0   # the floor lifted them: masked again
+            np.copyto(s, e)
+            o = s @ vf[h, :m]                                          # f64 sums over the keys
+            out[h, :, r0:r1] = (o[:, :head_dim] / o[:, head_dim:]).reshape(group, rb, head_dim)
+    return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
+
+
+def decode_attn(q, k, v, pos, *, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+    """One query row (the token at position `pos`) against positions 0..pos of a [kv_rows, kv_dim] window:
+    `attention` with rows=1."""
+    return attention(q, k, v, pos, rows=1, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)

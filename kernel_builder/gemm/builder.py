@@ -1,0 +1,135 @@
+"""GEMM: c[m, n] = a[m, k] @ w[n, k]^T   (w in the Hugging Face [out, in] layout; bf16 in, f32 accumulate,
+bf16 RNE out). The same weight buffer serves the decode GEMV, so no transposed copy exists.
+
+MLIR + external C++ micro-kernel (kernel_builder.gemm.external.gemm_kernels: zero / mac / out on 8x8-blocked L1
+tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_n*tile_n, K2 = tile_k_l2):
+
+  channels @gemm_a [herd_m, 1] and @gemm_b [1, herd_n] (broadcast to [herd_m, herd_n]), @gemm_c [herd_m, herd_n]
+  air.launch over (m / BM, n / BN) output blocks
+    air.segment @gemm_seg:
+      scf.for kp over K in K2 steps:
+        one L2 A panel per herd row i:     a_l2_i [tile_m, K2] <- a[m0 + i*tile_m, kp]      (L3 -> L2 DMA)
+        one L2 W panel per herd column j:  w_l2_j [tile_n, K2] <- w[n0 + j*tile_n, kp]      (L3 -> L2 DMA)
+        scf.for kb over the panel in tile_k steps: air.channel.put @gemm_a[i, 0] / @gemm_b[0, j] of the
+          [*, tile_k] slice, re-blocked by the memory-tile DMA into 8x8 blocks [rows/8][tile_k/8][8][8]
+      air.herd @gemm_herd [herd_m, herd_n] (no L3 operand): f32 accumulator in L1, zero(acc); scf.for over K
+        in tile_k steps: get the A and W tiles (@gemm_a[tx, ty], @gemm_b[tx, ty]), mac(a, w, acc); then
+        out(acc, c_l1) (bf16 RNE) and air.channel.put @gemm_c[tx, ty] of the whole tile
+      per herd row i: c_l2_i [tile_m, BN]; air.channel.get @gemm_c[i, j] for each herd column j, un-blocking
+        the tile into columns [j*tile_n, +tile_n); then ONE DMA c_l2_i -> c[m0 + i*tile_m, n0]
+
+Every L2 buffer is its own allocation sized for one memory tile (the split air-split-l2-memref would make):
+a memory tile serves at most one A panel, one W panel and one C row panel, i.e. <= 2 + herd_n S2MM and 3 MM2S
+channels; the shim moves herd_m + herd_n panels in and herd_m C row panels out per launch point (<= 12 MM2S,
+<= 8 S2MM on the 8x4 herd). The K loops of segment and herd hand the slices over in order: the i-th put on a
+channel index pairs with the i-th get on each of its destinations (AIR channels are FIFOs). Layout changes
+(8x8 re-blocking in, un-blocking out) happen in the memory-tile DMAs, whose innermost run is 8 contiguous bf16
+(16 bytes); no DMA transposes (w's 8x8 blocks are transposed in the micro-kernel's registers).
+"""
+from __future__ import annotations
+
+from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.gemm import plan as gemm_plan
+from kernel_builder.gemm.external import gemm_kernels
+
+KIND = "gemm"
+BLOCK = 8   # edge of the micro-kernel's L1 blocks
+
+
+def build(m: int, k: int, n: int) -> str:
+
+    p = gemm_plan.plan_gemm(m, k, n)
+    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
+    a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
+    types = [a_ty, w_ty, c_ty]
+    acc_ty = memref([p.tile_m * p.tile_n], "f32", L1)
+    a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
+    out_ty = memref([p.tile_m * p.tile_n], "bf16", L1)
+
+    mod = Module(KIND, types)
+    mod.declare(ext.zero.symbol, ext.obj, [acc_ty])
+    mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty])
+    mod.declare(ext.out.symbol, ext.obj, [acc_ty, out_ty])
+    grid = [p.herd_m, p.herd_n]
+    ch_a = mod.channel("gemm_a", [p.herd_m, 1], grid)   # herd row i: one put, herd_n gets
+    ch_b = mod.channel("gemm_b", [1, p.herd_n], grid)   # herd column j: one put, herd_m gets
+    ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
+    la = launch(mod.body, [m // p.bm, n // p.bn], list(zip(mod.args, types)),
+                [attr_dict(KIND, {"m": m, "k": k, "n": n})])
+    seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
+    s = seg.body
+    a, w, c, bi, bj = seg.args
+    m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.bn)
+    _stage_panels(s, p, k, a, a_ty, w, w_ty, m0, n0, ch_a, ch_b)
+    h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
+    _herd_body(h, p, k, ext, acc_ty, a1_ty, w1_ty, out_ty, ch_a, ch_b, ch_c)
+    _drain(s, p, n, c, c_ty, m0, n0, ch_c)
+    return mod.text()
+
+
+def _blocked(rows: int, cols: int, row_len: int, col_block0) -> tuple:
+    """Access pattern reading (or writing) [rows, cols] of a row-major buffer with `row_len` elements per row,
+    starting at column block `col_block0` (in 8-element blocks), in the micro-kernel's 8x8-blocked stream
+    order [rows/8][cols/8][8][8]."""
+    return ([0, col_block0, 0, 0], [rows // BLOCK, cols // BLOCK, BLOCK, BLOCK],
+            [BLOCK * row_len, BLOCK, row_len, 1])
+
+
+def _plus(b, base: str, offset: int) -> str:
+    return base if offset == 0 else b.addi(base, offset)
+
+
+def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, a: str, a_ty: str, w: str, w_ty: str, m0: str, n0: str,
+                  ch_a: str, ch_b: str) -> None:
+    """Per L2 K step: one A panel per herd row and one W panel per herd column L3 -> L2, then one put per
+    panel for each tile_k slice."""
+    k2 = p.tile_k_l2
+    a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), memref([p.tile_n, k2], "bf16", L2)
+    kl, kp = s.for_(0, k, k2, "kp")
+    a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
+    w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
+    for i, buf in enumerate(a2):
+        kl.dma(buf, a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
+    for j, buf in enumerate(w2):
+        kl.dma(buf, w2_ty, None, w, w_ty, ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
+    sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
+    for i, buf in enumerate(a2):
+        sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))
+    for j, buf in enumerate(w2):
+        sl.channel_put(ch_b, [0, j], buf, w2_ty, _blocked(p.tile_n, p.tile_k, k2, kb))
+    for buf in a2:
+        kl.dealloc(buf, a2_ty)
+    for buf in w2:
+        kl.dealloc(buf, w2_ty)
+
+
+def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, acc_ty: str, a1_ty: str, w1_ty: str, out_ty: str,
+               ch_a: str, ch_b: str, ch_c: str) -> None:
+    body = h.body
+    tx, ty = h.ids
+    acc = body.alloc("acc_l1", acc_ty)
+    body.call(ext.zero.symbol, [(acc, acc_ty)])
+    kl, _ = body.for_(0, k, p.tile_k, "k")
+    a1, w1 = kl.alloc("a_l1", a1_ty), kl.alloc("w_l1", w1_ty)
+    kl.channel_get(ch_a, [tx, ty], a1, a1_ty, None)
+    kl.channel_get(ch_b, [tx, ty], w1, w1_ty, None)
+    kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty)])
+    kl.dealloc(a1, a1_ty)
+    kl.dealloc(w1, w1_ty)
+    out = body.alloc("c_l1", out_ty)
+    body.call(ext.out.symbol, [(acc, acc_ty), (out, out_ty)])
+    body.channel_put(ch_c, [tx, ty], out, out_ty, None)
+    body.dealloc(acc, acc_ty)
+    body.dealloc(out, out_ty)
+
+
+def _drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, m0: str, n0: str, ch_c: str) -> None:
+    """Per herd row: gather its herd_n tiles into one L2 row panel [tile_m, BN] (un-blocking each 8x8-blocked
+    tile into its columns), then write the panel to L3 with one DMA."""
+    c2_ty = memref([p.tile_m, p.bn], "bf16", L2)
+    for i in range(p.herd_m):
+        c2 = s.alloc("c_l2", c2_ty)
+        for j in range(p.herd_n):
+            s.channel_get(ch_c, [i, j], c2, c2_ty, _blocked(p.tile_m, p.tile_n, p.bn, j * p.tile_n // BLOCK))
+        s.dma(c, c_ty, ([_plus(s, m0, i * p.tile_m), n0], [p.tile_m, p.bn], [n, 1]), c2, c2_ty, None)
+        s.dealloc(c2, c2_ty)

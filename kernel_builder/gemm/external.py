@@ -1,0 +1,123 @@
+"""The `gemm` kernel's external C++ kernel (external_kernels/gemm.cc): its shapes and symbols
+(ExternalKernel), its numpy model for the interpreter (the .cc's portable path) and its cost/resource
+descriptor for the hardware model; FAMILY and COSTS register them with the kernel spec."""
+from __future__ import annotations
+
+import functools
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, mmul_split
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
+
+GEMM_M_MULTIPLE, GEMM_K_MULTIPLE, _GEMM_N_BLOCK = NPU2.bfp16_mmul_shape   # 8x8 blocks
+GEMM_N_MULTIPLE = 2 * _GEMM_N_BLOCK   # two 8-column blocks per mmul step
+
+
+class GemmKernels(NamedTuple):
+    """The GEMM micro-kernel's three entry points; they share one object file (one compile per tile)."""
+
+    zero: ExternalKernel
+    mac: ExternalKernel
+    out: ExternalKernel
+
+    @property
+    def obj(self) -> str:
+        return self.zero.obj
+
+
+def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
+    """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc):
+
+    zero(acc[tile_m*tile_n] f32)
+    mac(a[tile_m*tile_k] bf16, w[tile_n*tile_k] bf16, acc)   acc += a . w^T (w rows = output columns)
+    out(acc, c[tile_m*tile_n] bf16)                           RNE
+    """
+    check_positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
+    check_multiple("gemm", "tile_m", tile_m, GEMM_M_MULTIPLE)
+    check_multiple("gemm", "tile_k", tile_k, GEMM_K_MULTIPLE)
+    check_multiple("gemm", "tile_n", tile_n, GEMM_N_MULTIPLE)
+    tag = f"m{tile_m}_k{tile_k}_n{tile_n}"
+    zero_sym, mac_sym, out_sym = (f"gemm_{part}_bf16_{tag}" for part in ("zero", "mac", "out"))
+    defines = (
+        ("GEMM_TILE_M", str(tile_m)),
+        ("GEMM_TILE_K", str(tile_k)),
+        ("GEMM_TILE_N", str(tile_n)),
+        ("GEMM_ZERO_SYMBOL", zero_sym),
+        ("GEMM_MAC_SYMBOL", mac_sym),
+        ("GEMM_OUT_SYMBOL", out_sym),
+        # aie_api's block-float mode for the 8x8x8 bf16 mmul on AIE2P (as mlir-air's bf16 GEMM examples
+        # build mm_aie2p.cc); the host scalar path ignores it.
+        ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1"),
+    )
+    obj = f"gemm_{tag}.o"
+
+    def make(symbol: str) -> ExternalKernel:
+        return ExternalKernel(symbol=symbol, obj=obj, source="gemm.cc", defines=defines)
+
+    return GemmKernels(make(zero_sym), make(mac_sym), make(out_sym))
+
+
+def _unblock(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """[rows/8][cols/8][8][8] blocks (each row-major) -> the [rows, cols] matrix."""
+    return x.reshape(rows // 8, cols // 8, 8, 8).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+def _block(x: np.ndarray) -> np.ndarray:
+    """The inverse of _unblock: a [rows, cols] matrix -> its flat 8x8-blocked layout."""
+    rows, cols = x.shape
+    return x.reshape(rows // 8, 8, cols // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
+
+
+def gemm_model(part: str, tm: int, tk: int, tn: int):
+    """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / out (bf16 RNE)."""
+
+    def zero(acc):
+        need_memref(acc, "acc", tm * tn, "f32")[:] = 0.0
+        acc.written = True
+
+    def mac(a, w, acc):
+        af = _unblock(need_memref(a, "a", tm * tk), tm, tk).astype(F32)
+        wf = _unblock(need_memref(w, "w", tn * tk), tn, tk).astype(F32)
+        cf = _unblock(need_memref(acc, "acc", tm * tn, "f32"), tm, tn)
+        # bf16 x bf16 products are exact in f32; the host loop adds them to acc one k at a time, in
+        # ascending k: a float32 cumsum starting from acc is that order, bit for bit.
+        terms = np.concatenate([cf[:, :, None], af[:, None, :] * wf[None, :, :]], axis=2)
+        acc.data[:] = _block(np.cumsum(terms, axis=2, dtype=F32)[:, :, -1])
+        acc.written = True
+
+    def out(acc, c):
+        need_memref(c, "c", tm * tn)[:] = to_bf16(need_memref(acc, "acc", tm * tn, "f32"))
+        c.written = True
+
+    return {"zero": zero, "mac": mac, "out": out}[part]
+
+
+def _gemm(m, args):
+    part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if part != "mac":  # zero / out: one pass over the f32 tile
+        return CallWork(tm * tn / 32, 0, 0)
+    macs = tm * tk * tn
+    return CallWork(0.0, macs, 0, **mmul_split(macs, _gemm_defines(tm, tk, tn)))
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_defines(tm: int, tk: int, tn: int) -> tuple:
+    return gemm_kernels(tm, tk, tn).mac.defines
+
+
+FAMILY = ExternalFamily("gemm", "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
+                        r"gemm_(zero|mac|out)_bf16_m(\d+)_k(\d+)_n(\d+)",
+                        lambda m, k, n: gemm_kernels(m, k, n).zero, gemm_model)
+COSTS = (
+    ExternalCost("gemm_zero", re.compile(r"gemm_(zero)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,), (0,)),
+    ExternalCost("gemm_mac", re.compile(r"gemm_(mac)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (2,)),
+    ExternalCost("gemm_out", re.compile(r"gemm_(out)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (1,), (1,)),
+)

@@ -1,0 +1,184 @@
+"""The GEMM's tiling plan: c[m, n] = a[m, k] @ w[n, k]^T on the 8x4 herd (kernel_builder/gemm/builder.py).
+
+`plan_gemm(m, k, n)` returns the `GemmPlan` with the most busy tiles, then the fewest bytes streamed into a tile
+per MAC, then the most MACs per tile, and the deepest L2 panel that still fits, or raises ValueError naming the
+limit. "Fits" = L1 with the ping-pong copies aircc makes, the memory tiles (bytes, DMA channels, BDs), the shim
+channels and the shim stride of the folded W load (docs/kernels.md "gemm"). The NPU2 limits it shares with
+the other plans come from kernel_builder.planner.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K, MMUL_M, MMUL_N, N_MEMTILES, NPU2_COLS,
+                                    NPU2_ROWS, check_positive, kib, widest_herd)
+
+MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
+MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
+MEMTILE_DMA_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile
+SHIM_DMA_PER_COL = NPU2.shim_mm2s  # MM2S (and S2MM) DMA channels of one shim tile
+MEMTILE_BDS = NPU2.memtile_bds     # BDs of one memory tile, 24 for its even and 24 for its odd channels
+MAX_GEMM_PUT_BDS = 16         # BDs one panel broadcast may take: leaves 8 of its channel group's 24 to the
+                              # group's other channels (observed: 24 for one put + 6 others failed aiecc's
+                              # aie-assign-bd-ids on the 64x1536x576 GEMM)
+# a shim BD stride is a 20-bit count of 32-bit words: 1048576 words = 2097152 bf16 elements
+SHIM_MAX_STRIDE_BF16 = NPU2.shim_bd_max_stride * (NPU2.transfer_granularity_bytes // BF16)
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """c = a @ w^T with w in the HF [n, k] layout. A launch point owns a [BM, BN] output block
+    (BM = herd_m*tile_m, BN = herd_n*tile_n); every herd tile owns one [tile_m, tile_n] tile for the whole K
+    reduction (f32 accumulator in L1). Per L2 K step (tile_k_l2) the segment stages, split per memory tile,
+    one A row panel [tile_m, tile_k_l2] per herd row and one W panel [tile_n, tile_k_l2] per herd column,
+    and broadcasts their [*, tile_k] slices, re-blocked to 8x8, to the herd's rows / columns; each tile
+    drains its bf16 tile into its herd row's L2 C panel [tile_m, BN], which leaves with one DMA."""
+
+    tile_m: int      # output rows per compute tile (L1)
+    tile_k: int      # K depth of one micro-kernel call (L1 A/W tiles)
+    tile_n: int      # output cols per compute tile (L1)
+    herd_m: int      # herd extent over M (columns of the array)
+    herd_n: int      # herd extent over N (rows of the array)
+    tile_k_l2: int = 0   # K depth of one L2 panel (a multiple of tile_k); 0 = tile_k
+    k: int = 0           # the reduction length (0: unknown, ping-pong budgeted as two copies)
+
+    def __post_init__(self) -> None:
+        if not self.tile_k_l2:
+            object.__setattr__(self, "tile_k_l2", self.tile_k)
+        if self.tile_k_l2 % self.tile_k:
+            raise ValueError(f"gemm plan: tile_k_l2={self.tile_k_l2} is not a multiple of tile_k={self.tile_k}")
+
+    def copies(self, step: int) -> int:
+        """Copies aircc's ping-pong transform makes of a buffer allocated in a K loop of `step`: 1 for a single
+        trip, 2, or 3 for an odd trip count (the remainder iteration gets its own buffers in the mlir-air the
+        lowering toolchain builds; kernel_builder.hw.analyze.pingpong_copies)."""
+        trips = self.k // step if self.k else 2
+        return 1 if trips == 1 else (3 if trips % 2 else 2)
+
+    @property
+    def bm(self) -> int:
+        return self.herd_m * self.tile_m
+
+    @property
+    def bn(self) -> int:
+        return self.herd_n * self.tile_n
+
+    def l1_buffers(self) -> dict[str, int]:
+        c = self.copies(self.tile_k)   # ping-pong copies of the tiles of the herd's K loop
+        return {"acc_f32": F32 * self.tile_m * self.tile_n,
+                "a_tiles": c * BF16 * self.tile_m * self.tile_k,
+                "w_tiles": c * BF16 * self.tile_k * self.tile_n,
+                "out_bf16": BF16 * self.tile_m * self.tile_n}
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
+
+    def l2_buffers(self) -> dict[str, int]:
+        """Bytes of ONE L2 buffer of each kind (the panels with their ping-pong copies): herd_m A panels,
+        herd_n W panels and herd_m C row panels, each its own allocation (so each fits one memory tile)."""
+        c = self.copies(self.tile_k_l2)
+        return {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
+                "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
+                "c_panel": BF16 * self.tile_m * self.bn}
+
+    def l2_counts(self) -> dict[str, int]:
+        return {"a_panel": self.herd_m, "w_panel": self.herd_n, "c_panel": self.herd_m}
+
+    def l2_bytes(self) -> int:
+        """All L2 bytes of one launch point (spread over the memory tiles)."""
+        sizes, counts = self.l2_buffers(), self.l2_counts()
+        return sum(sizes[b] * counts[b] for b in sizes)
+
+    def memtile_bytes(self) -> int:
+        """Worst-case bytes on one memory tile: AIR places L2 buffers round-robin over the memory tiles
+        (mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap), so one holds at most ceil(buffers / N_MEMTILES) of
+        them; bounded by that many of the largest."""
+        n = sum(self.l2_counts().values())
+        return -(-n // N_MEMTILES) * max(self.l2_buffers().values())
+
+    def memtile_bds(self) -> dict[str, int]:
+        """BDs per memory-tile DMA channel: a panel broadcast needs one BD per ping-pong copy and, when its
+        8x8-blocked slice pattern has four non-unit dims (no room to fold the slice loop into the BD), one per
+        slice of the panel; a panel's L3 -> L2 load one per copy; each drain and the C write one."""
+        def put(rows: int) -> int:
+            dims = sum(1 for d in (rows // 8, self.tile_k // 8, 8, 8) if d > 1)
+            slices = self.tile_k_l2 // self.tile_k if dims > 3 else 1
+            return self.copies(self.tile_k_l2) * slices
+        return {"a_put": put(self.tile_m), "w_put": put(self.tile_n), "panel_load": self.copies(self.tile_k_l2),
+                "drain": 1, "c_write": 1}
+
+    def memtile_bd_total(self) -> int:
+        """BDs on the busiest memory tile: one A and one W panel (load + broadcast), herd_n drains, one write."""
+        b = self.memtile_bds()
+        return b["a_put"] + b["w_put"] + 2 * b["panel_load"] + self.herd_n * b["drain"] + b["c_write"]
+
+    def channels(self) -> dict[str, int]:
+        """DMA channels of one launch point. Shim: one MM2S per A / W panel buffer, one S2MM per C row panel.
+        Memory tile (worst): the A panel in (1) + a W panel in (1) + the herd_n drains of its C row panel
+        (S2MM); A broadcast, W broadcast and the C write to L3 out (MM2S). Core: A and W in, C out."""
+        return {"shim_mm2s": self.herd_m + self.herd_n, "shim_s2mm": self.herd_m,
+                "memtile_s2mm": 2 + self.herd_n, "memtile_mm2s": 3, "core_s2mm": 2, "core_mm2s": 1}
+
+    def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
+        """DDR bytes read by one GEMM: each launch block [BM, BN] reads its A row block and W row block once
+        (the panels are broadcast on chip), so A is read n/BN times and W m/BM times."""
+        return BF16 * (m * k * (n // self.bn) + k * n * (m // self.bm))
+
+
+def _gemm_fits(p: GemmPlan, k: int) -> bool:
+    """L1, memory tiles, channels, and the shim stride: under runtime loop tiling the W panel load folds the
+    launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements)."""
+    ch = p.channels()
+    bds = p.memtile_bds()
+    return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES and p.bn * k <= SHIM_MAX_STRIDE_BF16
+            and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
+            and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
+            and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
+
+
+def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
+    check_positive("gemm", m=m, k=k, n=n)
+    for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
+        if v % q:
+            raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul micro-kernel on "
+                             f"{MMUL_M}x{MMUL_K}x{MMUL_N} blocks, two column blocks per step); use gemv for "
+                             f"single-row products")
+    m_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_M_MULTIPLE) if m % t == 0]
+    n_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_N_MULTIPLE) if n % t == 0]
+    best, best_key = None, None
+    for tile_k in (64, 32, 16, 8):
+        if k % tile_k:
+            continue
+        for tile_m in m_tiles:
+            herd_m = widest_herd(m // tile_m, NPU2_COLS)
+            for tile_n in n_tiles:
+                plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // tile_n, NPU2_ROWS), k=k)
+                if not _gemm_fits(plan, k):
+                    continue
+                # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/W tiles
+                # arrive every K step: (tile_m + tile_n) / (tile_m * tile_n); with a full herd this also
+                # minimises DDR reads, 1/BM + 1/BN per MAC), then more MACs per tile
+                key = (plan.herd_m * plan.herd_n, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
+                if best_key is None or key > best_key:
+                    best, best_key = plan, key
+        if best is not None:
+            return _deepest_l2_panel(best, k)
+    raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
+                     f"2x W bf16 tiles, bf16 output tile) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
+                     f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride (BN*k) fits a shim BD")
+
+
+def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
+    """The deepest L2 K step (a multiple of tile_k dividing k, at most MAX_GEMM_L2_K) that still fits: longer
+    contiguous DDR runs per panel row (tile_k_l2 * 2 bytes) and fewer L3 DMA steps per launch point."""
+    steps = k // p.tile_k
+    for d in sorted((d for d in range(1, steps + 1) if steps % d == 0), reverse=True):
+        if p.tile_k * d > MAX_GEMM_L2_K:
+            continue
+        q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k)
+        if _gemm_fits(q, k):
+            return q
+    return p

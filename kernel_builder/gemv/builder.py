@@ -1,0 +1,91 @@
+"""GEMV: y[0, i] = sum_k w[i, k] * x[0, k]   (w row-major in HF (out, in) layout; f32 accumulate).
+
+MLIR + external C++ (kernel_builder.gemv.external.gemv_kernel). launch [1, 1] -> segment -> herd [herd_x, herd_y]
+(gemv.plan.GemvPlan: up to 16 tiles, [8, 2]); tile (tx, ty) is number t = tx*herd_y + ty, owns output rows
+[r0, r0 + R) with r0 = t*R (R = rows per tile) and keeps them in an L1 buffer `y_l1` allocated once at the top
+of the herd, stored to L3 with ONE DMA after its loops (R*2 bytes: whole 32-bit words at every shape).
+
+Every tile has one stream straight from L3, channel `@gemv_in[tx, ty]` (a circuit flow of its own: one shim
+MM2S channel per tile, all 16 of the array at [8, 2]). The launch body puts on it, in this order,
+
+    x  [k]                   (the same vector for every tile: 16 small reads of x)
+    w  rows [r0, r0 + R)     (one contiguous run: whole rows, or one row per step when K is chunked)
+
+so the shim streams them one after the other on the one channel (puts on one L3 channel index share one shim
+stream). The tile gets x once into `x_l1` (whole, kept for all steps), then per step (row block i of
+tile_m rows, K chunk k0 of k_chunk elements) the next `w_l1 [tile_m, k_chunk]` block and calls
+
+    mv(w_l1, x_l1, acc_l1, y_l1, i, k0)   (f32 partial sums in acc_l1 across K chunks; the last chunk writes
+                                           bf16 into y_l1[i : i+tile_m]; the kernel reads x_l1[k0 : k0+k_chunk])
+
+No memory tile is involved. w_l1 is allocated inside the innermost loop and first written by the channel get, so
+aircc's ping-pong transform doubles it (gemv.plan.GemvPlan counts the copies); x_l1 (filled before the loops),
+acc_l1 and y_l1 (written by the call) are allocated once at the top of the herd (acc_l1 pinned there by a
+store, `Block.pin_to_scope`: mlir-air's air-fuse-alloc-dealloc would move a buffer used only inside a loop into
+it, and the ping-pong copies would break the partial sums carried from chunk to chunk). Loops of one trip are
+not emitted. All offsets are affine in the tile ids and the loop ivs (the launch-level ones constant).
+"""
+from __future__ import annotations
+
+from kernel_builder.emit import L1, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.gemv.external import gemv_kernel
+from kernel_builder.gemv.plan import plan_gemv
+
+KIND = "gemv"
+CHANNEL = "gemv_in"
+
+
+def build(m: int, k: int) -> str:
+
+    plan = plan_gemv(m, k)
+    rows, tm, kc = plan.rows_per_tile, plan.tile_m, plan.k_chunk
+    hx, hy = plan.herd_x, plan.herd_y
+    ext = gemv_kernel(k, kc, tm, rows)
+    w_ty, x_ty, y_ty = memref([m, k]), memref([1, k]), memref([1, m])
+    wl_ty, xl_ty = memref([tm, kc], "bf16", L1), memref([k], "bf16", L1)
+    acc_ty, yl_ty = memref([tm], "f32", L1), memref([rows], "bf16", L1)
+    mod = Module(KIND, [w_ty, x_ty, y_ty])
+    mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, acc_ty, yl_ty, "i32", "i32"])
+    ch = mod.channel(CHANNEL, [hx, hy])
+    types = [w_ty, x_ty, y_ty]
+
+    la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(KIND, {"m": m, "k": k})])
+    lw, lxv, ly = la.args
+    lb = la.body
+    # ---- launch: per tile, x then its weight rows on the tile's own channel (one shim stream each)
+    for tx in range(hx):
+        for ty in range(hy):
+            r0 = (tx * hy + ty) * rows
+            lb.channel_put(ch, [tx, ty], lxv, x_ty, ([0, 0], [1, k], [k, 1]))
+            lb.channel_put(ch, [tx, ty], lw, w_ty, ([r0, 0], [rows, k], [k, 1]))
+
+    # ---- segment: the herd; its tiles store their rows straight to L3
+    seg = segment(lb, "gemv_seg", [(ly, y_ty)])
+    h = herd(seg.body, "gemv_herd", (hx, hy), [(seg.args[0], y_ty)], [f'link_with = "{ext.obj}"'])
+    tx, ty = h.ids
+    y = h.args[0]
+    b = h.body
+
+    acc = b.alloc("acc_l1", acc_ty)
+    yl = b.alloc("y_l1", yl_ty)
+    xl = b.alloc("x_l1", xl_ty)
+    if plan.row_steps > 1 or plan.k_steps > 1:
+        b.pin_to_scope(acc, acc_ty)  # f32 partial sums carried across steps: one copy, not ping-ponged
+    b.channel_get(ch, [tx, ty], xl, xl_ty, None)
+    tile = b.addi(b.muli(tx, hy), ty) if hy > 1 else tx
+    row0 = b.muli(tile, rows)
+    body, i = (b.for_(0, rows, tm, "i") if plan.row_steps > 1 else (b, 0))
+    step, k0 = (body.for_(0, k, kc, "k0") if plan.k_steps > 1 else (body, 0))
+    wl = step.alloc("w_l1", wl_ty)
+    step.channel_get(ch, [tx, ty], wl, wl_ty, None)
+    row_i32 = step.value("row_i32", f"arith.index_cast {step.idx(i)} : index to i32") if plan.row_steps > 1 \
+        else step.i32(0)
+    k0_i32 = step.value("k0_i32", f"arith.index_cast {step.idx(k0)} : index to i32") if plan.k_steps > 1 \
+        else step.i32(0)
+    step.call(ext.symbol, [(wl, wl_ty), (xl, xl_ty), (acc, acc_ty), (yl, yl_ty), (row_i32, "i32"), (k0_i32, "i32")])
+    step.dealloc(wl, wl_ty)
+    b.dma(y, y_ty, ([0, row0], [1, rows], [m, 1]), yl, yl_ty, None)
+    b.dealloc(xl, xl_ty)
+    b.dealloc(acc, acc_ty)
+    b.dealloc(yl, yl_ty)
+    return mod.text()

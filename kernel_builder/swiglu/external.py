@@ -1,0 +1,51 @@
+"""The `swiglu` kernel's external C++ kernel (external_kernels/swiglu.cc): its shapes and symbols
+(ExternalKernel), its numpy model for the interpreter (the .cc's portable path) and its cost/resource
+descriptor for the hardware model; FAMILY and COSTS register them with the kernel spec."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
+
+SWIGLU_N_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
+
+
+def swiglu_kernel(n: int) -> ExternalKernel:
+    """y[n] = silu(gate[n]) * up[n] in f32, bf16 RNE output."""
+    check_positive("swiglu", n=n)
+    check_multiple("swiglu", "n", n, SWIGLU_N_MULTIPLE)
+    symbol = f"swiglu_bf16_n{n}"
+    return ExternalKernel(
+        symbol=symbol,
+        obj=f"swiglu_n{n}.o",
+        source="swiglu.cc",
+        defines=(("SWIGLU_N", str(n)), ("SWIGLU_SYMBOL", symbol)),
+    )
+
+
+def swiglu_model(n: int):
+    def swiglu(gate, up, y):
+        g = need_memref(gate, "gate", n).astype(F32)
+        u = need_memref(up, "up", n).astype(F32)
+        with np.errstate(over="ignore"):
+            silu = g / (F32(1.0) + np.exp(-g))
+        need_memref(y, "y", n)[:] = to_bf16(silu * u)
+        y.written = True
+    return swiglu
+
+
+def _swiglu(m, args):
+    n = int(m.group(1))
+    return CallWork(6 * n / 32, 4 * n, 0)
+
+
+FAMILY = ExternalFamily("swiglu", "swiglu.cc", r"swiglu_n(\d+)\.o", r"swiglu_bf16_n(\d+)", swiglu_kernel, swiglu_model)
+COSTS = (ExternalCost("swiglu", re.compile(FAMILY.symbol_re), _swiglu, DEFAULT_STACK, (2,), (2,)),)

@@ -1,0 +1,146 @@
+"""How strict the host aie_api is, and that the vector-path tests can fail: shapes/types aie_api does not provide for
+AIE2P do not compile, a misaligned vector access is an error, an off-by-one loop bound in gemm.cc, gemv.cc or
+attention.cc (a mutated copy of the source, compiled here) breaks the reference comparison, a kernel that forgets
+its rounding mode is caught, and an edit that changes the executed instructions changes the counts."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from kernel_builder import aie_host_runs as runs
+from kernel_builder import aie_host
+from kernel_builder import externals as ext
+from tooling import require_tool
+from external_kernels.compile_rules import ExternalKernel
+from external_kernels.paths import SOURCE_DIR
+from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.rope.external import rope_kernel
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cxx():
+    require_tool("g++")
+
+
+FLAG = "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"
+
+
+def _errors(tmp_path, body: str, flag: int) -> str:
+    src = tmp_path / "probe.cc"
+    src.write_text("#include <aie_api/aie.hpp>\nvoid probe() {\n" + body + "\n}\n")
+    return aie_host.compile_errors(None, src, (f"-D{FLAG}={flag}",))
+
+
+MMUL = "aie::mmul<{}, bfloat16, bfloat16> m; m.mac(aie::zeros<bfloat16, {}>(), aie::zeros<bfloat16, {}>());"
+
+
+@pytest.mark.parametrize("flag", [0, 1])
+def test_mmul_shapes(tmp_path, flag):
+    """4x8x8 and 8x8x8 bf16 compile with and without the block-float flag; shapes aie_api has no AIE2P mode for
+    (detail/mmul.hpp:91) do not, nor a non-f32 accumulator."""
+    assert _errors(tmp_path, MMUL.format("4, 8, 8", 32, 64), flag) == ""
+    assert _errors(tmp_path, MMUL.format("8, 8, 8", 64, 64), flag) == ""
+    for shape, a, b in (("4, 16, 8", 64, 128), ("8, 8, 16", 64, 128), ("2, 8, 8", 16, 64)):
+        err = _errors(tmp_path, MMUL.format(shape, a, b), flag)
+        assert "not an AIE2P shape" in err, f"mmul<{shape}> with {FLAG}={flag} compiled: {err[:400]}"
+    err = _errors(tmp_path, "aie::mmul<4, 8, 8, bfloat16, bfloat16, bfloat16> m;", flag)
+    assert "accfloat" in err
+
+
+def test_flag_values_and_types_outside_aie_api_do_not_compile(tmp_path):
+    assert "must be 0 or 1" in _errors(tmp_path, "aie::mmul<4, 8, 8, bfloat16, bfloat16> m;", 2)
+    mixed = "auto a = aie::mul(aie::zeros<bfloat16, 32>(), aie::zeros<float, 32>());"
+    assert "not mixed types" in _errors(tmp_path, mixed, 0)
+    assert "at least 128 bits" in _errors(tmp_path, "aie::vector<bfloat16, 4> v;", 0)
+    assert "AIE2P returns bfloat16" in _errors(tmp_path, "auto e = aie::exp2<float>(aie::zeros<float, 16>());", 0)
+
+
+def test_misaligned_vector_load_and_store_fail(rng=np.random.default_rng(0)):
+    k = rope_kernel(64, 3, 1)
+    lib = aie_host.load(k)
+    x, lut = runs.rand(rng, (1, 192)), runs.rand(rng, (1, 64))
+    y = aie_host.aligned(np.zeros((1, 192), x.dtype))
+    lib.call(k.symbol, aie_host.aligned(x), aie_host.aligned(lut), y)      # aligned: fine
+    with pytest.raises(aie_host.AieHostError, match=r"misaligned load_v of 32 x bfloat16 .*64-byte alignment"):
+        lib.call(k.symbol, aie_host.aligned(x, offset=2), aie_host.aligned(lut), y)
+    g = gemm_kernels(8, 64, 48)
+    with pytest.raises(aie_host.AieHostError, match=r"misaligned store_v of 32 x float"):
+        aie_host.load(g.zero).call(g.zero.symbol, aie_host.aligned(np.zeros(8 * 48, np.float32), offset=32))
+
+
+# (object at a builder shape, source, loop-bound regex, replacement): one element/block short in the vector path
+MUTATIONS = [
+    ("gemm_m64_k64_n64.o", "gemm.cc", r"kb < kKB; \+\+kb\) \{\n          const",
+     "kb < kKB - 1; ++kb) {\n          const"),
+    ("gemm_m8_k64_n128.o", "gemm.cc", r"nb < kNB; nb \+= 2\)", "nb < kNB - 2; nb += 2)"),
+    ("mv_k2048_c2048_m4_r128.o", "gemv.cc", r"c \+ 2 \* kLanes <= GEMV_KC", "c + 2 * kLanes < GEMV_KC"),
+    ("mv_k576_c576_m12_r12.o", "gemv.cc", r"m < GEMV_TILE_M; \+\+m\) \{\n    const bfloat16 \*LLAMA_NPU_RESTRICT",
+     "m < GEMV_TILE_M - 1; ++m) {\n    const bfloat16 *LLAMA_NPU_RESTRICT"),
+    ("attnp_hd64_q32_k32.o", "attention.cc", r"j0 < kLk; j0 \+= 8\) mm\.mac", "j0 < kLk - 8; j0 += 8) mm.mac"),
+    ("attnp_hd128_q16_k16.o", "attention.cc", r"d < kHd; d \+= 8\) \{\n        const",
+     "d < kHd - 8; d += 8) {\n        const"),
+    ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"d < kHd; d \+= kDotLanes\)\n          dot",
+     "d < kHd - kDotLanes; d += kDotLanes)\n          dot"),
+]
+
+
+def _mutant(tmp_path, obj, source, pattern, repl) -> aie_host.AieHostLibrary:
+    text = (SOURCE_DIR / source).read_text()
+    mutated, n = re.subn(pattern, repl, text)
+    assert n >= 1, f"{source}: the loop bound {pattern!r} is gone; update the mutation"
+    path = tmp_path / source
+    path.write_text(mutated)
+    return aie_host.load(runs.kernel_of(obj), source=path)
+
+
+@pytest.mark.parametrize("obj,source,pattern,repl", MUTATIONS, ids=[f"{m[1]}:{m[0]}" for m in MUTATIONS])
+def test_off_by_one_loop_bound_fails(tmp_path, obj, source, pattern, repl):
+    rng = np.random.default_rng(3)
+    assert not runs.mismatch(runs.run(obj, rng))                       # the real source passes ...
+    r = runs.run(obj, np.random.default_rng(3), _mutant(tmp_path, obj, source, pattern, repl))
+    assert runs.mismatch(r), f"{obj}: the mutated loop bound went unnoticed"   # ... the mutant does not
+
+
+def test_missing_rounding_mode_is_caught(tmp_path):
+    """aie_api's default rounding is floor: a kernel that does not select conv_even rounds every bf16 result down."""
+    lib = _mutant(tmp_path, "add_n4096.o", "add.cc", r"::aie::set_rounding\([^)]*\);", "")
+    assert "elements out of bound" in runs.mismatch(runs.run("add_n4096.o", np.random.default_rng(0), lib))
+
+
+def test_counts_change_with_the_code(tmp_path):
+    """gemm.cc without its two-row-block unroll computes the same bits with the same block-float MACs but loads
+    every w block once per row block: the counts say so."""
+    obj = "gemm_m64_k64_n64.o"
+    base = runs.run(obj, np.random.default_rng(4))
+    lib = _mutant(tmp_path, obj, "gemm.cc", r"kUM = \(kMB % 2 == 0\) \? 2 : 1;", "kUM = 1;")
+    edit = runs.run(obj, np.random.default_rng(4), lib)
+    np.testing.assert_array_equal(edit.got.astype(np.float32), base.got.astype(np.float32))
+    assert edit.counts["mmul_bfp16_8x8x8"] == base.counts["mmul_bfp16_8x8x8"] == 512
+    assert edit.counts["vload"] > base.counts["vload"]
+    assert edit.counts["shuffle"] > base.counts["shuffle"]          # each w block transposed once per row block
+
+
+def test_host_block_float_equals_the_numpy_model(tmp_path):
+    """mmul<8,8,8> under the flag with B = I gives A's rows through the C++ block-float conversion: the same
+    values as kernel_builder.numerics.to_bfp16ebs8 (the GEMM's numpy reference)."""
+    from kernel_builder.numerics import BF16, to_bfp16ebs8
+
+    src = tmp_path / "probe.cc"
+    src.write_text("#include <aie_api/aie.hpp>\n"
+                   'extern "C" void probe(const bfloat16 *a, const bfloat16 *eye, float *c) {\n'
+                   "  aie::set_rounding(aie::rounding_mode::conv_even);\n"
+                   "  aie::mmul<8, 8, 8, bfloat16, bfloat16> m;\n"
+                   "  m.mul(aie::load_v<64>(a), aie::load_v<64>(eye));\n"
+                   "  aie::store_v(c, m.template to_vector<float>());\n}\n")
+    kernel = ExternalKernel(symbol="probe", obj="bfp_probe.o", source="probe.cc", defines=())
+    lib = aie_host.load(kernel, source=src, defines=(f"-D{FLAG}=1",))
+    rng = np.random.default_rng(5)
+    a = runs.rand(rng, (8, 8)) * np.float32(2.0) ** rng.integers(-6, 6, (8, 1))   # rows of different scales
+    a = a.astype(BF16)
+    c = aie_host.aligned(np.zeros((8, 8), np.float32))
+    counts = lib.call("probe", aie_host.aligned(a), aie_host.aligned(np.eye(8, dtype=np.float32).astype(BF16)), c)
+    np.testing.assert_array_equal(c, to_bfp16ebs8(a.astype(np.float32)))
+    assert not np.array_equal(c, a.astype(np.float32))                             # it did quantize
+    assert counts["mmul_bfp16_8x8x8"] == 1 and counts["bfp16_convert"] == 2

@@ -1,0 +1,185 @@
+"""The cost model's scenarios and parameter sources (kernel_builder/hw/scenarios.py, cost.py), the out-of-sample
+calibration (kernel_builder/hw/calibration.py), the emulated-mmul charge read from a kernel's compile defines,
+and `make bench`'s like-for-like section (benchmarks/hw_scenarios.py)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.hw_calibration import gemm, reference_points, registry_points
+from kernel_builder import external_costs as ec
+from kernel_builder.hw import analyze_module, cost
+from kernel_builder.hw.calibration import both_ways, validate
+from kernel_builder.hw.scenarios import SCENARIOS, all_scenarios, parameter_table, scenario_params
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "hardware-model.md"
+
+
+def test_every_parameter_has_a_kind_a_source_and_an_ordered_range():
+    rows = parameter_table()
+    assert {r[0] for r in rows} == {f.name for f in dataclasses.fields(cost.CostParams)}
+    for name, likely, opt, pess, kind, source in rows:
+        assert kind in cost.KINDS and source, name
+        # the optimistic end is the faster one: a rate or efficiency is higher, a cost lower
+        lo, hi = sorted((opt, pess))
+        assert lo <= likely <= hi, (name, opt, likely, pess)
+    # GEMM efficiency is a measured share of the peak, not the peak
+    assert 0.25 < cost.PARAMS.gemm_efficiency < 0.45
+    assert cost.PARAMS.ddr_bytes_per_s <= 63.0e9     # no higher than the best NPU2 measurement
+
+
+def test_an_untagged_parameter_fails():
+    @dataclasses.dataclass(frozen=True)
+    class Untagged(cost.CostParams):
+        new_rate: float = 1.0        # no kind, no source, no range
+
+    with pytest.raises(ValueError, match="new_rate has no kind"):
+        parameter_table(Untagged)
+
+
+def test_every_parameter_is_in_the_doc_with_its_kind():
+    doc = DOC.read_text()
+    for name, likely, opt, pess, kind, source in parameter_table():
+        # the cost-model table's row: name | likely | optimistic | pessimistic | kind | source
+        rows = [r for r in re.findall(rf"^\| `{name}` \|.*$", doc, re.M) if r.count("|") == 7]
+        assert rows, f"docs/hardware-model.md lacks the cost parameter {name} in the cost-model table"
+        assert f"| {kind} |" in rows[0], (name, kind)
+
+
+def test_unknown_scenario_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown cost scenario 'best'"):
+        scenario_params("best")
+
+
+def _assert_ordered(name, works, vectorized=False, elf=True):
+    t = {s: cost.module_seconds(works, p, vectorized, elf) for s, p in all_scenarios().items()}
+    assert t["optimistic"] <= t["likely"] <= t["pessimistic"], (name, t)
+    assert t["optimistic"] < t["pessimistic"], name
+
+
+def test_scenarios_are_ordered_for_every_module():
+    from multi_launch_builder.stitcher import stitch
+    from llama_npu.models.llama import LLAMA32_1B, SMOLLM2_135M, LlamaModel
+
+    for shapes in (LLAMA32_1B, SMOLLM2_135M):
+        m = LlamaModel(shapes)
+        for d in m.prefill(256).decls + m.head().decls + m.decode(2048).decls:
+            rep = analyze_module(stitch(d), d.name)
+            _assert_ordered(d.name, [la.work for la in rep.launches])
+    for pt in reference_points() + registry_points():
+        _assert_ordered(pt.name, pt.works, pt.vectorized_matmul, pt.elf)
+
+
+def test_gemm_at_the_registry_shapes_is_within_the_measured_range():
+    """The likely model of the registry's f32-out GEMMs (xclbin, 8x4 herd, its tiles) gives a throughput within
+    the registry's measured 7342-9797 GFLOPS, +-10 % (mlir-air kernel_registry GEMM_bf16_in_fp32_out.md)."""
+    lo, hi, tol = 7342, 9797, 0.10
+    for m, k, n in ((2048, 2048, 2048), (2048, 2048, 8192), (2048, 8192, 2048), (2048, 2048, 512)):
+        s = cost.module_seconds([gemm(m, k, n, 64, 128, out_bytes=4)], cost.PARAMS, True, elf=False)
+        gflops = 2 * m * k * n / s / 1e9
+        assert lo * (1 - tol) <= gflops <= hi * (1 + tol), ((m, k, n), gflops)
+
+
+def test_out_of_sample_calibration_runs_both_ways():
+    v1, v2 = both_ways(registry_points(), reference_points(), "registry", "reference")
+    for v in (v1, v2):
+        assert len(v.fit_errors) + len(v.test_errors) == len(registry_points()) + len(reference_points())
+        fm, fx = v.fit_mean_max
+        tm, tx = v.test_mean_max
+        assert math.isfinite(tm) and 0 <= fm <= fx and 0 <= tm <= tx
+        assert "not refitted" in v.line()
+    assert v1.test_mean_max[0] < 0.35     # registry-fitted parameters predict the reference modules
+    assert v1.params != v2.params
+    with pytest.raises(ValueError, match="non-empty"):
+        validate([], reference_points(), "none", "reference")
+
+
+def test_compute_seam_takes_counts_by_kind():
+    w = gemm(2048, 2048, 2048, 64, 128)
+    counts = cost.work_counts(w, vectorized_matmul=True)
+    assert cost.launch_cost(w, vectorized_matmul=True).compute_s == cost.launch_cost(w, counts=counts).compute_s
+    doubled = {k: 2 * v for k, v in counts.items()}
+    assert math.isclose(cost.compute_cycles(doubled), 2 * cost.compute_cycles(counts))
+    with pytest.raises(ValueError, match="unknown kind"):
+        cost.compute_cycles({"mmul_8x8x8": 1})
+
+
+def test_emulated_mmul_charge_follows_the_kernels_compile_defines(monkeypatch):
+    """attention.cc's item is compiled without the block-float flag today: its MACs are charged at the
+    emulated rate; the same kernel with the flag in its defines is charged at the block-float mmul rate."""
+    from kernel_builder.attention import external as attention_ext
+    from kernel_builder.gemm import external as gemm_ext
+
+    assert ec.bfp16_mmul(gemm_ext.gemm_kernels(64, 64, 64).mac.defines)
+    sym = "attnp_item_bf16_hd64_q64_k64"
+    c, m = ec.external_cost(sym)
+    plain = c.work(m, [])
+    assert plain.emulated_mmul_macs > 0 and plain.mmul_macs == 0
+    orig = attention_ext.attention_prefill_kernels
+
+    def flagged(hd, lq, lk):
+        k = orig(hd, lq, lk)
+        upd = dataclasses.replace(k.update, defines=k.update.defines + ((ec.BFP16_FLAG, "1"),))
+        return k._replace(update=upd)
+
+    monkeypatch.setattr(attention_ext, "attention_prefill_kernels", flagged)
+    attention_ext._attn_prefill_defines.cache_clear()
+    try:
+        fast = c.work(m, [])
+    finally:
+        attention_ext._attn_prefill_defines.cache_clear()
+    assert fast.mmul_macs == plain.emulated_mmul_macs and fast.emulated_mmul_macs == 0
+    p = cost.PARAMS
+    assert (p.mmul_macs_per_cycle * p.gemm_efficiency) > 4 * p.mmul_emulated_macs_per_cycle
+
+
+def test_bench_prints_like_for_like_figures(capsys):
+    from benchmarks.hw_scenarios import bench_scenarios
+
+    host = {"host_s_per_prefill": 0.25, "host_ms_per_decode_token": 5.0, "prompt_len": 2000}
+    figs = bench_scenarios(host)
+    out = capsys.readouterr().out
+    for key in ("ours_prefill", "ours_decode", "ref_prefill", "ref_decode"):
+        f = figs[key]
+        assert f.total("optimistic") <= f.total("likely") <= f.total("pessimistic")
+    assert math.isclose(figs["ours_prefill"].host_s, 0.25)
+    line = next(l for l in out.splitlines() if "ours, prefill 2048 tokens" in l)
+    assert line.index("likely") < line.index("optimistic") < line.index("pessimistic")
+    assert "host 250.0 ms" in line
+    assert "MEASURED on Strix" in out and "wall time 1.27 s" in out
+    assert out.count("not refitted") == 2
+
+
+def test_fitted_values_are_the_fit_of_the_calibration_points():
+    """cost.CostParams' FITTED defaults are what `python -m benchmarks.hw_calibration` fits on all points
+    (within 3 %), and their ranges contain the fit on the registry alone."""
+    from benchmarks.hw_calibration import all_points
+
+    fields = {f.name: f for f in dataclasses.fields(cost.CostParams)}
+    start = dataclasses.replace(cost.PARAMS, **{n: getattr(cost.PRIOR, n) for n in cost.FITTED})
+    fit_all = cost.calibrate(all_points(), start)
+    fit_reg = cost.calibrate(registry_points(), start)
+    for n in cost.FITTED:
+        assert math.isclose(getattr(fit_all, n), getattr(cost.PARAMS, n), rel_tol=0.03), (n, getattr(fit_all, n))
+        lo, hi = sorted((fields[n].metadata["optimistic"], fields[n].metadata["pessimistic"]))
+        assert lo * 0.97 <= getattr(fit_reg, n) <= hi * 1.03, (n, getattr(fit_reg, n), lo, hi)
+
+
+def test_a_columns_two_channels_share_its_measured_rate():
+    """Two MM2S channels on one shim column move (1 + second_channel_gain) x one channel's bytes per second
+    (fused_decode: 1.13x); on two columns each runs at the full channel rate; the DDR ceiling caps the total."""
+    from kernel_builder.hw.results import Flow
+
+    p = cost.PARAMS
+    b = 10**8
+    one_col = [Flow("MM2S", 0, "", b, 1, 1, column=0), Flow("MM2S", 0, "", b, 1, 1, column=0)]
+    two_cols = [Flow("MM2S", 0, "", b, 1, 1, column=0), Flow("MM2S", 0, "", b, 1, 1, column=1)]
+    rate = p.shim_channel_bytes_per_s
+    assert cost.shim_seconds(one_col, p) == pytest.approx(2 * b / (rate * (1 + p.second_channel_gain)) + p.shim_task_s)
+    assert cost.shim_seconds(two_cols, p) == pytest.approx(b / rate + p.shim_task_s)
+    wide = [Flow("MM2S", 0, "", b, 1, 1, column=c % 8) for c in range(16)]
+    assert cost.shim_seconds(wide, p) >= 16 * b / p.ddr_bytes_per_s
