@@ -157,7 +157,7 @@ class Tokenizer:
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None) -> str:
         if self.chat_template is None:
             raise TokenizerError(f"{self.model_dir}: the tokenizer has no chat template (use --raw)")
         from jinja2.exceptions import TemplateError
@@ -178,23 +178,26 @@ class Tokenizer:
             except TemplateError as e:
                 raise TokenizerError(f"{self.model_dir}: cannot parse the chat template ({e})") from None
         try:
+            extra = {"tools": tools} if tools else {}  # OpenAI-shaped tool list, as transformers passes it
             return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         **self.special)
+                                         **extra, **self.special)
         except TemplateError as e:  # e.g. the template's raise_exception("roles must alternate ...")
             raise TokenizerError(f"{self.model_dir}: the chat template rejected the conversation ({e})") from None
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            parse_special: bool = False) -> list[int]:
+                            tools: list | None = None, parse_special: bool = False) -> list[int]:
         """Token ids of the rendered conversation. Control tokens come from the template only (none are added
-        on top, as transformers does): message text that spells a special token is encoded as plain text
-        (unless `parse_special`). Such text is rendered between two random markers, so the template's own
+        on top, as transformers does): message and tool text that spells a special token is encoded as plain
+        text (unless `parse_special`). Such text is rendered between two random markers, so the template's own
         text and the message text are tokenized apart; without such text the rendering is encoded whole."""
-        if parse_special or not _spells_special(messages, self.special_texts):
-            return self._tok.encode(self.render_chat(messages, add_generation_prompt), add_special_tokens=False).ids
+        if parse_special or not _spells_special([messages, tools], self.special_texts):
+            return self._tok.encode(self.render_chat(messages, add_generation_prompt, tools),
+                                    add_special_tokens=False).ids
         nonce = secrets.token_hex(8)
         start, end = f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue001"
-        text = self.render_chat(_mark(messages, start, end, self.special_texts), add_generation_prompt)
-        if text.replace(start, "").replace(end, "") != self.render_chat(messages, add_generation_prompt):
+        marked_tools = _mark(tools, start, end, self.special_texts) if tools else tools
+        text = self.render_chat(_mark(messages, start, end, self.special_texts), add_generation_prompt, marked_tools)
+        if text.replace(start, "").replace(end, "") != self.render_chat(messages, add_generation_prompt, tools):
             raise TokenizerError(f"{self.model_dir}: the chat template changes a message that spells a special "
                                  f"token, so its text cannot be kept apart from the template's control tokens")
         ids, pos = [], 0
