@@ -204,14 +204,6 @@ def load_config(model_dir: str | Path) -> ModelConfig:
     return parse_config(cfg, path, model_dir, generation)
 
 
-def context_note(cfg: ModelConfig) -> str:
-    """What bounds the model's context when a sliding window does (for the "exceeds the model's context" lines)."""
-    if cfg.sliding_window and cfg.sliding_window == cfg.max_position:
-        return (" (its sliding_window: runs are kept within the window, where windowed attention equals causal "
-                "attention)")
-    return ""
-
-
 def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
     """Sorted unique buckets that fit the model's context; a context smaller than every bucket gets one
     bucket: the largest the kernels take that fits it (llama_npu.sizes.BUCKET_MULTIPLE)."""

@@ -9,6 +9,7 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.add.external import ADD_N_MULTIPLE, add_model
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.instr_counts import add_acc, conv, load, store
 from kernel_builder.planner import check_positive
 
 
@@ -23,7 +24,9 @@ def bias_add_kernel(n: int) -> ExternalKernel:
 
 def _bias_add(m, args):
     n = int(m.group(1))
-    return CallWork(n / 32, n, 0)
+    # per 32 lanes (add.cc): x and b loaded, accum from x, add (b widened), to bf16, store
+    step = load(32, 2) * 2 + conv(3) + add_acc() + store(32, 2)
+    return CallWork(n, 0, step * (n // 32))
 
 
 FAMILY = ExternalFamily("bias_add", "add.cc", r"bias_add_n(\d+)\.o", r"bias_add_bf16_n(\d+)", bias_add_kernel,

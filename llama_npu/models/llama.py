@@ -124,7 +124,7 @@ class LlamaModel:
 
     def checkpoint_tensors(self) -> list[tuple[str, tuple[int, ...]]]:
         """The per-layer HF tensors (name under model.layers.{i}., shape as stored) the checkpoint must hold."""
-        return sorted(set(self.layer_tensors().values()))
+        return list(dict.fromkeys(self.layer_tensors().values()))
 
     def _rotary_index(self, arg: str, rows: int) -> tuple[int, ...]:
         """The q/k rows in the partial-rotary order (rotary_order), () when RoPE rotates whole heads."""

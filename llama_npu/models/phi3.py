@@ -37,7 +37,7 @@ class Phi3Model(LlamaModel):
 
     def checkpoint_tensors(self) -> list[tuple[str, tuple[int, ...]]]:
         plain = [v for w, v in self.layer_tensors().items() if w not in FUSED]
-        return sorted(set(plain + [self._fused_rows(w)[:2] for w in FUSED]))
+        return list(dict.fromkeys(plain + [self._fused_rows(w)[:2] for w in FUSED]))
 
     def static_tensor(self, arg: str, layer: int | None, lm_source: str = "lm_head") -> TensorSpec:
         if layer is None or arg not in FUSED:
