@@ -24,7 +24,7 @@ channels; the shim moves herd_m + herd_n panels in and herd_m C row panels out p
 <= 8 S2MM on the 8x4 herd). The K loops of segment and herd hand the slices over in order: the i-th put on a
 channel index pairs with the i-th get on each of its destinations (AIR channels are FIFOs). Layout changes
 (8x8 re-blocking in, un-blocking out) happen in the memory-tile DMAs, whose innermost run is 8 contiguous bf16
-(16 bytes); no DMA transposes (w's 8x8 blocks are transposed in the micro-kernel's registers).
+(16 bytes); nothing transposes: each w 8x8 block is already the [n][k] operand the block-float mac_8x8_8x8T takes.
 """
 from __future__ import annotations
 
