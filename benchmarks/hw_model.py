@@ -53,6 +53,9 @@ def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: b
           f"analyzed in {dt:.2f} s):")
     print(f"[bench]   modeled prefill ({seq} tokens): {_s(prefill)} NPU time, likely scenario (no host time: "
           f"like-for-like figures below)")
+    two_s, two = _chunked_prefill(m, 2 * seq, seq, reps[head].modeled_s)
+    print(f"[bench]   modeled prefill ({2 * seq} tokens, {len(two)} chunks of {seq}): {_s(two_s)}  "
+          f"({', '.join(f'pos {p} window {w}' for p, w in two)})")
     long_s, chunks = _chunked_prefill(m, 4 * seq, seq, reps[head].modeled_s)
     print(f"[bench]   modeled prefill ({4 * seq} tokens, {len(chunks)} chunks of {seq} over the KV window): "
           f"{_s(long_s)}  ({', '.join(f'pos {p} window {w}' for p, w in chunks)})")
