@@ -295,3 +295,24 @@ def test_bad_shapes_name_kernel_dimension_and_limit(call, words):
         call()
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+
+
+def test_gemm_planner_follows_the_cost_descriptor(monkeypatch):
+    """modeled_seconds counts the micro-kernel's calls through its cost descriptor: a descriptor that also charges
+    each mac call its accumulator traffic (one load + one store of the f32 tile, 2 x tile_m*tile_n/16 cycles, as a
+    counted model would) moves 2048x2048x8192 from 64x128 tiles with tile_k 16 back to a deeper tile_k."""
+    import dataclasses
+
+    real = G.external_cost
+
+    def with_acc_traffic(symbol):
+        desc, match = real(symbol)
+        if match.group(1) != "mac":
+            return desc, match
+        tm, tn = int(match.group(2)), int(match.group(4))
+        work = lambda mt, args: dataclasses.replace(desc.work(mt, args), vector_cycles=2 * tm * tn / 16)  # noqa
+        return dataclasses.replace(desc, work=work), match
+
+    assert G.plan_gemm(2048, 2048, 8192).tile_k == 16
+    monkeypatch.setattr(G, "external_cost", with_acc_traffic)
+    assert G.plan_gemm(2048, 2048, 8192).tile_k == 64

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
+from kernel_builder.external_costs import external_cost
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels
 from kernel_builder.hw import cost
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
@@ -209,11 +210,26 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
 
 def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams = cost.PARAMS) -> float:
     """What the cost model (kernel_builder.hw.cost) charges the GEMM launch of this plan, in closed form: the
-    busiest tile's block-float MACs at the mmul rate, against the shim streams (gemm_flows) and the busiest core's
+    busiest tile's micro-kernel calls as the kernel's cost descriptor counts them (tile_counts), against the shim streams (gemm_flows) and the busiest core's
     L2 -> L1 stream (its A and W tiles). Without the per-launch overhead and the ELF factor (the same for every
     plan of one shape); the planner ranks plans by it."""
     points = (m // p.bm) * (n // p.bn)
-    macs = p.tile_m * p.tile_n * k * points
-    compute = cost.compute_cycles({"mmul_bfp16_macs": macs}, params) / params.clock_hz
+    compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
     l1 = BF16 * (p.tile_m + p.tile_n) * k * points / params.l2_l1_bytes_per_s
     return max(compute, cost.shim_seconds(gemm_flows(p, m, k, n), params), l1)
+
+
+def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
+    """Compute counts (cost.ISSUE_KINDS) of `tiles` output tiles of one compute tile: per tile one zero, k/tile_k
+    macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the hardware
+    model charges per call) counts it - so the planner follows the descriptor when it counts more than MACs."""
+    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
+    counts = {"mmul_bfp16_macs": 0, "mmul_emulated_macs": 0, "vector_cycles": 0.0, "scalar_ops": 0}
+    for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.out, 1)):
+        desc, match = external_cost(kernel.symbol)
+        w = desc.work(match, [])
+        counts["mmul_bfp16_macs"] += tiles * calls * w.mmul_macs
+        counts["mmul_emulated_macs"] += tiles * calls * w.emulated_mmul_macs
+        counts["vector_cycles"] += tiles * calls * w.vector_cycles
+        counts["scalar_ops"] += tiles * calls * w.scalar_ops
+    return counts
