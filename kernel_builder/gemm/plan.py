@@ -1,10 +1,10 @@
 """The GEMM's tiling plan: c[m, n] = a[m, k] @ w[n, k]^T on the 8x4 herd (kernel_builder/gemm/builder.py).
 
 `plan_gemm(m, k, n)` returns the `GemmPlan` the hardware model's cost model times fastest (`modeled_seconds`: the
-busiest tile's matrix work, the shim columns' DDR streams in the allocator's order, the L2 -> L1 streams), then
-the most busy tiles, then the deepest tile_k (fewer accumulator loads and stores per MAC in the micro-kernel), then the fewest bytes streamed
-into a tile per MAC, then the most MACs per tile, with the deepest L2 panel that still fits; or raises ValueError
-naming the limit. "Fits" = L1 with the ping-pong copies aircc makes, the memory tiles (bytes, DMA channels, BDs), the shim
+busiest tile's micro-kernel calls, the shim columns' DDR streams in the allocator's order, the L2 -> L1 streams),
+then the most busy tiles, then the deepest tile_k (fewer accumulator loads and stores per MAC in the
+micro-kernel), then the fewest bytes streamed into a tile per MAC, then the most MACs per tile, with the deepest
+L2 panel that still fits; or raises ValueError naming the limit. "Fits" = L1 with the ping-pong copies aircc makes, the memory tiles (bytes, DMA channels, BDs), the shim
 channels and the shim stride of the folded W load (docs/kernels.md "gemm"). The NPU2 limits it shares with
 the other plans come from kernel_builder.planner.
 """
@@ -210,8 +210,8 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
 
 def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams = cost.PARAMS) -> float:
     """What the cost model (kernel_builder.hw.cost) charges the GEMM launch of this plan, in closed form: the
-    busiest tile's micro-kernel calls as the kernel's cost descriptor counts them (tile_counts), against the shim streams (gemm_flows) and the busiest core's
-    L2 -> L1 stream (its A and W tiles). Without the per-launch overhead and the ELF factor (the same for every
+    busiest tile's micro-kernel calls as the kernel's cost descriptor counts them (tile_counts), against the shim
+    streams (gemm_flows) and the busiest core's L2 -> L1 stream (its A and W tiles). Without the per-launch overhead and the ELF factor (the same for every
     plan of one shape); the planner ranks plans by it."""
     points = (m // p.bm) * (n // p.bn)
     compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
