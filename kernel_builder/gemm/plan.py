@@ -5,8 +5,8 @@ busiest tile's micro-kernel calls, the shim columns' DDR streams in the allocato
 then the most busy tiles, then the deepest tile_k (fewer accumulator loads and stores per MAC in the
 micro-kernel), then the fewest bytes streamed into a tile per MAC, then the most MACs per tile, with the deepest
 L2 panel that still fits; or raises ValueError naming the limit. "Fits" = L1 with the ping-pong copies aircc
-makes, the memory tiles (bytes, DMA channels, BDs), the shim channels and the shim stride of the folded W load (docs/kernels.md "gemm"). The NPU2 limits it shares with
-the other plans come from kernel_builder.planner.
+makes, the memory tiles (bytes, DMA channels, BDs), the shim channels and the shim stride of the folded W load
+(docs/kernels.md "gemm"). The NPU2 limits it shares with the other plans come from kernel_builder.planner.
 """
 from __future__ import annotations
 
