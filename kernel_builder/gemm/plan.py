@@ -220,16 +220,15 @@ def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams
 
 
 def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
-    """Compute counts (cost.ISSUE_KINDS) of `tiles` output tiles of one compute tile: per tile one zero, k/tile_k
-    macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the hardware
-    model charges per call) counts it - so the planner follows the descriptor when it counts more than MACs."""
+    """Instruction counts (cost.ISSUE_KINDS) of `tiles` output tiles of one compute tile: per tile one zero,
+    k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
+    hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
     ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
-    counts = {"mmul_bfp16_macs": 0, "mmul_emulated_macs": 0, "vector_cycles": 0.0, "scalar_ops": 0}
+    counts: dict = {}
     for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.out, 1)):
         desc, match = external_cost(kernel.symbol)
         w = desc.work(match, [])
-        counts["mmul_bfp16_macs"] += tiles * calls * w.mmul_macs
-        counts["mmul_emulated_macs"] += tiles * calls * w.emulated_mmul_macs
-        counts["vector_cycles"] += tiles * calls * w.vector_cycles
-        counts["scalar_ops"] += tiles * calls * w.scalar_ops
+        for kind, v in list(w.counts.items()) + [("calls", 1), ("scalar_ops", w.scalar_ops)]:
+            if v:
+                counts[kind] = counts.get(kind, 0) + tiles * calls * v
     return counts
