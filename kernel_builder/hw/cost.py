@@ -106,7 +106,7 @@ class CostParams:
                                   "(lock / BD turnarounds)")
     shim_task_s: float = _p(0.5e-6, 0.25e-6, 1e-6, "assumption",
                             "per DMA task the runtime issues (BD write + queue push); unmeasured, x0.5-x2")
-    launch_overhead_s: float = _p(16.74e-6, 6.48e-6, 54.70e-6, "fitted",
+    launch_overhead_s: float = _p(19.53e-6, 7.17e-6, 59.14e-6, "fitted",
                                   "fitted on all points (per air.launch: array reconfiguration); range: the fits on "
                                   "the registry alone and on the reference modules alone")
     elf_gemm_factor: float = _p(1.35, 1.26, 1.94, "measured",
