@@ -17,7 +17,8 @@ from kernel_builder.numerics import BF16, to_bf16
 from .config import ModelConfig
 from .errors import WeightsError
 
-_DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.float32)}
+_DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.float32),
+           "I32": np.dtype(np.int32)}   # I32: AWQ/GPTQ packed 4-bit codes (llama_npu.quant)
 _MAX_HEADER = 100 * 1024 * 1024
 
 

@@ -23,8 +23,8 @@ def build(m: int, k: int, group: int = 32, mins: int = 1) -> str:
     rb, rows, tm = plan.layout.row_bytes, plan.rows_per_tile, plan.tile_m
     hx, hy = plan.herd_x, plan.herd_y
     ext = gemv_q4_kernel(k, group, mins, tm, rows)
-    w_ty, x_ty, y_ty = memref([m, rb], "ui8"), memref([1, k]), memref([1, m])
-    wl_ty, xl_ty, yl_ty = memref([tm * rb], "ui8", L1), memref([k], "bf16", L1), memref([rows], "bf16", L1)
+    w_ty, x_ty, y_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m])
+    wl_ty, xl_ty, yl_ty = memref([tm * rb], "i8", L1), memref([k], "bf16", L1), memref([rows], "bf16", L1)
     mod = Module(KIND, [w_ty, x_ty, y_ty])
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, yl_ty, "i32"])
     ch = mod.channel(CHANNEL, [hx, hy])
