@@ -210,3 +210,13 @@ def test_hardware_model_accepts_llama_shapes(m, k):
     from kernel_builder.registry import kernel_text
     rep = analyze_module(kernel_text("gemv_q4", m, k, 32, 1))
     assert rep.ok, rep.first_violation()
+
+
+def test_q4_memory_figures():
+    """benchmarks/q4.py's memory row: Llama-3.1-8B q4 (group 32 with mins) weights + 8k KV cache fit 6 GiB."""
+    from benchmarks.q4 import kv_bytes, q4_weight_bytes
+    from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
+    w8 = q4_weight_bytes(LLAMA31_8B, 32, True, tied=False)
+    assert 4.5 * 2**30 < w8 < 4.8 * 2**30
+    assert w8 + kv_bytes(LLAMA31_8B, 8192) <= 6 * 2**30
+    assert q4_weight_bytes(LLAMA32_1B, 32, True, tied=True) < 0.75 * 2**30

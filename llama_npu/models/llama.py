@@ -43,6 +43,8 @@ LLAMA32_1B = ModelShapes(hidden=2048, n_heads=32, n_kv_heads=8, head_dim=64, ffn
                          vocab=128256, n_layers=16, rms_eps=1e-5)
 LLAMA32_3B = ModelShapes(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192,
                          vocab=128256, n_layers=28, rms_eps=1e-5)
+LLAMA31_8B = ModelShapes(hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128, ffn=14336,
+                         vocab=128256, n_layers=32, rms_eps=1e-5)      # untied: embedding + LM head
 SMOLLM2_135M = ModelShapes(hidden=576, n_heads=9, n_kv_heads=3, head_dim=64, ffn=1536,
                            vocab=49152, n_layers=30, rms_eps=1e-5)
 REFERENCE_SHAPES = {"smollm2-135m": SMOLLM2_135M, "llama32-1b": LLAMA32_1B, "llama32-3b": LLAMA32_3B}
