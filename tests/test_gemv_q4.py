@@ -220,3 +220,17 @@ def test_q4_memory_figures():
     assert 4.5 * 2**30 < w8 < 4.8 * 2**30
     assert w8 + kv_bytes(LLAMA31_8B, 8192) <= 6 * 2**30
     assert q4_weight_bytes(LLAMA32_1B, 32, True, tied=True) < 0.75 * 2**30
+
+
+def test_host_q4_gemv_equals_host_bf16_gemv_on_dequantized_weights():
+    """The emulator's q4 GEMV (host C++) gives the bits of the bf16 host GEMV on the dequantized weights."""
+    from external_kernels import host_build
+    from kernel_builder.gemv.reference import gemv
+    if host_build.library() is None:
+        pytest.skip("no host kernels")
+    rng = np.random.default_rng(11)
+    for m, k, group, mins in ((64, 576, 32, 1), (40, 256, 128, 1), (32, 256, 32, 0)):
+        p, *_ = _random_q4(rng, m, k, group, mins)
+        x = to_bf16(rng.standard_normal(k).astype(np.float32))
+        got = gemv_q4(p, x, m=m, k=k, group=group, mins=mins)
+        np.testing.assert_array_equal(got, gemv(dequantize(p, k, group, bool(mins)), x, m=m, k=k))
