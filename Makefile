@@ -12,6 +12,7 @@ N_TOKENS ?= 64
 MODEL    ?=
 DEVICE   ?= auto
 BUCKETS  ?=
+WEIGHTS  ?= bf16
 PYTEST_ARGS ?=
 HOST     ?= 127.0.0.1
 PORT     ?= 8000
@@ -21,7 +22,7 @@ KERNEL_CACHE := $(if $(LLAMA_NPU_CACHE),$(LLAMA_NPU_CACHE),$(HOME)/.cache/llama-
 
 MODEL_ARG   := $(if $(MODEL),--model "$(MODEL)",)
 BUCKETS_ARG := $(if $(BUCKETS),--buckets "$(BUCKETS)",)
-COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG)
+COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG) --weights "$(WEIGHTS)"
 
 .PHONY: help setup compile run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
 
@@ -30,7 +31,8 @@ help: ## list the targets
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo
-	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
+	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir, id or .gguf> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
+	@echo "           WEIGHTS=bf16|q4 (q4: 4-bit decode GEMVs, docs/quantization.md)"
 	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)"
 
 $(STAMP): pyproject.toml
@@ -59,7 +61,7 @@ profile: setup ## run PROMPT and print per-module calls, time and bytes plus hos
 	$(PY) -m llama_npu profile $(COMMON) --prompt "$(PROMPT)" -n "$(N_TOKENS)"
 
 verify: setup ## top-k token gate vs HF transformers bf16 (quick subset: 2 prompts)
-	$(PY) -m verify verify $(MODEL_ARG) --device "$(DEVICE)"
+	$(PY) -m verify verify $(MODEL_ARG) --device "$(DEVICE)" --weights "$(WEIGHTS)"
 
 verify-full: setup ## top-k token gate on all prompts in verify/prompts
 	$(PY) -m verify verify --full $(MODEL_ARG) --device "$(DEVICE)"

@@ -153,7 +153,8 @@ class Engine:
     @classmethod
     def load(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
              cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
-             handoff: str = "device", context: int | None = None, decode_attention: str = "npu") -> "Engine":
+             handoff: str = "device", context: int | None = None, decode_attention: str = "npu",
+             weights_mode: str = "bf16") -> "Engine":
         """Resolve the model, validate it (config before any weight), choose the context (--context, else
         what the machine's memory allows) and check the whole memory plan before anything is allocated,
         build or reuse every kernel module, read all weights straight into their device buffers and
@@ -171,7 +172,11 @@ class Engine:
         cfg = load_config(model_dir)
         tokenizer = Tokenizer(model_dir)
         dev = make_device(device)
-        weights = ModelWeights(cfg)  # headers + shapes checked; data is read straight into device buffers
+        from .embedded import gguf_source
+
+        # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md)
+        weights = ModelWeights(cfg, weights=weights_mode,
+                               gguf=gguf_source(model_dir) if weights_mode == "q4" else None)
         from .memory import available_bytes, choose_context
 
         avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None

@@ -17,11 +17,12 @@ transformers' GGUF loader does (a row permutation: the packed rows move whole).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from kernel_builder.gemv_q4.format import Q4Layout, dequantize, pack
+from kernel_builder.gemv_q4.format import Q4Layout, dequantize, pack, unpack
 from kernel_builder.numerics import BF16, to_bf16
 
 from .errors import WeightsError
@@ -48,6 +49,13 @@ class Q4Tensor:
 
     def dequantize(self) -> np.ndarray:
         return dequantize(self.packed, self.k, self.group, self.mins)
+
+    def asymmetric(self) -> "Q4Tensor":
+        """The same weights with unsigned codes and mins: q + 8 and m = -8 d (exact: bf16 d times 8)."""
+        if self.mins:
+            return self
+        codes, s, _ = unpack(self.packed, self.k, self.group, False)
+        return Q4Tensor(pack(codes.astype(np.int16) + 8, s, -8 * s, self.group), self.k, self.group, True)
 
     def rows(self, order: np.ndarray) -> "Q4Tensor":
         return Q4Tensor(np.ascontiguousarray(self.packed[order]), self.k, self.group, self.mins)
@@ -82,13 +90,20 @@ def unpermute_rows(n_rows: int, n_head: int) -> np.ndarray:
     return idx.reshape(n_head, dim, 2).swapaxes(2, 1).reshape(n_rows)
 
 
+@functools.lru_cache(maxsize=4)
+def _reader(path: str):
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    return {t.name: t for t in reader.tensors}
+
+
 def gguf_tensors(path, hf_names, n_heads: int, n_kv_heads: int) -> dict:
     """{HF name: Q4Tensor or bf16 array} for the requested HF tensor names of a Llama GGUF."""
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
-    by_name = {t.name: t for t in reader.tensors}
-    n_blocks = 1 + max((int(n.split(".")[2]) for n in hf_names if n.startswith("model.layers.")), default=0)
+    by_name = _reader(str(path))
+    n_blocks = 1 + max((int(n.split(".")[1]) for n in by_name if n.startswith("blk.")), default=0)
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_blocks)
     out = {}
     for hf in hf_names:

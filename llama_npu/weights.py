@@ -138,12 +138,15 @@ class ModelWeights:
     """The checkpoint behind a model description's tensor map: validated up front (headers only), read
     tensor by tensor straight into device buffers (`writer`), the embedding kept as a mapped view."""
 
-    def __init__(self, cfg: ModelConfig, model=None, checkpoint: Checkpoint | None = None):
+    def __init__(self, cfg: ModelConfig, model=None, checkpoint: Checkpoint | None = None, weights: str = "bf16",
+                 gguf: Path | None = None):
         from .models import model_for
 
         self.cfg = cfg
-        self.model = model or model_for(cfg)
+        self.model = model or model_for(cfg, weights)
         self.ckpt = checkpoint or Checkpoint(cfg.model_dir)
+        # q4: the 4-bit weights come from `gguf` (its Q4_0/Q4_1 blocks, exactly) or are quantized at load (RTN)
+        self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
         untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
         self.lm_source = "lm_head" if untied else "embed"
         self.validate()
@@ -170,6 +173,8 @@ class ModelWeights:
         """`fill(view)` for ModuleExecutor.write_static: the bytes of static `arg` of `layer` (None: LM head),
         in the layout its name asks for, written into `view` (the device buffer's host mapping)."""
         spec = self.spec(arg, layer)
+        if self.q4 is not None and layer is not None and len(spec.shape) == 2:
+            return self.q4.writer(spec.name, q4=arg.endswith("_q4"))
 
         def fill(view: np.ndarray) -> None:
             if spec.rows:                     # a block of rows, zero-padded past the tensor's end
@@ -181,4 +186,42 @@ class ModelWeights:
                 view[n:] = 0
             else:
                 self.ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
+        return fill
+
+
+class Q4Source:
+    """The 4-bit layer weights of a q4 run (docs/quantization.md): from a GGUF's Q4_0/Q4_1 blocks (codes exact,
+    scales/mins rounded to bf16; a Q4_0 tensor in the asymmetric form) or round-to-nearest per group of 32 from
+    the bf16 checkpoint. Both the q4 rows (decode GEMVs) and the bf16 weights of the prefill GEMMs are these
+    weights (the bf16 copy is their dequantization), so prefill and decode run the same model."""
+
+    def __init__(self, weights: "ModelWeights", gguf: Path | None):
+        self.weights, self.gguf = weights, gguf
+        self._last = (None, None)
+
+    def tensor(self, name: str):
+        if self._last[0] != name:       # each weight is asked for twice: its q4 rows and its bf16 copy
+            self._last = (name, self._load(name))
+        return self._last[1]
+
+    def _load(self, name: str):
+        from kernel_builder.gemv_q4.format import quantize_rtn
+
+        from .quant import Q4Tensor, gguf_tensors
+
+        if self.gguf is not None:
+            s = self.weights.cfg.shapes
+            t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
+            if not isinstance(t, Q4Tensor) or t.group != 32:
+                raise WeightsError(f"{self.gguf.name}: tensor {name} is not Q4_0/Q4_1 (group 32); "
+                                   f"--weights q4 runs 4-bit GGUF layers only")
+            return t.asymmetric()
+        w = self.weights.ckpt.get(name)
+        return Q4Tensor(quantize_rtn(w, 32), w.shape[1], 32, True)
+
+    def writer(self, name: str, q4: bool):
+        def fill(view: np.ndarray) -> None:
+            t = self.tensor(name)
+            src = t.packed if q4 else t.dequantize()
+            np.copyto(view, np.ascontiguousarray(src).view(np.uint8).reshape(view.shape))
         return fill

@@ -13,7 +13,8 @@ def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int) -> np.ndarray:
     """y[1, m] from w: u8 [m, row_bytes] (the q4 row layout) and x[k]."""
     check_dims("gemv_q4", m=m, k=k)
     lay = Q4Layout(k, group, bool(mins))
-    wa = np.asarray(w, dtype=np.uint8)
+    wa = np.asarray(w)
+    wa = wa.view(np.uint8) if wa.dtype.itemsize == 1 else wa.astype(np.int8).view(np.uint8)   # bytes (i8 on device)
     if wa.size != m * lay.row_bytes:
         raise ValueError(f"gemv_q4: w has {wa.size} bytes, m={m} rows of {lay.row_bytes} bytes expected")
     from external_kernels import host_build

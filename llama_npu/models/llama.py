@@ -13,7 +13,7 @@ from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower
-from .lowering import RULES
+from .lowering import Q4_SUFFIX, RULES
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,13 @@ class LlamaModel:
 
     qk_norm = False
 
-    def __init__(self, shapes: ModelShapes):
+    WEIGHTS = ("bf16", "q4")
+
+    def __init__(self, shapes: ModelShapes, weights: str = "bf16"):
+        if weights not in self.WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
         self.shapes = shapes
+        self.weights = weights
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
@@ -112,7 +117,7 @@ class LlamaModel:
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
             raise KeyError(f"no tensor for LM-head argument {arg!r}")
-        hf, shape = self.layer_tensors()[arg]
+        hf, shape = self.layer_tensors()[arg[:-len(Q4_SUFFIX)] if arg.endswith(Q4_SUFFIX) else arg]
         return TensorSpec(f"model.layers.{layer}.{hf}", shape)
 
     # ------------------------------------------------------------------------------ the layer graph
@@ -146,7 +151,7 @@ class LlamaModel:
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd})
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
