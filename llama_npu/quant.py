@@ -6,7 +6,7 @@
   <= 2^-9 relative, the same rounding the bf16 path applies to every weight). Q4_0's w = d*(q - 8) is the
   symmetric format with signed codes q - 8 (exact), Q4_1's w = d*q + m the asymmetric one.
 - GGUF Q8_0 (and F16/F32/BF16) tensors are widened to bf16 (gguf's dequantize, one RNE rounding): the bf16
-  path runs them. In the embedded SmolLM2 GGUF that is the token embedding (tied LM head), 5 % of the weights.
+  path runs them. In the embedded SmolLM2 GGUF that is the token embedding (tied LM head), a fifth of the weights.
 - AWQ (GEMM packing) and GPTQ (v1, desc_act false) int4 safetensors, group 128 (HF `quantization_config`):
   codes exact, scales f16 -> bf16; AWQ's zero point z gives the min m = bf16(-s*z); GPTQ with sym=true and
   z = 8 is the symmetric format (exact codes q - 8).

@@ -1,5 +1,5 @@
 """The `gemv_q4` kernel's tiling plan: the gemv herd (one shim stream per tile, up to 16 tiles) streaming WHOLE
-q4 rows (a row of K = 14336 is 8960 bytes: no K chunking is needed at any Llama shape), tile_m rows per step,
+q4 rows (a row of K = 14336 is 8960 bytes: no K chunking is needed at the shapes in use), tile_m rows per step,
 ping-ponged; a ValueError naming the dimension and the NPU2 limit otherwise."""
 from __future__ import annotations
 
