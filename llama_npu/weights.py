@@ -147,6 +147,8 @@ class ModelWeights:
         self.ckpt = checkpoint or Checkpoint(cfg.model_dir)
         # q4: the 4-bit weights come from `gguf` (its Q4_0/Q4_1 blocks, exactly) or are quantized at load (RTN)
         self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
+        if self.q4 is not None and not self.q4.head_is_q4():
+            self.model.head_weights = "bf16"
         untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
         self.lm_source = "lm_head" if untied else "embed"
         self.validate()
@@ -162,8 +164,12 @@ class ModelWeights:
         for name, shape in wanted:
             self.ckpt.get(name, shape)
 
-    def embed(self) -> np.ndarray:
+    def embed(self):
+        """The embedding rows the host gathers: the checkpoint's; with a 4-bit tied LM head, that head's rows
+        dequantized (the one copy of the tied matrix)."""
         s = self.cfg.shapes
+        if self.q4 is not None and self.model.head_weights == "q4" and self.lm_source == "embed":
+            return self.q4.vocab_rows()
         return self.ckpt.get("model.embed_tokens.weight", (s.vocab, s.hidden))
 
     def spec(self, arg: str, layer: int | None):
@@ -175,6 +181,8 @@ class ModelWeights:
         spec = self.spec(arg, layer)
         if self.q4 is not None and layer is not None and len(spec.shape) == 2:
             return self.q4.writer(spec.name, q4=arg.endswith("_q4"))
+        if self.q4 is not None and arg.endswith("_q4"):          # an LM-head partition in 4 bits
+            return self.q4.head_writer(spec)
 
         def fill(view: np.ndarray) -> None:
             if spec.rows:                     # a block of rows, zero-padded past the tensor's end
@@ -198,6 +206,7 @@ class Q4Source:
     def __init__(self, weights: "ModelWeights", gguf: Path | None):
         self.weights, self.gguf = weights, gguf
         self._last = (None, None)
+        self._vocab_t = None
 
     def tensor(self, name: str):
         if self._last[0] != name:       # each weight is asked for twice: its q4 rows and its bf16 copy
@@ -225,3 +234,55 @@ class Q4Source:
             src = t.packed if q4 else t.dequantize()
             np.copyto(view, np.ascontiguousarray(src).view(np.uint8).reshape(view.shape))
         return fill
+
+    # ------------------------------------------------------------------------------------------- LM head
+    def head_is_q4(self) -> bool:
+        """The LM head runs in 4 bits when its rows are 4-bit in the source: always for RTN; for a GGUF when
+        its LM-head tensor (or tied embedding) is Q4_0/Q4_1 (a Q8_0 one stays bf16: no requantization)."""
+        if self.gguf is None:
+            return True
+        from .quant import Q4Tensor
+        return isinstance(self._vocab(), Q4Tensor)
+
+    def _vocab(self):
+        if self._vocab_t is None:
+            w = self.weights
+            name = "lm_head.weight" if w.lm_source == "lm_head" else "model.embed_tokens.weight"
+            if self.gguf is not None:
+                from .quant import gguf_tensors
+                s = w.cfg.shapes
+                self._vocab_t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
+            else:
+                from kernel_builder.gemv_q4.format import quantize_rtn
+
+                from .quant import Q4Tensor
+                a = w.ckpt.get(name)
+                self._vocab_t = Q4Tensor(quantize_rtn(a, 32), a.shape[1], 32, True)
+            if hasattr(self._vocab_t, "asymmetric"):
+                self._vocab_t = self._vocab_t.asymmetric()
+        return self._vocab_t
+
+    def vocab_rows(self):
+        return DequantRows(self._vocab())
+
+    def head_writer(self, spec):
+        def fill(view: np.ndarray) -> None:
+            packed = self._vocab().packed
+            lo, hi = spec.row0, min(spec.row0 + spec.rows, packed.shape[0])
+            rows = np.zeros((spec.rows, packed.shape[1]), dtype=np.uint8)   # zero rows past the vocabulary
+            rows[:max(0, hi - lo)] = packed[lo:hi]
+            np.copyto(view, rows.reshape(view.shape))
+        return fill
+
+
+class DequantRows:
+    """`rows[ids]` of a Q4Tensor as bf16 (the embedding gather of a 4-bit tied LM head)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __getitem__(self, idx):
+        ids = np.atleast_1d(np.asarray(idx))
+        from kernel_builder.gemv_q4.format import dequantize
+        out = dequantize(self.t.packed[ids], self.t.k, self.t.group, self.t.mins)
+        return out[0] if np.ndim(idx) == 0 else out

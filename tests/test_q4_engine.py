@@ -1,5 +1,5 @@
-"""`--weights q4` end to end on emu: a tiny random checkpoint run with 4-bit decode GEMVs (quantized at load,
-RTN group 32) gives exactly the logits of the bf16 engine on the checkpoint holding the dequantized weights
+"""`--weights q4` end to end on emu: a tiny random checkpoint run with 4-bit decode GEMVs and a 4-bit tied LM head
+(quantized at load, RTN group 32; the embedding rows gathered from that one copy) gives exactly the logits of the bf16 engine on the checkpoint holding the dequantized weights
 (the host 4-bit GEMV computes the bf16 GEMV's bits on the dequantized weights; prefill reads those weights),
 and the decode module lowers to gemv_q4 on `<w>_q4` statics that pass the hardware model."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _dequantized_copy(src, dst):
     t = {}
     for n in ck.refs:
         a = np.array(ck.get(n))
-        if n.startswith("model.layers.") and a.ndim == 2:
+        if a.ndim == 2:                     # every layer weight and the tied embedding / LM head
             a = dequantize(quantize_rtn(a, 32), a.shape[1], 32, True)
         t[n] = a
     write_safetensors(dst / "model.safetensors", t)
@@ -54,5 +54,8 @@ def test_q4_decode_module_uses_gemv_q4_and_fits():
     assert text.count("mvq4_bf16_k2048_g32_z1") >= 6
     rep = analyze_module(text, d.name)
     assert rep.ok, rep.first_violation()
+    head = LlamaModel(LLAMA32_1B, "q4").head().decls[0]
+    assert {a.name: a.dtype for a in head.args if a.role.name == "STATIC"}["lm_0_q4"] == "i8"
+    assert analyze_module(stitch(head), head.name).ok
     with pytest.raises(ValueError, match="weights must be one of"):
         LlamaModel(LLAMA32_1B, "q3")

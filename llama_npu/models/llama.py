@@ -92,6 +92,7 @@ class LlamaModel:
             raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
         self.shapes = shapes
         self.weights = weights
+        self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
@@ -112,7 +113,7 @@ class LlamaModel:
             if arg == "final_norm":
                 return TensorSpec(GLOBAL_TENSORS["final_norm"], (self.shapes.hidden,))
             if arg.startswith("lm_"):
-                p = int(arg[3:])
+                p = int(arg[3:].removesuffix(Q4_SUFFIX))
                 name = GLOBAL_TENSORS["embed" if lm_source == "embed" else "lm_head"]
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
@@ -159,7 +160,8 @@ class LlamaModel:
         s = self.shapes
         ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps})]
         ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
-        return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {})
+        return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
+                          weights=self.head_weights)
 
     def _segments(self, *groups: tuple[str, str, str | None]) -> list[tuple[str, str, list[str]]]:
         """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""
