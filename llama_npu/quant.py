@@ -98,6 +98,21 @@ def _reader(path: str):
     return {t.name: t for t in reader.tensors}
 
 
+def _gguf_name(by_name: dict, hf: str):
+    import gguf
+
+    n_blocks = 1 + max((int(n.split(".")[1]) for n in by_name if n.startswith("blk.")), default=0)
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_blocks)
+    gname = tmap.get_name(hf[:-len(".weight")] if hf.endswith(".weight") else hf)
+    return by_name.get(f"{gname}.weight") if gname else None
+
+
+def gguf_tensor_type(path, hf_name: str) -> str | None:
+    """The GGUF type name (Q4_1, Q8_0, F32, ...) of an HF tensor in a Llama GGUF, or None when absent."""
+    t = _gguf_name(_reader(str(path)), hf_name)
+    return t.tensor_type.name if t is not None else None
+
+
 def gguf_tensors(path, hf_names, n_heads: int, n_kv_heads: int) -> dict:
     """{HF name: Q4Tensor or bf16 array} for the requested HF tensor names of a Llama GGUF."""
     import gguf

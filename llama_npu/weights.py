@@ -146,11 +146,11 @@ class ModelWeights:
         self.model = model or model_for(cfg, weights)
         self.ckpt = checkpoint or Checkpoint(cfg.model_dir)
         # q4: the 4-bit weights come from `gguf` (its Q4_0/Q4_1 blocks, exactly) or are quantized at load (RTN)
+        untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
+        self.lm_source = "lm_head" if untied else "embed"
         self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
         if self.q4 is not None and not self.q4.head_is_q4():
             self.model.head_weights = "bf16"
-        untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
-        self.lm_source = "lm_head" if untied else "embed"
         self.validate()
 
     def validate(self) -> None:
@@ -241,8 +241,9 @@ class Q4Source:
         its LM-head tensor (or tied embedding) is Q4_0/Q4_1 (a Q8_0 one stays bf16: no requantization)."""
         if self.gguf is None:
             return True
-        from .quant import Q4Tensor
-        return isinstance(self._vocab(), Q4Tensor)
+        from .quant import gguf_tensor_type
+        name = "lm_head.weight" if self.weights.lm_source == "lm_head" else "model.embed_tokens.weight"
+        return gguf_tensor_type(self.gguf, name) in ("Q4_0", "Q4_1")
 
     def _vocab(self):
         if self._vocab_t is None:
