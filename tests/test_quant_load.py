@@ -153,3 +153,25 @@ def test_gptq_symmetric_is_exact_signed_codes():
     np.testing.assert_array_equal(t.dequantize(), want)
     with pytest.raises(WeightsError, match="desc_act"):
         quant.from_gptq(qw.view(np.int32), qz.view(np.int32), s, g, True, g_idx=np.arange(n_in)[::-1] // g)
+
+
+def test_gguf_file_as_model_is_converted_once_and_remembered(tmp_path, monkeypatch):
+    """`--model x.gguf`: converted once into the cache (the conversion itself is the embedded model's, stubbed
+    here); the directory names its GGUF, which `--weights q4` reads the 4-bit layers from."""
+    from llama_npu import embedded
+    from llama_npu.model_source import resolve_model
+    monkeypatch.setenv("LLAMA_NPU_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_convert(src, target, progress=True):
+        calls.append(src)
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+        (target / "model.safetensors").write_bytes(b"")
+    monkeypatch.setattr(embedded, "convert_gguf", fake_convert)
+    g = tmp_path / "m.gguf"
+    g.write_bytes(b"GGUF")
+    d1, d2 = resolve_model(str(g), progress=False), resolve_model(str(g), progress=False)
+    assert d1 == d2 and len(calls) == 1
+    assert embedded.gguf_source(d1) == g.resolve()
+    assert embedded.gguf_source(tmp_path) is None
