@@ -35,7 +35,7 @@ from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .weights import ModelWeights
 
-DEFAULT_BUCKETS = (64, 256, 1024, 2048)
+from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
 HANDOFFS = ("device", "host")
 DECODE_ATTENTION = ("npu", "host")
 # A chat turn that extends the cached conversation by at most this many tokens is fed through decode
@@ -173,17 +173,23 @@ class Engine:
         cfg = load_config(model_dir)
         tokenizer = Tokenizer(model_dir)
         dev = make_device(device)
+        from .memory import available_bytes, choose_context
+        from .models import model_for
+        from .sizes import check_model_sizes, kernel_sizes, plan_modules
+
+        check_model_sizes(cfg)      # every size the kernels constrain, before the checkpoint is opened
+        avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
+        with kernel_sizes(cfg):     # the memory plan declares every module
+            ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
+        bs = select_buckets(buckets, ctx)
+        model = model_for(cfg, weights_mode)
         from .embedded import gguf_source
 
-        # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md)
-        weights = ModelWeights(cfg, weights=weights_mode,
+        # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md; the
+        # weights decide whether a q4 run's LM head is 4-bit, so they are opened before the modules are planned)
+        weights = ModelWeights(cfg, model, weights=weights_mode,
                                gguf=gguf_source(model_dir) if weights_mode == "q4" else None)
-        from .memory import available_bytes, choose_context
-
-        avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
-        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
-        bs = select_buckets(buckets, ctx)
-        decls = weights.model.modules(bs, ctx, decode_attention)
+        decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)
