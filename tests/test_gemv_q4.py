@@ -21,6 +21,7 @@ from kernel_builder.gemv_q4 import external as q4_ext
 from kernel_builder.gemv_q4.format import Q4Layout, dequantize, pack, quantize_rtn, unpack
 from kernel_builder.gemv_q4.plan import plan_gemv_q4
 from kernel_builder.gemv_q4.reference import gemv_q4
+from kernel_builder.instr_counts import Counts
 from kernel_builder.numerics import BF16, to_bf16
 
 VARIANTS = [(576, 32, 1, 4, 8), (256, 128, 1, 2, 4), (256, 32, 0, 3, 3)]   # (k, group, mins, tile_m, rows)
@@ -146,6 +147,11 @@ def test_vector_path_matches_reference(v):
     assert counts["unpack"] == tm * k // 32                                            # one per 32 lanes
     assert counts["vmac_bf16"] == 2 * tm * k // 32                                     # d*q, then the mac
     assert counts["vload_bytes"] == tm * (k // 2 + 2 * k)                              # codes + x, nothing else
+    # the cost descriptor's counted formula gives exactly the host's counts of one call
+    kern = q4_ext.gemv_q4_kernel(*v)
+    cost = q4_ext.COSTS[0]
+    formula = cost.work(cost.pattern.fullmatch(kern.symbol), []).counts
+    assert Counts._of(formula).host() == {k2: n for k2, n in counts.items() if n}
 
 
 def test_off_by_one_in_the_vector_path_fails(tmp_path):

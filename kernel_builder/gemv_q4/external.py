@@ -13,6 +13,7 @@ from kernel_builder.external_models import F32, ModelError, need_memref, seq_sum
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.gemv_q4.format import Q4Layout, dequantize
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.instr_counts import Counts, add_acc, conv, load, scalar_bf16, vmac
 from kernel_builder.numerics import to_bf16
 from kernel_builder.planner import check_positive
 
@@ -52,10 +53,17 @@ def gemv_q4_model(k: int, group: int, mins: int, tm: int, rows: int):
 
 
 def _gemv_q4(m, args):
-    # per 32 weights: unpack, to_float (2 conversions + 2 accumulator adds), d*q, (+ min), to bf16, mac
-    k, mins, tm = int(m.group(1)), int(m.group(3)), int(m.group(4))
-    per32 = 8 + 2 * int(mins)     # counted on the host aie_api: 2 vmac, 2-3 vadd_acc, 3-4 vconvert, 1 unpack
-    return CallWork(k * tm / 32 * per32, k * tm, 2 * tm)
+    """Counted formula of gemv_q4.cc's vector path (checked against the host aie_api in tests/test_gemv_q4.py):
+    per 32 weights a 16-byte code load and a 64-byte x load, unpack, to_float (2 conversions + 2 accumulator
+    adds), d*q (a mac-unit multiply), with mins the add of the broadcast min (a widening + an add), the RNE
+    conversion to bf16 and the mac; per group with mins one broadcast; per row a conversion, a reduce_add and the
+    scalar bf16 rounding of y."""
+    k, group, mins, tm = int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    per32 = (load(16, 1) + load(32, 2) + Counts(unpack=1) + conv(2) + add_acc(2) + vmac(32) * 2 + conv()
+             + (conv() + add_acc() if mins else Counts()))
+    row = (k // 32) * per32 + (k // group) * Counts(broadcast=int(mins)) + conv() + Counts(reduce_add=1) \
+        + scalar_bf16(1)
+    return CallWork(k * tm, 2 * tm, row * tm)
 
 
 FAMILY = ExternalFamily("gemv_q4", "gemv_q4.cc", r"mvq4_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)\.o",
