@@ -7,9 +7,9 @@ from .llama import LlamaModel, ModelShapes, QKNormLlama
 FAMILIES = {"llama": LlamaModel, "qwen3": QKNormLlama}
 
 
-def model_for(cfg) -> LlamaModel:
-    """The description of a validated ModelConfig's family."""
-    return FAMILIES[cfg.family](cfg.shapes)
+def model_for(cfg, weights: str = "bf16") -> LlamaModel:
+    """The description of a validated ModelConfig's family (`weights`: bf16, or q4 decode GEMVs)."""
+    return FAMILIES[cfg.family](cfg.shapes, weights)
 
 
 __all__ = ["FAMILIES", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]

@@ -10,7 +10,8 @@ namespace aie {
 // registers (aie_api aie2/vector_native_types.hpp:231-240, used by AIE2P); anything under 128 bits does not exist.
 template <typename T, unsigned N>
 struct vector {
-  static_assert(aie_host::is_elem_v<T>, "aie_api_host: only bfloat16 and float vectors are modelled");
+  static_assert(aie_host::is_elem_v<T> || aie_host::is_int8_lane_v<T>,
+                "aie_api_host: only bfloat16, float, int8 and uint8 vectors (and int4/uint4: int4.hpp) are modelled");
   static_assert(sizeof(T) * 8 * N >= 128 && (N & (N - 1)) == 0,
                 "aie::vector: an AIE2P vector is a power-of-two number of lanes of at least 128 bits");
   using value_type = T;
