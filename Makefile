@@ -12,6 +12,7 @@ N_TOKENS ?= 64
 MODEL    ?=
 DEVICE   ?= auto
 BUCKETS  ?=
+CONTEXT  ?=
 PYTEST_ARGS ?=
 HOST     ?= 127.0.0.1
 PORT     ?= 8000
@@ -23,7 +24,7 @@ MODEL_ARG   := $(if $(MODEL),--model "$(MODEL)",)
 BUCKETS_ARG := $(if $(BUCKETS),--buckets "$(BUCKETS)",)
 COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG)
 
-.PHONY: help setup compile run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
+.PHONY: help setup compile check-lowering run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
 
 help: ## list the targets
 	@echo "llama-npu — Llama-family LLMs as MLIR-AIR kernels for the AMD NPU2 (emu when no NPU)"
@@ -31,6 +32,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
+	@echo "           CONTEXT=<positions> (make check-lowering; default as compile)"
 	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)"
 
 $(STAMP): pyproject.toml
@@ -45,6 +47,9 @@ setup: $(STAMP) ## create .venv, install dependencies, convert the embedded mode
 
 compile: setup ## generate, stitch and compile every module the model needs (skips up-to-date ones)
 	$(PY) -m llama_npu compile $(COMMON)
+
+check-lowering: setup ## lower every stitched module with the real aircc/aiecc (or $$LLAMA_NPU_AIR_LOWER) to NPU instructions
+	$(PY) -m llama_npu check-lowering $(MODEL_ARG) $(BUCKETS_ARG) $(if $(CONTEXT),--context "$(CONTEXT)",)
 
 run: setup ## generate text: make run PROMPT="..." N_TOKENS=64 MODEL=...
 	$(PY) -m llama_npu run $(COMMON) --prompt "$(PROMPT)" -n "$(N_TOKENS)"
