@@ -194,8 +194,11 @@ def check_lowering(modules: list[tuple[str, str, int]], lowerer, progress: bool 
     report = LoweringReport(lowerer.describe())
     bar = None
     if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(modules), desc="check-lowering", unit="module", file=sys.stderr, leave=False)
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=len(modules), desc="check-lowering", unit="module", file=sys.stderr, leave=False)
+        except ImportError:  # pragma: no cover
+            bar = None
     try:
         for name, text, launches in modules:
             if bar is not None:
