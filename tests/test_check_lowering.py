@@ -68,7 +68,15 @@ def test_every_module_lowers_with_an_ok_tool(tmp_path, config_dir, capsys, monke
     assert {"layer_kv256", "qkv_dec", "lm_head"} <= set(rows), out
     assert all(r[1] == "OK" and r[2] == "-" and int(r[0]) >= 1 for r in rows.values()), out
     assert f"{len(rows)}/{len(rows)} modules lower" in out
-    assert "pinned mlir-air efeb41ce4 + mlir-aie ae8ed9d" in out and "$LLAMA_NPU_AIR_LOWER" in out
+    assert "pinned mlir-air efeb41ce4 + mlir-aie ae8ed9d" in out and "$LLAMA_NPU_AIR_LOWER; built from commits unknown" in out
+
+
+def test_the_tools_commits_are_shown_against_the_pin(tmp_path):
+    from kernel_builder.toolchain_pins import BY_PROJECT, OLDER_PAIR
+    tool = _tool(tmp_path)
+    (tmp_path / "COMMITS").write_text(f"mlir-air {BY_PROJECT['mlir-air'].commit}\nmlir-aie {OLDER_PAIR['mlir-aie']}\n")
+    assert ToolLowerer(tool).describe().endswith(
+        "built from mlir-air efeb41ce4 (match), mlir-aie c5d4befdc (different))")
 
 
 def test_a_failing_module_gets_its_stage_and_exit_1(tmp_path, config_dir, capsys):

@@ -73,13 +73,26 @@ def lower_with_tool(tool: str, src: Path, outdir: Path, extra: list[str] | tuple
     return res
 
 
+def tool_commits(tool: str) -> dict[str, str]:
+    """{project: commit} from the `COMMITS` file beside a lowering tool (lines `mlir-air <hash>`, `mlir-aie <hash>`)."""
+    from kernel_builder.toolchain_pins import BY_PROJECT
+    try:
+        lines = (Path(os.path.realpath(tool)).parent / "COMMITS").read_text().splitlines()
+    except OSError:
+        return {}
+    return {p[0]: p[1] for p in (ln.split() for ln in lines) if len(p) == 2 and p[0] in BY_PROJECT}
+
+
 @dataclass
 class ToolLowerer:
     tool: str
     timeout: float = DEFAULT_TIMEOUT_S
 
     def describe(self) -> str:
-        return f"{self.tool} (${LOWER_ENV})"
+        from kernel_builder.toolchain_pins import compare
+        found = tool_commits(self.tool)
+        built = ", ".join(f"{p} {c[:9]} ({compare(p, c)})" for p, c in found.items()) or "commits unknown"
+        return f"{self.tool} (${LOWER_ENV}; built from {built})"
 
     def lower(self, name: str, text: str, work: Path) -> Lowered:
         src = work / f"{name}.mlir"

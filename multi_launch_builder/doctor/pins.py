@@ -15,7 +15,7 @@ from pathlib import Path
 from kernel_builder.toolchain_pins import BY_PROJECT, DIFFERENT, MATCH, UNKNOWN, commit_of_version, compare, pin_text
 from multi_launch_builder.doctor.check_report import FAIL, OK, SKIP, SYMBOLS, Check
 
-from multi_launch_builder.compile.lowering import LOWER_ENV
+from multi_launch_builder.compile.lowering import LOWER_ENV, tool_commits
 
 from .machine import Machine
 
@@ -34,20 +34,6 @@ def _git_head(m: Machine, tool: str | None) -> str | None:
     return None
 
 
-def _commits_file(tool: str) -> dict[str, str]:
-    f = Path(os.path.realpath(tool)).parent / "COMMITS"
-    try:
-        lines = f.read_text().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for ln in lines:
-        parts = ln.split()
-        if len(parts) == 2 and parts[0] in BY_PROJECT:
-            out[parts[0]] = parts[1]
-    return out
-
-
 def discovered(m: Machine) -> list[tuple[str, str, str | None]]:
     """(where, project, commit or None) for every installed piece: the toolchain's mlir-air and mlir-aie, and the
     lowering tool's pair."""
@@ -64,7 +50,7 @@ def discovered(m: Machine) -> list[tuple[str, str, str | None]]:
             out.append((f"source build {tool}", project, _git_head(m, tool)))
     tool = m.env.get(LOWER_ENV, "").strip()
     if tool:
-        found = _commits_file(tool)
+        found = tool_commits(tool)
         for project in BY_PROJECT:
             out.append((f"${LOWER_ENV}", project, found.get(project)))
     return out
