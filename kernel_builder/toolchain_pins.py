@@ -4,8 +4,8 @@
 them above its table, and tests/test_toolchain_pins.py checks that every commit docs/ cite for mlir-air or
 mlir-aie is one of these (or the older pair named below, which docs describe as such).
 
-Every stitched module of the models we build lowers with this pair up to the NPU instructions (docs/verification.md,
-"Real lowering", lists them). mlir-aie's commit is the one mlir-air's
+The modules checked with this pair, and what lowered up to the NPU instructions: docs/verification.md, "Real
+lowering". mlir-aie's commit is the one mlir-air's
 utils/clone-mlir-aie.sh pins at that mlir-air commit (its wheel: mlir_aie 0.0.1.2026041305+ae8ed9d).
 """
 from __future__ import annotations
