@@ -1,6 +1,7 @@
 // Host aie_api, part 2: vector, accum, loads/stores, data movement. See docs/aie-api-host.md.
 #pragma once
 
+#include "block_float.hpp"
 #include "core.hpp"
 
 namespace aie {
@@ -51,16 +52,21 @@ struct accum {
     from_vector(v);
   }
   template <typename T>
-  void from_vector(const vector<T, N> &v) {
+  void from_vector(const vector<T, N> &v, int shift = 0) {  // shift: integer accumulators only (aie_api)
+    if (shift != 0) aie_host::fail("aie_api_host: accum<accfloat>::from_vector takes no shift");
     aie_host::count(aie_host::k_vconvert);
     for (unsigned i = 0; i < N; ++i) d[i] = aie_host::widen(v.d[i]);
   }
   template <typename T>
-  vector<T, N> to_vector() const {  // bf16: rounded with the core's rounding mode
-    aie_host::count(aie_host::k_vconvert);
-    vector<T, N> r;
-    for (unsigned i = 0; i < N; ++i) r.d[i] = aie_host::narrow<T>(d[i]);
-    return r;
+  auto to_vector() const {  // bf16: rounded with the core's rounding mode; bfp16ebs8: a block vector
+    if constexpr (std::is_same_v<T, bfp16ebs8>) {
+      return detail_host::to_block_vector<N>(d);
+    } else {
+      aie_host::count(aie_host::k_vconvert);
+      vector<T, N> r;
+      for (unsigned i = 0; i < N; ++i) r.d[i] = aie_host::narrow<T>(d[i]);
+      return r;
+    }
   }
   template <unsigned M>
   accum<Tag, M> extract(unsigned idx) const {
