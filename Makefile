@@ -60,7 +60,7 @@ setup: $(STAMP) ## create .venv, install dependencies, convert the embedded mode
 compile: setup ## generate, stitch and compile every module the model needs (skips up-to-date ones)
 	$(PY) -m llama_npu compile $(COMMON)
 
-check-lowering: setup ## lower every stitched module with the real aircc/aiecc (or $$LLAMA_NPU_AIR_LOWER) to NPU instructions
+check-lowering: $(STAMP) ## lower every stitched module with the real aircc/aiecc (or a LLAMA_NPU_AIR_LOWER tool) up to NPU instructions (MODEL may be a config.json-only dir)
 	$(PY) -m llama_npu check-lowering $(MODEL_ARG) $(BUCKETS_ARG) $(if $(value CONTEXT),--context $(call V,CONTEXT),)
 
 run profile: export LLAMA_NPU_PROMPT = $(value PROMPT)
