@@ -23,7 +23,7 @@ QUICK    ?=
 # What the user typed never becomes shell syntax: PROMPT reaches the program through the environment
 # ($LLAMA_NPU_PROMPT, exported per target below), every other value as one single-quoted word (shq), and all of
 # them unexpanded ($(value ...)), so quotes, backticks, $, newlines and unicode arrive as typed.
-unexport PROMPT MODEL BUCKETS CONTEXT N_TOKENS HOST PORT DRY_RUN QUICK
+unexport PROMPT MODEL BUCKETS CONTEXT WEIGHTS N_TOKENS HOST PORT DRY_RUN QUICK
 override DEVICE := $(value DEVICE)
 export DEVICE
 shq = '$(subst ','\'',$(1))'
