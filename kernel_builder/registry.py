@@ -17,7 +17,8 @@ from kernel_builder.spec import KernelSig, KernelSpec
 
 
 # The registration: one line per kernel package kernel_builder/<kind>/ (its __init__ defines SPEC).
-KINDS: tuple[str, ...] = ("rmsnorm", "gemm", "gemv", "rope", "swiglu", "attention", "add", "bias_add")
+KINDS: tuple[str, ...] = ("rmsnorm", "gemm", "gemv", "rope", "swiglu", "attention", "add", "gemv_q4",
+                         "bias_add")
 
 
 def spec(kind: str) -> KernelSpec:

@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | serve | compile | profile | doctor | hw-check` (also `python -m llama_npu`).
+"""`llama-npu run | chat | serve | compile | check-lowering | profile | doctor | hw-check` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -38,6 +38,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--decode-attention", choices=("npu", "host"), default="npu",
                    help="decode attention on the device (default: the whole layer is one dispatch) or on the "
                         "host CPU (fallback: two dispatches per layer, K/V rows mirrored to the host)")
+    p.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+                   help="q4: decode GEMVs stream 4-bit weights (a GGUF's Q4_0/Q4_1 blocks as they are, else "
+                        "round-to-nearest per group of 32 at load; docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -79,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="build only this module (repeatable)")
     comp.add_argument("--no-hw-check", action="store_true",
                       help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
+    low = sub.add_parser("check-lowering", help="lower every stitched module of a model with the real toolchain "
+                                                "up to the NPU instructions; a table (exit 1 if one fails)")
+    low.add_argument("--model", default=None, help="HF model directory (config.json is enough) or model id")
+    low.add_argument("--buckets", type=bucket_list, default=None, help="prefill lengths (default 64,256,1024,2048)")
+    low.add_argument("--context", type=positive_int, default=None, help="KV-cache positions (default: as compile)")
+    low.add_argument("--no-progress", action="store_true", help="no progress bar")
+    low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
+    low.add_argument("--tool", default=None, help="a lowering tool with the $LLAMA_NPU_AIR_LOWER interface "
+                     "(default: the installed aircc/aiecc, else $LLAMA_NPU_AIR_LOWER)")
     hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")
     hw.add_argument("files", nargs="+", help="module .mlir files (exit 1 when one exceeds a limit)")
     hw.add_argument("--max-mib", type=positive_float, default=None,
@@ -163,7 +175,7 @@ def _engine(args, model_dir):
 
     return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
                        cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context,
-                       decode_attention=args.decode_attention)
+                       decode_attention=args.decode_attention, weights_mode=args.weights)
 
 
 def _sampler(args):
@@ -315,7 +327,7 @@ def cmd_compile(args) -> int:
 
     ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context)  # the build machine's
     buckets = select_buckets(args.buckets, ctx)                                             # memory is not the run's
-    decls = plan_modules(model_for(cfg), cfg, buckets, ctx, args.decode_attention)
+    decls = plan_modules(model_for(cfg, getattr(args, "weights", "bf16")), cfg, buckets, ctx, args.decode_attention)
     if args.only:
         unknown = sorted(set(args.only) - {d.name for d in decls})
         if unknown:
@@ -363,6 +375,15 @@ def cmd_prepare_model(args) -> int:
     return 0
 
 
+def cmd_check_lowering(args) -> int:
+    from .check_lowering import check_lowering_main
+    from .engine import DEFAULT_BUCKETS
+
+    if args.buckets is None:
+        args.buckets = DEFAULT_BUCKETS
+    return check_lowering_main(args)
+
+
 def cmd_doctor(args) -> int:
     from .doctor import doctor_main
     from .engine import DEFAULT_BUCKETS
@@ -373,7 +394,8 @@ def cmd_doctor(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "serve": cmd_serve,
-            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor, "hw-check": cmd_hw_check}
+            "compile": cmd_compile, "check-lowering": cmd_check_lowering, "profile": cmd_profile, "doctor": cmd_doctor,
+            "hw-check": cmd_hw_check}
 
 
 def _one_line(e: BaseException) -> str:

@@ -26,9 +26,9 @@ def family_model(name: str, n_layers: int | None = None) -> LlamaModel:
     return FAMILIES[arch](dataclasses.replace(shapes, n_layers=n_layers) if n_layers else shapes)
 
 
-def model_for(cfg) -> LlamaModel:
-    """The description of a validated ModelConfig's family."""
-    return FAMILIES[cfg.family](cfg.shapes)
+def model_for(cfg, weights: str = "bf16") -> LlamaModel:
+    """The description of a validated ModelConfig's family (`weights`: bf16, or q4 decode GEMVs)."""
+    return FAMILIES[cfg.family](cfg.shapes, weights)
 
 
 __all__ = ["ARCHITECTURES", "FAMILIES", "FAMILY_SHAPES", "family_model", "Family", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]
