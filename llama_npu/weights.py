@@ -180,6 +180,9 @@ class ModelWeights:
         in the layout its name asks for, written into `view` (the device buffer's host mapping)."""
         spec = self.spec(arg, layer)
         if self.q4 is not None and layer is not None and len(spec.shape) == 2:
+            if spec.index or spec.rows:   # a row subset or reordering of a stored tensor (Phi-3's fused / partial-rotary)
+                raise WeightsError(f"--weights q4 does not support {spec.name}'s fused or reordered rows yet "
+                                   f"({self.cfg.family}); run this model with --weights bf16")
             return self.q4.writer(spec.name, q4=arg.endswith("_q4"))
         if self.q4 is not None and arg.endswith("_q4"):          # an LM-head partition in 4 bits
             return self.q4.head_writer(spec)
