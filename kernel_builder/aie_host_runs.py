@@ -12,7 +12,7 @@ Tolerances (why, per family):
 - gemv: f32 accumulation in 2 x 32 interleaved lanes + a halving-tree reduce vs numpy's order: two bf16 ulps at the
   element plus 2^-10 max|ref| for cancellation (the scalar path's bound, tests/test_externals_cpp.py).
 - rmsnorm: r = invsqrt as a bf16 pair (hi + lo) -> within one bf16 ulp: 2^-7 |ref|.
-- swiglu: tanh in bf16 and two intermediate bf16 roundings -> 2^-6 |ref| + 2^-9 (about 2-4 bf16 ulps).
+- swiglu, geglu: exp2 and inv in bf16 and two intermediate bf16 roundings -> 2^-6 |ref| + 2^-9 (about 2-4 bf16 ulps).
 - gemm (block-float flag): against the block-float reference (both operands through numerics.to_bfp16ebs8, f64
   dot products): 2^-8 |ref| + 2^-12 max|ref| (one bf16 rounding, f32 accumulation of 8-term blocks).
 - attention: probabilities carry bf16 precision (exp2 returns bf16; P is a bf16 mmul operand), 1/l is a bf16
@@ -33,6 +33,7 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.add.external import add_kernel
 from kernel_builder.attention.external import attention_decode_kernels
 from kernel_builder.attention.external import attention_prefill_kernels
+from kernel_builder.geglu.external import geglu_kernel
 from kernel_builder.gemm.external import gemm_kernels
 from kernel_builder.gemv.external import gemv_kernel
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
@@ -108,12 +109,12 @@ def _rope(lib, rng, hd, heads, rows):
     return Run(y, want, np.zeros(want.shape), counts)
 
 
-def _rmsnorm(lib, rng, g, units):
-    sym = rmsnorm_kernel(g, units).symbol
+def _rmsnorm(lib, rng, g, units, offset=None):
+    sym = rmsnorm_kernel(g, units, offset).symbol
     x, w = rand(rng, (units, g), 2.0), rand(rng, (g,))
     y = A(np.zeros((units, g), BF16))
     counts = lib.call(sym, A(x), A(w), y, 1e-5)
-    want = ref.rmsnorm(x, w, rows=units, dim=g, eps=1e-5)
+    want = ref.rmsnorm(x, w, rows=units, dim=g, eps=1e-5, offset=offset or 0)
     return Run(y, want, _close(want, 2.0**-7), counts)
 
 
@@ -123,6 +124,15 @@ def _swiglu(lib, rng, n):
     y = A(np.zeros(n, BF16))
     counts = lib.call(sym, A(gate), A(up), y)
     want = ref.swiglu(gate, up, rows=1, dim=n).reshape(-1)
+    return Run(y, want, _close(want, 2.0**-6) + 2.0**-9, counts)
+
+
+def _geglu(lib, rng, n):
+    sym = geglu_kernel(n).symbol
+    gate, up = rand(rng, (n,), 3.0), rand(rng, (n,))
+    y = A(np.zeros(n, BF16))
+    counts = lib.call(sym, A(gate), A(up), y)
+    want = ref.geglu(gate, up, rows=1, dim=n).reshape(-1)
     return Run(y, want, _close(want, 2.0**-6) + 2.0**-9, counts)
 
 
@@ -234,7 +244,7 @@ def _attention(lib, rng, mode, hd, lq, lk, n):
     return _prefill(lib, rng, hd, lq, lk) if mode == "p" else _decode(lib, rng, hd, lq, lk, n)
 
 
-DRIVERS = {"gemv": _gemv, "rope": _rope, "rmsnorm": _rmsnorm, "swiglu": _swiglu, "add": _add, "gemm": _gemm,
+DRIVERS = {"gemv": _gemv, "rope": _rope, "rmsnorm": _rmsnorm, "swiglu": _swiglu, "geglu": _geglu, "add": _add, "gemm": _gemm,
            "attention": _attention}
 
 

@@ -18,8 +18,9 @@ def _static(name: str, shape, graph: LayerGraph) -> Arg:
 
 def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
     x, w = op.ins
-    group = op.params.get("group", 0)
-    build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **({"group": group} if group else {}))
+    group, offset = op.params.get("group", 0), op.params.get("offset", 0)
+    extra = {**({"group": group} if group else {}), **({"offset": offset} if offset else {})}
+    build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **extra)
     return build, (x, w[2:], op.out), [_static(w[2:], (group or op.width,), graph)]
 
 
@@ -62,8 +63,8 @@ def add(op: Op, phase: Phase, graph: LayerGraph):
 
 def swiglu(op: Op, phase: Phase, graph: LayerGraph):
     g, u = op.ins
-    return kernel("swiglu", phase.rows, op.width), (g, u, op.out), []
+    return kernel(op.kind, phase.rows, op.width), (g, u, op.out), []
 
 
 RULES = {"rmsnorm": rmsnorm, "linear": linear, "rope": rope, "attention": attention, "add": add,
-         "swiglu": swiglu}
+         "swiglu": swiglu, "geglu": swiglu}
