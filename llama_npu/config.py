@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import UnsupportedModel
+from .models import ARCHITECTURES
 from .models.llama import ModelShapes
 
-# model_type -> the architecture class name HF writes for it (llama_npu.models.FAMILIES has the descriptions)
-SUPPORTED = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+# model_type -> the architecture class name HF writes for it (llama_npu.models.ARCHITECTURES has the families)
+SUPPORTED = {model_type: arch for arch, (model_type, _, _) in ARCHITECTURES.items()}
+OPTIONS = {model_type: parse for model_type, _, parse in ARCHITECTURES.values()}   # a family's own keys
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -39,6 +41,7 @@ class ModelConfig:
     bos_id: int | None
     family: str = "llama"               # llama_npu.models.FAMILIES key
     raw: dict = field(repr=False, compare=False, default_factory=dict)
+    options: dict = field(repr=False, compare=False, default_factory=dict)   # the family's own keys, parsed
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -110,7 +113,10 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
         raise UnsupportedModel(
             f"{path}: unsupported architecture {shown} (llama-npu runs Llama-family models: "
             f"{', '.join(f'{a} / {t!r}' for t, a in SUPPORTED.items())})")
-    if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
+    parse_options = OPTIONS[model_type]
+    options = parse_options(cfg, path) if parse_options else {}
+    if not parse_options and (cfg.get("use_sliding_window")
+                              or any(t != "full_attention" for t in cfg.get("layer_types") or [])):
         raise UnsupportedModel(f"{path}: sliding-window attention layers are not supported")
     hidden = _require(cfg, "hidden_size", path)
     n_heads = _require(cfg, "num_attention_heads", path)
@@ -130,13 +136,13 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
         head_dim = hidden // n_heads
     if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
         raise UnsupportedModel(f"{path}: head_dim must be a positive even integer, got {head_dim!r}")
-    act = cfg.get("hidden_act", "silu")
-    if act != "silu":
+    act = options.get("activation") or cfg.get("hidden_act", "silu")
+    if act != "silu" and not parse_options:
         raise UnsupportedModel(f"{path}: unsupported hidden_act {act!r} (Llama uses silu / SwiGLU)")
     for key in ("attention_bias", "mlp_bias"):
         if cfg.get(key):
             raise UnsupportedModel(f"{path}: {key}=true is not supported (Llama projections have no bias)")
-    rope = parse_rope(cfg, path)
+    rope = options.get("rope") or parse_rope(cfg, path)
     generation = generation or {}
     eos = _ids(generation.get("eos_token_id")) + _ids(cfg.get("eos_token_id"))
     bos = generation.get("bos_token_id", cfg.get("bos_token_id"))
@@ -145,7 +151,7 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
     return ModelConfig(model_dir=Path(model_dir or path.parent), shapes=shapes, rope=rope,
                        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), max_position=max_pos,
                        eos_ids=tuple(dict.fromkeys(eos)), bos_id=bos if isinstance(bos, int) else None,
-                       family=model_type, raw=cfg)
+                       family=model_type, raw=cfg, options=options)
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:

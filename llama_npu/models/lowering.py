@@ -49,10 +49,12 @@ def attention(op: Op, phase: Phase, graph: LayerGraph):
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
     rows, window = phase.rows, phase.kv_rows
+    # a sliding window of keys (None: full causal) and the softmax-scale dimension (None: head_dim), when set
+    extra = {k: op.params[k] for k in ("window", "scale_dim") if op.params.get(k)}
     k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
     v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
     pos = Arg(POS, (1,), Role.SCALAR, "i32")
-    return (kernel("attention", rows, window, heads, kv_heads, hd), (q, "k_ctx", "v_ctx", POS, op.out),
+    return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", POS, op.out),
             [k, v, pos])
 
 
