@@ -1,5 +1,6 @@
 // GeGLU activation (Gemma): y[i] = gelu_tanh(gate[i]) * up[i] with the tanh-approximated GELU
-//   gelu_tanh(g) = 0.5 * g * (1 + tanh(c * (g + a * g^3))), c = sqrt(2/pi), a = 0.044715
+//   gelu_tanh(g) = 0.5 * g * (1 + tanh(z)), z = c * (g + a * g^3), c = sqrt(2/pi), a = 0.044715
+//                = g / (1 + exp(-2z))      (0.5 (1 + tanh z) = sigmoid(2z): no cancellation where tanh z ~ -1)
 // f32 math, bf16 RNE output (kernel_builder/geglu/reference.py is the contract).
 #include "kernel_common.h"
 
@@ -61,7 +62,7 @@ extern "C" void GEGLU_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT gate, bfloat16 *LLAMA_
                              bfloat16 *LLAMA_NPU_RESTRICT y) {
   for (int i = 0; i < GEGLU_N; ++i) {
     const float g = bf16_to_f32(gate[i]);
-    const float gelu = 0.5f * g * (1.0f + std::tanh(kC * (g + kA * g * g * g)));
+    const float gelu = g / (1.0f + std::exp(-2.0f * kC * (g + kA * g * g * g)));
     y[i] = f32_to_bf16(gelu * bf16_to_f32(up[i]));
   }
 }

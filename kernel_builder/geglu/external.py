@@ -28,7 +28,7 @@ def geglu_kernel(n: int) -> ExternalKernel:
 
 
 def geglu_model(n: int):
-    """The .cc's portable path: 0.5 * g * (1 + tanh(c * (g + a g^3))) * up in f32."""
+    """The .cc's portable path: g / (1 + exp(-2c (g + a g^3))) * up in f32 (the reference's gelu_tanh)."""
     from kernel_builder.geglu.reference import gelu_tanh
 
     def geglu(gate, up, y):

@@ -13,8 +13,10 @@ GELU_A = F32(0.044715)
 
 
 def gelu_tanh(g: np.ndarray) -> np.ndarray:
-    """0.5 * g * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g^3))) in f32."""
-    return F32(0.5) * g * (F32(1.0) + np.tanh(GELU_C * (g + GELU_A * g * g * g)))
+    """0.5 * g * (1 + tanh(z)), z = sqrt(2/pi) * (g + 0.044715 g^3), in f32 as g / (1 + exp(-2z)) (the same
+    function: 0.5 (1 + tanh z) = sigmoid(2z)), which has no cancellation where tanh(z) nears -1: the tanh form's
+    1 + tanh(z) keeps no significant bit below g ~ -5 (and its value there depends on the libm's tanh)."""
+    return g / (F32(1.0) + np.exp(F32(-2.0) * GELU_C * (g + GELU_A * g * g * g)))
 
 
 def geglu(gate, up, *, rows: int, dim: int) -> np.ndarray:
@@ -22,5 +24,5 @@ def geglu(gate, up, *, rows: int, dim: int) -> np.ndarray:
     check_dims("geglu", rows=rows, dim=dim)
     g = f32_input("geglu", "gate", gate, (rows, dim))
     u = f32_input("geglu", "up", up, (rows, dim))
-    with np.errstate(over="ignore"):   # g^3 -> inf for huge |g|: tanh saturates to +-1, as intended
+    with np.errstate(over="ignore"):   # exp -> inf for very negative g: g / inf = -0, as intended
         return to_bf16(gelu_tanh(g) * u)
