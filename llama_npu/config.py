@@ -14,7 +14,7 @@ from typing import Sequence
 
 from .errors import UnsupportedModel
 from .models import ARCHITECTURES
-from .models.llama import ModelShapes
+from .models.llama import ROPE_TABLE, ModelShapes
 
 # model_type -> the architecture class name HF writes for it (llama_npu.models.ARCHITECTURES has the families)
 SUPPORTED = {model_type: arch for arch, (model_type, _, _) in ARCHITECTURES.items()}
@@ -93,9 +93,14 @@ def parse_rope(cfg: dict, path: Path) -> RopeParams:
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type == "default":
         return RopeParams(float(theta), None)
+    if rope_type == "linear":    # positions divided by `factor` (Gemma 3 4B+ global layers)
+        f = scaling.get("factor")
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0:
+            raise UnsupportedModel(f"{path}: linear rope_scaling needs a positive factor, got {f!r}")
+        return RopeParams(float(theta), {"rope_type": "linear", "factor": float(f)})
     if rope_type != "llama3":
         raise UnsupportedModel(
-            f"{path}: unsupported rope_scaling type {rope_type!r} (supported: default, llama3)")
+            f"{path}: unsupported rope_scaling type {rope_type!r} (supported: default, linear, llama3)")
     missing = [k for k in LLAMA3_ROPE_KEYS if not isinstance(scaling.get(k), (int, float))]
     if missing:
         raise UnsupportedModel(f"{path}: llama3 rope_scaling is missing {', '.join(missing)}")
@@ -142,7 +147,9 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
     for key in ("attention_bias", "mlp_bias"):
         if cfg.get(key):
             raise UnsupportedModel(f"{path}: {key}=true is not supported (Llama projections have no bias)")
-    rope = options.get("rope") or parse_rope(cfg, path)
+    if "ropes" in options:   # a family with several RoPE tables: state name -> its config keys
+        options = {**options, "ropes": {name: parse_rope(spec, path) for name, spec in options["ropes"].items()}}
+    rope = options.get("ropes", {}).get(ROPE_TABLE) or parse_rope(cfg, path)
     generation = generation or {}
     eos = _ids(generation.get("eos_token_id")) + _ids(cfg.get("eos_token_id"))
     bos = generation.get("bos_token_id", cfg.get("bos_token_id"))

@@ -205,7 +205,7 @@ def test_transformers4_config_keys(tmp_path):
     o = cfg.options
     assert o["layer_types"] == (LOCAL,) * 5 + (GLOBAL,) and o["sliding_window"] == 512 and o["scale_dim"] == 256
     assert cfg.rope.theta == 1e6 and cfg.rope.scaling == {"rope_type": "linear", "factor": 8.0}
-    assert o["rope_local"].theta == 1e4 and o["rope_local"].scaling is None
+    assert o["ropes"]["rope_local"].theta == 1e4 and o["ropes"]["rope_local"].scaling is None
     assert cfg.family == "gemma3_text"
 
 

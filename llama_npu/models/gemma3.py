@@ -83,7 +83,8 @@ class Gemma3Model(LlamaModel):
     @classmethod
     def from_config(cls, cfg) -> "Gemma3Model":
         o = cfg.options
-        return cls(cfg.shapes, o["layer_types"], o["sliding_window"], o["scale_dim"], o["softcap"], o["rope_local"])
+        return cls(cfg.shapes, o["layer_types"], o["sliding_window"], o["scale_dim"], o["softcap"],
+                   o["ropes"].get(ROPE_LOCAL))
 
     # ------------------------------------------------------------------------------ host-side hooks
     def variant_of(self, layer: int) -> str:
@@ -94,7 +95,7 @@ class Gemma3Model(LlamaModel):
         if GLOBAL in self.layer_types:
             tables[ROPE_TABLE] = cfg.rope
         if LOCAL in self.layer_types:
-            tables[ROPE_LOCAL] = self.rope_local or cfg.options["rope_local"]
+            tables[ROPE_LOCAL] = self.rope_local or cfg.options["ropes"][ROPE_LOCAL]
         return tables
 
     def embed_rows(self, x: np.ndarray) -> np.ndarray:
@@ -185,29 +186,17 @@ def _layer_types(cfg: dict, path: Path) -> tuple[str, ...]:
     return tuple(LAYER_TYPES[t] for t in types)
 
 
-def _ropes(cfg: dict, path: Path):
-    """(global, local) RopeParams from transformers-5 rope_parameters (keyed by layer type) or the
-    transformers-4 keys rope_theta / rope_scaling (global) and rope_local_base_freq (local)."""
-    from ..config import RopeParams, parse_rope
-
+def _ropes(cfg: dict) -> dict:
+    """RoPE table state -> its settings as config.json keys (rope_theta, rope_scaling; llama_npu.config parses
+    them), from transformers-5 rope_parameters (keyed by layer type) or the transformers-4 keys rope_theta /
+    rope_scaling (global layers; Gemma 3 4B+ scale them linearly) and rope_local_base_freq (local layers)."""
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and set(params) & set(LAYER_TYPES):
         full, local = params.get("full_attention") or {}, params.get("sliding_attention") or {}
-    else:
-        full = {"rope_theta": cfg.get("rope_theta", 1e6), **(cfg.get("rope_scaling") or {})}
-        local = {"rope_theta": cfg.get("rope_local_base_freq", 1e4)}
-    out = []
-    for p in (full, local):
-        kind = p.get("rope_type", p.get("type", "default"))
-        if kind == "linear":     # Gemma 3 4B+ (global layers): positions divided by `factor`
-            f = p.get("factor")
-            if not isinstance(f, (int, float)) or f <= 0:
-                raise UnsupportedModel(f"{path}: linear rope scaling needs a positive factor, got {f!r}")
-            out.append(RopeParams(float(parse_rope({"rope_theta": p.get("rope_theta")}, path).theta),
-                                  {"rope_type": "linear", "factor": float(f)}))
-        else:
-            out.append(parse_rope({"rope_theta": p.get("rope_theta"), "rope_scaling": p}, path))
-    return tuple(out)
+        return {ROPE_TABLE: {"rope_theta": full.get("rope_theta"), "rope_scaling": full},
+                ROPE_LOCAL: {"rope_theta": local.get("rope_theta"), "rope_scaling": local}}
+    return {ROPE_TABLE: {"rope_theta": cfg.get("rope_theta", 1e6), "rope_scaling": cfg.get("rope_scaling")},
+            ROPE_LOCAL: {"rope_theta": cfg.get("rope_local_base_freq", 1e4)}}
 
 
 def parse_options(cfg: dict, path: Path) -> dict:
@@ -224,7 +213,5 @@ def parse_options(cfg: dict, path: Path) -> dict:
     cap = cfg.get("final_logit_softcapping")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
         raise UnsupportedModel(f"{path}: final_logit_softcapping must be a positive number or null, got {cap!r}")
-    rope, rope_local = _ropes(cfg, path)
     return {"layer_types": types, "sliding_window": window, "scale_dim": _positive_int(cfg, "query_pre_attn_scalar",
-            path, 256), "softcap": float(cap) if cap else None, "rope": rope, "rope_local": rope_local,
-            "activation": act}
+            path, 256), "softcap": float(cap) if cap else None, "ropes": _ropes(cfg), "activation": act}
