@@ -10,7 +10,7 @@
 5. The NPU2 hardware model's modeled time of the Llama-3.2-1B modules and its calibration error
    (benchmarks/hw_model.py); like-for-like figures, ours and the reference design's modules, modeled NPU + host
    time in three scenarios (likely, optimistic, pessimistic), and the out-of-sample calibration errors
-   (benchmarks/hw_scenarios.py).
+   (benchmarks/hw_scenarios.py); the modeled prefill and decode of Gemma-3-1B (benchmarks/gemma3.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 """
@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.hw_model import bench_hw_model
 
         bench_hw_model(host_times=host)
+        from benchmarks.gemma3 import bench_gemma3_1b
+
+        bench_gemma3_1b()
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 
