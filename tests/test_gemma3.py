@@ -262,3 +262,32 @@ def test_gemma3_1b_widths_pass_the_verify_gate(tmp_path_factory, capsys, kernel_
     out = capsys.readouterr().out
     assert rc == 0, out
     assert json.loads((report / "report.json").read_text())["result"] == "PASS"
+
+
+# The objects of Gemma's own kernel variants the Gemma-3-1B-width modules link (buckets 64, context 1024; the rest
+# are the Llama kernels' objects at other shapes): their AIE2P paths on the host aie_api against the reference
+GEMMA3_1B_OBJECTS = [
+    "attnd_hd256_q4_k16_n4_w512.o", "attnp_hd256_q16_k16_w512.o", "attnd_hd256_q4_k16_n4.o", "attnp_hd256_q16_k16.o",
+    "geglu_n3456.o", "geglu_n864.o", "rmsnorm_g1152_u1_o1.o", "rmsnorm_g1152_u2_o1.o", "rmsnorm_g256_u16_o1.o",
+    "rmsnorm_g256_u1_o1.o", "rmsnorm_g256_u8_o1.o",
+]
+
+
+def test_gemma3_1b_objects_vector_paths_match_the_reference():
+    import re
+
+    from kernel_builder import aie_host
+    from kernel_builder import aie_host_runs as runs
+    from multi_launch_builder.stitcher import stitch
+    from tooling import require_tool
+
+    link = re.compile(r'link_with\s*=\s*"([^"]+)"')
+    m = Gemma3Model(GEMMA3_1B_2L, (LOCAL, GLOBAL), 512, 256)
+    linked = set().union(*(set(link.findall(stitch(d))) for d in m.modules((64,), 1024)))
+    assert set(GEMMA3_1B_OBJECTS) <= linked
+    assert {o for o in linked if "geglu" in o or "_o1" in o or "_w" in o} <= set(GEMMA3_1B_OBJECTS)
+    require_tool("g++")
+    aie_host.build_all([runs.kernel_of(o) for o in GEMMA3_1B_OBJECTS])
+    for obj in GEMMA3_1B_OBJECTS:
+        r = runs.run(obj, np.random.default_rng(sum(map(ord, obj))))
+        assert np.isfinite(r.got.astype(np.float32)).all() and not runs.mismatch(r), f"{obj}: {runs.mismatch(r)}"
