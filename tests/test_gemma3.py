@@ -92,6 +92,23 @@ def test_gemma3_matches_transformers_prefill_and_decode(tiny, kernel_cache_dir):
     assert np.abs(ours[0]).max() < TINY["final_logit_softcapping"]     # the soft cap is applied
 
 
+def test_host_decode_attention_honours_the_window(tiny, kernel_cache_dir):
+    """--decode-attention host: the CPU attention gets the attention op's window and scale (the same bytes as the
+    emulated NPU attention, tests/test_state_contract.py's promise)."""
+    rng = np.random.default_rng(5)
+    ids = [1] + rng.integers(3, TINY["vocab"], size=23).tolist()
+    out = {}
+    for mode in ("npu", "host"):
+        eng = Engine.load(str(tiny), device="emu", buckets=(16,), cache_dir=kernel_cache_dir, progress=False,
+                          decode_attention=mode)
+        logits = [eng.prefill(ids).logits]
+        for _ in range(3):
+            logits.append(eng.decode_step(int(np.argmax(logits[-1]))))
+        out[mode] = logits
+    for a, b in zip(out["npu"], out["host"]):
+        np.testing.assert_array_equal(a, b)
+
+
 # ---------------------------------------------------------------------------------------------- kernels
 def test_geglu_reference_is_torch_gelu_tanh_times_up():
     torch = require_module("torch")
