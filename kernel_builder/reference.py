@@ -26,5 +26,6 @@ from kernel_builder.swiglu.reference import swiglu
 # kind -> reference, one per registered kernel (a dict: tests swap an entry to see the emulator use it)
 KERNELS: dict[str, Callable[..., np.ndarray]] = {s.kind: s.reference for s in specs()}
 
-__all__ = ["KERNELS", "add", "attention", "attention_numpy", "attention_scale", "decode_attn", "flash_attn", "geglu", "gemm",
+__all__ = ["KERNELS", "add", "attention", "attention_numpy", "attention_scale", "decode_attn", "flash_attn", "geglu",
+           "gemm",
            "gemv", "rmsnorm", "rope", "swiglu"]

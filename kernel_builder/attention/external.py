@@ -281,19 +281,20 @@ def _attn(m, args):
 
 
 _VARIANT = r"(?:_w(\d+))?(?:_s(\d+))?"   # sliding window, softmax-scale dimension (_variant)
-FAMILY = ExternalFamily("attention", "attention.cc", r"attn(p|d)_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT + r"\.o",
+FAMILY = ExternalFamily("attention", "attention.cc",
+                        r"attn(p|d)_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT + r"\.o",
                         r"attn(p|d)_(init|item|finish|step|merge)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT,
                         lambda mode, hd, lq, lk, n, w=None, sd=None: _attention(mode, hd, lq, lk, n or 0, w, sd).init,
                         attention_model)
 COSTS = (
-    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn, DEFAULT_STACK,
-                 (0, 1), (0, 1)),
+    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+                 DEFAULT_STACK, (0, 1), (0, 1)),
     ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
                  DEFAULT_STACK, (0,), (0,)),
-    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn, DEFAULT_STACK,
-                 (1, 2), valued=(3, 4, 6)),
-    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn, DEFAULT_STACK,
-                 (1,), (1,)),
+    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+                 DEFAULT_STACK, (1, 2), valued=(3, 4, 6)),
+    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+                 DEFAULT_STACK, (1,), (1,)),
     ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
                  DEFAULT_STACK, (1,)),
     ExternalCost("attn_merge", re.compile(r"attn(d)_(merge)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
