@@ -1,7 +1,8 @@
 """`make bench`: the printed figures the speed and memory targets are checked against.
 
 1. Generating + stitching all six modules for Llama-3.2-1B (target < 2 s on 2 cores).
-2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token.
+2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token; then the
+   per-token cost of grammar-constrained decoding beside that decode step (benchmarks/constrained.py).
 3. Llama-3.2-1B shapes on the null-compute device: dispatches per decode token, host<->device bytes per prefill
    pass and per decode token, host time per decode token (everything except device compute); the device
    buffers of a run and the cold memory check at a 32k context (target < 1 s).
@@ -36,7 +37,7 @@ def bench_stitch() -> None:
           f"{sum(map(len, texts)) / 1e3:.0f} kB MLIR) for Llama-3.2-1B @2048: {dt:.3f} s (target < 2 s)")
 
 
-def bench_embedded(model: str | None, n_tokens: int) -> None:
+def bench_embedded(model: str | None, n_tokens: int) -> float:
     from llama_npu.engine import Engine
 
     eng = Engine.load(model, device="emu", progress=False)
@@ -54,6 +55,7 @@ def bench_embedded(model: str | None, n_tokens: int) -> None:
           f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s)")
     mem = eng.cache.memory_report()["cache_allocated_bytes"]
     print(f"[bench] embedded model device buffers, buckets {list(eng.buckets)}: {mem / 2**20:.0f} MiB")
+    return res.ms_per_token
 
 
 def _accepts(fn, name: str) -> bool:
@@ -67,13 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--n-tokens", type=int, default=32)
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["stitch", "embedded", "null1b", "serve", "hw", "long"])
+                    choices=["stitch", "embedded", "constrained", "null1b", "serve", "hw", "long"])
     args = ap.parse_args(argv)
     host = None   # the null device's host time per prefill / token at the reference design's shape
     if "stitch" not in args.skip:
         bench_stitch()
+    decode_ms = None
     if "embedded" not in args.skip:
-        bench_embedded(args.model, args.n_tokens)
+        decode_ms = bench_embedded(args.model, args.n_tokens)
+    if "constrained" not in args.skip:
+        from benchmarks.constrained import bench_constrained
+
+        bench_constrained(decode_ms)
     if "null1b" not in args.skip:
         from benchmarks.null_device import bench_cold_plan, bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from .host_attention import K_CACHE, V_CACHE, HostAttention
 from .model_source import resolve_model
 from .models.graph import POS, PhasePlan, layer_plan
 from .rope import RopeTable
+from .processors import log_softmax
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .weights import ModelWeights
@@ -388,57 +389,85 @@ class Engine:
                  on_token: Callable[[int, str], None] | None = None,
                  on_logits: Callable[[int, np.ndarray], None] | None = None,
                  stop_event: threading.Event | None = None, reuse_kv: bool = False) -> GenerationResult:
-        """Prefill `token_ids` and decode up to `max_new_tokens`. With reuse_kv (chat, serve), the prompt's
-        prefix already in the KV cache is not computed again, only the rest (see reusable_prefix)."""
+        """Prefill `token_ids` and decode up to `max_new_tokens` (generate_step, timed). With reuse_kv (chat,
+        serve), the prompt's prefix already in the KV cache is not computed again, only the rest (see
+        reusable_prefix)."""
+        info = StepInfo()
+        stream = _TextStream(self.tokenizer, on_token)
+        tokens: list[int] = []
+        for tok, _ in self.generate_step(token_ids, max_new_tokens, sampler, on_logits=on_logits,
+                                         stop_event=stop_event, reuse_kv=reuse_kv, info=info):
+            tokens.append(tok)
+            stream.push(tokens)
+        t_end = time.perf_counter()
+        ttft = info.t_first - info.t_start
+        n_dec = len(tokens) - 1
+        dec_s = t_end - info.t_first
+        return GenerationResult(
+            tokens=tokens, text=self.tokenizer.decode(tokens), ttft_s=ttft,
+            prefill_tok_s=info.prompt_computed / ttft if ttft > 0 else float("inf"),
+            decode_tok_s=n_dec / dec_s if n_dec and dec_s > 0 else 0.0,
+            ms_per_token=1e3 * dec_s / n_dec if n_dec else 0.0,
+            stop_reason=info.stop_reason, prompt_len=info.prompt_len, prompt_computed=info.prompt_computed)
+
+    def generate_step(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,
+                      processors: Sequence[Callable[[list[int], np.ndarray], np.ndarray]] = (),
+                      logprobs: bool = False, stop_event: threading.Event | None = None, reuse_kv: bool = False,
+                      on_logits: Callable[[int, np.ndarray], None] | None = None,
+                      info: "StepInfo | None" = None) -> Iterator[tuple[int, np.ndarray | None]]:
+        """The generation loop as a generator (mlx-lm's shape): yields (token, logprobs) per generated token,
+        logprobs = log-softmax of the logits after the `processors` (each `(tokens so far, logits) -> logits`:
+        penalties, grammar masks) and before the sampler's temperature / top-p, or None unless asked. Ends
+        after an end-of-turn token, `max_new_tokens`, or when `stop_event` is set (checked before each decode
+        step, so a consumer may set it after a yield); `info` gets the prompt counts, times and stop reason."""
         ids = self._check_ids(token_ids)
         keep = self.reusable_prefix(ids) if reuse_kv else 0
         reuse = keep > 0
         self.check_budget(len(ids), max_new_tokens)
         sampler = sampler or Sampler()
-        stream = _TextStream(self.tokenizer, on_token)
-        t0 = time.perf_counter()
+        info = info if info is not None else StepInfo()
+        info.t_start = time.perf_counter()
         if reuse:
             self._truncate(keep)
         n_fed = len(ids) - keep  # prompt tokens actually computed now
+        info.prompt_len, info.prompt_computed = len(ids), n_fed
         self._ensure_capacity(len(ids) + max_new_tokens)   # the cache grows once, not token by token
         if reuse and n_fed <= DECODE_FEED_TOKENS:
             for t in ids[self.pos:]:
-                first_logits = self.decode_step(t)
+                logits = self.decode_step(t)
         elif reuse:
-            first_logits = self._prefill_from(ids, self.pos).logits
+            logits = self._prefill_from(ids, self.pos).logits
         else:
-            first_logits = self.prefill(ids).logits
-        if on_logits is not None:
-            on_logits(0, first_logits)
-        tok = sampler(first_logits)
-        t_first = time.perf_counter()
-        tokens = [tok]
-        stream.push(tokens)
-        stop_reason = "eos" if tok in self.stop_ids else "length"
-        step = 0
-        while stop_reason == "length" and len(tokens) < max_new_tokens:
-            if stop_event is not None and stop_event.is_set():
-                stop_reason = "interrupted"
-                break
-            step += 1
-            logits = self.decode_step(tok)
+            logits = self.prefill(ids).logits
+        tokens: list[int] = []
+        while True:
             if on_logits is not None:
-                on_logits(step, logits)
+                on_logits(len(tokens), logits)
+            for proc in processors:
+                logits = proc(tokens, logits)
+            lp = log_softmax(logits) if logprobs else None
             tok = sampler(logits)
             tokens.append(tok)
-            stream.push(tokens)
-            if tok in self.stop_ids:
-                stop_reason = "eos"
-        t_end = time.perf_counter()
-        ttft = t_first - t0
-        n_dec = len(tokens) - 1
-        dec_s = t_end - t_first
-        return GenerationResult(
-            tokens=tokens, text=self.tokenizer.decode(tokens), ttft_s=ttft,
-            prefill_tok_s=n_fed / ttft if ttft > 0 else float("inf"),
-            decode_tok_s=n_dec / dec_s if n_dec and dec_s > 0 else 0.0,
-            ms_per_token=1e3 * dec_s / n_dec if n_dec else 0.0,
-            stop_reason=stop_reason, prompt_len=len(ids), prompt_computed=n_fed)
+            if len(tokens) == 1:
+                info.t_first = time.perf_counter()
+            info.stop_reason = "eos" if tok in self.stop_ids else "length"
+            yield tok, lp
+            if info.stop_reason == "eos" or len(tokens) >= max_new_tokens:
+                return
+            if stop_event is not None and stop_event.is_set():
+                info.stop_reason = "interrupted"
+                return
+            logits = self.decode_step(tok)
+
+
+@dataclass
+class StepInfo:
+    """What one generate_step run did (filled in as it goes)."""
+    prompt_len: int = 0
+    prompt_computed: int = 0             # prompt tokens computed (the rest came from the KV cache)
+    t_start: float = 0.0
+    t_first: float = 0.0                 # when the first token was sampled
+    stop_reason: str = "length"          # "eos" | "length" | "interrupted"
 
 
 class _TextStream:

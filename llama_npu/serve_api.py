@@ -11,8 +11,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from .serve_options import Options, ToolError, message_extras, parse_options
+
 # Roles the chat template is given; "developer" (OpenAI's newer name for system) is passed on as "system".
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 4  # as the OpenAI API
 SEED_LIMIT = 2**63    # seeds are in [0, 2**63): numpy's generator takes no negative seed
 
@@ -46,6 +48,7 @@ class GenRequest:
     include_usage: bool = False        # stream_options.include_usage: a final chunk with `usage`
     messages: list[dict] | None = None  # chat: [{"role", "content": str}]
     prompt: str | list[int] | None = None  # completion: text, or token ids
+    options: Options = field(default_factory=Options)  # tools, response_format, logprobs, penalties (serve_options)
 
 
 # ------------------------------------------------------------------------------------------- parsing
@@ -153,6 +156,13 @@ def _content(value, where: str) -> str:
     raise bad(f"{where} must be a string or a list of text parts", where)
 
 
+def _checked(parse, *args):
+    try:
+        return parse(*args)
+    except ToolError as e:  # tools, response_format, logprobs, penalties (serve_options)
+        raise bad(str(e), e.param) from None
+
+
 def parse_chat(body: dict, served_model: str) -> GenRequest:
     req = _common(body, "chat", served_model)
     messages = body.get("messages")
@@ -169,8 +179,10 @@ def parse_chat(body: dict, served_model: str) -> GenRequest:
             raise bad(f"messages[{i}].role: unknown role {json.dumps(role)}; expected one of {', '.join(ROLES)}",
                       f"messages[{i}].role")
         text = _content(m.get("content"), f"messages[{i}].content")
-        out.append({"role": "system" if role == "developer" else role, "content": text})
+        out.append({"role": "system" if role == "developer" else role, "content": text,
+                    **_checked(message_extras, m, i)})
     req.messages = out
+    req.options = _checked(parse_options, body, "chat")
     return req
 
 
@@ -190,9 +202,8 @@ def parse_completion(body: dict, served_model: str) -> GenRequest:
         raise bad("'prompt' is empty", "prompt")
     if body.get("echo"):
         raise bad("'echo' is not supported", "echo")
-    if body.get("logprobs") not in (None, 0, False):
-        raise bad("'logprobs' is not supported", "logprobs")
     req.prompt = prompt
+    req.options = _checked(parse_options, body, "completion")
     return req
 
 
@@ -213,31 +224,55 @@ def model_card(model: str, created: int) -> dict:
     return {"id": model, "object": "model", "created": created, "owned_by": "llama-npu"}
 
 
-def response(req: GenRequest, rid: str, text: str, finish: str, u: dict) -> dict:
+def response(req: GenRequest, rid: str, text: str, finish: str, u: dict, tool_calls: list | None = None,
+             logprobs: list | None = None) -> dict:
     created = int(time.time())
+    lp = _logprobs(req, logprobs)
     if req.kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": finish}
+        message = {"role": "assistant", "content": text if text or not tool_calls else None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        choice = {"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": created, "model": req.model, "choices": [choice], "usage": u}
 
 
+def _logprobs(req: GenRequest, entries: list | None) -> dict | None:
+    """Chat: {"content": [{token, logprob, bytes, top_logprobs}]}; completions: the legacy columns."""
+    if not req.options.logprobs or entries is None:
+        return None
+    if req.kind == "chat":
+        return {"content": entries, "refusal": None}
+    offsets, pos = [], 0
+    for e in entries:
+        offsets.append(pos)
+        pos += len(e["token"])
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "text_offset": offsets}
+
+
 def chunk(req: GenRequest, rid: str, created: int, text: str | None = None, finish: str | None = None,
-          role: bool = False, u: dict | None = None) -> dict:
-    """One stream event. Chat: `delta` with the role (first chunk) or content; completion: `text`.
-    `u` given: the usage-only final chunk (empty `choices`)."""
+          role: bool = False, u: dict | None = None, delta: dict | None = None) -> dict:
+    """One stream event. Chat: `delta` with the role (first chunk), content or tool_calls; completion: `text`.
+    `delta` (from the engine thread): {"content"?, "tool_calls"?, "logprobs"?}. `u` given: the usage-only
+    final chunk (empty `choices`)."""
+    extra = dict(delta or {})
+    lp = _logprobs(req, extra.pop("logprobs", None))
+    text = extra.pop("content", text)
     if req.kind == "chat":
         obj = "chat.completion.chunk"
-        delta: dict = {"role": "assistant", "content": ""} if role else {}
+        d: dict = {"role": "assistant", "content": ""} if role else {}
         if text:
-            delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            d["content"] = text
+        d.update(extra)
+        choice = {"index": 0, "delta": d, "logprobs": lp, "finish_reason": finish}
     else:
         obj = "text_completion"
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
     out = {"id": rid, "object": obj, "created": created, "model": req.model,
            "choices": [] if u is not None else [choice]}
     if u is not None or req.include_usage:

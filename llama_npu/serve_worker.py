@@ -5,7 +5,8 @@ The engine runs on the thread that loaded it (the main thread; HTTP runs on anot
 generation on a different thread than the load was 3-5x slower (emu sets OpenBLAS's thread count around
 every dispatch; see docs/serve.md).
 
-Uses only the Engine's public calls (generate with reuse_kv, check_budget, reset, tokenizer, config).
+Uses the Engine's check_budget, reset, tokenizer and config; a generation itself (generate_step with reuse_kv,
+the request's processors, stop strings, tool calls, logprobs) is serve_gen.generate.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import LlamaNpuError, PromptError
+from . import serve_gen
 from .sampling import Sampler
 from .serve_api import ApiError, GenRequest, bad
 from .serve_limits import least_tokens, max_token_bytes
@@ -66,6 +68,7 @@ class Job:
     max_tokens: int
     stop: threading.Event = field(default_factory=threading.Event)  # set: client gone / stop string / shutdown
     sampler: Sampler | None = None     # built (and so checked) by prepare()
+    plan: object = None           # serve_gen.Plan: grammar constraint, tool-call syntax
 
 
 @dataclass
@@ -76,6 +79,8 @@ class Outcome:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0        # prompt tokens whose K/V were already in the cache (not computed again)
+    tool_calls: list | None = None  # OpenAI tool_calls (finish_reason "tool_calls")
+    logprobs: list | None = None    # chat-format logprob entries, one per generated token (logprobs asked)
 
 
 class EngineWorker:
@@ -106,7 +111,11 @@ class EngineWorker:
             raise ApiError(400, f"{self.whose} context is {self.context} tokens; the prompt has at least {least} "
                                 "tokens", param, "context_length_exceeded")
         try:
-            if req.kind == "chat":
+            # a conversation with tools is rendered there; the grammar is compiled (a bad schema: 400 now)
+            ids, plan = serve_gen.prepare(self.engine, req)
+            if ids is not None:
+                ids = list(ids)
+            elif req.kind == "chat":
                 ids = tok.apply_chat_template(req.messages)
             elif isinstance(req.prompt, list):
                 vocab = self.engine.config.shapes.vocab
@@ -138,12 +147,13 @@ class EngineWorker:
             sampler = Sampler(temperature=temperature, top_p=req.top_p, seed=req.seed)
         except ValueError as e:  # checked here, on the request's thread: the engine never sees a bad request
             raise bad(str(e)) from None
-        return Job(req, ids, max_tokens, sampler=sampler)
+        return Job(req, ids, max_tokens, sampler=sampler, plan=plan)
 
     # --------------------------------------------------------------------------- queue
-    def submit(self, job: Job, emit: Callable[[str], None] | None = None) -> Future:
-        """Queue `job` (from any thread); the returned future gives its Outcome. `emit(text)` is called
-        from the engine thread with each piece of reply text as it is generated."""
+    def submit(self, job: Job, emit: Callable[[dict], None] | None = None) -> Future:
+        """Queue `job` (from any thread); the returned future gives its Outcome. `emit(delta)` is called
+        from the engine thread with each piece of the reply as it is generated: {"content"?: text,
+        "tool_calls"?: [OpenAI tool-call deltas], "logprobs"?: [entries]}."""
         fut: Future = Future()
         with self._lock:
             self._jobs.add(job)
@@ -190,7 +200,7 @@ class EngineWorker:
                 self._jobs.discard(job)
 
     # --------------------------------------------------------------------------- engine thread
-    def _serve(self, job: Job, emit: Callable[[str], None] | None) -> Outcome:
+    def _serve(self, job: Job, emit: Callable[[dict], None] | None) -> Outcome:
         out = None
         try:
             if job.stop.is_set():  # the client left while the job was queued: the engine is not touched
@@ -209,44 +219,9 @@ class EngineWorker:
                     st["cached_tokens"] += out.cached_tokens
                     st["completion_tokens"] += out.completion_tokens
 
-    def _generate(self, job: Job, emit: Callable[[str], None] | None) -> Outcome:
-        req, eng = job.req, self.engine
-        sampler = job.sampler or Sampler(temperature=self.default_temperature if req.temperature is None
-                                         else req.temperature, top_p=req.top_p, seed=req.seed)
-        stops = StopStrings(req.stop)
-        raw: list[str] = []   # the engine's deltas
-        out: list[str] = []   # what the client got (stop strings cut)
-
-        def send(text: str) -> None:
-            if text:
-                out.append(text)
-                if emit is not None:
-                    emit(text)
-
-        def on_token(_tok: int, delta: str) -> None:
-            if not delta or stops.hit:
-                return
-            raw.append(delta)
-            send(stops.push(delta))
-            if stops.hit:
-                job.stop.set()  # generate() ends before the next decode step
-
-        try:
-            # reuse_kv: the prompt's prefix already in the KV cache (the conversation so far, or the same
-            # prompt again) is not computed again
-            res = eng.generate(job.ids, job.max_tokens, sampler=sampler, on_token=on_token,
-                               stop_event=job.stop, reuse_kv=True)
-        except BaseException:
-            eng.reset()  # a failure mid-run leaves no half-written conversation behind
-            raise
-        if not stops.hit:
-            streamed = "".join(raw)
-            if res.text.startswith(streamed):  # e.g. a trailing incomplete UTF-8 sequence never streamed
-                send(stops.push(res.text[len(streamed):]))
-            send(stops.flush())
-        if stops.hit or res.stop_reason == "eos":
-            finish = "stop"
-        else:
-            finish = res.stop_reason  # "length" | "interrupted"
-        cached = min(max(len(job.ids) - res.prompt_computed, 0), len(job.ids))
-        return Outcome("".join(out), finish, len(job.ids), len(res.tokens), cached)
+    def _generate(self, job: Job, emit: Callable[[dict], None] | None) -> Outcome:
+        # generate_step with the request's processors, stop strings, tool calls, logprobs (serve_gen)
+        r = serve_gen.generate(self.engine, job, emit, self.default_temperature, StopStrings(job.req.stop))
+        cached = min(max(len(job.ids) - r.prompt_computed, 0), len(job.ids))
+        return Outcome(r.text, r.finish_reason, len(job.ids), r.completion_tokens, cached,
+                       tool_calls=r.tool_calls, logprobs=r.logprobs)

@@ -104,7 +104,8 @@ def create_app(worker: EngineWorker, limits: ServeLimits = ServeLimits()) -> Sta
         except Exception as e:
             raise _server_error(e) from None
         return JSONResponse(response(job.req, new_id(job.req.kind), out.text, _finish(out),
-                                     usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens)))
+                                     usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens),
+                                     out.tool_calls, out.logprobs))
 
     async def _events(job: Job):
         req, loop = job.req, asyncio.get_running_loop()
@@ -121,8 +122,8 @@ def create_app(worker: EngineWorker, limits: ServeLimits = ServeLimits()) -> Sta
         fut.add_done_callback(lambda _f: put(None))  # after every emitted delta
         if req.kind == "chat":
             yield sse(chunk(req, rid, t, role=True))
-        while (text := await queue.get()) is not None:
-            yield sse(chunk(req, rid, t, text=text))
+        while (delta := await queue.get()) is not None:
+            yield sse(chunk(req, rid, t, delta=delta))
         try:
             out = fut.result()
         except Exception as e:

@@ -87,7 +87,7 @@ class Tokenizer:
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None) -> str:
         if self.chat_template is None:
             raise TokenizerError(f"{self.model_dir}: the tokenizer has no chat template (use --raw)")
         from jinja2.exceptions import TemplateError
@@ -108,12 +108,14 @@ class Tokenizer:
             except TemplateError as e:
                 raise TokenizerError(f"{self.model_dir}: cannot parse the chat template ({e})") from None
         try:
+            extra = {"tools": tools} if tools else {}  # OpenAI-shaped tool list, as transformers passes it
             return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         **self.special)
+                                         **extra, **self.special)
         except TemplateError as e:  # e.g. the template's raise_exception("roles must alternate ...")
             raise TokenizerError(f"{self.model_dir}: the chat template rejected the conversation ({e})") from None
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list | None = None) -> list[int]:
         """Token ids of the rendered conversation (special tokens come from the template itself, so
         none are added on top, as transformers does)."""
-        return self.encode(self.render_chat(messages, add_generation_prompt), add_special_tokens=False)
+        return self.encode(self.render_chat(messages, add_generation_prompt, tools), add_special_tokens=False)
