@@ -15,13 +15,24 @@ BUCKETS  ?=
 PYTEST_ARGS ?=
 HOST     ?= 127.0.0.1
 PORT     ?= 8000
+DRY_RUN  ?=
+QUICK    ?=
+
+# What the user typed never becomes shell syntax: PROMPT reaches the program through the environment
+# ($LLAMA_NPU_PROMPT, exported per target below), every other value as one single-quoted word (shq), and all of
+# them unexpanded ($(value ...)), so quotes, backticks, $, newlines and unicode arrive as typed.
+unexport PROMPT MODEL BUCKETS N_TOKENS HOST PORT DRY_RUN QUICK
+override DEVICE := $(value DEVICE)
+export DEVICE
+shq = '$(subst ','\'',$(1))'
+V   = $(call shq,$(value $(1)))
 
 # The compiled-kernel cache (the models/ next to it, holding the converted embedded model, is kept by clean).
-KERNEL_CACHE := $(if $(LLAMA_NPU_CACHE),$(LLAMA_NPU_CACHE),$(HOME)/.cache/llama-npu)/kernels
+KERNEL_CACHE := $(if $(value LLAMA_NPU_CACHE),$(value LLAMA_NPU_CACHE),$(value HOME)/.cache/llama-npu)/kernels
 
-MODEL_ARG   := $(if $(MODEL),--model "$(MODEL)",)
-BUCKETS_ARG := $(if $(BUCKETS),--buckets "$(BUCKETS)",)
-COMMON      := $(MODEL_ARG) --device "$(DEVICE)" $(BUCKETS_ARG)
+MODEL_ARG   := $(if $(value MODEL),--model $(call V,MODEL),)
+BUCKETS_ARG := $(if $(value BUCKETS),--buckets $(call V,BUCKETS),)
+COMMON      := $(MODEL_ARG) --device $(call V,DEVICE) $(BUCKETS_ARG)
 
 .PHONY: help setup compile run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
 
@@ -31,7 +42,8 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo
 	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
-	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)"
+	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)  DRY_RUN=1 (make run: check, print the prompt, exit)"
+	@echo "           QUICK=1 (make bench / bench-serve: every section with small sizes, a smoke test)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
@@ -46,39 +58,41 @@ setup: $(STAMP) ## create .venv, install dependencies, convert the embedded mode
 compile: setup ## generate, stitch and compile every module the model needs (skips up-to-date ones)
 	$(PY) -m llama_npu compile $(COMMON)
 
+run profile: export LLAMA_NPU_PROMPT = $(value PROMPT)
 run: setup ## generate text: make run PROMPT="..." N_TOKENS=64 MODEL=...
-	$(PY) -m llama_npu run $(COMMON) --prompt "$(PROMPT)" -n "$(N_TOKENS)"
+	$(PY) -m llama_npu run $(COMMON) -n $(call V,N_TOKENS) $(if $(value DRY_RUN),--dry-run,)
 
 chat: setup ## multi-turn chat (/clear, /quit, Ctrl-C stops a reply, Ctrl-D exits)
-	$(PY) -m llama_npu chat $(COMMON) -n "$(N_TOKENS)"
+	$(PY) -m llama_npu chat $(COMMON) -n $(call V,N_TOKENS)
 
 serve: setup ## OpenAI-compatible HTTP server on http://HOST:PORT/v1 (HOST=127.0.0.1 PORT=8000; Ctrl-C stops)
-	$(PY) -m llama_npu serve $(COMMON) --host "$(HOST)" --port "$(PORT)"
+	$(PY) -m llama_npu serve $(COMMON) --host $(call V,HOST) --port $(call V,PORT)
 
 profile: setup ## run PROMPT and print per-module calls, time and bytes plus host time per token
-	$(PY) -m llama_npu profile $(COMMON) --prompt "$(PROMPT)" -n "$(N_TOKENS)"
+	$(PY) -m llama_npu profile $(COMMON) -n $(call V,N_TOKENS)
 
 verify: setup ## top-k token gate vs HF transformers bf16 (quick subset: 2 prompts)
-	$(PY) -m verify verify $(MODEL_ARG) --device "$(DEVICE)"
+	$(PY) -m verify verify $(MODEL_ARG) --device $(call V,DEVICE)
 
 verify-full: setup ## top-k token gate on all prompts in verify/prompts
-	$(PY) -m verify verify --full $(MODEL_ARG) --device "$(DEVICE)"
+	$(PY) -m verify verify --full $(MODEL_ARG) --device $(call V,DEVICE)
 
+diagnosis: export LLAMA_NPU_PROMPT = $(if $(filter command line environment,$(origin PROMPT)),$(value PROMPT),)
 diagnosis: setup ## per-layer hidden-state drift vs HF (informational)
-	$(PY) -m verify diagnosis $(MODEL_ARG) --device "$(DEVICE)" $(if $(filter command line,$(origin PROMPT)),--prompt "$(PROMPT)",)
+	$(PY) -m verify diagnosis $(MODEL_ARG) --device $(call V,DEVICE)
 
 bench: setup ## benchmarks: stitch time, TTFT, decode tok/s, dispatches and bytes at Llama-3.2-1B shapes
-	$(PY) -m benchmarks $(MODEL_ARG)
+	$(PY) -m benchmarks $(MODEL_ARG) $(if $(value QUICK),--quick,)
 
 doctor: setup ## check every piece of an NPU setup (driver, firmware, XRT, toolchain, memory); a fix for each problem
 	$(PY) -m llama_npu doctor $(MODEL_ARG) $(BUCKETS_ARG)
 
 bench-serve: setup ## `serve` on emu under 4 concurrent clients: requests/min and TTFT (part of `make bench`)
-	$(PY) -m benchmarks.serve $(MODEL_ARG)
+	$(PY) -m benchmarks.serve $(MODEL_ARG) $(if $(value QUICK),--clients 2 --requests 1 --max-tokens 4,)
 
 test: setup ## run the test suite (includes one `make verify` on the embedded model)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean: ## remove build artifacts and the compiled-kernel cache (keeps .venv and the converted model)
-	rm -rf build .pytest_cache "$(KERNEL_CACHE)"
+	rm -rf build .pytest_cache $(call shq,$(KERNEL_CACHE))
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -14,6 +14,10 @@
    (benchmarks/hw_scenarios.py); the modeled prefill and decode of Gemma-3-1B (benchmarks/gemma3.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
+
+`--quick` (`make bench QUICK=1`) runs every section through the same code with small sizes (few tokens, short
+prompts, 2 chat turns, 2 serve clients): a smoke test of the benchmarks (tests/test_make_targets.py), not
+figures to quote.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ def bench_stitch() -> None:
           f"{sum(map(len, texts)) / 1e3:.0f} kB MLIR) for Llama-3.2-1B @2048: {dt:.3f} s (target < 2 s)")
 
 
-def bench_embedded(model: str | None, n_tokens: int) -> float:
+def bench_embedded(model: str | None, n_tokens: int):
     from llama_npu.engine import Engine
 
     eng = Engine.load(model, device="emu", progress=False)
@@ -55,7 +59,7 @@ def bench_embedded(model: str | None, n_tokens: int) -> float:
           f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s)")
     mem = eng.cache.memory_report()["cache_allocated_bytes"]
     print(f"[bench] embedded model device buffers, buckets {list(eng.buckets)}: {mem / 2**20:.0f} MiB")
-    return res.ms_per_token
+    return eng, res.ms_per_token
 
 
 def _accepts(fn, name: str) -> bool:
@@ -70,13 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-tokens", type=int, default=32)
     ap.add_argument("--skip", action="append", default=[],
                     choices=["stitch", "embedded", "constrained", "null1b", "serve", "hw", "long"])
+    ap.add_argument("--quick", action="store_true", help="every section with small sizes (a smoke test, not figures)")
     args = ap.parse_args(argv)
+    q = args.quick
+    shared = None   # --quick: the long-context sections reuse the embedded section's engine (one model load)
     host = None   # the null device's host time per prefill / token at the reference design's shape
     if "stitch" not in args.skip:
         bench_stitch()
     decode_ms = None
     if "embedded" not in args.skip:
-        decode_ms = bench_embedded(args.model, args.n_tokens)
+        eng, decode_ms = bench_embedded(args.model, 4 if q else args.n_tokens)
+        shared = {"engine": eng} if q else None
     if "constrained" not in args.skip:
         from benchmarks.constrained import bench_constrained
 
@@ -84,28 +92,29 @@ def main(argv: list[str] | None = None) -> int:
     if "null1b" not in args.skip:
         from benchmarks.null_device import bench_cold_plan, bench_load_rss, bench_memory_plan, bench_null_llama32_1b
 
-        bench_null_llama32_1b(n_tokens=8)
-        host = bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
-        bench_memory_plan()
+        bench_null_llama32_1b(n_tokens=2 if q else 8)
+        if not q:
+            host = bench_null_llama32_1b(n_tokens=4, prompt_len=2000, bucket=2048)  # the reference design's shape
+        bench_memory_plan(**({"contexts": (2048,)} if q else {}))
         bench_cold_plan()
         bench_load_rss()
     if "serve" not in args.skip:
         from benchmarks.serve import bench_serve
 
-        bench_serve(model=args.model)
+        bench_serve(**({"n_clients": 2, "per_client": 1, "max_tokens": 4} if q else {}), model=args.model)
     if "hw" not in args.skip:
         from benchmarks.hw_model import bench_hw_model
 
-        bench_hw_model(host_times=host)
+        bench_hw_model(host_times=host, **({"seq": 256} if q else {}))
         from benchmarks.gemma3 import bench_gemma3_1b
 
-        bench_gemma3_1b()
+        bench_gemma3_1b(**({"seq": 256} if q else {}))
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 
-        bench_long_prompts(args.model)
-        bench_long_chat(args.model)
-        bench_null_long()
+        bench_long_prompts(args.model, **({"lengths": (100,), **(shared or {})} if q else {}))
+        bench_long_chat(args.model, **({"turns": 2, "words_per_turn": 20, **(shared or {})} if q else {}))
+        bench_null_long(**({"n_tokens": 1, "lengths": (100,), "depths": (100,), "context": 512} if q else {}))
     return 0
 
 

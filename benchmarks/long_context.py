@@ -28,12 +28,12 @@ def _text_ids(tokenizer, n: int) -> list[int]:
     return [bos] + ids[: n - 1]
 
 
-def bench_long_prompts(model: str | None = None) -> dict:
+def bench_long_prompts(model: str | None = None, lengths=PROMPT_LENGTHS, engine=None) -> dict:
     from llama_npu.engine import Engine
 
-    eng = Engine.load(model, device="emu", progress=False)
+    eng = engine or Engine.load(model, device="emu", progress=False)
     out = {}
-    for n in PROMPT_LENGTHS:
+    for n in lengths:
         if n + 1 > eng.context:
             continue
         ids = _text_ids(eng.tokenizer, n)
@@ -48,13 +48,15 @@ def bench_long_prompts(model: str | None = None) -> dict:
     return out
 
 
-def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: int = 260) -> list[dict]:
+def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: int = 260,
+                    engine=None) -> list[dict]:
     from benchmarks.hw_model import modeled_chunks
     from kernel_builder.hw import analyze_module
     from multi_launch_builder.stitcher import stitch
     from llama_npu.engine import Engine
 
-    eng = Engine.load(model, device="emu", progress=False)
+    eng = engine or Engine.load(model, device="emu", progress=False)
+    eng.reset()
     head_s = analyze_module(stitch(eng.model.head().decls[0]), "lm_head").modeled_s
     root = Path(__file__).resolve().parents[1] / "docs"
     words = " ".join(p.read_text() for p in sorted(root.glob("*.md"))).split()
@@ -79,7 +81,7 @@ def bench_long_chat(model: str | None = None, turns: int = 10, words_per_turn: i
     return rows
 
 
-def bench_null_long(n_tokens: int = 6) -> dict:
+def bench_null_long(n_tokens: int = 6, lengths=PROMPT_LENGTHS, depths=(100, 4000), context: int = 16384) -> dict:
     """Llama-3.2-1B shapes on the null device (sparse checkpoint: no weights on disk, no compute)."""
     from benchmarks.null_device import _kb, _mb, _totals, write_sparse_checkpoint
     from llama_npu.engine import Engine
@@ -91,9 +93,9 @@ def bench_null_long(n_tokens: int = 6) -> dict:
     with tempfile.TemporaryDirectory(prefix="llama32-1b-long-") as tmp:
         model_dir = write_sparse_checkpoint(Path(tmp) / "model", LLAMA32_1B, tok_dir, tied=True)
         eng = Engine.load(str(model_dir), device="null", cache_dir=Path(tmp) / "kernels", progress=False,
-                          warmup=False, context=16384)
+                          warmup=False, context=context)
         cache = eng.cache
-        for n in PROMPT_LENGTHS:
+        for n in lengths:
             ids = list(range(3, 3 + n))
             eng.prefill(ids)                     # the first call of each module writes nothing new: weights are
             cache.reset_counters()               # resident; count a steady pass
@@ -102,7 +104,7 @@ def bench_null_long(n_tokens: int = 6) -> dict:
             res[n] = t
             print(f"[bench] Llama-3.2-1B shapes on null: {n}-token prefill: {t['calls']} dispatches "
                   f"({len(eng.chunks(n, 0))} chunks), {_mb(t['w'])} written + {_mb(t['r'])} read host<->device")
-        for depth in (100, 4000):
+        for depth in depths:
             eng.prefill(list(range(3, 3 + depth)))
             cache.reset_counters()
             t0 = time.perf_counter()

@@ -10,12 +10,16 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from array import array
 from dataclasses import dataclass
+from typing import Iterator
 
 from kernel_builder import mlir_text as mt
 
 SSA = r"%[\w$.\-]+(?:#\d+)?"
 RESULTS_RE = re.compile(rf"^\s*((?:{SSA})(?:\s*,\s*{SSA})*)\s*=\s*")
+_RESULTS_AT = re.compile(RESULTS_RE.pattern[1:])   # the same, matched at a position inside the module text
+_NAME_AT = re.compile(r"([A-Za-z_][\w$.]*)(?![\w$.\-])")       # a bare op name (`arith.addi`, `return`)
 
 # bytes per element of the element types our builders use
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
@@ -52,12 +56,25 @@ def parse_memref_type(text: str) -> MemRefType:
 
 @dataclass
 class OpText:
+    """One op of a block: spans into the module text (no copy is kept: a region op spans most of the module,
+    and the ops of every enclosing region are alive while its body is read)."""
+
     name: str
     results: list[str]
-    text: str          # the op without its results prefix
-    full: str
-    line: int
+    src: str           # the whole module text
     start: int         # absolute offset of `full` in the module text
+    end: int
+    text_start: int    # absolute offset of `text` (after the results prefix)
+    line: int
+
+    @property
+    def full(self) -> str:
+        return self.src[self.start:self.end]
+
+    @property
+    def text(self) -> str:
+        """The op without its results prefix."""
+        return self.src[self.text_start:self.end]
 
     def where(self) -> str:
         return f"line {self.line}: `{self.full.splitlines()[0].strip()[:120]}`"
@@ -90,21 +107,29 @@ class ModuleCtx:
 
     def __init__(self, text: str):
         self.text = text
-        self._newlines = [m.start() for m in re.finditer("\n", text)]
+        self._newlines = array("q", (m.start() for m in re.finditer("\n", text)))   # 8 bytes a line
 
     def line_of(self, pos: int) -> int:
         return bisect.bisect_left(self._newlines, pos) + 1
 
 
+def iter_block(ctx: ModuleCtx, start: int, end: int) -> Iterator[OpText]:
+    """The ops of the block text[start:end], each with its results, name and line, one at a time (memory
+    stays proportional to one op, not to the block)."""
+    text = ctx.text
+    for s, e in mt.iter_ops(text, start, end):
+        m = _RESULTS_AT.match(text, s, e)
+        results, rest = ([], s) if m is None else ([r.strip() for r in m.group(1).split(",")], m.end())
+        # the name is the first token after the results: a bare op name read in place, else (a quoted name, a
+        # comment) from a short window, never a copy of the op
+        n = _NAME_AT.match(text, rest, e)
+        name = n.group(1) if n else mt.op_name(text[rest:min(e, rest + 512)])
+        yield OpText(name, results, text, s, e, rest, ctx.line_of(s))
+
+
 def split_block(ctx: ModuleCtx, start: int, end: int) -> list[OpText]:
-    """The ops of the block text[start:end], each with its results, name and line."""
-    ops = []
-    for s, e in mt.split_ops(ctx.text, start, end):
-        full = ctx.text[s:e]
-        m = RESULTS_RE.match(full)
-        results, rest = ([], full) if m is None else ([r.strip() for r in m.group(1).split(",")], full[m.end():])
-        ops.append(OpText(mt.op_name(full), results, rest, full, ctx.line_of(s), s))
-    return ops
+    """The ops of the block text[start:end] as a list (iter_block, all at once)."""
+    return list(iter_block(ctx, start, end))
 
 
 def channel_decls(others) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:

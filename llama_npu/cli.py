@@ -7,97 +7,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
+import os
 import signal
 import sys
 import threading
-import time
 
+from .cli_args import (EXIT_BAD_INPUT, OneLineParser, _Parser, bucket_list, non_negative_float,  # noqa: F401
+                       non_negative_int, port_number, positive_float, positive_int, probability, seed_int)
 from .errors import LlamaNpuError, PromptError, UsageError
 
-EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 DEVICES = ("auto", "npu", "emu", "emu-interp", "null")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line instead of usage + message
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT)
-
-
-class OneLineParser(_Parser):
-    """The CLI's argument parser for other command lines (python -m verify): a bad argument prints one line and
-    exits with EXIT_BAD_INPUT."""
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0 = off), got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
-
-
-def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return value
-
-
-def port_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535 (0 = any free port), got {text!r}")
-    return value
-
-
-def bucket_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(t) for t in text.replace(" ", "").split(",") if t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers, got {text!r}")
-    return values
+PROMPT_ENV = "LLAMA_NPU_PROMPT"    # `make run PROMPT=...` passes the prompt here, never through a shell line
+PROFILE_PROMPT = "What is the capital of France?"
 
 
 def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
@@ -106,8 +28,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--model", default=None,
                    help="HF model directory or a model id in the local HF cache (default: embedded SmolLM2-135M)")
     p.add_argument("--device", default=None, help="auto | npu | emu | null (default: $DEVICE or auto)")
-    p.add_argument("--buckets", type=bucket_list, default=DEFAULT_BUCKETS,
-                   help="prefill lengths to compile, e.g. 64,256,1024,2048 (filtered to the model's context)")
+    p.add_argument("--buckets", type=bucket_list, default=None,
+                   help=f"prefill lengths to compile, multiples of 16 up to the context (default "
+                        f"{','.join(map(str, DEFAULT_BUCKETS))}, filtered to the context)")
     p.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
     p.add_argument("--context", type=positive_int, default=None,
                    help="positions the KV cache may hold (default: the model's context, at most 32768, less "
@@ -121,15 +44,19 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         p.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default)")
         p.add_argument("--top-k", type=non_negative_int, default=0, help="0 = off (default)")
         p.add_argument("--top-p", type=probability, default=1.0, help="1 = off (default)")
-        p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--seed", type=seed_int, default=None)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="llama-npu", description="Llama-family LLMs on the AMD NPU2 (or its emulator).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="generate a reply to one prompt, streaming, with timings")
-    run.add_argument("--prompt", "-p", required=True)
-    run.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    run.add_argument("--prompt", "-p", default=None,
+                     help=f"the prompt (default: ${PROMPT_ENV}; `make run PROMPT=...` passes it that way)")
+    run.add_argument("--raw", action="store_true", help="no chat template; special-token text in the prompt "
+                     "(e.g. <|im_start|>) becomes control tokens (otherwise it is encoded as plain text)")
+    run.add_argument("--dry-run", action="store_true", help="check model, sizes and prompt, print the prompt as "
+                     "received and its token count, then exit (nothing is built or loaded)")
     _common(run)
     chat = sub.add_parser("chat", help="multi-turn chat (/clear, /quit, Ctrl-C stops a reply, Ctrl-D exits)")
     _common(chat)
@@ -154,12 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
     hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")
     hw.add_argument("files", nargs="+", help="module .mlir files (exit 1 when one exceeds a limit)")
+    hw.add_argument("--max-mib", type=positive_float, default=None,
+                    help="refuse files larger than this many MiB (default 64)")
     prep = sub.add_parser("prepare-model", help="resolve the model (convert the embedded one once) and check it")
     prep.add_argument("--model", default=None)
     prep.add_argument("--no-progress", action="store_true")
     prof = sub.add_parser("profile", help="run a prompt and print per-module device time and bytes")
-    prof.add_argument("--prompt", "-p", default="What is the capital of France?")
-    prof.add_argument("--raw", action="store_true")
+    prof.add_argument("--prompt", "-p", default=None,
+                      help=f"the prompt (default: ${PROMPT_ENV}, else {PROFILE_PROMPT!r})")
+    prof.add_argument("--raw", action="store_true", help="as for run")
     _common(prof)
     doc = sub.add_parser("doctor", help="check every piece of an NPU setup; a fix for each problem (exit 1 if "
                                         "the NPU path cannot work)")
@@ -187,17 +117,29 @@ def check_device(name: str | None) -> None:
         raise UsageError(f"unknown device {shown!r} ({source}); expected one of {', '.join(DEVICES)}")
 
 
+def _prompt_arg(args, default: str | None = None) -> str:
+    """--prompt, else $LLAMA_NPU_PROMPT (how `make run PROMPT=...` passes it: no shell line ever holds the
+    text), else `default`."""
+    prompt = args.prompt if args.prompt is not None else os.environ.get(PROMPT_ENV, default)
+    if prompt is None:
+        raise UsageError(f"no prompt: pass --prompt TEXT (or set ${PROMPT_ENV}; make run PROMPT=...)")
+    return prompt
+
+
 def _prepare(args, prompt: str | None):
-    """Cheap checks before any kernel is built or weight read: device name, model, config, tokenizer,
-    prompt budget. Returns (model_dir, token ids or None)."""
+    """Cheap checks before any kernel is built or weight read: device name, model, config, every size the
+    kernels constrain (llama_npu.sizes), tokenizer, prompt budget. Returns (model_dir, token ids or None);
+    args.buckets becomes the run's bucket list."""
     from .config import load_config
     from .engine import check_budget
     from .model_source import resolve_model
+    from .sizes import check_run_sizes
     from .tokenizer import Tokenizer
 
     check_device(getattr(args, "device", None))
     model_dir = resolve_model(args.model, progress=not args.no_progress)
     cfg = load_config(model_dir)
+    args.buckets = check_run_sizes(cfg, args.buckets, args.context)
     tok = Tokenizer(model_dir)
     ids = None
     if prompt is None:  # chat: the conversation goes through the chat template
@@ -206,12 +148,10 @@ def _prepare(args, prompt: str | None):
     else:
         if not prompt.strip():
             raise PromptError("empty prompt: pass some text with --prompt / PROMPT=...")
-        if args.raw or not tok.has_chat_template:
-            ids = tok.encode(prompt, add_special_tokens=True)
-        else:
+        if args.raw or not tok.has_chat_template:  # --raw: special-token text is parsed (the opt-in)
+            ids = tok.encode(prompt, add_special_tokens=True, parse_special=args.raw)
+        else:                                      # special-token text in the prompt stays text
             ids = tok.apply_chat_template([{"role": "user", "content": prompt}])
-        if args.context is not None and args.context > cfg.max_position:
-            raise UsageError(f"--context {args.context} exceeds the model's context of {cfg.max_position} positions")
         ctx = args.context or cfg.max_position
         check_budget(len(ids), args.n_tokens, ctx,
                      "the model's context" if ctx == cfg.max_position else "this run's --context")
@@ -263,7 +203,14 @@ def _print_delta(_tok: int, delta: str) -> None:
 
 # ----------------------------------------------------------------------------------------------- commands
 def cmd_run(args) -> int:
-    model_dir, ids = _prepare(args, args.prompt)
+    model_dir, ids = _prepare(args, _prompt_arg(args))
+    if args.dry_run:  # the prompt exactly as received (JSON-quoted), its token count, what would run
+        import json
+
+        print(f"prompt ({len(ids)} tokens): {json.dumps(_prompt_arg(args), ensure_ascii=False)}")
+        device = args.device or os.environ.get("DEVICE") or "auto"
+        print(f"model {model_dir}, buckets {list(args.buckets)}, device {device}: not run (--dry-run)")
+        return 0
     sampler = _sampler(args)
     eng = _engine(args, model_dir)
     with _ctrl_c_stops_reply() as stop:
@@ -362,10 +309,13 @@ def cmd_compile(args) -> int:
     kind = resolve_device_kind(args.device, compile_only=True)   # DEVICE=npu compiles without an NPU
     cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
     from .memory import choose_context
+    from .sizes import check_run_sizes, plan_modules
+
+    args.buckets = check_run_sizes(cfg, args.buckets, args.context)
 
     ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context)  # the build machine's
     buckets = select_buckets(args.buckets, ctx)                                             # memory is not the run's
-    decls = model_for(cfg).modules(buckets, ctx, args.decode_attention)
+    decls = plan_modules(model_for(cfg), cfg, buckets, ctx, args.decode_attention)
     if args.only:
         unknown = sorted(set(args.only) - {d.name for d in decls})
         if unknown:
@@ -383,43 +333,15 @@ def cmd_compile(args) -> int:
 def cmd_hw_check(args) -> int:
     from kernel_builder.hw import hw_check_main
 
-    return hw_check_main(list(args.files))
+    return hw_check_main(list(args.files) + (["--max-mib", str(args.max_mib)] if args.max_mib else []))
 
 
 def cmd_profile(args) -> int:
     from . import profile
 
-    model_dir, ids = _prepare(args, args.prompt)
+    model_dir, ids = _prepare(args, _prompt_arg(args, PROFILE_PROMPT))
     sampler = _sampler(args)
-    eng = _engine(args, model_dir)
-    eng.cache.reset_counters()
-    eng.host_attn_s = 0.0
-    mark: dict = {}
-
-    def on_logits(step, _logits):
-        if step == 0:
-            mark["t"] = time.perf_counter()
-            mark["rows"] = eng.cache.report()
-
-    t0 = time.perf_counter()
-    res = eng.generate(ids, args.n_tokens, sampler=sampler, on_logits=on_logits)
-    t_end = time.perf_counter()
-    rows = eng.cache.report()
-    prefill_rows = mark["rows"]
-    decode_rows = profile.split_rows(prefill_rows, rows)
-    bucket = eng.bucket_for(min(len(ids), max(eng.buckets)))
-    tail = len(ids) - bucket if len(ids) > bucket else 0
-    print(res.text)
-    print()
-    print(f"== prefill ({len(ids)} tokens, bucket {bucket}" + (f", last {tail} fed through decode" if tail else "")
-          + ") ==")
-    print(profile.module_table(prefill_rows))
-    print()
-    print(f"== decode ({len(res.tokens) - 1} tokens) ==")
-    print(profile.module_table(decode_rows))
-    print()
-    print(profile.summary(mark["t"] - t0, prefill_rows, t_end - mark["t"], decode_rows, len(res.tokens) - 1,
-                          eng.host_attn_s, len(ids), bucket))
+    res = profile.profile_main(_engine(args, model_dir), ids, args.n_tokens, sampler)
     print(_timings(res))
     return 0
 
@@ -428,8 +350,15 @@ def cmd_prepare_model(args) -> int:
     from .config import load_config
     from .model_source import resolve_model
 
+    from .sizes import check_model_sizes
+    from .tokenizer import Tokenizer
+    from .weights import ModelWeights
+
     model_dir = resolve_model(args.model, progress=not args.no_progress)
     cfg = load_config(model_dir)
+    check_model_sizes(cfg)
+    Tokenizer(model_dir)
+    ModelWeights(cfg)   # as `run`: every safetensors header against its file size and the config's shapes
     print(f"model ready: {model_dir} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden})")
     return 0
 

@@ -174,10 +174,15 @@ def load_config(model_dir: str | Path) -> ModelConfig:
 
 
 def select_buckets(buckets: Sequence[int], context: int) -> tuple[int, ...]:
-    """Sorted unique buckets that fit the model's context; a context smaller than every bucket
-    becomes the only bucket (a tiny model still gets one prefill length)."""
+    """Sorted unique buckets that fit the model's context; a context smaller than every bucket gets one
+    bucket: the largest the kernels take that fits it (llama_npu.sizes.BUCKET_MULTIPLE)."""
+    from .errors import ContextError
+    from .sizes import BUCKET_MULTIPLE, MIN_CONTEXT
+
     bs = sorted({int(b) for b in buckets})
     if not bs or bs[0] <= 0:
         raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
+    if context < MIN_CONTEXT:
+        raise ContextError(f"a context of {context} positions is too small: a run needs at least {MIN_CONTEXT}")
     fit = tuple(b for b in bs if b <= context)
-    return fit or (context,)
+    return fit or (context // BUCKET_MULTIPLE * BUCKET_MULTIPLE,)

@@ -34,7 +34,7 @@ from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .weights import ModelWeights
 
-DEFAULT_BUCKETS = (64, 256, 1024, 2048)
+from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
 HANDOFFS = ("device", "host")
 DECODE_ATTENTION = ("npu", "host")
 # A chat turn that extends the cached conversation by at most this many tokens is fed through decode
@@ -175,13 +175,18 @@ class Engine:
         cfg = load_config(model_dir)
         tokenizer = Tokenizer(model_dir)
         dev = make_device(device)
-        weights = ModelWeights(cfg)  # headers + shapes checked; data is read straight into device buffers
         from .memory import available_bytes, choose_context
+        from .models import model_for
+        from .sizes import check_model_sizes, kernel_sizes, plan_modules
 
+        check_model_sizes(cfg)      # every size the kernels constrain, before the checkpoint is opened
         avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
-        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
+        with kernel_sizes(cfg):     # the memory plan declares every module
+            ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
         bs = select_buckets(buckets, ctx)
-        decls = weights.model.modules(bs, ctx, decode_attention)
+        model = model_for(cfg)
+        decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
+        weights = ModelWeights(cfg, model)  # headers + shapes checked; data is read straight into device buffers
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)

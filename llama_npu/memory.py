@@ -66,7 +66,7 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
     return MemoryPlan(sum(statics.values()), states, activations)
 
 
-DEFAULT_CONTEXT_CAP = 32768   # positions the KV cache is planned for when --context is not given
+from .sizes import DEFAULT_CONTEXT_CAP  # noqa: E402 (positions the KV cache is planned for without --context)
 KV_SHARE = 0.5                # of the memory left after weights and activations, what the KV cache may take
 
 

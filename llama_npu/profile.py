@@ -52,7 +52,7 @@ def split_rows(before: list[dict], after: list[dict]) -> list[dict]:
 
 
 def summary(prefill_wall_s: float, prefill_rows: list[dict], decode_wall_s: float, decode_rows: list[dict],
-            n_decode: int, host_attn_s: float, prompt_len: int, bucket: int) -> str:
+            n_decode: int, host_attn_s: float, prompt_len: int, bucket: int | str) -> str:
     """Where the time goes: wall vs device time for prefill, and per decode token."""
     lines = []
     pdev = device_seconds(prefill_rows)
@@ -67,3 +67,38 @@ def summary(prefill_wall_s: float, prefill_rows: list[dict], decode_wall_s: floa
                      f"(of which CPU attention {1e3 * host_attn_s / n_decode:.2f}), "
                      f"{dispatches:.0f} dispatches/token")
     return "\n".join(lines)
+
+
+def profile_main(eng, ids: list[int], n_tokens: int, sampler):
+    """`llama-npu profile`: generate once and print the per-module tables of prefill and decode + a summary;
+    returns the GenerationResult (the CLI prints its timings line)."""
+    import time
+
+    eng.cache.reset_counters()
+    eng.host_attn_s = 0.0
+    mark: dict = {}
+
+    def on_logits(step, _logits):
+        if step == 0:
+            mark["t"] = time.perf_counter()
+            mark["rows"] = eng.cache.report()
+
+    chunks = eng.chunks(len(ids), 0)   # the prefill chunks generate() runs (bucket sizes)
+    t0 = time.perf_counter()
+    res = eng.generate(ids, n_tokens, sampler=sampler, on_logits=on_logits)
+    t_end = time.perf_counter()
+    prefill_rows = mark["rows"]
+    decode_rows = split_rows(prefill_rows, eng.cache.report())
+    buckets = "+".join(str(rows) for _, rows in chunks)
+    print(res.text)
+    print()
+    print(f"== prefill ({len(ids)} tokens, " + (f"bucket {buckets}" if len(chunks) == 1 else f"chunks {buckets}")
+          + ") ==")
+    print(module_table(prefill_rows))
+    print()
+    print(f"== decode ({len(res.tokens) - 1} tokens) ==")
+    print(module_table(decode_rows))
+    print()
+    print(summary(mark["t"] - t0, prefill_rows, t_end - mark["t"], decode_rows, len(res.tokens) - 1,
+                  eng.host_attn_s, len(ids), buckets))
+    return res

@@ -16,10 +16,10 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "hardware-model.md"
 
 def test_launch_cost_is_max_of_compute_and_data_movement_plus_overhead():
     p = cost.PARAMS
-    compute_bound = RefWork(tile_vector_cycles=1e7, flows=[Flow("MM2S", 0, "", 1000, 1, 1)])
+    compute_bound = RefWork(tile_counts={"vmac_bf16": 10**7}, flows=[Flow("MM2S", 0, "", 1000, 1, 1)])
     c = cost.launch_cost(compute_bound, p)
     assert c.bound == "compute"
-    assert math.isclose(c.total_s, 1e7 / p.vector_efficiency / p.clock_hz + p.launch_overhead_s)
+    assert math.isclose(c.total_s, 1e7 / p.clock_hz + p.launch_overhead_s)   # one vector instruction per cycle
     dma_bound = RefWork(flows=[Flow("MM2S", 0, "", 10**8, 4, 1)])
     d = cost.launch_cost(dma_bound, p)
     assert d.bound == "DMA"
@@ -39,7 +39,7 @@ def test_matmul_macs_scalar_versus_vectorised():
     scalar = cost.launch_cost(w, p).compute_s
     vec = cost.launch_cost(w, p, vectorized_matmul=True, elf=False).compute_s
     assert math.isclose(scalar, 10**8 * 2 * p.scalar_cycles_per_op / p.clock_hz)
-    assert math.isclose(vec, 10**8 / (p.mmul_macs_per_cycle * p.gemm_efficiency) / p.clock_hz)
+    assert math.isclose(vec, 10**8 / 512 * p.bfp16_mmul_cycles / p.clock_hz)   # as block-float 8x8x8 mmuls
     assert scalar > 10 * vec
     # in an ELF (every module we build) matrix-unit work costs elf_gemm_factor x the xclbin time
     assert math.isclose(cost.launch_cost(w, p, vectorized_matmul=True).compute_s, vec * p.elf_gemm_factor)
@@ -50,9 +50,9 @@ def test_calibration_errors_per_module_are_bounded():
     assert len(errs) == len(reference_points()) + len(registry_points())
     for name, modeled, measured, e in errs:
         assert modeled > 0 and measured > 0
-        assert abs(e) < 0.6, (name, e)
+        assert abs(e) < 0.9, (name, e)   # counted compute, nothing fitted but launch_overhead_s
     ref = [abs(e) for name, _, _, e in cost.errors(reference_points())]
-    assert sum(ref) / len(ref) < 0.25
+    assert sum(ref) / len(ref) < 0.3
 
 
 def test_calibrate_recovers_known_parameters():

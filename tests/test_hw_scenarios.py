@@ -27,8 +27,10 @@ def test_every_parameter_has_a_kind_a_source_and_an_ordered_range():
         # the optimistic end is the faster one: a rate or efficiency is higher, a cost lower
         lo, hi = sorted((opt, pess))
         assert lo <= likely <= hi, (name, opt, likely, pess)
-    # GEMM efficiency is a measured share of the peak, not the peak
-    assert 0.25 < cost.PARAMS.gemm_efficiency < 0.45
+    # no fitted efficiency knob: compute comes from counted instructions; launch_overhead_s is the one fit
+    names = {f.name for f in dataclasses.fields(cost.CostParams)}
+    assert not {n for n in names if "efficiency" in n}
+    assert cost.FITTED == ("launch_overhead_s",)
     assert cost.PARAMS.ddr_bytes_per_s <= 63.0e9     # no higher than the best NPU2 measurement
 
 
@@ -74,14 +76,16 @@ def test_scenarios_are_ordered_for_every_module():
         _assert_ordered(pt.name, pt.works, pt.vectorized_matmul, pt.elf)
 
 
-def test_gemm_at_the_registry_shapes_is_within_the_measured_range():
-    """The likely model of the registry's f32-out GEMMs (xclbin, 8x4 herd, its tiles) gives a throughput within
-    the registry's measured 7342-9797 GFLOPS, +-10 % (mlir-air kernel_registry GEMM_bf16_in_fp32_out.md)."""
-    lo, hi, tol = 7342, 9797, 0.10
-    for m, k, n in ((2048, 2048, 2048), (2048, 2048, 8192), (2048, 8192, 2048), (2048, 2048, 512)):
-        s = cost.module_seconds([gemm(m, k, n, 64, 128, out_bytes=4)], cost.PARAMS, True, elf=False)
-        gflops = 2 * m * k * n / s / 1e9
-        assert lo * (1 - tol) <= gflops <= hi * (1 + tol), ((m, k, n), gflops)
+def test_gemm_at_the_registry_shapes_brackets_the_measured_rate():
+    """The counted model of the registry's f32-out GEMMs (xclbin, 8x4 herd, its tiles; gemm.cc's block-float
+    instruction counts) is an output, not a fit: the registry's measured 7342-9797 GFLOPS (mlir-air
+    kernel_registry GEMM_bf16_in_fp32_out.md) lies between the pessimistic and the optimistic modeled rate, +-10 %."""
+    measured = {(2048, 2048, 2048): 8508, (2048, 2048, 8192): 8278, (2048, 8192, 2048): 9797, (2048, 2048, 512): 7342}
+    sc = all_scenarios()
+    for (m, k, n), meas in measured.items():
+        rate = {s: 2 * m * k * n / cost.module_seconds([gemm(m, k, n, 64, 128, out_bytes=4)], p, True, elf=False)
+                / 1e9 for s, p in sc.items()}
+        assert rate["pessimistic"] * 0.9 <= meas <= rate["optimistic"] * 1.1, ((m, k, n), rate, meas)
 
 
 def test_out_of_sample_calibration_runs_both_ways():
@@ -132,9 +136,10 @@ def test_emulated_mmul_charge_follows_the_kernels_compile_defines(monkeypatch):
         fast = c.work(m, [])
     finally:
         attention_ext._attn_prefill_defines.cache_clear()
-    assert fast.mmul_macs == plain.emulated_mmul_macs and fast.emulated_mmul_macs == 0
-    p = cost.PARAMS
-    assert (p.mmul_macs_per_cycle * p.gemm_efficiency) > 4 * p.mmul_emulated_macs_per_cycle
+    assert fast.counts["mmul_bfp16_8x8x8"] == plain.counts["mmul_bf16_4x8x8_emulated"] > 0
+    assert not fast.emulated_mmul_macs
+    for p in all_scenarios().values():   # the emulation's shuffles and broadcasts cost cycles the flag saves
+        assert cost.compute_cycles(fast.counts, p) < 0.7 * cost.compute_cycles(plain.counts, p)
 
 
 def test_bench_prints_like_for_like_figures(capsys):

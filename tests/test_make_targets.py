@@ -45,3 +45,31 @@ def test_make_verify_passes_on_the_embedded_model():
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "[verify] PASS" in out, out[-4000:]
+
+
+def test_pyproject_has_no_setuptools_warnings():
+    """The license as an SPDX string and packages found (data folders as namespace packages): setuptools reads the
+    project table without a deprecation warning, and every package and data folder is found."""
+    import warnings
+
+    setuptools = pytest.importorskip("setuptools")
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip("SPDX license strings need setuptools >= 77 (the build requires it)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert not [str(w.message) for w in caught]
+    for pkg in ("llama_npu", "llama_npu.models", "kernel_builder.hw", "multi_launch_builder", "external_kernels",
+                "external_kernels.host", "verify"):
+        assert pkg in dist.packages, (pkg, dist.packages)
+    assert not [p for p in dist.packages if p.startswith(("tests", "benchmarks"))]
+
+
+def test_readme_cli_line_names_the_venv_launcher():
+    text = (ROOT / "README.md").read_text()
+    assert ".venv/bin/llama-npu run --prompt" in text
+    scripts = re.search(r'\[project.scripts\]\s*\nllama-npu = "llama_npu.cli:main"', (ROOT / "pyproject.toml").read_text())
+    assert scripts, "make setup installs .venv/bin/llama-npu from [project.scripts]"

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("diagnosis", help="per-layer hidden-state drift vs HF (informational)")
     common(d)
-    d.add_argument("--prompt", default=diag.DEFAULT_PROMPT)
+    d.add_argument("--prompt", default=None, help="default: $LLAMA_NPU_PROMPT (how `make diagnosis PROMPT=...` "
+                   "passes it), else the built-in prompt")
     d.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     d.add_argument("--json", type=Path, default=None, help="also write the per-layer table as JSON here")
     return p
@@ -158,6 +159,9 @@ def _settings(args) -> dict:
 
 def run_diagnosis(args, runtime=None, reference=None) -> int:
     runtime, reference = _load_both(args, runtime, reference)
+    import os
+
+    args.prompt = args.prompt or os.environ.get("LLAMA_NPU_PROMPT") or diag.DEFAULT_PROMPT
     prompt = Prompt("diagnosis", args.prompt, chat=args.chat)
     ids = prompt.token_ids(runtime.tokenizer)
     ours = runtime.layer_outputs(ids)

@@ -7,6 +7,7 @@ import re
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.instr_counts import add_acc, conv, load, store
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -35,7 +36,9 @@ def add_model(n: int):
 
 def _add(m, args):
     n = int(m.group(1))
-    return CallWork(n / 32, n, 0)
+    # per 32 lanes (add.cc): a and b loaded, accum from a, add (b widened), to bf16, store
+    step = load(32, 2) * 2 + conv(3) + add_acc() + store(32, 2)
+    return CallWork(n, 0, step * (n // 32))
 
 
 FAMILY = ExternalFamily("add", "add.cc", r"add_n(\d+)\.o", r"add_bf16_n(\d+)", add_kernel, add_model)

@@ -11,7 +11,8 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.attention.reference import attention_scale
-from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, mmul_split
+from kernel_builder.attention import counts as ac
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, bfp16_mmul
 from kernel_builder.external_models import F32, ModelError, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -237,47 +238,40 @@ def _attn_prefill_defines(hd: int, lq: int, lk: int, window: int = 0, scale_dim:
     return attention_prefill_kernels(hd, lq, lk, window, scale_dim).update.defines
 
 
-def _attn_item_blocks(hd: int, lq: int, lk: int, blocks: int, zeroed_keys: int, defines=()) -> CallWork:
-    """`blocks` computed row blocks of a prefill item: per block q.K^T and p.V (4 rows x lk keys x hd, twice)
-    on the matrix unit, 4 x lk scores through the softmax, the alpha rescale of 4 acc rows (8-lane f32);
-    plus zeroing the V rows of the keys no row of the tile sees (32-lane stores)."""
-    macs = 2 * ATTN_ROW_BLOCK * lk * hd * blocks
-    return CallWork(ATTN_ROW_BLOCK * hd / 8 * blocks + zeroed_keys * hd / 32, macs, 0,
-                    ATTN_ROW_BLOCK * lk * blocks, **mmul_split(macs, defines))
-
-
 def _attn(m, args):
-    """attention.cc (kernels/attention.py). Prefill item: with its operands (t, n_q, q_pos0) known, a Q item
-    (t < n_q) is a copy of at most one tile (32-lane loads/stores), a K/V item computes only the row blocks
-    `attn_prefill_blocks` names (the kernel skips the others, causal); with an operand unknown, a full tile
-    (every row block). Per row block: q.K^T and p.V on the bf16 matrix unit (mmul<4, 8, 8>, `mmul_macs`; the
-    in-register K transposes issue around the mmuls, as gemm.cc's w transposes) plus the alpha rescale of acc
-    (8-lane f32). Decode step: 32-lane q.k macs + reduction per key, 16-lane p.V macs. Both: the softmax
-    bookkeeping per score (the cost model's softmax_cycles_per_score), the per-row statistics in vector lanes
-    (no scalar float ops)."""
+    """attention.cc (kernels/attention.py): the instruction counts of kernel_builder.attention.counts, which
+    follow the AIE2P path's loops. Prefill item: with its operands (t, n_q, slot, q_pos0) known, a Q item
+    (t < n_q) is a copy of at most one tile, a K/V item computes only the row blocks `attn_prefill_blocks` names
+    (the kernel skips the others, causal); with an operand unknown, a full tile seen whole by every row. The
+    kernel's own compile defines decide the mmul path (block-float or aie_api's emulation). Decode step: with
+    (pos, k_pos0) unknown, every key of the tile visible."""
     mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
     n = int(m.group(6) or 1)
     window, scale_dim = int(m.group(7) or 0), int(m.group(8) or 0)
     qk = pv = lq * lk * hd
-    if part == "item":   # the kernel's own compile defines decide the mmul path (block-float or emulated)
-        defines = _attn_prefill_defines(hd, lq, lk, window, scale_dim)
+    ints = [a if isinstance(a, int) else None for a in args]
+    get = lambda i: ints[i] if len(ints) > i else None   # noqa: E731
     if part == "init":
-        return CallWork(lq * hd / 16 + (lq * hd / 32 if mode == "p" else 0), 0, 0)
+        return CallWork(0, 0, ac.prefill_init(hd, lq) if mode == "p" else ac._reset_state(lq, hd))
     if part == "item":
-        t, n_q, q_pos0 = (args[i] if len(args) > i else None for i in (3, 4, 6))
-        if all(isinstance(x, int) for x in (t, n_q, q_pos0)):
-            if t < n_q:
-                return CallWork(lq * hd / 32, 0, 0)
-            k_pos0 = (t - n_q) * lk
-            blocks = attn_prefill_blocks(lq, lk, q_pos0, k_pos0, window)
-            seen = min(max(q_pos0 + lq - k_pos0, 0), lk)     # keys some row of the tile sees
-            return _attn_item_blocks(hd, lq, lk, blocks, lk - seen if blocks else 0, defines)
-        return _attn_item_blocks(hd, lq, lk, -(-lq // ATTN_ROW_BLOCK), 0, defines)
+        # the counts are the full-causal ones: a sliding window's skipped tiles are not subtracted (an upper bound)
+        bf = bfp16_mmul(_attn_prefill_defines(hd, lq, lk, window, scale_dim))
+        t, n_q, slot, q_pos0 = (get(i) for i in (3, 4, 5, 6))
+        if t is None or n_q is None or q_pos0 is None:   # a full K/V tile, every key visible to every row
+            t, n_q, slot, q_pos0 = 1, 1, 0, lq + lk
+        elif slot is None:
+            slot = 2 * t if t < n_q else 0
+        c = ac.prefill_item(hd, lq, lk, t, n_q, slot, q_pos0, bf)
+        # each 4x8x8 step (emulated, or half of a block-float 8x8x8 instruction) is 256 MACs
+        return CallWork(256 * (c.get("mmul_bfp16_8x8x8", 0) + c.get("mmul_bf16_4x8x8_emulated", 0)), 0, c)
     if part == "step":
-        return CallWork(qk / 32 + 5 * lq * lk + pv / 16 + lq * hd / 16, qk + pv, 0, lq * lk)
+        pos, k0 = get(2), get(3)
+        if pos is None or k0 is None:
+            pos, k0 = lk - 1, 0
+        return CallWork(qk + pv, 0, ac.decode_step(hd, lq, lk, pos, k0))
     if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
-        return CallWork(2 * lq * hd / 16 + lq / 4, lq * hd, 0)
-    return CallWork(lq * (n * hd / 16 + hd / 16) + 8 * n, n * lq * hd, 0)   # merge
+        return CallWork(lq * hd, 0, ac.prefill_finish(hd, lq))
+    return CallWork(n * lq * hd, 0, ac.decode_merge(hd, lq, n))   # merge
 
 
 _VARIANT = r"(?:_w(\d+))?(?:_s(\d+))?"   # sliding window, softmax-scale dimension (_variant)

@@ -9,6 +9,7 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, scalar_bf16, store, vmac
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -41,10 +42,12 @@ def geglu_model(n: int):
 
 
 def _geglu(m, args):
-    """Per 32 lanes: g^2 and its bf16 split, the cubic's inner factor (3 macs), its split, the exp2 argument
-    (2 macs), exp2, 1 + e, inv, g * sigmoid, * up: ~12 vector ops and 9 bf16 macs per lane group."""
     n = int(m.group(1))
-    return CallWork(12 * n / 32, 9 * n, 0)
+    # per 32 lanes (geglu.cc): gate, up loaded; g^2 and its bf16 pair, the inner factor (3 macs) and its pair,
+    # the exp2 argument (mul + mac), exp2, 1 + e, inv, g * sigmoid, * up, store; once: the q pair and the bf16 1.0
+    # (4 scalar conversions), the p and `one` accumulators (2 broadcasts, widened)
+    step = load(32, 2) * 2 + vmac(32) * 8 + exp2(32) + inv(32) + add_acc() * 3 + conv(11) + store(32, 2)
+    return CallWork(8 * n, 0, step * (n // 32) + scalar_bf16(4) + Counts(broadcast=2) + conv(2))
 
 
 FAMILY = ExternalFamily("geglu", "geglu.cc", r"geglu_n(\d+)\.o", r"geglu_bf16_n(\d+)", geglu_kernel, geglu_model)

@@ -10,7 +10,8 @@ from typing import NamedTuple
 import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
-from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, mmul_split
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, bfp16_mmul
+from kernel_builder.instr_counts import Counts, conv, load, store
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -102,10 +103,31 @@ def gemm_model(part: str, tm: int, tk: int, tn: int):
 
 def _gemm(m, args):
     part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
-    if part != "mac":  # zero / out: one pass over the f32 tile
-        return CallWork(tm * tn / 32, 0, 0)
-    macs = tm * tk * tn
-    return CallWork(0.0, macs, 0, **mmul_split(macs, _gemm_defines(tm, tk, tn)))
+    steps = tm * tn // 32
+    if part == "zero":   # 32-lane f32 zero stores
+        return CallWork(0, 0, store(32, 4) * steps)
+    if part == "out":    # load f32, widen, round to bf16, store
+        return CallWork(0, 0, (load(32, 4) + conv(2) + store(32, 2)) * steps)
+    return CallWork(tm * tk * tn, 0, gemm_mac_counts(tm, tk, tn, bfp16_mmul(_gemm_defines(tm, tk, tn))))
+
+
+def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True) -> Counts:
+    """One mac call (gemm.cc): per (row-block pair or single, column-block pair) the 2 x um f32 C blocks are loaded
+    (one widen each), then per K block um A blocks and two W blocks (transposed) are loaded and 2 x um 8x8x8
+    mmuls run; the C blocks are stored. Block-float 8x8x8: one matrix MAC, two bfp16 conversions, B's shuffle, a
+    widen and a ones-multiply (aie_api, docs/aie-api-host.md); without the flag each 8x8x8 is two emulated
+    4x8x8 (8 macs, 9 shuffles, 16 broadcasts each)."""
+    mb, nb, kb = tm // 8, tn // 8, tk // 8
+    um = 2 if mb % 2 == 0 else 1
+    iters = (mb // um) * (nb // 2)
+    blk = 64
+    if block_float:
+        mmul = Counts(mmul_bfp16_8x8x8=1, bfp16_convert=2, shuffle=1, vconvert=1, vmac_bf16=1)
+    else:
+        mmul = Counts(mmul_bf16_4x8x8_emulated=2, vmac_bf16=16, shuffle=18, broadcast=32)
+    per_k = load(blk, 2) * (um + 2) + Counts(shuffle=2) + mmul * (2 * um)
+    per_iter = (load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb
+    return per_iter * iters
 
 
 @functools.lru_cache(maxsize=None)

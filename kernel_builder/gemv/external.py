@@ -9,6 +9,7 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.instr_counts import Counts, add_acc, conv, load, scalar_bf16, vmac
 from kernel_builder.external_models import F32, ModelError, need_memref, seq_sum
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -68,8 +69,13 @@ def gemv_model(k: int, kc: int, tm: int, rows: int):
 
 
 def _gemv(m, args):
-    kc, tm = int(m.group(2)), int(m.group(3))
-    return CallWork(kc * tm / 32, kc * tm, 2 * tm)
+    k, kc, tm = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    k0 = args[5] if len(args) > 5 and isinstance(args[5], int) else None
+    last = (k0 + kc >= k) if k0 is not None else kc / k   # unknown chunk: the share of last chunks
+    # per row (gemv.cc): kc/32 macs, each on a w and an x load; add of the two accumulators, to f32, reduce_add;
+    # the last K chunk rounds each row to bf16 (a scalar conversion)
+    row = (kc // 32) * (load(32, 2) * 2 + vmac(32)) + add_acc() + conv() + Counts(reduce_add=1) + scalar_bf16(last)
+    return CallWork(kc * tm, 2 * tm, row * tm)
 
 
 FAMILY = ExternalFamily("gemv", "gemv.cc", r"mv_k(\d+)_c(\d+)_m(\d+)_r(\d+)\.o", r"mv_bf16_k(\d+)_c(\d+)_m(\d+)_r(\d+)",

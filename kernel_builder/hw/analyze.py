@@ -147,18 +147,14 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         self._shim(shim_flows)
         self.work.flows = shim_flows
         if tile_work:
-            self.work.tile_vector_cycles = max(w[0] for w in tile_work)
-            self.work.tile_matmul_macs = max(w[1] for w in tile_work)
-            self.work.tile_scalar_ops = max(w[2] for w in tile_work)
-            self.work.tile_scores = max(w[3] for w in tile_work)
-            self.work.tile_mmul_macs = max(w[4] for w in tile_work)
-            self.work.tile_mmul_emulated_macs = max(w[5] for w in tile_work)
-            self.work.tile_l1_in_bytes = max(w[6] for w in tile_work)
-            self.work.tile_l1_out_bytes = max(w[7] for w in tile_work)
+            counts, mm, sc, _, _ = max(tile_work, key=lambda w: w[3])   # the busiest tile by modeled cycles
+            self.work.tile_counts, self.work.tile_matmul_macs, self.work.tile_scalar_ops = dict(counts), mm, sc
+            self.work.tile_l1_in_bytes = max(w[4][0] for w in tile_work)
+            self.work.tile_l1_out_bytes = max(w[4][1] for w in tile_work)
         return LaunchReport(self.index, self.launch_name, self.usage, self.work, self.violations)
 
     # ---- herds
-    def _herd(self, herd: Region, launch_envs, flows: list, mem: dict) -> tuple[float, int, int, int]:
+    def _herd(self, herd: Region, launch_envs, flows: list, mem: dict) -> tuple:
         f = self.facts
         n_tiles = herd.n_instances
         self.usage.herd_tiles = max(self.usage.herd_tiles, n_tiles)
@@ -240,13 +236,26 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         self._pingpong_failure(herd, paths)
         # transfers: shim flows, memtile endpoints, checks
         # work
-        # the busiest tile over the whole launch grid (launch iterations run in turn): (vector cycles, matmul MACs,
-        # scalar ops, scores, block-float mmul MACs, emulated mmul MACs, busiest L1 in / out stream bytes)
-        best = (0.0, 0, 0, 0, 0, 0, 0, 0)
+        for n, k in totals.items():
+            if isinstance(n, Call):
+                ec = external_cost(n.symbol)
+                if ec is not None:
+                    self.work.vector_macs += ec[0].work(ec[1], n.args).vector_macs * k
+            elif isinstance(n, Compute):
+                self.work.scalar_macs += n.macs * k
+        return self._herd_work(herd, by_tile, paths)
+
+    def _herd_work(self, herd: Region, by_tile: dict, paths: dict) -> tuple:
+        """(counts, linalg.matmul MACs, scalar ops, likely cycles, (busiest L1 in, out bytes)) of the busiest tile."""
+        # the busiest tile over the whole launch grid (launch iterations run in turn): its counted instructions
+        # (external calls: kernel_builder/<kind>/external.py counts, + one "calls" each), linalg.matmul MACs,
+        # scalar ops; the busiest L1 in / out stream bytes of any tile
         valued = [n for n in paths if isinstance(n, Call) and (ec := external_cost(n.symbol)) is not None
-                  and ec[0].valued]   # work depends on operand values: evaluated per call (_valued_work)
+                  and ec[0].valued]   # work depends on operand values: evaluated per call (valued_work)
+        tiles = []
         for runs in by_tile.values():
-            vec = mm = sc = sc_ = mmul = emul = 0
+            counts: Counter = Counter()
+            mm = sc = 0
             l1: Counter = Counter()   # (side, transfer) -> bytes: each L1 transfer is one core DMA stream
             for c, lmult in runs:
                 for n, k in c.items():
@@ -255,11 +264,10 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
                         ec = external_cost(n.symbol)
                         if ec is not None:
                             w = ec[0].work(ec[1], n.args)
-                            vec += w.vector_cycles * k
+                            for kind, v in w.counts.items():
+                                counts[kind] += v * k
+                            counts["calls"] += k
                             sc += w.scalar_ops * k
-                            sc_ += w.scores * k
-                            mmul += w.mmul_macs * k
-                            emul += w.emulated_mmul_macs * k
                     elif isinstance(n, Compute):
                         if n.kind == "matmul":
                             mm += n.macs * k
@@ -271,17 +279,21 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
                                 l1[side, n] += acc.nbytes * k
             l1_in = max((b for (side, _), b in l1.items() if side == "in"), default=0)
             l1_out = max((b for (side, _), b in l1.items() if side == "out"), default=0)
-            best = max(best, (vec, mm, sc, sc_, mmul, emul, l1_in, l1_out))
-        for n in valued:
-            best = tuple(a + b for a, b in zip(best, valued_work(self.launch, herd, n, paths[n], self.m.ranges)))
-        for n, k in totals.items():
-            if isinstance(n, Call):
-                ec = external_cost(n.symbol)
-                if ec is not None:
-                    self.work.vector_macs += ec[0].work(ec[1], n.args).vector_macs * k
-            elif isinstance(n, Compute):
-                self.work.scalar_macs += n.macs * k
-        return best
+            tiles.append([counts, mm, sc, (l1_in, l1_out)])
+        if not tiles:
+            tiles.append([Counter(), 0, 0, (0, 0)])
+        for n in valued:   # the herd's tiles run in step: added to every tile (valued_work takes the busiest)
+            vc, vsc = valued_work(self.launch, herd, n, paths[n], self.m.ranges)
+            for tw in tiles:
+                tw[0] = tw[0] + vc
+                tw[2] += vsc
+        from kernel_builder.hw import cost
+        best = max(tiles, key=lambda tw: cost.compute_cycles(
+            cost.work_counts(Work(tile_counts=tw[0], tile_matmul_macs=tw[1], tile_scalar_ops=tw[2]))))
+        counts, mm, sc, l1 = best
+        cycles = cost.compute_cycles(cost.work_counts(Work(tile_counts=counts, tile_matmul_macs=mm,
+                                                           tile_scalar_ops=sc)))
+        return counts, mm, sc, cycles, (max(tw[3][0] for tw in tiles), max(tw[3][1] for tw in tiles))
 
     def _pingpong_failure(self, herd: Region, paths: dict) -> None:
         """air-ping-pong-transform fails with "operand #0 does not dominate this use" on a loop it labels

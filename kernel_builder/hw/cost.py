@@ -5,15 +5,14 @@ source (or says "assumption") and an optimistic / pessimistic value in its metad
 (`kernel_builder.hw.scenarios` builds the three scenarios from them; docs/hardware-model.md prints the table).
 `calibrate(points)` refits the `FITTED` parameters from any list of measured points (e.g. a real NPU run).
 
-- compute of a launch = its busiest herd tile, in cycles at clock_hz: `compute_cycles(counts)` - the seam where
-  per-kind instruction counts meet per-kind issue rates (`ISSUE_KINDS`); today the counts are the external
-  kernels' descriptors (kernel_builder.external_costs) via `work_counts(work)`, a counted kernel run can pass
-  its own counts instead:
-  block-float mmul MACs at the bf16 mmul rate x gemm_efficiency, emulated bf16 mmul MACs (a kernel compiled
-  without aie_api's block-float flag) at mmul_emulated_macs_per_cycle, vector cycles / vector_efficiency,
-  linalg.matmul MACs (scalar loops: scalar_cycles_per_op per multiply and per add; or, for a design that
-  vectorises them, at the bf16 mmul rate x gemm_efficiency), scalar float ops x scalar_cycles_per_op, attention
-  scores x softmax_cycles_per_score;
+- compute of a launch = its busiest herd tile, in cycles at clock_hz: `compute_cycles(counts)` turns the tile's
+  counted instructions (the host aie_api's kinds, declared per call by each kernel's descriptor and checked
+  against the host aie_api by tests/test_kernel_counts.py) into cycles: each kind issues in a VLIW slot (vector,
+  move, two loads, one store, scalar: UG1603 / AM020) at its per-kind cycles; the tile takes its busiest slot
+  plus (1 - vliw_overlap) of the others, plus call_overhead_cycles per external call. linalg.matmul MACs
+  lowered to scalar loops and scalar float ops run on the scalar slot at scalar_cycles_per_op. No efficiency
+  factor is fitted: the counted GEMM / GEMV rates are outputs (`make bench` prints them beside the kernel
+  registry's measurements);
 - L1 streams = the busiest tile's busiest L2 -> L1 (or L1 -> L2) stream bytes / l2_l1_bytes_per_s;
 - shim data movement = the busiest shim column per direction (each channel: bytes / shim_channel_bytes_per_s +
   DMA tasks x shim_task_s; a column's second channel adds second_channel_gain of one channel's rate), and at
@@ -48,27 +47,47 @@ def _p(likely, optimistic, pessimistic, kind: str, source: str):
 class CostParams:
     clock_hz: float = _p(1.5e9, 1.5e9, 1.5e9, "derived",
                          "50 TOPS int8 marketed for Strix / (32 tiles x 512 int8 MACs x 2 ops)")
-    mmul_macs_per_cycle: int = _p(NPU2.bf16_mmul_macs_per_cycle, NPU2.bf16_mmul_macs_per_cycle,
-                                  NPU2.bf16_mmul_macs_per_cycle, "fact", "facts.py bf16_mmul_macs_per_cycle")
-    gemm_efficiency: float = _p(8508 / 24576, 9797 / 24576, 7342 / 24576, "measured",
-                                f"{REG} details/GEMM_bf16_in_fp32_out.md, external path, 8x4 herd, shapes "
-                                "2048x2048x{512,2048,8192} and 2048x8192x2048: 7342-9797 GFLOPS (likely 8508, "
-                                "2048^3) of the 24576 GFLOPS mmul peak (32 tiles x 256 MAC x 2 x 1.5 GHz); "
-                                "described there as compute-bound")
-    mmul_emulated_macs_per_cycle: float = _p(16.0, 30.0, 8.0, "assumption",
-                                             "bf16 aie::mmul<4,8,8> without -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"
-                                             ": aie_api's aie2p emulated_mmul_intrinsics.hpp mac_4x8_8x8_bf16 builds "
-                                             "each 256-MAC step from 8 mac_elem_32 plus 25 shuffles/broadcasts: "
-                                             "256 MACs per 8 (macs alone issue) to 33 (all serial) cycles")
-    vector_efficiency: float = _p(0.08859, 0.08859, 0.08808, "fitted",
-                                  "fitted on all calibration points (benchmarks/hw_calibration.py); range: the fit "
-                                  "on the registry alone (the reference modules alone leave it at its prior)")
+    bfp16_mmul_cycles: float = _p(512 / NPU2.bf16_mmul_macs_per_cycle, 1.0, 512 / NPU2.bf16_mmul_macs_per_cycle,
+                                  "assumption",
+                                  "issue cycles of one block-float 8x8x8 mmul (512 MACs) in the vector slot: 2 at the "
+                                  "bf16 rate facts.py bf16_mmul_macs_per_cycle (256); optimistic 1 if bfp16 runs at "
+                                  "the int8 rate (512 MAC/cycle: AMD markets XDNA 2 block FP16 at 8-bit throughput; "
+                                  "AM027 gives no figure)")
+    f32_mul_cycles: float = _p(3.0, 2.0, 6.0, "assumption",
+                               "vector-slot cycles of one f32 x f32 mul/mac of 16 lanes: emulated from bf16 "
+                               "products (UG1603 'Floating-Point Operations', default --aie.float-accuracy fast: "
+                               "hi/lo bf16 splits, 3 partial products); 2 (low) to 6 (safe)")
+    elementary_cycles: float = _p(2.0, 1.0, 4.0, "assumption",
+                                  "vector-slot cycles of one exp2 / tanh (16 lanes) or inv (32 lanes): exp2 is one "
+                                  "VEXP2 instruction (UG1639), inv an initial guess + a polynomial step (aie_api "
+                                  "aie2p/elementary.hpp:196); 1-4")
+    reduce_cycles: float = _p(8.0, 5.0, 12.0, "assumption",
+                              "cycles of one reduce_add / reduce_max of a 16-lane f32 vector: log2(16) = 4 "
+                              "shuffle + add/max pairs (aie_api aie.hpp:4189, :2111), partly overlapped; 5-12")
+    shuffle_vector_share: float = _p(0.5, 0.0, 1.0, "assumption",
+                                     "share of shuffles / broadcasts that issue in the vector slot (the rest in "
+                                     "the move slot; UG1603: one vector and one move instruction per VLIW "
+                                     "bundle); which permutes the move slot takes is unpublished: 0-1")
+    load_bytes_per_cycle: float = _p(64.0, 128.0, 32.0, "fact",
+                                     "two 256-bit load units (AM020 'Functional Overview'; UG1603: two loads per "
+                                     "VLIW); optimistic 128 if AIE-ML v2's units are 512-bit (AM027 gives no "
+                                     "width), pessimistic 32 (bank conflicts serialise the two units)")
+    store_bytes_per_cycle: float = _p(32.0, 64.0, 32.0, "fact",
+                                      "one 256-bit store unit (AM020; UG1603: one store per VLIW); optimistic 64 "
+                                      "if AIE-ML v2's is 512-bit")
+    vliw_overlap: float = _p(0.5, 1.0, 0.0, "assumption",
+                             "share of the non-critical slots' cycles hidden under the busiest slot (vector, "
+                             "move, load, store, scalar) by the compiler's bundling: 1 = perfect packing "
+                             "(software-pipelined inner loops), 0 = no two slots in one bundle; unmeasured")
+    call_overhead_cycles: float = _p(60.0, 30.0, 120.0, "assumption",
+                                     "per external kernel call: call/return, prologue and epilogue, set_rounding, "
+                                     "loop set-up and the pipeline fill of its inner loops; unmeasured, x0.5-x2")
     scalar_cycles_per_op: float = _p(30.0, 15.0, 60.0, "assumption",
                                      "one f32 add/mul/compare on the scalar unit, which has no FPU (soft-float "
                                      "routine + loads/stores); unmeasured, x0.5-x2")
-    softmax_cycles_per_score: float = _p(4.196, 4.148, 4.231, "fitted",
-                                         "fitted on all points (the flash-attention points set it); range: the fits "
-                                         "on the registry alone and on the reference modules alone")
+    scalar_accel_cycles: float = _p(4.0, 2.0, 10.0, "assumption",
+                                    "one scalar invsqrt (AM027 'Arithmetic Logic Unit': hardware acceleration for "
+                                    "inverse, sqrt and inverse sqrt; latency unpublished) or scalar bf16 conversion")
     shim_channel_bytes_per_s: float = _p(31.5e9 / 8, 32.6e9 / 8, 30.6e9 / 8, "measured",
                                          f"{REG} details/GEMV_bf16.md: 8-stream GEMVs (herd 8, one weight stream "
                                          "per column) read 30.6-32.6 GB/s (likely 31.5, 8192x2048), / 8 channels")
@@ -87,7 +106,7 @@ class CostParams:
                                   "(lock / BD turnarounds)")
     shim_task_s: float = _p(0.5e-6, 0.25e-6, 1e-6, "assumption",
                             "per DMA task the runtime issues (BD write + queue push); unmeasured, x0.5-x2")
-    launch_overhead_s: float = _p(12.39e-6, 4.85e-6, 59.68e-6, "fitted",
+    launch_overhead_s: float = _p(16.74e-6, 6.48e-6, 54.70e-6, "fitted",
                                   "fitted on all points (per air.launch: array reconfiguration); range: the fits on "
                                   "the registry alone and on the reference modules alone")
     elf_gemm_factor: float = _p(1.35, 1.26, 1.94, "measured",
@@ -103,50 +122,77 @@ class CostParams:
 # come from `python -m benchmarks.hw_calibration` (docs/hardware-model.md, "Calibration").
 PARAMS = CostParams()
 
-FITTED = ("vector_efficiency", "softmax_cycles_per_score", "launch_overhead_s")
+FITTED = ("launch_overhead_s",)
 
 # ------------------------------------------------------------------------------------------ compute seam
 
-# The kinds of work a tile's compute is counted in, each with the CostParams rate it is charged at. A counted
-# kernel run (instructions by kind) maps its counts onto these, or adds a kind here with its rate.
+# The kinds a tile's compute is counted in: the host aie_api's instruction kinds (kernel_builder.instr_counts,
+# docs/aie-api-host.md), each in the VLIW slot it issues in with its cycles, plus the analyzer's own kinds.
 ISSUE_KINDS = {
-    "mmul_bfp16_macs": "block-float 8x8x8 bf16 mmul MACs: mmul_macs_per_cycle x gemm_efficiency",
-    "mmul_emulated_macs": "bf16 mmul MACs without the block-float flag: mmul_emulated_macs_per_cycle",
-    "vector_cycles": "vector instructions at full issue: / vector_efficiency",
-    "matmul_vector_macs": "linalg.matmul MACs a design vectorises: as mmul_bfp16_macs",
-    "matmul_scalar_macs": "linalg.matmul MACs lowered to scalar loops: 2 x scalar_cycles_per_op",
-    "scalar_ops": "scalar float ops: scalar_cycles_per_op",
-    "scores": "online-softmax bookkeeping per attention score: softmax_cycles_per_score",
+    "mmul_bfp16_8x8x8": "vector slot, bfp16_mmul_cycles",
+    "mmul_bf16_4x8x8_emulated": "0: its 8 vmac_bf16, 9 shuffles and 16 broadcasts are counted as such",
+    "vmac_bf16": "vector slot, 1 cycle (one bf16 vector operation per bundle, UG1603)",
+    "vmul_f32_emulated": "vector slot, f32_mul_cycles",
+    "vadd_acc": "vector slot, 1", "vconvert": "vector slot, 1", "bfp16_convert": "vector slot, 1",
+    "vmax": "vector slot, 1", "scalar_bf16_convert": "vector slot, 1",
+    "exp2": "vector slot, elementary_cycles", "tanh": "vector slot, elementary_cycles",
+    "inv": "vector slot, elementary_cycles",
+    "reduce_add": "vector slot, reduce_cycles", "reduce_max": "vector slot, reduce_cycles",
+    "shuffle": "shuffle_vector_share in the vector slot, the rest in the move slot",
+    "broadcast": "as shuffle",
+    "vload": "load slot: at most 2 per cycle", "vload_bytes": "load slot: load_bytes_per_cycle",
+    "vstore": "store slot: at most 1 per cycle", "vstore_bytes": "store slot: store_bytes_per_cycle",
+    "invsqrt_scalar": "scalar slot, scalar_accel_cycles",
+    "calls": "external kernel calls: call_overhead_cycles each (outside the bundles)",
+    "scalar_ops": "scalar float ops (soft-float): scalar_cycles_per_op, scalar slot",
+    "matmul_scalar_macs": "linalg.matmul MACs lowered to scalar loops: 2 x scalar_cycles_per_op, scalar slot",
+    "matmul_vector_macs": "linalg.matmul MACs a design vectorises: as block-float 8x8x8 mmuls (512 MACs each)",
 }
+MATRIX_KINDS = ("mmul_bfp16_8x8x8", "mmul_bf16_4x8x8_emulated", "matmul_vector_macs")
+_ONE_CYCLE = ("vmac_bf16", "vadd_acc", "vconvert", "bfp16_convert", "vmax", "scalar_bf16_convert")
 
 
-def compute_cycles(counts: dict, params: CostParams = PARAMS) -> float:
-    """Cycles of one tile's work from counts by kind (ISSUE_KINDS; an unknown kind is an error)."""
-    p = params
+def slot_cycles(counts: dict, params: CostParams = PARAMS) -> dict[str, float]:
+    """Cycles each VLIW slot is busy for these counts (UG1603: per bundle two loads, one store, one scalar,
+    one vector and one move instruction)."""
+    p, c = params, counts.get
     unknown = set(counts) - set(ISSUE_KINDS)
     if unknown:
         raise ValueError(f"compute_cycles: unknown kind(s) {sorted(unknown)}; known: {sorted(ISSUE_KINDS)}")
-    c = counts.get
-    mmul_rate = p.mmul_macs_per_cycle * p.gemm_efficiency
-    return ((c("mmul_bfp16_macs", 0) + c("matmul_vector_macs", 0)) / mmul_rate
-            + c("mmul_emulated_macs", 0) / p.mmul_emulated_macs_per_cycle
-            + c("vector_cycles", 0) / p.vector_efficiency
-            + c("matmul_scalar_macs", 0) * 2 * p.scalar_cycles_per_op
-            + c("scalar_ops", 0) * p.scalar_cycles_per_op
-            + c("scores", 0) * p.softmax_cycles_per_score)
+    permutes = c("shuffle", 0) + c("broadcast", 0)
+    vector = (sum(c(k, 0) for k in _ONE_CYCLE)
+              + (c("mmul_bfp16_8x8x8", 0) + c("matmul_vector_macs", 0) / 512) * p.bfp16_mmul_cycles
+              + c("vmul_f32_emulated", 0) * p.f32_mul_cycles
+              + (c("exp2", 0) + c("tanh", 0) + c("inv", 0)) * p.elementary_cycles
+              + (c("reduce_add", 0) + c("reduce_max", 0)) * p.reduce_cycles
+              + permutes * p.shuffle_vector_share)
+    return {"vector": vector,
+            "move": permutes * (1 - p.shuffle_vector_share),
+            "load": max(c("vload", 0) / 2, c("vload_bytes", 0) / p.load_bytes_per_cycle),
+            "store": max(c("vstore", 0), c("vstore_bytes", 0) / p.store_bytes_per_cycle),
+            "scalar": (c("invsqrt_scalar", 0) * p.scalar_accel_cycles
+                       + (c("scalar_ops", 0) + 2 * c("matmul_scalar_macs", 0)) * p.scalar_cycles_per_op)}
+
+
+def compute_cycles(counts: dict, params: CostParams = PARAMS) -> float:
+    """Cycles of one tile's work from its instruction counts by kind (ISSUE_KINDS; an unknown kind is an error):
+    the busiest VLIW slot, plus (1 - vliw_overlap) of the other slots' cycles, plus the call overheads."""
+    slots = slot_cycles(counts, params)
+    busiest, total = max(slots.values()), sum(slots.values())
+    calls = counts.get("calls", 0) * params.call_overhead_cycles
+    return busiest + (1 - params.vliw_overlap) * (total - busiest) + calls
 
 
 def work_counts(work, vectorized_matmul: bool = False) -> dict:
-    """The fallback counts of a launch's busiest tile: the analyzer's Work (from the external kernels'
-    hand-written descriptors) by kind."""
+    """The counts of a launch's busiest tile: the analyzer's Work (`tile_counts`: the external kernels'
+    counted instructions, kernel_builder/<kind>/external.py) plus its linalg and scalar work."""
     mm = work.tile_matmul_macs
-    return {"mmul_bfp16_macs": getattr(work, "tile_mmul_macs", 0),
-            "mmul_emulated_macs": getattr(work, "tile_mmul_emulated_macs", 0),
-            "vector_cycles": work.tile_vector_cycles,
-            "matmul_vector_macs": mm if vectorized_matmul else 0,
-            "matmul_scalar_macs": 0 if vectorized_matmul else mm,
-            "scalar_ops": work.tile_scalar_ops,
-            "scores": getattr(work, "tile_scores", 0)}
+    out = dict(getattr(work, "tile_counts", {}) or {})
+    for k, v in (("matmul_vector_macs", mm if vectorized_matmul else 0),
+                 ("matmul_scalar_macs", 0 if vectorized_matmul else mm), ("scalar_ops", work.tile_scalar_ops)):
+        if v:
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 @dataclass(frozen=True)
@@ -167,8 +213,8 @@ class LaunchCost:
 def launch_cost(work, params: CostParams = PARAMS, vectorized_matmul: bool = False, elf: bool = True,
                 counts: dict | None = None) -> LaunchCost:
     """Cost of one launch from its analyzer Work (kernel_builder.hw.analyze.Work) or any object with the same
-    fields (tile_vector_cycles, tile_matmul_macs, tile_scalar_ops, flows; optionally tile_mmul_macs,
-    tile_mmul_emulated_macs, tile_scores, tile_l1_in_bytes, tile_l1_out_bytes). `counts` (by ISSUE_KINDS)
+    fields (tile_counts, tile_matmul_macs, tile_scalar_ops, flows; optionally tile_l1_in_bytes,
+    tile_l1_out_bytes). `counts` (by ISSUE_KINDS)
     replaces the Work's compute counts, e.g. counted from a kernel run. `elf`: the module is a (multi-launch)
     ELF, whose launches with matrix-unit work cost elf_gemm_factor x (the registry's xclbins: elf=False)."""
     p = params
@@ -176,7 +222,7 @@ def launch_cost(work, params: CostParams = PARAMS, vectorized_matmul: bool = Fal
     compute = compute_cycles(counts, p) / p.clock_hz
     l1 = max(getattr(work, "tile_l1_in_bytes", 0), getattr(work, "tile_l1_out_bytes", 0)) / p.l2_l1_bytes_per_s
     dma = max(shim_seconds(work.flows, p), l1)
-    matrix = any(counts.get(k, 0) for k in ("mmul_bfp16_macs", "mmul_emulated_macs", "matmul_vector_macs"))
+    matrix = any(counts.get(k, 0) for k in MATRIX_KINDS)
     factor = p.elf_gemm_factor if elf and matrix else 1.0
     return LaunchCost(compute * factor, dma * factor, p.launch_overhead_s)
 
@@ -226,7 +272,7 @@ def errors(points: Iterable[Point], params: CostParams = PARAMS) -> list[tuple[s
 
 
 # the physical defaults the fit is pulled towards (weight PRIOR_WEIGHT)
-PRIOR = CostParams(vector_efficiency=0.5, softmax_cycles_per_score=4.0, launch_overhead_s=50e-6)
+PRIOR = CostParams(launch_overhead_s=50e-6)
 PRIOR_WEIGHT = 0.01
 
 

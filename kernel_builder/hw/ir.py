@@ -151,6 +151,7 @@ _CASTS = {"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui"
 _TERMINATORS = {"air.launch_terminator", "air.segment_terminator", "air.herd_terminator", "scf.yield",
                 "linalg.yield", "return", "func.return"}
 _IGNORED = {"memref.dealloc", "air.wait_all"}
+_INT_RE = re.compile(r"-?\d+")
 _RANGE_RE = re.compile(r"\{[^}]*llama_npu\.range\s*=\s*\[\s*(-?\d+)\s*,\s*(-?\d+)\s*\][^}]*\}")
 
 
@@ -168,7 +169,7 @@ class _Parser:
     @staticmethod
     def value(env: dict, tok: str, op: OpText):
         tok = tok.strip()
-        if re.fullmatch(r"-?\d+", tok):
+        if _INT_RE.fullmatch(tok):
             return sym.const(int(tok))
         if tok not in env:
             raise HwParseError(f"{op.where()}: value {tok} is not defined in this region")
@@ -205,7 +206,7 @@ class _Parser:
     # -- blocks
     def block(self, start: int, end: int, env: dict) -> Block:
         blk = Block()
-        for op in air_ops.split_block(self.ctx, start, end):
+        for op in air_ops.iter_block(self.ctx, start, end):
             if op.name in _TERMINATORS or not op.name:
                 continue
             try:
@@ -219,7 +220,12 @@ class _Parser:
         return blk
 
     def op(self, op: OpText, env: dict) -> Node | None:
-        name, text = op.name, op.text.strip()
+        name = op.name
+        if name == "scf.for":        # region ops first: no copy of their text is held while the body is read
+            return self.loop(op, env)
+        if name in mt.AIR_REGION_OPS:
+            return self.region(op, env)
+        text = op.text.strip()
         if name == "arith.constant":
             m = re.fullmatch(r"arith\.constant\s+(\S+)\s*:\s*(\w+)", text)
             if m and (m.group(2) == "index" or re.fullmatch(r"i\d+", m.group(2))):
@@ -295,10 +301,6 @@ class _Parser:
             return Call(op.line, m.group(1), args)
         if name in ("linalg.fill", "linalg.matmul", "linalg.generic"):
             return self.linalg(op, env)
-        if name == "scf.for":
-            return self.loop(op, env)
-        if name in mt.AIR_REGION_OPS:
-            return self.region(op, env)
         # anything else: results are opaque index values depending on every index operand
         deps = set()
         for t in re.findall(air_ops.SSA, text):
@@ -370,9 +372,11 @@ class _Parser:
             inner["%" + id_name] = sym.var(v)
         for a, operand in air.args:
             inner["%" + a] = self.value(env, "%" + operand, op)
-        attrs = air.attributes
-        body = self.block(op.start + air.region[0] + 1, op.start + air.region[1] - 1, inner)
-        return Region(op.line, kind, air.symbol, ids, sizes, body, attrs)
+        attrs, symbol = air.attributes, air.symbol
+        lo, hi = op.start + air.region[0] + 1, op.start + air.region[1] - 1
+        del air   # it holds the op's text
+        body = self.block(lo, hi, inner)
+        return Region(op.line, kind, symbol, ids, sizes, body, attrs)
 
 
 def parse(text: str) -> Module:
@@ -385,19 +389,22 @@ def parse(text: str) -> Module:
     except ValueError as e:
         raise HwParseError(str(e)) from None
     base = text.find(func.text)
+    externals = {d.name: d.attributes.get("link_with") for d in module.private_decls()}
+    fname, params, fbody = func.name, func.params, func.body
+    del module, func   # they hold copies of the module's text; the body is read from `text` itself
     p = _Parser(text)
     env: dict = {}
     args = []
-    for i, (name, ty) in enumerate(func.params):
+    for i, (name, ty) in enumerate(params):
         if name is None:
-            raise HwParseError(f"func.func @{func.name}: argument {i} has no name")
+            raise HwParseError(f"func.func @{fname}: argument {i} has no name")
         try:
             b = Buffer("%" + name, air_ops.parse_memref_type(ty), 0)
         except ValueError as e:
-            raise HwParseError(f"func.func @{func.name}: argument %{name}: {e}") from None
+            raise HwParseError(f"func.func @{fname}: argument %{name}: {e}") from None
         env["%" + name] = b
         args.append(b)
-    body = p.block(base + func.body[0], base + func.body[1], env)
+    body = p.block(base + fbody[0], base + fbody[1], env)
     launches = []
     for node in body.nodes:
         if isinstance(node, Region) and node.kind == "launch":
@@ -408,11 +415,8 @@ def parse(text: str) -> Module:
         elif isinstance(node, Region):
             raise HwParseError(f"line {node.line}: air.{node.kind} outside an air.launch")
     if not launches:
-        raise HwParseError(f"func.func @{func.name}: no air.launch or air.herd found")
-    externals = {}
-    for d in module.private_decls():
-        externals[d.name] = d.attributes.get("link_with")
-    return Module(func.name, args, launches, channels, externals, p.ranges)
+        raise HwParseError(f"func.func @{fname}: no air.launch or air.herd found")
+    return Module(fname, args, launches, channels, externals, p.ranges)
 
 
 def walk(block: Block):

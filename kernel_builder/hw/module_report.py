@@ -130,7 +130,7 @@ def gate(name: str, text: str, target: str, enforce: bool = True, preset=None) -
     return rep, f"hw model: {line}"
 
 
-def build_summary(results, device_kind: str, facts: NPU2Facts = NPU2) -> list[str]:
+def build_summary(results, device_kind: str, facts: NPU2Facts = NPU2, max_loaded: int | None = None) -> list[str]:
     """The lines `llama-npu compile` appends to its report: one table row per module (channels and BDs per
     tile type against the chip, L1/L2 peak, scalar share, modeled ms), one warning line when modules exceed
     a limit on an emulated device, and the hardware-context budget of the module set."""
@@ -145,16 +145,33 @@ def build_summary(results, device_kind: str, facts: NPU2Facts = NPU2) -> list[st
                    f"{over[0].first_violation()}); {device_kind} runs them anyway, DEVICE=npu refuses them "
                    f"(--no-hw-check to try)")
     n = len(results)
-    if n > facts.hw_contexts:
-        out.append(f"warning: {n} modules = {n} hardware contexts once loaded; the driver allows "
-                   f"{facts.hw_contexts} per device")
-    elif n > facts.hw_contexts_comfortable:
-        out.append(f"note: {n} modules = {n} hardware contexts once loaded, near the driver's "
-                   f"{facts.hw_contexts} per device")
+    if n > facts.hw_contexts_comfortable:
+        keeps = f"the runtime keeps at most {max_loaded} loaded" if max_loaded else "the runtime keeps fewer loaded"
+        out.append(f"note: {n} modules would be {n} hardware contexts if all were loaded at once (the driver allows "
+                   f"{facts.hw_contexts} per device); {keeps}, unloading the least recently used one "
+                   f"(LLAMA_NPU_MAX_CONTEXTS; docs/cache.md)")
     return out
 
 
 # ------------------------------------------------------------------------------------------ hw-check CLI
+
+MAX_MODULE_MIB = 64.0   # the stitched modules of a 3B model are a few MiB; a bigger file is not one of ours
+
+
+def read_module_file(path: Path, max_mib: float = MAX_MODULE_MIB) -> str:
+    """The text of a module file; HwParseError (one line) when it is over the size cap or not UTF-8 (the
+    analysis holds a few times the file in memory and takes about a second per MiB)."""
+    size = path.stat().st_size
+    if size > max_mib * 2**20:
+        raise HwParseError(f"{size} bytes ({size / 2**20:.1f} MiB) is over the {max_mib:g} MiB limit for a module file "
+                           f"(--max-mib to raise it)")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise HwParseError(f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}, line {line})") from None
+
 
 def hw_check_main(argv: list[str] | None = None) -> int:
     """`llama-npu hw-check FILE.mlir ...`: one table row per file, one line per violation; exit 1 when a
@@ -164,13 +181,18 @@ def hw_check_main(argv: list[str] | None = None) -> int:
     p.add_argument("files", nargs="+", type=Path)
     p.add_argument("--name", default=None, help="module name shown in the report (default: the file's stem); "
                    "the aircc preset is the one the stitched text records in its header")
+    p.add_argument("--max-mib", type=float, default=MAX_MODULE_MIB,
+                   help=f"refuse files larger than this (default {MAX_MODULE_MIB:g} MiB)")
     args = p.parse_args(argv)
     rows, lines, status = [], [], 0
     for path in args.files:
         try:
-            text = path.read_text()
+            text = read_module_file(path, args.max_mib)
         except OSError as e:
             print(f"llama-npu hw-check: {path}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        except HwParseError as e:
+            print(f"llama-npu hw-check: {path}: {e}", file=sys.stderr)
             return 2
         try:
             rep = analyze_module(text, args.name or path.stem)

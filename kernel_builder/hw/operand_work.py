@@ -5,6 +5,7 @@ and its justification: docs/hardware-model.md, "Work"."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 from kernel_builder.external_costs import external_cost
 from kernel_builder.hw import count as cnt
@@ -13,13 +14,14 @@ from kernel_builder.hw.symbolic import Expr
 
 
 def valued_work(launch: Region, herd: Region, call: Call, loops: tuple[Loop, ...], ranges: dict
-                ) -> tuple[float, int, int, int, int]:
+                ) -> tuple[Counter, int]:
     """Work of an external call whose cost depends on integer operands (ExternalCost.valued), over the
     launch: those operands evaluated at every launch iteration, herd tile and iteration of the loops around
     the call. A variable of a `llama_npu.range` takes its upper bound (the kernels that read one - the
     attention position - do the most work there: a later query sees more keys). The herd's tiles run in
     step (a broadcast stream moves at the pace of its slowest core), so each call iteration costs its
-    busiest tile; launch iterations add up. Launch and herd ids the operands and loop bounds do not use
+    busiest tile (per instruction kind); launch iterations add up. Returns (instruction counts incl. "calls",
+    scalar ops). Launch and herd ids the operands and loop bounds do not use
     (and the other operands) multiply instead of being enumerated."""
     ec, m = external_cost(call.symbol)
     used = [(i, a) for i, a in enumerate(call.args) if i in ec.valued and isinstance(a, Expr)]
@@ -51,7 +53,7 @@ def valued_work(launch: Region, herd: Region, call: Call, loops: tuple[Loop, ...
 
     cache: dict = {}
 
-    def work(env: dict) -> tuple:
+    def work(env: dict) -> dict:
         vals = tuple(a.evaluate(env) for a in exprs)
         hit = cache.get(vals)
         if hit is None:
@@ -59,22 +61,23 @@ def valued_work(launch: Region, herd: Region, call: Call, loops: tuple[Loop, ...
             for (i, a), v in zip(used, vals):
                 args[i] = a if v is None else v
             w = ec.work(m, args)
-            hit = cache[vals] = (w.vector_cycles, 0, w.scalar_ops, w.scores, w.mmul_macs, w.emulated_mmul_macs, 0, 0)
+            hit = cache[vals] = {**w.counts, "calls": 1, "scalar_ops": w.scalar_ops}
         return hit
 
-    total = [0.0, 0, 0, 0, 0, 0, 0, 0]
+    total: Counter = Counter()
     for lpoint in itertools.product(*[range(n) for _, n in la_ids]):
         lenv = {**top, **{i: v for (i, _), v in zip(la_ids, lpoint)}}
-        steps: list[list] = []      # per call iteration: the busiest tile's work so far
+        steps: list[dict] = []      # per call iteration: the busiest tile's work so far, per kind
         for hpoint in itertools.product(*[range(n) for _, n in h_ids]):
             henv = {**lenv, **{i: v for (i, _), v in zip(h_ids, hpoint)}}
             for j, env in enumerate(iterations(henv)):
                 w = work(env)
                 if j == len(steps):
-                    steps.append(list(w))
+                    steps.append(dict(w))
                 else:
-                    steps[j] = [max(a, b) for a, b in zip(steps[j], w)]
+                    steps[j] = {k: max(steps[j].get(k, 0), w.get(k, 0)) for k in set(steps[j]) | set(w)}
         for w in steps:
-            for i in range(len(total)):
-                total[i] += w[i] * mult
-    return tuple(total)
+            for k, v in w.items():
+                total[k] += v * mult
+    scalar = total.pop("scalar_ops", 0)
+    return total, scalar

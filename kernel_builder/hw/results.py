@@ -77,18 +77,27 @@ class Usage:
 @dataclass
 class Work:
     """What the cost model needs: the busiest herd tile's work and the shim streams."""
-    tile_vector_cycles: float = 0.0   # external kernels' vector cycles at full issue
+    tile_counts: dict = field(default_factory=dict)   # the busiest tile's counted instructions of external calls
+                                                      # by kind (kernel_builder.instr_counts) + "calls"
     tile_matmul_macs: int = 0         # linalg.matmul MACs (lowered to scalar loops by aircc today)
     tile_scalar_ops: int = 0          # scalar float ops (codegen loops, linalg.generic/fill, externals' scalar part)
-    tile_scores: int = 0              # attention scores through an online-softmax step
-    tile_mmul_macs: int = 0           # MACs of external kernels on the matrix unit (aie::mmul, block-float mode)
-    tile_mmul_emulated_macs: int = 0  # ... of a bf16 aie::mmul compiled without the block-float flag (emulated)
     tile_l1_in_bytes: int = 0         # the busiest tile's busiest stream into L1 (one core S2MM channel)
     tile_l1_out_bytes: int = 0        # ... out of L1 (one core MM2S channel)
     vector_macs: int = 0              # totals over the launch
     scalar_macs: int = 0
     flows: list[Flow] = field(default_factory=list)
     launch_iterations: int = 1
+
+    @property
+    def tile_mmul_macs(self) -> int:
+        """Matrix-unit MACs of the busiest tile in block-float mode: 512 per 8x8x8 instruction (a 4x8x8 under the
+        flag occupies a whole instruction); the cost model reads the instruction counts, not this."""
+        return 512 * self.tile_counts.get("mmul_bfp16_8x8x8", 0)
+
+    @property
+    def tile_mmul_emulated_macs(self) -> int:
+        """... of a bf16 aie::mmul<4, 8, 8> compiled without the block-float flag (256 each, emulated)."""
+        return 256 * self.tile_counts.get("mmul_bf16_4x8x8_emulated", 0)
 
     @property
     def scalar_share(self) -> float:

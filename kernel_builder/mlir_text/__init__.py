@@ -13,8 +13,8 @@ Three modules: `lexer` (tokens, brackets, splitting, renaming), `attrs` (attribu
 (module layout, funcs, AIR op headers); their public names are re-exported here.
 """
 from kernel_builder.mlir_text.attrs import RawAttr, attr_dict_entries, parse_attr_dict
-from kernel_builder.mlir_text.lexer import (NameMap, Tok, first_tokens, match_bracket, names_in, normalize, rename,
-                                            split_ops, split_top_level, strip_comments, tokenize)
+from kernel_builder.mlir_text.lexer import (NameMap, Tok, first_tokens, iter_ops, match_bracket, names_in, normalize,
+                                            rename, split_ops, split_top_level, strip_comments, tokenize)
 from kernel_builder.mlir_text.ops import (AIR_REGION_OPS, AirOp, AliasDef, FuncOp, ModuleText, body_ops, is_comment,
                                           memref_shape, op_name, parse_air_op, parse_func, parse_module)
 

@@ -1,6 +1,7 @@
 """Tokens, balanced brackets, top-level splitting, renaming and a lazy token cursor over MLIR text."""
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Callable, Iterator, NamedTuple
 
@@ -115,15 +116,23 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
 def split_ops(text: str, start: int = 0, end: int | None = None, *, comments: bool = False) -> list[tuple[int, int]]:
     """Spans of the ops in a block: ops end at a newline at bracket depth 0 (how MLIR text is printed).
     Blank lines are skipped; comment-only lines too unless `comments` (then they are spans of their own)."""
+    return list(iter_ops(text, start, end, comments=comments))
+
+
+def iter_ops(text: str, start: int = 0, end: int | None = None, *, comments: bool = False) -> Iterator[tuple[int, int]]:
+    """split_ops one span at a time, without holding the block's positions or a copy of a long op while the
+    caller reads it. An unbalanced bracket raises when the scan reaches it (split_ops: before any span)."""
     end = len(text) if end is None else end
-    spans, last = [], start
-    for p in list(_depth_zero_positions(text, "\n", start, end)) + [end]:
+    last = start
+    for p in itertools.chain(_depth_zero_positions(text, "\n", start, end), (end,)):
         seg = text[last:p]
+        span = None
         if _has_code(seg) or (comments and seg.strip()):
-            s = last + (len(seg) - len(seg.lstrip()))
-            spans.append((s, last + len(seg.rstrip())))
+            span = (last + (len(seg) - len(seg.lstrip())), last + len(seg.rstrip()))
+        seg = None   # a region op spans most of its parent: no copy stays alive while the caller reads it
         last = p + 1
-    return spans
+        if span is not None:
+            yield span
 
 
 def _has_code(seg: str) -> bool:

@@ -166,15 +166,18 @@ def parse_module(text: str) -> ModuleText:
     module_at = None
     depth = 0
     for m in _TOKEN_RE.finditer(text):  # lazily: `module` comes right after the aliases
-        t = Tok(m.lastgroup, m.group(), m.start(), m.end())
-        if t.kind in ("ws", "comment", "string"):
+        kind = m.lastgroup
+        if kind in ("ws", "comment", "string"):
             continue
-        if t.text in _OPENERS:
+        word = m.group()
+        if word in _OPENERS:
             depth += 1
-        elif t.text in _CLOSERS:
+        elif word in _CLOSERS:
             depth -= 1
-        elif depth == 0 and t.kind == "ident" and t.text in ("module", "builtin.module"):
-            module_at = t
+            if depth < 0:   # unbalanced: split_ops below names it
+                break
+        elif depth == 0 and kind == "ident" and word in ("module", "builtin.module"):
+            module_at = Tok(kind, word, m.start(), m.end())
             break
     if module_at is None:
         body_span, head_end = (0, len(text)), 0
@@ -189,9 +192,8 @@ def parse_module(text: str) -> ModuleText:
             raise ValueError("module: expected '{' after `module`")
         a, b = cur.skip_group()
         body_span = (a + 1, b - 1)
-        tail = text[b:]
-        if any(t.kind not in ("ws", "comment") for t in tokenize(tail, keep_trivia=True)):
-            raise ValueError(f"module: unexpected text after the module: {tail.strip()[:60]!r}")
+        if _Cursor(text, b).peek() is not None:   # lazily: one token, not a list of all the tail's tokens
+            raise ValueError(f"module: unexpected text after the module: {text[b:b + 200].strip()[:60]!r}")
     aliases = []
     pre_ops = [text[s:e] for s, e in split_ops(text, 0, head_end)] if module_at is not None else []
     module_ops = [text[s:e] for s, e in split_ops(text, *body_span)]

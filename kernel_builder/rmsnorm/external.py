@@ -9,6 +9,7 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import SOFT_FLOAT_DIV_STACK, CallWork, ExternalCost
+from kernel_builder.instr_counts import Counts, add_acc, conv, load, scalar_bf16, store, vmac
 from kernel_builder.external_models import F32, need_memref, seq_sum
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -55,9 +56,16 @@ def rmsnorm_model(g: int, units: int, offset: int | None = 0):
 
 def _rmsnorm(m, args):
     g, u = int(m.group(1)), int(m.group(2))
-    if m.group(3):   # offset: (1 + w) and its bf16 split, one more mac per element
-        return CallWork(9 * g * u / 32, 6 * g * u, 4 * u)
-    return CallWork(6 * g * u / 32, 5 * g * u, 4 * u)
+    s = g // 32
+    # per unit (rmsnorm.cc): s x (load, mac) sum of squares; reduce_add, invsqrt, r as a bf16 pair; then
+    # s x (x and w loaded, mul + mac, to bf16, sub, to bf16, mul + mac, to bf16, store)
+    unit = (s * (load(32, 2) + vmac(32)) + conv() + Counts(reduce_add=1, invsqrt_scalar=1) + scalar_bf16(2)
+            + s * (load(32, 2) * 2 + vmac(32) * 4 + conv(4) + add_acc() + store(32, 2)))
+    if m.group(3):   # offset (rmsnorm.cc RMSNORM_OFFSET): per step 1 + w (widened add), its bf16 pair, one more
+        # mac; once: the bf16 1.0 and its accumulator
+        unit = unit + s * (add_acc() * 2 + conv(4) + vmac(32))
+        return CallWork(6 * g * u, 4 * u, unit * u + Counts(broadcast=1) + conv(1) + scalar_bf16(1))
+    return CallWork(5 * g * u, 4 * u, unit * u)
 
 
 FAMILY = ExternalFamily("rmsnorm", "rmsnorm.cc", r"rmsnorm_g(\d+)_u(\d+)(?:_o(\d+))?\.o",

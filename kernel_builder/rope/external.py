@@ -9,6 +9,7 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.instr_counts import conv, load, store, vmac
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -54,7 +55,9 @@ def _rope(m, args):
     hd = int(m.group(1))
     e = hd * int(m.group(2)) * int(m.group(3))
     lanes = 32 if (hd // 2) % 32 == 0 else 16
-    return CallWork(2 * e / lanes, 2 * e, 0)
+    # per `lanes` of each half (rope.cc): x1, x2, cos, sin loaded; mul, msc, mul, mac; two stores
+    step = load(lanes, 2) * 4 + vmac(lanes) * 4 + conv(2) + store(lanes, 2) * 2
+    return CallWork(2 * e, 0, step * (e // 2 // lanes))
 
 
 FAMILY = ExternalFamily("rope", "rope.cc", r"rope_hd(\d+)_h(\d+)_r(\d+)\.o", r"rope_bf16_hd(\d+)_h(\d+)_r(\d+)",

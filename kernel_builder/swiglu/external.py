@@ -9,6 +9,7 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, scalar_bf16, store, vmac
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -44,7 +45,10 @@ def swiglu_model(n: int):
 
 def _swiglu(m, args):
     n = int(m.group(1))
-    return CallWork(6 * n / 32, 4 * n, 0)
+    # per 32 lanes (swiglu.cc): gate, up loaded; mul + mac (-g log2e), exp2, 1 + e, inv, mul, mul, store;
+    # once: the log2e pair and the bf16 1.0 (3 scalar conversions), the `one` accumulator (broadcast + widen)
+    step = load(32, 2) * 2 + vmac(32) * 4 + exp2(32) + inv(32) + add_acc() + conv(5) + store(32, 2)
+    return CallWork(4 * n, 0, step * (n // 32) + scalar_bf16(3) + Counts(broadcast=1) + conv(1))
 
 
 FAMILY = ExternalFamily("swiglu", "swiglu.cc", r"swiglu_n(\d+)\.o", r"swiglu_bf16_n(\d+)", swiglu_kernel, swiglu_model)

@@ -64,7 +64,9 @@ class BuildReport:
                 lines.append(f"FAILED {r.name}: {r.error}")
         lines += [f"note: {n}" for n in self.notes]
         from kernel_builder.hw.module_report import build_summary
-        lines += build_summary(self.results, self.device_kind)
+
+        from ..devices.npu import DEFAULT_MAX_CONTEXTS   # the runtime's limit of loaded modules (hardware contexts)
+        lines += build_summary(self.results, self.device_kind, max_loaded=DEFAULT_MAX_CONTEXTS)
         return "\n".join(lines)
 
     __str__ = table
