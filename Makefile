@@ -12,6 +12,7 @@ N_TOKENS ?= 64
 MODEL    ?=
 DEVICE   ?= auto
 BUCKETS  ?=
+WEIGHTS  ?= bf16
 PYTEST_ARGS ?=
 HOST     ?= 127.0.0.1
 PORT     ?= 8000
@@ -32,7 +33,7 @@ KERNEL_CACHE := $(if $(value LLAMA_NPU_CACHE),$(value LLAMA_NPU_CACHE),$(value H
 
 MODEL_ARG   := $(if $(value MODEL),--model $(call V,MODEL),)
 BUCKETS_ARG := $(if $(value BUCKETS),--buckets $(call V,BUCKETS),)
-COMMON      := $(MODEL_ARG) --device $(call V,DEVICE) $(BUCKETS_ARG)
+COMMON      := $(MODEL_ARG) --device $(call V,DEVICE) $(BUCKETS_ARG) --weights $(call V,WEIGHTS)
 
 .PHONY: help setup compile run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
 
@@ -41,9 +42,10 @@ help: ## list the targets
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo
-	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir or id> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
+	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir, id or .gguf> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
 	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)  DRY_RUN=1 (make run: check, print the prompt, exit)"
 	@echo "           QUICK=1 (make bench / bench-serve: every section with small sizes, a smoke test)"
+	@echo "           WEIGHTS=bf16|q4 (q4: 4-bit decode GEMVs, docs/quantization.md)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
@@ -72,7 +74,7 @@ profile: setup ## run PROMPT and print per-module calls, time and bytes plus hos
 	$(PY) -m llama_npu profile $(COMMON) -n $(call V,N_TOKENS)
 
 verify: setup ## top-k token gate vs HF transformers bf16 (quick subset: 2 prompts)
-	$(PY) -m verify verify $(MODEL_ARG) --device $(call V,DEVICE)
+	$(PY) -m verify verify $(MODEL_ARG) --device $(call V,DEVICE) --weights $(call V,WEIGHTS)
 
 verify-full: setup ## top-k token gate on all prompts in verify/prompts
 	$(PY) -m verify verify --full $(MODEL_ARG) --device $(call V,DEVICE)

@@ -14,6 +14,9 @@
    (benchmarks/hw_scenarios.py); the modeled prefill and decode of Gemma-3-1B (benchmarks/gemma3.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
+7. 4-bit weights (benchmarks/q4.py): device buffers of Llama-3.2-1B / Llama-3.1-8B in q4 with an 8k KV cache,
+   the modeled decode token at 1k with the GEMVs priced as gemv_q4, and the embedded model's perplexity on a fixed
+   text with bf16 vs q4 weights (HF transformers).
 
 `--quick` (`make bench QUICK=1`) runs every section through the same code with small sizes (few tokens, short
 prompts, 2 chat turns, 2 serve clients): a smoke test of the benchmarks (tests/test_make_targets.py), not
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--n-tokens", type=int, default=32)
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["stitch", "embedded", "constrained", "null1b", "serve", "hw", "long"])
+                    choices=["stitch", "embedded", "constrained", "null1b", "serve", "hw", "long", "q4"])
     ap.add_argument("--quick", action="store_true", help="every section with small sizes (a smoke test, not figures)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -109,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.gemma3 import bench_gemma3_1b
 
         bench_gemma3_1b(**({"seq": 256} if q else {}))
+    if "q4" not in args.skip:
+        from benchmarks.q4 import bench_q4, bench_q4_perplexity
+
+        bench_q4()
+        bench_q4_perplexity()
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 

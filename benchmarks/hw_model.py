@@ -53,6 +53,9 @@ def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: b
           f"analyzed in {dt:.2f} s):")
     print(f"[bench]   modeled prefill ({seq} tokens): {_s(prefill)} NPU time, likely scenario (no host time: "
           f"like-for-like figures below)")
+    two_s, two = _chunked_prefill(m, 2 * seq, seq, reps[head].modeled_s)
+    print(f"[bench]   modeled prefill ({2 * seq} tokens, {len(two)} chunks of {seq}): {_s(two_s)}  "
+          f"({', '.join(f'pos {p} window {w}' for p, w in two)})")
     long_s, chunks = _chunked_prefill(m, 4 * seq, seq, reps[head].modeled_s)
     print(f"[bench]   modeled prefill ({4 * seq} tokens, {len(chunks)} chunks of {seq} over the KV window): "
           f"{_s(long_s)}  ({', '.join(f'pos {p} window {w}' for p, w in chunks)})")
@@ -73,6 +76,7 @@ def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: b
         print(f"[bench]   kernels of {n} (launch: modeled ms, scalar MAC share): " + ", ".join(
             f"{la.name.split(' ')[0]} {la.modeled_ms:.3f} {la.work.scalar_share * 100:.0f}%"
             for la in reps[n].launches))
+    _print_tflops(reps, pre)
     errs = cost.errors(all_points())
     print(f"[bench] cost model calibration ({len(errs)} published/measured points, |error| mean "
           f"{sum(abs(e) for *_, e in errs) / len(errs) * 100:.0f}%, max {max(abs(e) for *_, e in errs) * 100:.0f}%):")
@@ -82,6 +86,36 @@ def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: b
     if scenarios:
         from benchmarks.hw_scenarios import bench_scenarios
         bench_scenarios(host_times)
+
+
+# mlir-air kernel_registry details/GEMM_bf16_in_fp32_out.md (8x4 herd, external path): measured GFLOPS by shape;
+# the reference design's flash attention (llama32_1b docs/profile.md): 21.6 ms per layer at 2048 rows
+REGISTRY_GEMM_GFLOPS = {(2048, 2048, 2048): 8508, (2048, 2048, 8192): 8278, (2048, 8192, 2048): 9797,
+                        (2048, 2048, 512): 7342}
+REFERENCE_FLASH_ATTN_S = 21.6e-3
+
+
+def _print_tflops(reps: dict, names) -> None:
+    """Achieved TFLOPS (2 x the MACs the launch's kernels issue / its modeled time) of each GEMM and attention
+    launch of the prefill, beside the registry's measured GEMM figures and the reference's flash attention."""
+    import re
+
+    from llama_npu.models.llama import LLAMA32_1B as sh
+
+    rows = []
+    for n in names:
+        for la in reps[n].launches:
+            kind = la.name.split(" ")[0]
+            if kind in ("gemm", "attention") and la.modeled_ms > 0:
+                rows.append(f"{la.name.split('@')[-1].removesuffix('_seg')} "
+                            f"{2 * la.work.vector_macs / (la.modeled_ms * 1e-3) / 1e12:.2f}")
+    print("[bench]   achieved TFLOPS per prefill launch (modeled, likely; 2 x issued MACs / time): " + ", ".join(rows))
+    reg = ", ".join(f"{m}x{k}x{n} {g / 1e3:.2f}" for (m, k, n), g in REGISTRY_GEMM_GFLOPS.items())
+    seq = int(re.search(r"(\d+)$", names[0]).group(1)) if re.search(r"(\d+)$", names[0]) else 2048
+    flops = 4 * sh.n_heads * sh.head_dim * seq * (seq + 1) / 2   # causal q.k^T + p.v
+    print(f"[bench]   beside: registry GEMM TFLOPS measured (kernel_registry GEMM_bf16_in_fp32_out): {reg}; "
+          f"reference flash attention {seq} rows: {flops / REFERENCE_FLASH_ATTN_S / 1e12:.2f} TFLOPS (causal "
+          f"flops / its measured {REFERENCE_FLASH_ATTN_S * 1e3:.1f} ms)")
 
 
 def _chunked_prefill(m, total: int, rows: int, head_s: float) -> tuple[float, list[tuple[int, int]]]:

@@ -31,18 +31,33 @@ static_assert(GEMM_TILE_N % (2 * kBlock) == 0, "GEMM_TILE_N must be a multiple o
 
 #if defined(__AIENGINE__)
 
-// aie::mmul<8, 8, 8> on bfloat16 operands with an f32 (accfloat) accumulator is the AIE2P matrix shape of
-// aie_api (detail/aie2p/mmul_bf16_bf16.hpp). The registry compiles it with
-// -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1 (one block-float matrix instruction per 8x8x8 step instead of
-// 16 element-wise macs; operands share an exponent per 8 elements, the vector path's deviation from the
-// f32 contract of the scalar path) and round-to-nearest-even. Each w block is an 8x8 block of B^T, so it is transposed in
-// registers (aie::transpose) before the mac, as mlir-air's flash-attention kernel does for K. Two output
-// column blocks (and two row blocks when TM/8 is even) are computed together, so 2-4 accumulators are live
-// and every loaded a/w block feeds two macs.
+// The block-float matrix instruction of AIE2P, mac_8x8_8x8T, multiplies an 8x8 A block by an 8x8 B block given
+// TRANSPOSED ([N][K] row-major: row j holds the K values of output column j). That is exactly a w block as stored
+// (rows along n, columns along k), so w goes to the instruction with no transpose: each a and w block is loaded,
+// widened (accum::from_vector) and converted to bfp16ebs8 once (accum::to_vector<bfp16ebs8>), then fed to
+// aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> (aie_api aie2p/mmul_bfp16_bfp16.hpp: one mac_8x8_8x8T_conf per call).
+// aie_api's bf16 mmul under AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (aie2p/mmul_bf16_bf16.hpp) would instead
+// transpose B (a row-major K x N block) back to [N][K] and convert both operands on every mac. The numerics are
+// that flag's (operands share an exponent per 8 values along K; the vector path's deviation from the f32 contract
+// of the scalar path), so the object is still compiled with the flag, which declares them to the cost model.
+// Two output column blocks (and two row blocks when TM/8 is even) are computed together: 2-4 accumulators stay
+// in registers over this call's whole K slice (one load and one store per 8x8 output block per call), and every
+// converted block feeds two macs.
+#if AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 != 1
+#error "gemm.cc's vector path is block-float: compile with -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1"
+#endif
 static constexpr int kUM = (kMB % 2 == 0) ? 2 : 1;
-using Mmul = ::aie::mmul<kBlock, kBlock, kBlock, bfloat16, bfloat16, accauto>;
+using Mmul = ::aie::mmul<kBlock, kBlock, kBlock, bfp16ebs8, bfp16ebs8, accauto>;
+using Bfp = ::aie::block_vector<bfp16ebs8, kBlockElems>;
 static constexpr int kLanes = 32;
 static_assert(kElems % kLanes == 0, "GEMM_TILE_M * GEMM_TILE_N must be a multiple of 32 on AIE2P");
+
+// one 8x8 bf16 block (64 contiguous elements) as a block-float vector: blocks of 8 along its rows
+static inline Bfp to_bfp(const bfloat16 *LLAMA_NPU_RESTRICT p) {
+  ::aie::accum<accfloat, kBlockElems> wide;
+  wide.from_vector(::aie::load_v<kBlockElems>(p));
+  return wide.template to_vector<bfp16ebs8>();
+}
 
 extern "C" void GEMM_ZERO_SYMBOL(float *LLAMA_NPU_RESTRICT acc) {
   for (int i = 0; i < kElems; i += kLanes) ::aie::store_v(acc + i, ::aie::zeros<float, kLanes>());
@@ -65,12 +80,8 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         Mmul m10(::aie::load_v<kBlockElems>(c10));
         Mmul m11(::aie::load_v<kBlockElems>(c10 + kBlockElems));
         for (int kb = 0; kb < kKB; ++kb) {
-          const ::aie::vector<bfloat16, kBlockElems> x0 = ::aie::load_v<kBlockElems>(a0 + kb * kBlockElems);
-          const ::aie::vector<bfloat16, kBlockElems> x1 = ::aie::load_v<kBlockElems>(a1 + kb * kBlockElems);
-          const ::aie::vector<bfloat16, kBlockElems> y0 =
-              ::aie::transpose(::aie::load_v<kBlockElems>(w0 + kb * kBlockElems), kBlock, kBlock);
-          const ::aie::vector<bfloat16, kBlockElems> y1 =
-              ::aie::transpose(::aie::load_v<kBlockElems>(w1 + kb * kBlockElems), kBlock, kBlock);
+          const Bfp x0 = to_bfp(a0 + kb * kBlockElems), x1 = to_bfp(a1 + kb * kBlockElems);
+          const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
           m00.mac(x0, y0);
           m01.mac(x0, y1);
           m10.mac(x1, y0);
@@ -80,11 +91,8 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         ::aie::store_v(c10 + kBlockElems, m11.template to_vector<float>());
       } else {
         for (int kb = 0; kb < kKB; ++kb) {
-          const ::aie::vector<bfloat16, kBlockElems> x0 = ::aie::load_v<kBlockElems>(a0 + kb * kBlockElems);
-          const ::aie::vector<bfloat16, kBlockElems> y0 =
-              ::aie::transpose(::aie::load_v<kBlockElems>(w0 + kb * kBlockElems), kBlock, kBlock);
-          const ::aie::vector<bfloat16, kBlockElems> y1 =
-              ::aie::transpose(::aie::load_v<kBlockElems>(w1 + kb * kBlockElems), kBlock, kBlock);
+          const Bfp x0 = to_bfp(a0 + kb * kBlockElems);
+          const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
           m00.mac(x0, y0);
           m01.mac(x0, y1);
         }

@@ -16,7 +16,8 @@ from __future__ import annotations
 # The host aie_api's kinds, in its order (external_kernels/aie_api_host/aie_api/host/core.hpp; a test checks).
 KINDS = ("mmul_bfp16_8x8x8", "mmul_bf16_4x8x8_emulated", "vmac_bf16", "vmul_f32_emulated", "vadd_acc",
          "vconvert", "bfp16_convert", "vload", "vstore", "vload_bytes", "vstore_bytes", "shuffle", "broadcast",
-         "vmax", "reduce_add", "reduce_max", "exp2", "tanh", "inv", "invsqrt_scalar", "scalar_bf16_convert")
+         "vmax", "reduce_add", "reduce_max", "exp2", "tanh", "inv", "invsqrt_scalar", "scalar_bf16_convert",
+         "unpack")
 # Kinds the kernels' descriptors may add besides the host's: external calls (call overhead).
 EXTRA_KINDS = ("calls",)
 

@@ -38,6 +38,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--decode-attention", choices=("npu", "host"), default="npu",
                    help="decode attention on the device (default: the whole layer is one dispatch) or on the "
                         "host CPU (fallback: two dispatches per layer, K/V rows mirrored to the host)")
+    p.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+                   help="q4: decode GEMVs stream 4-bit weights (a GGUF's Q4_0/Q4_1 blocks as they are, else "
+                        "round-to-nearest per group of 32 at load; docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -163,7 +166,7 @@ def _engine(args, model_dir):
 
     return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
                        cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context,
-                       decode_attention=args.decode_attention)
+                       decode_attention=args.decode_attention, weights_mode=args.weights)
 
 
 def _sampler(args):
@@ -315,7 +318,7 @@ def cmd_compile(args) -> int:
 
     ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context)  # the build machine's
     buckets = select_buckets(args.buckets, ctx)                                             # memory is not the run's
-    decls = plan_modules(model_for(cfg), cfg, buckets, ctx, args.decode_attention)
+    decls = plan_modules(model_for(cfg, getattr(args, "weights", "bf16")), cfg, buckets, ctx, args.decode_attention)
     if args.only:
         unknown = sorted(set(args.only) - {d.name for d in decls})
         if unknown:

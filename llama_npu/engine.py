@@ -157,7 +157,8 @@ class Engine:
     @classmethod
     def load(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
              cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
-             handoff: str = "device", context: int | None = None, decode_attention: str = "npu") -> "Engine":
+             handoff: str = "device", context: int | None = None, decode_attention: str = "npu",
+             weights_mode: str = "bf16") -> "Engine":
         """Resolve the model, validate it (config before any weight), choose the context (--context, else
         what the machine's memory allows) and check the whole memory plan before anything is allocated,
         build or reuse every kernel module, read all weights straight into their device buffers and
@@ -184,9 +185,14 @@ class Engine:
         with kernel_sizes(cfg):     # the memory plan declares every module
             ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
         bs = select_buckets(buckets, ctx)
-        model = model_for(cfg)
+        model = model_for(cfg, weights_mode)
+        from .embedded import gguf_source
+
+        # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md; the
+        # weights decide whether a q4 run's LM head is 4-bit, so they are opened before the modules are planned)
+        weights = ModelWeights(cfg, model, weights=weights_mode,
+                               gguf=gguf_source(model_dir) if weights_mode == "q4" else None)
         decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
-        weights = ModelWeights(cfg, model)  # headers + shapes checked; data is read straight into device buffers
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)

@@ -50,8 +50,13 @@ def resolve_model(model: str | os.PathLike | None = None, progress: bool = True)
         if not (path / "config.json").is_file():
             raise ModelNotFound(f"model directory {path} has no config.json (not a Hugging Face model directory)")
         return path.resolve()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        from .embedded import ensure_gguf_converted
+
+        return ensure_gguf_converted(path, progress=progress)
     if path.exists():
-        raise ModelNotFound(f"model path {path} is a file; pass the model's directory (with config.json)")
+        raise ModelNotFound(f"model path {path} is a file; pass the model's directory (with config.json) "
+                            f"or a .gguf file")
     if _MODEL_ID.match(text) and not text.startswith((".", "/", "~")):
         snap = find_in_hf_cache(text)
         if snap is not None:

@@ -17,7 +17,8 @@ from kernel_builder.numerics import BF16, to_bf16
 from .config import ModelConfig
 from .errors import WeightsError
 
-_DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.float32)}
+_DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.float32),
+           "I32": np.dtype(np.int32)}   # I32: AWQ/GPTQ packed 4-bit codes (llama_npu.quant)
 _MAX_HEADER = 100 * 1024 * 1024
 
 
@@ -137,14 +138,19 @@ class ModelWeights:
     """The checkpoint behind a model description's tensor map: validated up front (headers only), read
     tensor by tensor straight into device buffers (`writer`), the embedding kept as a mapped view."""
 
-    def __init__(self, cfg: ModelConfig, model=None, checkpoint: Checkpoint | None = None):
+    def __init__(self, cfg: ModelConfig, model=None, checkpoint: Checkpoint | None = None, weights: str = "bf16",
+                 gguf: Path | None = None):
         from .models import model_for
 
         self.cfg = cfg
-        self.model = model or model_for(cfg)
+        self.model = model or model_for(cfg, weights)
         self.ckpt = checkpoint or Checkpoint(cfg.model_dir)
+        # q4: the 4-bit weights come from `gguf` (its Q4_0/Q4_1 blocks, exactly) or are quantized at load (RTN)
         untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
         self.lm_source = "lm_head" if untied else "embed"
+        self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
+        if self.q4 is not None and not self.q4.head_is_q4():
+            self.model.head_weights = "bf16"
         self.validate()
 
     def validate(self) -> None:
@@ -158,8 +164,12 @@ class ModelWeights:
         for name, shape in wanted:
             self.ckpt.get(name, shape)
 
-    def embed(self) -> np.ndarray:
+    def embed(self):
+        """The embedding rows the host gathers: the checkpoint's; with a 4-bit tied LM head, that head's rows
+        dequantized (the one copy of the tied matrix)."""
         s = self.cfg.shapes
+        if self.q4 is not None and self.model.head_weights == "q4" and self.lm_source == "embed":
+            return self.q4.vocab_rows()
         return self.ckpt.get("model.embed_tokens.weight", (s.vocab, s.hidden))
 
     def spec(self, arg: str, layer: int | None):
@@ -169,6 +179,10 @@ class ModelWeights:
         """`fill(view)` for ModuleExecutor.write_static: the bytes of static `arg` of `layer` (None: LM head),
         in the layout its name asks for, written into `view` (the device buffer's host mapping)."""
         spec = self.spec(arg, layer)
+        if self.q4 is not None and layer is not None and len(spec.shape) == 2:
+            return self.q4.writer(spec.name, q4=arg.endswith("_q4"))
+        if self.q4 is not None and arg.endswith("_q4"):          # an LM-head partition in 4 bits
+            return self.q4.head_writer(spec)
 
         def fill(view: np.ndarray) -> None:
             if spec.rows:                     # a block of rows, zero-padded past the tensor's end
@@ -181,3 +195,95 @@ class ModelWeights:
             else:
                 self.ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
         return fill
+
+
+class Q4Source:
+    """The 4-bit layer weights of a q4 run (docs/quantization.md): from a GGUF's Q4_0/Q4_1 blocks (codes exact,
+    scales/mins rounded to bf16; a Q4_0 tensor in the asymmetric form) or round-to-nearest per group of 32 from
+    the bf16 checkpoint. Both the q4 rows (decode GEMVs) and the bf16 weights of the prefill GEMMs are these
+    weights (the bf16 copy is their dequantization), so prefill and decode run the same model."""
+
+    def __init__(self, weights: "ModelWeights", gguf: Path | None):
+        self.weights, self.gguf = weights, gguf
+        self._last = (None, None)
+        self._vocab_t = None
+
+    def tensor(self, name: str):
+        if self._last[0] != name:       # each weight is asked for twice: its q4 rows and its bf16 copy
+            self._last = (name, self._load(name))
+        return self._last[1]
+
+    def _load(self, name: str):
+        from kernel_builder.gemv_q4.format import quantize_rtn
+
+        from .quant import Q4Tensor, gguf_tensors
+
+        if self.gguf is not None:
+            s = self.weights.cfg.shapes
+            t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
+            if not isinstance(t, Q4Tensor) or t.group != 32:
+                raise WeightsError(f"{self.gguf.name}: tensor {name} is not Q4_0/Q4_1 (group 32); "
+                                   f"--weights q4 runs 4-bit GGUF layers only")
+            return t.asymmetric()
+        w = self.weights.ckpt.get(name)
+        return Q4Tensor(quantize_rtn(w, 32), w.shape[1], 32, True)
+
+    def writer(self, name: str, q4: bool):
+        def fill(view: np.ndarray) -> None:
+            t = self.tensor(name)
+            src = t.packed if q4 else t.dequantize()
+            np.copyto(view, np.ascontiguousarray(src).view(np.uint8).reshape(view.shape))
+        return fill
+
+    # ------------------------------------------------------------------------------------------- LM head
+    def head_is_q4(self) -> bool:
+        """The LM head runs in 4 bits when its rows are 4-bit in the source: always for RTN; for a GGUF when
+        its LM-head tensor (or tied embedding) is Q4_0/Q4_1 (a Q8_0 one stays bf16: no requantization)."""
+        if self.gguf is None:
+            return True
+        from .quant import gguf_tensor_type
+        name = "lm_head.weight" if self.weights.lm_source == "lm_head" else "model.embed_tokens.weight"
+        return gguf_tensor_type(self.gguf, name) in ("Q4_0", "Q4_1")
+
+    def _vocab(self):
+        if self._vocab_t is None:
+            w = self.weights
+            name = "lm_head.weight" if w.lm_source == "lm_head" else "model.embed_tokens.weight"
+            if self.gguf is not None:
+                from .quant import gguf_tensors
+                s = w.cfg.shapes
+                self._vocab_t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
+            else:
+                from kernel_builder.gemv_q4.format import quantize_rtn
+
+                from .quant import Q4Tensor
+                a = w.ckpt.get(name)
+                self._vocab_t = Q4Tensor(quantize_rtn(a, 32), a.shape[1], 32, True)
+            if hasattr(self._vocab_t, "asymmetric"):
+                self._vocab_t = self._vocab_t.asymmetric()
+        return self._vocab_t
+
+    def vocab_rows(self):
+        return DequantRows(self._vocab())
+
+    def head_writer(self, spec):
+        def fill(view: np.ndarray) -> None:
+            packed = self._vocab().packed
+            lo, hi = spec.row0, min(spec.row0 + spec.rows, packed.shape[0])
+            rows = np.zeros((spec.rows, packed.shape[1]), dtype=np.uint8)   # zero rows past the vocabulary
+            rows[:max(0, hi - lo)] = packed[lo:hi]
+            np.copyto(view, rows.reshape(view.shape))
+        return fill
+
+
+class DequantRows:
+    """`rows[ids]` of a Q4Tensor as bf16 (the embedding gather of a 4-bit tied LM head)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __getitem__(self, idx):
+        ids = np.atleast_1d(np.asarray(idx))
+        from kernel_builder.gemv_q4.format import dequantize
+        out = dequantize(self.t.packed[ids], self.t.k, self.t.group, self.t.mins)
+        return out[0] if np.ndim(idx) == 0 else out

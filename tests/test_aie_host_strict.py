@@ -117,7 +117,7 @@ def test_missing_rounding_mode_is_caught(tmp_path):
 
 def test_counts_change_with_the_code(tmp_path):
     """gemm.cc without its two-row-block unroll computes the same bits with the same block-float MACs but loads
-    every w block once per row block: the counts say so."""
+    and converts every w block once per row block: the counts say so."""
     obj = "gemm_m64_k64_n64.o"
     base = runs.run(obj, np.random.default_rng(4))
     lib = _mutant(tmp_path, obj, "gemm.cc", r"kUM = \(kMB % 2 == 0\) \? 2 : 1;", "kUM = 1;")
@@ -125,7 +125,8 @@ def test_counts_change_with_the_code(tmp_path):
     np.testing.assert_array_equal(edit.got.astype(np.float32), base.got.astype(np.float32))
     assert edit.counts["mmul_bfp16_8x8x8"] == base.counts["mmul_bfp16_8x8x8"] == 512
     assert edit.counts["vload"] > base.counts["vload"]
-    assert edit.counts["shuffle"] > base.counts["shuffle"]          # each w block transposed once per row block
+    assert edit.counts["bfp16_convert"] > base.counts["bfp16_convert"]   # each w block converted once per row block
+    assert edit.counts["shuffle"] == base.counts["shuffle"] == 0         # and never transposed
 
 
 def test_host_block_float_equals_the_numpy_model(tmp_path):

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--buckets", type=_buckets, default=None, help="prefill buckets, e.g. 64,256")
         sp.add_argument("--threads", type=_positive, default=DEFAULT_THREADS, help="torch threads for HF (fixed for determinism)")
         sp.add_argument("--seed", type=int, default=DEFAULT_SEED)
+        sp.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+                        help="our side's weights (q4: docs/quantization.md); HF runs the model directory, for a "
+                             "GGUF the same blocks dequantized by transformers")
 
     v = sub.add_parser("verify", help="top-k token gate vs HF transformers bf16")
     common(v)
@@ -67,7 +70,8 @@ def _decoder(tokenizer):
 def _load_our_runtime(args):
     from .npu_runner import OurRuntime
 
-    return OurRuntime.load(model=args.model, device=args.device, buckets=args.buckets, progress=True)
+    return OurRuntime.load(model=args.model, device=args.device, buckets=args.buckets, progress=True,
+                           weights=args.weights)
 
 
 def _check_ours_cheaply(args):

@@ -24,7 +24,7 @@ channels; the shim moves herd_m + herd_n panels in and herd_m C row panels out p
 <= 8 S2MM on the 8x4 herd). The K loops of segment and herd hand the slices over in order: the i-th put on a
 channel index pairs with the i-th get on each of its destinations (AIR channels are FIFOs). Layout changes
 (8x8 re-blocking in, un-blocking out) happen in the memory-tile DMAs, whose innermost run is 8 contiguous bf16
-(16 bytes); no DMA transposes (w's 8x8 blocks are transposed in the micro-kernel's registers).
+(16 bytes); nothing transposes: each w 8x8 block is already the [n][k] operand the block-float mac_8x8_8x8T takes.
 """
 from __future__ import annotations
 
@@ -88,10 +88,16 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, a: str, a_ty: str, w: str, w
     kl, kp = s.for_(0, k, k2, "kp")
     a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
-    for i, buf in enumerate(a2):
-        kl.dma(buf, a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
-    for j, buf in enumerate(w2):
-        kl.dma(buf, w2_ty, None, w, w_ty, ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
+    # the L3 loads in program order A0, W0, A1, W1, ...: the shim allocator walks the columns two channels at a
+    # time in that order (kernel_builder.hw.flows), so each column pairs an A panel with a W panel while both last
+    loads = [("a", i) for i in range(p.herd_m)]
+    for j in range(p.herd_n):
+        loads.insert(2 * j + 1, ("w", j))
+    for kind, i in loads:
+        if kind == "a":
+            kl.dma(a2[i], a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
+        else:
+            kl.dma(w2[i], w2_ty, None, w, w_ty, ([_plus(kl, n0, i * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
     sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))

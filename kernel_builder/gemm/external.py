@@ -113,19 +113,17 @@ def _gemm(m, args):
 
 def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True) -> Counts:
     """One mac call (gemm.cc): per (row-block pair or single, column-block pair) the 2 x um f32 C blocks are loaded
-    (one widen each), then per K block um A blocks and two W blocks (transposed) are loaded and 2 x um 8x8x8
-    mmuls run; the C blocks are stored. Block-float 8x8x8: one matrix MAC, two bfp16 conversions, B's shuffle, a
-    widen and a ones-multiply (aie_api, docs/aie-api-host.md); without the flag each 8x8x8 is two emulated
-    4x8x8 (8 macs, 9 shuffles, 16 broadcasts each)."""
+    (one widen each); then per K block um A blocks and two W blocks are loaded, each widened and converted to
+    bfp16ebs8 once (no transpose: a W block is mac_8x8_8x8T's [n][k] operand as stored), and 2 x um block-float
+    8x8x8 mmuls run; the C blocks are stored. gemm.cc compiles only with the block-float flag."""
+    if not block_float:
+        raise ValueError("gemm.cc's vector path is block-float only (it requires "
+                         "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1)")
     mb, nb, kb = tm // 8, tn // 8, tk // 8
     um = 2 if mb % 2 == 0 else 1
     iters = (mb // um) * (nb // 2)
     blk = 64
-    if block_float:
-        mmul = Counts(mmul_bfp16_8x8x8=1, bfp16_convert=2, shuffle=1, vconvert=1, vmac_bf16=1)
-    else:
-        mmul = Counts(mmul_bf16_4x8x8_emulated=2, vmac_bf16=16, shuffle=18, broadcast=32)
-    per_k = load(blk, 2) * (um + 2) + Counts(shuffle=2) + mmul * (2 * um)
+    per_k = (load(blk, 2) + Counts(vconvert=1, bfp16_convert=1)) * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
     per_iter = (load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb
     return per_iter * iters
 

@@ -1,18 +1,24 @@
 """The GEMM's tiling plan: c[m, n] = a[m, k] @ w[n, k]^T on the 8x4 herd (kernel_builder/gemm/builder.py).
 
-`plan_gemm(m, k, n)` returns the `GemmPlan` with the most busy tiles, then the fewest bytes streamed into a tile
-per MAC, then the most MACs per tile, and the deepest L2 panel that still fits, or raises ValueError naming the
-limit. "Fits" = L1 with the ping-pong copies aircc makes, the memory tiles (bytes, DMA channels, BDs), the shim
-channels and the shim stride of the folded W load (docs/kernels.md "gemm"). The NPU2 limits it shares with
-the other plans come from kernel_builder.planner.
+`plan_gemm(m, k, n)` returns the `GemmPlan` the hardware model's cost model times fastest (`modeled_seconds`: the
+busiest tile's micro-kernel calls, the shim columns' DDR streams in the allocator's order, the L2 -> L1 streams),
+then the most busy tiles, then the deepest tile_k (fewer accumulator loads and stores per MAC in the
+micro-kernel), then the fewest bytes streamed into a tile per MAC, then the most MACs per tile, with the deepest
+L2 panel that still fits; or raises ValueError naming the limit. "Fits" = L1 with the ping-pong copies aircc
+makes, the memory tiles (bytes, DMA channels, BDs), the shim channels and the shim stride of the folded W load
+(docs/kernels.md "gemm"). The NPU2 limits it shares with the other plans come from kernel_builder.planner.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
+from kernel_builder.external_costs import external_cost
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels
+from kernel_builder.hw import cost
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.hw.results import Flow
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K, MMUL_M, MMUL_N, N_MEMTILES, NPU2_COLS,
                                     NPU2_ROWS, check_positive, kib, widest_herd)
 
@@ -158,14 +164,16 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
                 plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // tile_n, NPU2_ROWS), k=k)
                 if not _gemm_fits(plan, k):
                     continue
-                # prefer: more tiles busy, then fewer bytes streamed into each tile per MAC (its A/W tiles
-                # arrive every K step: (tile_m + tile_n) / (tile_m * tile_n); with a full herd this also
-                # minimises DDR reads, 1/BM + 1/BN per MAC), then more MACs per tile
-                key = (plan.herd_m * plan.herd_n, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
+                # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy tiles
+                # (compute slack), then deeper tile_k (one accumulator load + store per output block per K step),
+                # then fewer bytes streamed into each tile per MAC ((tile_m + tile_n) / (tile_m * tile_n)), then
+                # more MACs per tile
+                key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), plan.herd_m * plan.herd_n, tile_k,
+                       Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
                 if best_key is None or key > best_key:
                     best, best_key = plan, key
-        if best is not None:
-            return _deepest_l2_panel(best, k)
+    if best is not None:
+        return _deepest_l2_panel(best, k)
     raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
                      f"2x W bf16 tiles, bf16 output tile) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
                      f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride (BN*k) fits a shim BD")
@@ -182,3 +190,45 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
         if _gemm_fits(q, k):
             return q
     return p
+
+
+def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
+    """The shim streams of the whole GEMM as the builder emits them: per launch point and L2 K step the A and W
+    panel loads in program order A0, W0, A1, W1, ... (the shim allocator deals them two per column in that
+    order: kernel_builder.hw.flows), and one C row panel write per herd row; one DMA task each (runtime loop
+    tiling folds the launch and K loops into the BDs)."""
+    points = (m // p.bm) * (n // p.bn)
+    loads = [("a", i) for i in range(p.herd_m)]
+    for j in range(p.herd_n):
+        loads.insert(2 * j + 1, ("w", j))
+    flows = [Flow("MM2S", i, kind, BF16 * (p.tile_m if kind == "a" else p.tile_n) * k * points, 1, 1,
+                  column=i // SHIM_DMA_PER_COL) for i, (kind, _) in enumerate(loads)]
+    flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn * points, 1, 1, column=i // SHIM_DMA_PER_COL)
+              for i in range(p.herd_m)]
+    return flows
+
+
+def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams = cost.PARAMS) -> float:
+    """What the cost model (kernel_builder.hw.cost) charges the GEMM launch of this plan, in closed form: the
+    busiest tile's micro-kernel calls as the kernel's cost descriptor counts them (tile_counts), against the shim
+    streams (gemm_flows) and the busiest core's L2 -> L1 stream (its A and W tiles). Without the per-launch
+    overhead and the ELF factor (the same for every plan of one shape); the planner ranks plans by it."""
+    points = (m // p.bm) * (n // p.bn)
+    compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
+    l1 = BF16 * (p.tile_m + p.tile_n) * k * points / params.l2_l1_bytes_per_s
+    return max(compute, cost.shim_seconds(gemm_flows(p, m, k, n), params), l1)
+
+
+def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
+    """Instruction counts (cost.ISSUE_KINDS) of `tiles` output tiles of one compute tile: per tile one zero,
+    k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
+    hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
+    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
+    counts: dict = {}
+    for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.out, 1)):
+        desc, match = external_cost(kernel.symbol)
+        w = desc.work(match, [])
+        for kind, v in list(w.counts.items()) + [("calls", 1), ("scalar_ops", w.scalar_ops)]:
+            if v:
+                counts[kind] = counts.get(kind, 0) + tiles * calls * v
+    return counts

@@ -106,7 +106,7 @@ class CostParams:
                                   "(lock / BD turnarounds)")
     shim_task_s: float = _p(0.5e-6, 0.25e-6, 1e-6, "assumption",
                             "per DMA task the runtime issues (BD write + queue push); unmeasured, x0.5-x2")
-    launch_overhead_s: float = _p(16.74e-6, 6.48e-6, 54.70e-6, "fitted",
+    launch_overhead_s: float = _p(19.53e-6, 7.17e-6, 59.14e-6, "fitted",
                                   "fitted on all points (per air.launch: array reconfiguration); range: the fits on "
                                   "the registry alone and on the reference modules alone")
     elf_gemm_factor: float = _p(1.35, 1.26, 1.94, "measured",
@@ -135,6 +135,7 @@ ISSUE_KINDS = {
     "vmul_f32_emulated": "vector slot, f32_mul_cycles",
     "vadd_acc": "vector slot, 1", "vconvert": "vector slot, 1", "bfp16_convert": "vector slot, 1",
     "vmax": "vector slot, 1", "scalar_bf16_convert": "vector slot, 1",
+    "unpack": "vector slot, 1 (int4 -> int8 widening: assumed one vector operation per 512-bit result)",
     "exp2": "vector slot, elementary_cycles", "tanh": "vector slot, elementary_cycles",
     "inv": "vector slot, elementary_cycles",
     "reduce_add": "vector slot, reduce_cycles", "reduce_max": "vector slot, reduce_cycles",
@@ -149,7 +150,7 @@ ISSUE_KINDS = {
     "matmul_vector_macs": "linalg.matmul MACs a design vectorises: as block-float 8x8x8 mmuls (512 MACs each)",
 }
 MATRIX_KINDS = ("mmul_bfp16_8x8x8", "mmul_bf16_4x8x8_emulated", "matmul_vector_macs")
-_ONE_CYCLE = ("vmac_bf16", "vadd_acc", "vconvert", "bfp16_convert", "vmax", "scalar_bf16_convert")
+_ONE_CYCLE = ("vmac_bf16", "vadd_acc", "vconvert", "bfp16_convert", "vmax", "scalar_bf16_convert", "unpack")
 
 
 def slot_cycles(counts: dict, params: CostParams = PARAMS) -> dict[str, float]:

@@ -16,9 +16,9 @@ ARCHITECTURES = {
 FAMILIES = {model_type: model for model_type, model, _ in ARCHITECTURES.values()}
 
 
-def model_for(cfg) -> LlamaModel:
-    """The description of a validated ModelConfig's family."""
-    return FAMILIES[cfg.family].from_config(cfg)
+def model_for(cfg, weights: str = "bf16") -> LlamaModel:
+    """The description of a validated ModelConfig's family (`weights`: bf16, or q4 decode GEMVs)."""
+    return FAMILIES[cfg.family].from_config(cfg, weights)
 
 
 __all__ = ["ARCHITECTURES", "FAMILIES", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]

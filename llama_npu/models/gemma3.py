@@ -67,8 +67,9 @@ class Gemma3Model(LlamaModel):
     shared_states = (ROPE_TABLE, ROPE_LOCAL)
 
     def __init__(self, shapes: ModelShapes, layer_types=None, sliding_window: int | None = None,
-                 scale_dim: int | None = None, softcap: float | None = None, rope_local=None):
-        super().__init__(shapes)
+                 scale_dim: int | None = None, softcap: float | None = None, rope_local=None,
+                 weights: str = "bf16"):
+        super().__init__(shapes, weights)
         self.layer_types = tuple(layer_types or (GLOBAL,) * shapes.n_layers)
         if len(self.layer_types) != shapes.n_layers or set(self.layer_types) - {LOCAL, GLOBAL}:
             raise ValueError(f"gemma3: layer_types must be {shapes.n_layers} of {LOCAL!r} / {GLOBAL!r}")
@@ -81,10 +82,10 @@ class Gemma3Model(LlamaModel):
         self.layer_variants = tuple(v for v in (LOCAL, GLOBAL) if v in self.layer_types)
 
     @classmethod
-    def from_config(cls, cfg) -> "Gemma3Model":
+    def from_config(cls, cfg, weights: str = "bf16") -> "Gemma3Model":
         o = cfg.options
         return cls(cfg.shapes, o["layer_types"], o["sliding_window"], o["scale_dim"], o["softcap"],
-                   o["ropes"].get(ROPE_LOCAL))
+                   o["ropes"].get(ROPE_LOCAL), weights)
 
     # ------------------------------------------------------------------------------ host-side hooks
     def variant_of(self, layer: int) -> str:
@@ -154,14 +155,15 @@ class Gemma3Model(LlamaModel):
             Op("add", ("res1", "down_n"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd, ROPE_LOCAL: hd})
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd, ROPE_LOCAL: hd}, weights=self.weights)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
         s = self.shapes
         ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps, "offset": 1})]
         ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
-        return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {})
+        return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
+                          weights=self.head_weights)
 
 
 # ---------------------------------------------------------------------------------------------- config.json

@@ -108,6 +108,7 @@ class LayerGraph:
     ops: list[Op]
     states: dict[str, int]
     dtype: str = "bf16"
+    weights: str = "bf16"    # "q4": decode GEMVs read the 4-bit row format (docs/quantization.md)
 
     def width(self, tensor: str) -> int:
         if tensor == self.input:

@@ -13,7 +13,7 @@ from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower, plan_decls
-from .lowering import RULES
+from .lowering import Q4_SUFFIX, RULES
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ LLAMA32_1B = ModelShapes(hidden=2048, n_heads=32, n_kv_heads=8, head_dim=64, ffn
                          vocab=128256, n_layers=16, rms_eps=1e-5)
 LLAMA32_3B = ModelShapes(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192,
                          vocab=128256, n_layers=28, rms_eps=1e-5)
+LLAMA31_8B = ModelShapes(hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128, ffn=14336,
+                         vocab=128256, n_layers=32, rms_eps=1e-5)      # untied: embedding + LM head
 SMOLLM2_135M = ModelShapes(hidden=576, n_heads=9, n_kv_heads=3, head_dim=64, ffn=1536,
                            vocab=49152, n_layers=30, rms_eps=1e-5)
 REFERENCE_SHAPES = {"smollm2-135m": SMOLLM2_135M, "llama32-1b": LLAMA32_1B, "llama32-3b": LLAMA32_3B}
@@ -85,15 +87,21 @@ class LlamaModel:
     layer_variants: tuple[str, ...] = ("",)   # kinds of layer with their own modules (Gemma 3: sliding, global)
     shared_states: tuple[str, ...] = (ROPE_TABLE,)   # states one buffer serves every layer (not per bo_key)
 
-    def __init__(self, shapes: ModelShapes):
+    WEIGHTS = ("bf16", "q4")
+
+    def __init__(self, shapes: ModelShapes, weights: str = "bf16"):
+        if weights not in self.WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
         self.shapes = shapes
+        self.weights = weights
+        self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
     @classmethod
-    def from_config(cls, cfg) -> "LlamaModel":
+    def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
-        return cls(cfg.shapes)
+        return cls(cfg.shapes, weights)
 
     # ------------------------------------------------------------------------------ tensor map
     def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -112,12 +120,12 @@ class LlamaModel:
             if arg == "final_norm":
                 return TensorSpec(GLOBAL_TENSORS["final_norm"], (self.shapes.hidden,))
             if arg.startswith("lm_"):
-                p = int(arg[3:])
+                p = int(arg[3:].removesuffix(Q4_SUFFIX))
                 name = GLOBAL_TENSORS["embed" if lm_source == "embed" else "lm_head"]
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
             raise KeyError(f"no tensor for LM-head argument {arg!r}")
-        hf, shape = self.layer_tensors()[arg]
+        hf, shape = self.layer_tensors()[arg[:-len(Q4_SUFFIX)] if arg.endswith(Q4_SUFFIX) else arg]
         return TensorSpec(f"model.layers.{layer}.{hf}", shape)
 
     # ------------------------------------------------------------------------------ host-side hooks
@@ -171,7 +179,7 @@ class LlamaModel:
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd})
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
@@ -179,7 +187,8 @@ class LlamaModel:
         s = self.shapes
         ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps})]
         ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
-        return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {})
+        return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
+                          weights=self.head_weights)
 
     def _segments(self, *groups: tuple[str, str, str | None], variant: str = "") -> list[tuple[str, str, list[str]]]:
         """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""

@@ -10,7 +10,12 @@ from __future__ import annotations
 from multi_launch_builder.decl import Arg, Role
 from kernel_builder.registry import kernel
 
+from kernel_builder.gemv_q4.format import Q4Layout
+
 from .graph import POS, LayerGraph, Op, Phase
+
+Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
+Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group)
 
 def _static(name: str, shape, graph: LayerGraph) -> Arg:
     return Arg(name, tuple(shape), Role.STATIC, graph.dtype)
@@ -25,10 +30,17 @@ def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def linear(op: Op, phase: Phase, graph: LayerGraph):
-    """One row: GEMV, more rows: GEMM, both on the HF [out, in] weight (one buffer for both phases)."""
+    """One row: GEMV, more rows: GEMM, both on the HF [out, in] weight (one buffer for both phases). With q4
+    weights the GEMV reads `<w>_q4`, the weight in the 4-bit row format (group 32, mins; docs/quantization.md)
+    and the GEMM the bf16 weight dequantized at load."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
     weight = [_static(w[2:], (n, k), graph)]
+    if phase.rows == 1 and graph.weights == "q4":
+        rb = Q4Layout(k, Q4_GROUP, True).row_bytes
+        name = w[2:] + Q4_SUFFIX
+        return (kernel("gemv_q4", n, k, Q4_GROUP, 1), (name, x, op.out),
+                [Arg(name, (n, rb), Role.STATIC, "i8")])
     if phase.rows == 1:
         return kernel("gemv", n, k), (w[2:], x, op.out), weight
     return kernel("gemm", phase.rows, k, n), (x, w[2:], op.out), weight

@@ -120,7 +120,10 @@ class ReferenceExecutor:
 
     def raw_reads(self, launch: LaunchSpec) -> tuple[int, ...]:
         """Operand positions this launch takes in their stored element type (bf16) instead of the device's
-        f32 shadow: a gemv's weight when the host GEMV kernel is built (it reads bf16: half the bytes)."""
+        f32 shadow: a gemv's weight when the host GEMV kernel is built (it reads bf16: half the bytes); a
+        gemv_q4's packed 4-bit weight always (bytes, not numbers)."""
+        if launch.kind == "gemv_q4":
+            return (launch.reads[0],)
         if launch.kind == "gemv":
             from external_kernels import host_build as host_native
             from kernel_builder import reference

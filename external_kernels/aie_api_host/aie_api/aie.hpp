@@ -6,3 +6,4 @@
 #include "host/vector.hpp"
 #include "host/arith.hpp"
 #include "host/mmul.hpp"
+#include "host/int4.hpp"

@@ -44,7 +44,8 @@ namespace aie_host {
   X(tanh, "tanh of 16 lanes (f32 in, bf16 out)")                                                             \
   X(inv, "vector reciprocal (bf16)")                                                                         \
   X(invsqrt_scalar, "scalar invsqrt")                                                                        \
-  X(scalar_bf16_convert, "scalar float <-> bf16 conversion (runs on the vector unit)")
+  X(scalar_bf16_convert, "scalar float <-> bf16 conversion (runs on the vector unit)")                      \
+  X(unpack, "int4 -> int8 lane widening (one per 512-bit result)")
 
 enum Kind : int {
 #define AIE_HOST_ENUM(name, doc) k_##name,
@@ -118,6 +119,9 @@ struct accauto {};
 namespace aie_host {
 template <typename T>
 inline constexpr bool is_elem_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float>;
+// int8/uint8 lanes: the result of aie::unpack on int4/uint4 vectors (int4.hpp), converted by aie::to_float
+template <typename T>
+inline constexpr bool is_int8_lane_v = std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>;
 inline float widen(bfloat16 v) { return static_cast<float>(v); }
 inline float widen(float v) { return v; }
 template <typename T>

@@ -10,43 +10,11 @@
 #pragma once
 
 #include "arith.hpp"
+#include "block_float.hpp"
 
 #ifndef AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16
 #define AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 0
 #endif
-
-namespace aie_host {
-
-// bfp16ebs8 model (docs/aie-api-host.md, "Block float"): a block of 8 values shares the exponent E of its largest
-// magnitude; each value keeps a signed 8-bit mantissa m = round(x / 2^(E-6)) in [-128, 127] (two's complement,
-// one integer bit and six fraction bits relative to 2^E), rounded with the core's rounding mode (conv_even:
-// nearest even, floor: toward -inf). A block holding inf/NaN becomes NaN. ASSUMPTION: AMD publishes no bit-level
-// description; this is the MX-style int8 layout, documented as ours.
-inline void to_bfp16_block(const float *x, float *q) {
-  float amax = 0.0f;
-  bool finite = true;
-  for (int i = 0; i < 8; ++i) {
-    if (!std::isfinite(x[i])) finite = false;
-    amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;
-  }
-  if (!finite) {
-    for (int i = 0; i < 8; ++i) q[i] = NAN;
-    return;
-  }
-  if (amax == 0.0f) {
-    for (int i = 0; i < 8; ++i) q[i] = 0.0f;
-    return;
-  }
-  const int e = std::ilogb(amax);
-  for (int i = 0; i < 8; ++i) {
-    const double s = std::ldexp(static_cast<double>(x[i]), 6 - e);  // exact
-    double m = rounding == aie::rounding_mode::floor ? std::floor(s) : std::nearbyint(s);  // nearbyint: ties even
-    m = m > 127.0 ? 127.0 : (m < -128.0 ? -128.0 : m);
-    q[i] = static_cast<float>(std::ldexp(m, e - 6));
-  }
-}
-
-}  // namespace aie_host
 
 namespace aie {
 
@@ -144,6 +112,61 @@ struct mmul {
         double dot = 0.0;  // exact: 8 products of 8-bit mantissas
         for (unsigned k = 0; k < 8; ++k) dot += static_cast<double>(qa[i][k]) * qb[j][k];
         c[i * N + j] = static_cast<float>(static_cast<double>(c[i * N + j]) + dot);
+      }
+  }
+};
+
+
+// aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> (aie_api aie2p/mmul_bfp16_bfp16.hpp:17-36): both operands already block
+// vectors; mac/mul issue one mac_8x8_8x8T_conf / mul_8x8_8x8T, whose B operand is B TRANSPOSED, i.e. [N][K]
+// row-major (the "8x8T"): row j of b holds the 8 K values of output column j, one bfp16 block. No conversion,
+// no transpose: the caller converts each operand once (accum::to_vector<bfp16ebs8>) and may reuse it.
+template <typename Tag>
+struct mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, Tag> {
+  static_assert(std::is_same_v<Tag, accauto> || std::is_same_v<Tag, accfloat>,
+                "aie::mmul<bfp16ebs8, bfp16ebs8>: AIE2P accumulates block-float products in accfloat only");
+  static constexpr unsigned size_A = 64, size_B = 64, size_C = 64;
+  using accum_type = accum<accfloat, size_C>;
+  using block_type = block_vector<bfp16ebs8, 64>;
+
+  float c[size_C];
+  bool zero = true;
+
+  mmul() = default;
+  template <typename T>
+  mmul(const vector<T, size_C> &v) : zero(false) {
+    for (unsigned i = 0; i < size_C; ++i) c[i] = aie_host::widen(v.d[i]);
+  }
+  mmul(const accum_type &a) : zero(false) {
+    for (unsigned i = 0; i < size_C; ++i) c[i] = a.d[i];
+  }
+
+  void mac(const block_type &a, const block_type &bt) { step(a, bt, true); }
+  void mul(const block_type &a, const block_type &bt) { step(a, bt, false); }
+
+  accum_type to_accum() const {
+    accum_type r;
+    for (unsigned i = 0; i < size_C; ++i) r.d[i] = c[i];
+    return r;
+  }
+  template <typename T>
+  vector<T, size_C> to_vector() const {
+    return to_accum().template to_vector<T>();
+  }
+
+ private:
+  // C[i][j] += sum_k a[i][k] * bt[j][k]: each 8-term block dot product exact, added with one f32 rounding
+  // (the same arithmetic as the bf16 mmul's block-float path after its conversions)
+  void step(const block_type &a, const block_type &bt, bool accumulate) {
+    aie_host::count(aie_host::k_mmul_bfp16_8x8x8);
+    if (!accumulate || zero)
+      for (unsigned i = 0; i < size_C; ++i) c[i] = 0.0f;
+    zero = false;
+    for (unsigned i = 0; i < 8; ++i)
+      for (unsigned j = 0; j < 8; ++j) {
+        double dot = 0.0;
+        for (unsigned k = 0; k < 8; ++k) dot += static_cast<double>(a.q[i * 8 + k]) * bt.q[j * 8 + k];
+        c[i * 8 + j] = static_cast<float>(static_cast<double>(c[i * 8 + j]) + dot);
       }
   }
 };

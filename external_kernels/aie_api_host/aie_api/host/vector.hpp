@@ -1,6 +1,7 @@
 // Host aie_api, part 2: vector, accum, loads/stores, data movement. See docs/aie-api-host.md.
 #pragma once
 
+#include "block_float.hpp"
 #include "core.hpp"
 
 namespace aie {
@@ -9,7 +10,8 @@ namespace aie {
 // registers (aie_api aie2/vector_native_types.hpp:231-240, used by AIE2P); anything under 128 bits does not exist.
 template <typename T, unsigned N>
 struct vector {
-  static_assert(aie_host::is_elem_v<T>, "aie_api_host: only bfloat16 and float vectors are modelled");
+  static_assert(aie_host::is_elem_v<T> || aie_host::is_int8_lane_v<T>,
+                "aie_api_host: only bfloat16, float, int8 and uint8 vectors (and int4/uint4: int4.hpp) are modelled");
   static_assert(sizeof(T) * 8 * N >= 128 && (N & (N - 1)) == 0,
                 "aie::vector: an AIE2P vector is a power-of-two number of lanes of at least 128 bits");
   using value_type = T;
@@ -51,16 +53,21 @@ struct accum {
     from_vector(v);
   }
   template <typename T>
-  void from_vector(const vector<T, N> &v) {
+  void from_vector(const vector<T, N> &v, int shift = 0) {  // shift: integer accumulators only (aie_api)
+    if (shift != 0) aie_host::fail("aie_api_host: accum<accfloat>::from_vector takes no shift");
     aie_host::count(aie_host::k_vconvert);
     for (unsigned i = 0; i < N; ++i) d[i] = aie_host::widen(v.d[i]);
   }
   template <typename T>
-  vector<T, N> to_vector() const {  // bf16: rounded with the core's rounding mode
-    aie_host::count(aie_host::k_vconvert);
-    vector<T, N> r;
-    for (unsigned i = 0; i < N; ++i) r.d[i] = aie_host::narrow<T>(d[i]);
-    return r;
+  auto to_vector() const {  // bf16: rounded with the core's rounding mode; bfp16ebs8: a block vector
+    if constexpr (std::is_same_v<T, bfp16ebs8>) {
+      return detail_host::to_block_vector<N>(d);
+    } else {
+      aie_host::count(aie_host::k_vconvert);
+      vector<T, N> r;
+      for (unsigned i = 0; i < N; ++i) r.d[i] = aie_host::narrow<T>(d[i]);
+      return r;
+    }
   }
   template <unsigned M>
   accum<Tag, M> extract(unsigned idx) const {

@@ -1,0 +1,121 @@
+"""`make bench`, 4-bit weights (docs/quantization.md): device buffers of Llama-3.2-1B and Llama-3.1-8B shapes with
+q4 weights (group 32 with mins, as GGUF Q4_1 / `--weights q4`; group 128 as AWQ) and the modeled decode token at
+a 1k context (kernel_builder.hw cost model, likely scenario): the decode modules' launches as built today with
+every GEMV launch's Work replaced by the `gemv_q4` kernel's at the same shape (the model does not lower to
+gemv_q4 yet: docs/quantization.md, "Status")."""
+from __future__ import annotations
+
+from kernel_builder.gemv_q4.format import Q4Layout
+
+GiB = 2**30
+
+
+def q4_weight_bytes(shapes, group: int = 32, mins: bool = True, tied: bool = False) -> int:
+    """Every static buffer in q4: the linear weights and the vocabulary matrix (embedding and LM head: one copy
+    when tied, two when not) as q4 rows; the norms bf16."""
+    from llama_npu.models.llama import LlamaModel
+
+    m = LlamaModel(shapes)
+    s = shapes
+    per_layer = 0
+    for _, shape in m.layer_tensors().values():
+        per_layer += shape[0] * Q4Layout(shape[1], group, mins).row_bytes if len(shape) == 2 else 2 * shape[0]
+    vocab = s.vocab * Q4Layout(s.hidden, group, mins).row_bytes
+    return s.n_layers * per_layer + 2 * s.hidden + vocab * (1 if tied else 2)
+
+
+def kv_bytes(shapes, context: int) -> int:
+    return shapes.n_layers * 2 * context * shapes.kv_dim * 2
+
+
+def modeled_decode_s(shapes, window: int, q4: bool) -> float:
+    """One decode token: n_layers x layer_kv<window> + lm_head, GEMV launches priced as gemv_q4 when q4."""
+    from kernel_builder.hw import analyze_module, cost
+    from kernel_builder.registry import kernel_text
+    from llama_npu.models.llama import LlamaModel
+    from multi_launch_builder.stitcher import stitch
+
+    m = LlamaModel(shapes)
+    total = 0.0
+    for decl, times in ((m.decode(window).decls[0], shapes.n_layers), (m.head().decls[0], 1)):
+        rep = analyze_module(stitch(decl), decl.name)
+        works = []
+        for launch, la in zip(decl.launches, rep.launches):
+            args = getattr(launch.build, "args", ())
+            if q4 and args and args[0] == "gemv":
+                works.append(analyze_module(kernel_text("gemv_q4", args[1], args[2], 32, 1)).launches[0].work)
+            else:
+                works.append(la.work)
+        total += times * cost.module_seconds(works)
+    return total
+
+
+def bench_q4() -> None:
+    from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
+
+    for name, sh, tied in (("Llama-3.2-1B", LLAMA32_1B, True), ("Llama-3.1-8B", LLAMA31_8B, False)):
+        bf16 = 2 * (sum(a * b for a, b in (t[1] for t in _mats(sh))) * sh.n_layers) + 2 * sh.vocab * sh.hidden * \
+            (1 if tied else 2)
+        for group in (32, 128):
+            w = q4_weight_bytes(sh, group, True, tied)
+            kv = kv_bytes(sh, 8192)
+            print(f"[bench] q4 memory {name} (group {group}, mins): weights {w / GiB:.2f} GiB "
+                  f"(bf16 {bf16 / GiB:.2f}) + KV cache 8k {kv / GiB:.2f} GiB = {(w + kv) / GiB:.2f} GiB")
+    for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
+        b, q = modeled_decode_s(sh, 1024, False), modeled_decode_s(sh, 1024, True)
+        print(f"[bench] modeled decode {name} at 1k context (likely): bf16 {1 / b:.1f} tok/s, "
+              f"q4 GEMVs {1 / q:.1f} tok/s")
+
+
+def _mats(sh):
+    from llama_npu.models.llama import LlamaModel
+    return [t for t in LlamaModel(sh).layer_tensors().values() if len(t[1]) == 2]
+
+
+PPL_TEXT = ("The city of Paris is the capital of France. It lies on the river Seine, in the north of the country. "
+            "Paris is known for its museums, such as the Louvre, and for the Eiffel Tower, which was built for the "
+            "world fair of 1889. About two million people live in the city itself, and more than ten million in "
+            "its metropolitan area. The city is divided into twenty districts, called arrondissements.")
+
+
+def _ppl(model, ids, torch) -> float:
+    with torch.no_grad():
+        return float(torch.exp(model(ids, labels=ids).loss))
+
+
+def bench_q4_perplexity(model_dir=None) -> dict:
+    """Perplexity of PPL_TEXT under HF transformers (f32) with the embedded model's weights as bf16 (the GGUF
+    dequantized by transformers, f16 scales), as our native GGUF q4 load (bf16 scales and mins) and as
+    `--weights q4` RTN (group 32) of the bf16 checkpoint: every linear weight of every layer replaced."""
+    import torch
+    import transformers
+
+    from kernel_builder.gemv_q4.format import dequantize, quantize_rtn
+    from llama_npu import quant
+    from llama_npu.embedded import ensure_embedded, find_gguf
+
+    path = model_dir or ensure_embedded(progress=False)
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = tok(PPL_TEXT, return_tensors="pt").input_ids
+    cfg = model.config
+    names = [n for n, p in model.named_parameters() if n.startswith("model.layers.") and p.dim() == 2]
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if n in names}
+    out = {"bf16": _ppl(model, ids, torch)}
+    native = quant.gguf_tensors(find_gguf(), names, cfg.num_attention_heads, cfg.num_key_value_heads)
+    for label, get in (("q4 (GGUF Q4_1, native)", lambda n: native[n].dequantize()),
+                       ("q4 RTN g32", lambda n: dequantize(quantize_rtn(base[n].numpy(), 32), base[n].shape[1],
+                                                             32, True))):
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in base:
+                    p.copy_(torch.from_numpy(get(n).astype("float32")))
+        out[label] = _ppl(model, ids, torch)
+    print("[bench] perplexity of the embedded model on a fixed text (HF, f32, "
+          f"{ids.shape[1]} tokens): " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()))
+    return out
+
+
+if __name__ == "__main__":
+    bench_q4()
+    bench_q4_perplexity()

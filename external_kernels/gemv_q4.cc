@@ -1,0 +1,96 @@
+// 4-bit GEMV step: rows [row, row + Q4_TILE_M) of one herd tile's output, whole rows (K is never chunked):
+//   y[row + m] = bf16_rne( sum_k w[m][k] * x[k] )   (f32 accumulation)
+//   w[m][k] = bf16_rne( d[g] * q[k] + z[g] )  (Q4_MINS = 1: unsigned codes 0..15 and a per-group min z)
+//   w[m][k] = bf16_rne( d[g] * q[k] )         (Q4_MINS = 0: signed codes -8..7), g = k / Q4_G
+// w: Q4_TILE_M rows of Q4_RB bytes in the layout of kernel_builder/gemv_q4/format.py (docs/quantization.md):
+// K/2 bytes of codes (element 2i in the low nibble of byte i), K/G bf16 scales, K/G bf16 mins (if any), padding
+// to a multiple of 16 bytes. x[Q4_K] is the whole input vector (kept in L1), y[Q4_ROWS] the tile's output.
+//
+// Compiled once per (K, G, mins, tile_m, rows) with -DQ4_K -DQ4_G -DQ4_MINS -DQ4_TILE_M -DQ4_ROWS -DQ4_RB
+// -DQ4_SYMBOL=mvq4_bf16_k<K>_g<G>_z<Z>_m<M>_r<R> (kernel_builder/gemv_q4/external.py).
+#include "kernel_common.h"
+
+#if !defined(Q4_K) || !defined(Q4_G) || !defined(Q4_MINS) || !defined(Q4_TILE_M) || !defined(Q4_ROWS) || \
+    !defined(Q4_RB) || !defined(Q4_SYMBOL)
+#error "compile with -DQ4_K -DQ4_G -DQ4_MINS -DQ4_TILE_M -DQ4_ROWS -DQ4_RB -DQ4_SYMBOL (gemv_q4/external.py)"
+#endif
+LLAMA_NPU_REQUIRE(Q4_K);
+LLAMA_NPU_REQUIRE(Q4_G);
+LLAMA_NPU_REQUIRE(Q4_TILE_M);
+LLAMA_NPU_REQUIRE(Q4_ROWS);
+LLAMA_NPU_REQUIRE(Q4_RB);
+static_assert(Q4_K % Q4_G == 0, "Q4_G must divide Q4_K");
+static_assert(Q4_ROWS % Q4_TILE_M == 0, "Q4_TILE_M must divide Q4_ROWS");
+static_assert(Q4_RB % 16 == 0, "rows are padded to 16 bytes");
+static_assert(Q4_RB >= Q4_K / 2 + 2 * (1 + Q4_MINS) * (Q4_K / Q4_G), "Q4_RB holds the codes, scales and mins");
+
+static constexpr int kGroups = Q4_K / Q4_G;
+static constexpr int kScaleOff = Q4_K / 2;                 // bytes
+static constexpr int kMinOff = kScaleOff + 2 * kGroups;    // bytes
+
+#if defined(__AIENGINE__)
+
+// One group of 32 codes is one 128-bit int4 vector; a group of 128 is four. Per 32 lanes: load, unpack to int8,
+// to_float (exact), d * q (+ z) in accfloat, one RNE rounding to bf16, mac with x.
+static constexpr int kLanes = 32;
+static_assert(Q4_G % kLanes == 0, "Q4_G must be a multiple of 32 on AIE2P");
+#if Q4_MINS
+using code_t = uint4;
+#else
+using code_t = int4;
+#endif
+
+extern "C" void Q4_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RESTRICT x,
+                          bfloat16 *LLAMA_NPU_RESTRICT y, int32_t row) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  for (int m = 0; m < Q4_TILE_M; ++m) {
+    const uint8_t *LLAMA_NPU_RESTRICT wr = w + m * Q4_RB;
+    const bfloat16 *LLAMA_NPU_RESTRICT sc = reinterpret_cast<const bfloat16 *>(wr + kScaleOff);
+    const bfloat16 *LLAMA_NPU_RESTRICT mn = reinterpret_cast<const bfloat16 *>(wr + kMinOff);
+    ::aie::accum<accfloat, kLanes> a = ::aie::zeros<accfloat, kLanes>();
+    for (int g = 0; g < kGroups; ++g) {
+      const bfloat16 d = sc[g];
+#if Q4_MINS
+      const ::aie::vector<bfloat16, kLanes> z = ::aie::broadcast<bfloat16, kLanes>(mn[g]);
+#endif
+      for (int c = g * Q4_G; c < (g + 1) * Q4_G; c += kLanes) {
+        const auto q = ::aie::unpack(::aie::load_v<kLanes>(reinterpret_cast<const code_t *>(wr + c / 2)));
+        ::aie::accum<accfloat, kLanes> t = ::aie::mul(::aie::to_float<bfloat16>(q), d);
+#if Q4_MINS
+        t = ::aie::add(t, z);
+#endif
+        a = ::aie::mac(a, t.template to_vector<bfloat16>(), ::aie::load_v<kLanes>(x + c));
+      }
+    }
+    y[row + m] = static_cast<bfloat16>(::aie::reduce_add(a.template to_vector<float>()));
+  }
+}
+
+#else  // host scalar path: the same dequantization, sequential f32 accumulation
+
+static inline int code_at(const uint8_t *wr, int k) {
+  const int nib = (wr[k / 2] >> (4 * (k % 2))) & 0xF;
+  return Q4_MINS ? nib : (nib >= 8 ? nib - 16 : nib);
+}
+
+extern "C" void Q4_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RESTRICT x,
+                          bfloat16 *LLAMA_NPU_RESTRICT y, int32_t row) {
+  for (int m = 0; m < Q4_TILE_M; ++m) {
+    const uint8_t *wr = w + static_cast<long>(m) * Q4_RB;
+    bfloat16 sc, mn{};
+    float s = 0.0f;
+    for (int k = 0; k < Q4_K; ++k) {
+      const int g = k / Q4_G;
+      std::memcpy(&sc, wr + kScaleOff + 2 * g, 2);
+      float wk = bf16_to_f32(sc) * static_cast<float>(code_at(wr, k));
+      if (Q4_MINS) {
+        std::memcpy(&mn, wr + kMinOff + 2 * g, 2);
+        wk += bf16_to_f32(mn);
+      }
+      s += bf16_to_f32(f32_to_bf16(wk)) * bf16_to_f32(x[k]);
+    }
+    y[row + m] = f32_to_bf16(s);
+  }
+}
+
+#endif

@@ -1,0 +1,60 @@
+"""GEMV on 4-bit weights: y[0, i] = sum_k dequant(w)[i, k] * x[0, k]; w is u8 [m, row_bytes] in the q4 row layout
+(kernel_builder.gemv_q4.format, docs/quantization.md), dequantized in the core.
+
+The data movement is the gemv kernel's (kernel_builder/gemv/builder.py): launch [1, 1] -> segment -> herd
+[herd_x, herd_y], each tile one stream straight from L3 on its own channel `@gemvq4_in[tx, ty]`: x [k] first (kept
+in L1), then its rows [r0, r0 + R) of w, one contiguous run of R * row_bytes bytes (codes, scales and mins of a
+row travel together), received tile_m rows per step into a ping-ponged `w_l1`; the tile keeps its R outputs in
+`y_l1` and stores them to L3 with one DMA. Like mlir-air's fused Q4 decode example, the packed weights (not a
+dequantized copy) are what crosses the shim: a quarter of the bf16 bytes plus the scales.
+"""
+from __future__ import annotations
+
+from kernel_builder.emit import L1, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.gemv_q4.external import gemv_q4_kernel
+from kernel_builder.gemv_q4.plan import plan_gemv_q4
+
+KIND = "gemv_q4"
+CHANNEL = "gemvq4_in"
+
+
+def build(m: int, k: int, group: int = 32, mins: int = 1) -> str:
+    plan = plan_gemv_q4(m, k, group, mins)
+    rb, rows, tm = plan.layout.row_bytes, plan.rows_per_tile, plan.tile_m
+    hx, hy = plan.herd_x, plan.herd_y
+    ext = gemv_q4_kernel(k, group, mins, tm, rows)
+    w_ty, x_ty, y_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m])
+    wl_ty, xl_ty, yl_ty = memref([tm * rb], "i8", L1), memref([k], "bf16", L1), memref([rows], "bf16", L1)
+    mod = Module(KIND, [w_ty, x_ty, y_ty])
+    mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, yl_ty, "i32"])
+    ch = mod.channel(CHANNEL, [hx, hy])
+    la = launch(mod.body, [1, 1], list(zip(mod.args, [w_ty, x_ty, y_ty])),
+                [attr_dict(KIND, {"m": m, "k": k, "group": group, "mins": int(mins)})])
+    lw, lxv, ly = la.args
+    lb = la.body
+    for tx in range(hx):
+        for ty in range(hy):
+            r0 = (tx * hy + ty) * rows
+            lb.channel_put(ch, [tx, ty], lxv, x_ty, ([0, 0], [1, k], [k, 1]))
+            lb.channel_put(ch, [tx, ty], lw, w_ty, ([r0, 0], [rows, rb], [rb, 1]))
+    seg = segment(lb, "gemvq4_seg", [(ly, y_ty)])
+    h = herd(seg.body, "gemvq4_herd", (hx, hy), [(seg.args[0], y_ty)], [f'link_with = "{ext.obj}"'])
+    tx, ty = h.ids
+    y = h.args[0]
+    b = h.body
+    yl = b.alloc("y_l1", yl_ty)
+    xl = b.alloc("x_l1", xl_ty)
+    b.channel_get(ch, [tx, ty], xl, xl_ty, None)
+    tile = b.addi(b.muli(tx, hy), ty) if hy > 1 else tx
+    row0 = b.muli(tile, rows)
+    step, i = (b.for_(0, rows, tm, "i") if plan.steps > 1 else (b, 0))
+    wl = step.alloc("w_l1", wl_ty)
+    step.channel_get(ch, [tx, ty], wl, wl_ty, None)
+    row_i32 = step.value("row_i32", f"arith.index_cast {step.idx(i)} : index to i32") if plan.steps > 1 \
+        else step.i32(0)
+    step.call(ext.symbol, [(wl, wl_ty), (xl, xl_ty), (yl, yl_ty), (row_i32, "i32")])
+    step.dealloc(wl, wl_ty)
+    b.dma(y, y_ty, ([0, row0], [1, rows], [m, 1]), yl, yl_ty, None)
+    b.dealloc(xl, xl_ty)
+    b.dealloc(yl, yl_ty)
+    return mod.text()

@@ -1,0 +1,74 @@
+"""The `gemv_q4` kernel's external C++ kernel (external_kernels/gemv_q4.cc): shapes and symbols, the numpy model
+of its portable path for the interpreter, and its cost descriptor (same style as kernel_builder/gemv/external.py,
+so either cost model prices it); FAMILY and COSTS register them with the kernel spec."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.external_models import F32, ModelError, need_memref, seq_sum
+from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.gemv_q4.format import Q4Layout, dequantize
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.instr_counts import Counts, add_acc, conv, load, scalar_bf16, vmac
+from kernel_builder.numerics import to_bf16
+from kernel_builder.planner import check_positive
+
+Q4_K_MULTIPLE = NPU2.vector_lanes_bf16   # one int4 vector of 32 lanes -> 32 bf16 lanes per step of the vector path
+
+
+def gemv_q4_kernel(k: int, group: int, mins: int, tile_m: int, rows: int) -> ExternalKernel:
+    """One 4-bit GEMV step of a herd tile: `(w u8[tile_m * row_bytes], x bf16[k], y bf16[rows], int32 row)`:
+    tile_m whole rows in the q4 row layout (format.Q4Layout), dequantized in the core, f32 accumulation."""
+    check_positive("gemv_q4", k=k, tile_m=tile_m, rows=rows)
+    check_multiple("gemv_q4", "k", k, Q4_K_MULTIPLE)
+    lay = Q4Layout(k, group, bool(mins))
+    if rows % tile_m:
+        raise ValueError(f"gemv_q4: tile_m={tile_m} must divide rows={rows}")
+    tag = f"k{k}_g{group}_z{int(mins)}_m{tile_m}_r{rows}"
+    symbol = f"mvq4_bf16_{tag}"
+    return ExternalKernel(
+        symbol=symbol, obj=f"mvq4_{tag}.o", source="gemv_q4.cc",
+        defines=(("Q4_K", str(k)), ("Q4_G", str(group)), ("Q4_MINS", str(int(mins))), ("Q4_TILE_M", str(tile_m)),
+                 ("Q4_ROWS", str(rows)), ("Q4_RB", str(lay.row_bytes)), ("Q4_SYMBOL", symbol)))
+
+
+def gemv_q4_model(k: int, group: int, mins: int, tm: int, rows: int):
+    lay = Q4Layout(k, group, bool(mins))
+
+    def mv(w, x, y, row):
+        wb = need_memref(w, "w", tm * lay.row_bytes, "i8")
+        xs = need_memref(x, "x", k)
+        out = need_memref(y, "y", rows)
+        r = int(row)
+        if not (0 <= r and r + tm <= rows and r % tm == 0):
+            raise ModelError(f"row offset {r} is not a tile_m={tm} block of the {rows} output rows")
+        wf = dequantize(wb.view(np.uint8), k, group, bool(mins)).astype(F32)
+        out[r:r + tm] = to_bf16(seq_sum(wf * xs.astype(F32)[None, :], np.zeros(tm, dtype=F32)))
+        y.written = True
+    return mv
+
+
+def _gemv_q4(m, args):
+    """Counted formula of gemv_q4.cc's vector path (checked against the host aie_api in tests/test_gemv_q4.py):
+    per 32 weights a 16-byte code load and a 64-byte x load, unpack, to_float (2 conversions + 2 accumulator
+    adds), d*q (a mac-unit multiply), with mins the add of the broadcast min (a widening + an add), the RNE
+    conversion to bf16 and the mac; per group with mins one broadcast; per row a conversion, a reduce_add and the
+    scalar bf16 rounding of y."""
+    k, group, mins, tm = int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    per32 = (load(16, 1) + load(32, 2) + Counts(unpack=1) + conv(2) + add_acc(2) + vmac(32) * 2 + conv()
+             + (conv() + add_acc() if mins else Counts()))
+    row = (k // 32) * per32 + (k // group) * Counts(broadcast=int(mins)) + conv() + Counts(reduce_add=1) \
+        + scalar_bf16(1)
+    return CallWork(k * tm, 2 * tm, row * tm)
+
+
+FAMILY = ExternalFamily("gemv_q4", "gemv_q4.cc", r"mvq4_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)\.o",
+                        r"mvq4_bf16_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)", gemv_q4_kernel, gemv_q4_model)
+COSTS = (
+    # gemv_q4(w, x, y, row): writes y only
+    ExternalCost("gemv_q4", re.compile(FAMILY.symbol_re), _gemv_q4, DEFAULT_STACK, (2,), ()),
+)

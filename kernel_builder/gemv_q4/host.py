@@ -1,0 +1,23 @@
+"""The emulator's 4-bit decode GEMV on the host CPU: external_kernels/host/gemv_q4_host.cc reads the q4 rows as
+stored (a quarter of the bf16 bytes), dequantizes each weight as the AIE2P kernel does and accumulates in the
+bf16 host GEMV's order (kernel_builder/gemv/host.py): the same bits as that GEMV on the dequantized weights."""
+from __future__ import annotations
+
+import numpy as np
+
+from kernel_builder.gemv.host import PARALLEL_MIN, ROW_BLOCK
+from kernel_builder.host_threads import run_items
+
+
+def run(lib, w: np.ndarray, x: np.ndarray, *, m: int, k: int, group: int, mins: int, row_bytes: int) -> np.ndarray:
+    """f32 y[m]; w: u8 [m, row_bytes] contiguous; x: f32 or bf16 [k]."""
+    wa = np.ascontiguousarray(w).view(np.uint8)
+    xf = np.ascontiguousarray(x, dtype=np.float32).reshape(k)
+    y = np.empty(m, dtype=np.float32)
+    wp, xp, yp = wa.ctypes.data, xf.ctypes.data, y.ctypes.data
+
+    def rows(r0):
+        if lib.llama_npu_gemv_q4(wp, xp, yp, m, k, group, int(mins), row_bytes, r0, min(m, r0 + ROW_BLOCK)):
+            raise ValueError(f"gemv_q4: the host kernel refused m={m}, k={k}, group={group}")
+    run_items(rows, range(0, m, ROW_BLOCK), parallel=m * k >= 4 * PARALLEL_MIN)
+    return y

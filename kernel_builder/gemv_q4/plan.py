@@ -1,0 +1,79 @@
+"""The `gemv_q4` kernel's tiling plan: the gemv herd (one shim stream per tile, up to 16 tiles) streaming WHOLE
+q4 rows (a row of K = 14336 is 8960 bytes: no K chunking is needed at the shapes in use), tile_m rows per step,
+ping-ponged; a ValueError naming the dimension and the NPU2 limit otherwise."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernel_builder.gemv.plan import CORE_TASK_MAX_REPEATS, GEMV_MAX_TILES, MAX_GEMV_TILE_M, gemv_herd_shape
+from kernel_builder.gemv_q4.external import Q4_K_MULTIPLE
+from kernel_builder.gemv_q4.format import Q4Layout
+from kernel_builder.planner import BF16, L1_BUDGET, check_positive, divisors_desc, even_or_one, kib, pingpong_copies
+
+
+@dataclass(frozen=True)
+class GemvQ4Plan:
+    m: int
+    k: int
+    group: int
+    mins: int
+    herd_x: int
+    herd_y: int
+    tile_m: int
+
+    @property
+    def layout(self) -> Q4Layout:
+        return Q4Layout(self.k, self.group, bool(self.mins))
+
+    @property
+    def tiles(self) -> int:
+        return self.herd_x * self.herd_y
+
+    @property
+    def rows_per_tile(self) -> int:
+        return self.m // self.tiles
+
+    @property
+    def steps(self) -> int:
+        return self.rows_per_tile // self.tile_m
+
+    @property
+    def core_task_repeats(self) -> int:
+        return -(-self.steps // pingpong_copies(self.steps))
+
+    def l1_buffers(self) -> dict[str, int]:
+        return {"w": pingpong_copies(self.steps) * self.tile_m * self.layout.row_bytes, "x": BF16 * self.k,
+                "y": BF16 * self.rows_per_tile}
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
+
+    def stream_bytes(self) -> int:
+        """Bytes on one tile's shim stream (x, then its q4 rows)."""
+        return BF16 * self.k + self.rows_per_tile * self.layout.row_bytes
+
+
+def plan_gemv_q4(m: int, k: int, group: int, mins: int) -> GemvQ4Plan:
+    check_positive("gemv_q4", m=m, k=k)
+    if k % Q4_K_MULTIPLE:
+        raise ValueError(f"gemv_q4: k={k} must be a multiple of {Q4_K_MULTIPLE} (one int4 vector of 32 lanes)")
+    Q4Layout(k, group, bool(mins))
+    counts = [t for t in divisors_desc(m, GEMV_MAX_TILES) if (m // t) % 2 == 0 and gemv_herd_shape(t)]
+    if not counts:
+        raise ValueError(f"gemv_q4: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
+    for tiles in counts:
+        hx, hy = gemv_herd_shape(tiles)
+        rows = m // tiles
+        best, best_key = None, None
+        for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
+            plan = GemvQ4Plan(m, k, group, int(mins), hx, hy, tile_m)
+            if plan.l1_bytes() > L1_BUDGET or plan.core_task_repeats > CORE_TASK_MAX_REPEATS:
+                continue
+            key = (even_or_one(plan.steps), tile_m)
+            if best_key is None or key > best_key:
+                best, best_key = plan, key
+        if best is not None:
+            return best
+    need = GemvQ4Plan(m, k, group, int(mins), *gemv_herd_shape(counts[0]), 1).l1_bytes()
+    raise ValueError(f"gemv_q4: m={m}, k={k} needs {kib(need)} of L1 per tile (x and whole q4 rows); the NPU2 "
+                     f"limit is {kib(L1_BUDGET)}: split m into partitions")
