@@ -13,6 +13,7 @@ MODEL    ?=
 DEVICE   ?= auto
 BUCKETS  ?=
 WEIGHTS  ?= bf16
+CONTEXT  ?=
 PYTEST_ARGS ?=
 HOST     ?= 127.0.0.1
 PORT     ?= 8000
@@ -22,7 +23,7 @@ QUICK    ?=
 # What the user typed never becomes shell syntax: PROMPT reaches the program through the environment
 # ($LLAMA_NPU_PROMPT, exported per target below), every other value as one single-quoted word (shq), and all of
 # them unexpanded ($(value ...)), so quotes, backticks, $, newlines and unicode arrive as typed.
-unexport PROMPT MODEL BUCKETS N_TOKENS HOST PORT DRY_RUN QUICK
+unexport PROMPT MODEL BUCKETS CONTEXT WEIGHTS N_TOKENS HOST PORT DRY_RUN QUICK
 override DEVICE := $(value DEVICE)
 export DEVICE
 shq = '$(subst ','\'',$(1))'
@@ -35,7 +36,7 @@ MODEL_ARG   := $(if $(value MODEL),--model $(call V,MODEL),)
 BUCKETS_ARG := $(if $(value BUCKETS),--buckets $(call V,BUCKETS),)
 COMMON      := $(MODEL_ARG) --device $(call V,DEVICE) $(BUCKETS_ARG) --weights $(call V,WEIGHTS)
 
-.PHONY: help setup compile run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
+.PHONY: help setup compile check-lowering run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
 
 help: ## list the targets
 	@echo "llama-npu — Llama-family LLMs as MLIR-AIR kernels for the AMD NPU2 (emu when no NPU)"
@@ -46,6 +47,7 @@ help: ## list the targets
 	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)  DRY_RUN=1 (make run: check, print the prompt, exit)"
 	@echo "           QUICK=1 (make bench / bench-serve: every section with small sizes, a smoke test)"
 	@echo "           WEIGHTS=bf16|q4 (q4: 4-bit decode GEMVs, docs/quantization.md)"
+	@echo "           CONTEXT=<positions> (make check-lowering; default as compile)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
@@ -59,6 +61,9 @@ setup: $(STAMP) ## create .venv, install dependencies, convert the embedded mode
 
 compile: setup ## generate, stitch and compile every module the model needs (skips up-to-date ones)
 	$(PY) -m llama_npu compile $(COMMON)
+
+check-lowering: $(STAMP) ## lower every stitched module with the real aircc/aiecc (or a LLAMA_NPU_AIR_LOWER tool) up to NPU instructions (MODEL may be a config.json-only dir)
+	$(PY) -m llama_npu check-lowering $(MODEL_ARG) $(BUCKETS_ARG) $(if $(value CONTEXT),--context $(call V,CONTEXT),)
 
 run profile: export LLAMA_NPU_PROMPT = $(value PROMPT)
 run: setup ## generate text: make run PROMPT="..." N_TOKENS=64 MODEL=...

@@ -1,4 +1,4 @@
-"""`llama-npu run | chat | serve | compile | profile | doctor | hw-check` (also `python -m llama_npu`).
+"""`llama-npu run | chat | serve | compile | check-lowering | profile | doctor | hw-check` (also `python -m llama_npu`).
 
 Bad input never prints a traceback: one line on stderr and exit code 2.
 """
@@ -82,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="build only this module (repeatable)")
     comp.add_argument("--no-hw-check", action="store_true",
                       help="compile modules over an NPU2 limit anyway (DEVICE=npu; docs/hardware-model.md)")
+    low = sub.add_parser("check-lowering", help="lower every stitched module of a model with the real toolchain "
+                                                "up to the NPU instructions; a table (exit 1 if one fails)")
+    low.add_argument("--model", default=None, help="HF model directory (config.json is enough) or model id")
+    low.add_argument("--buckets", type=bucket_list, default=None, help="prefill lengths (default 64,256,1024,2048)")
+    low.add_argument("--context", type=positive_int, default=None, help="KV-cache positions (default: as compile)")
+    low.add_argument("--no-progress", action="store_true", help="no progress bar")
+    low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
+    low.add_argument("--tool", default=None, help="a lowering tool with the $LLAMA_NPU_AIR_LOWER interface "
+                     "(default: the installed aircc/aiecc, else $LLAMA_NPU_AIR_LOWER)")
     hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")
     hw.add_argument("files", nargs="+", help="module .mlir files (exit 1 when one exceeds a limit)")
     hw.add_argument("--max-mib", type=positive_float, default=None,
@@ -366,6 +375,15 @@ def cmd_prepare_model(args) -> int:
     return 0
 
 
+def cmd_check_lowering(args) -> int:
+    from .check_lowering import check_lowering_main
+    from .engine import DEFAULT_BUCKETS
+
+    if args.buckets is None:
+        args.buckets = DEFAULT_BUCKETS
+    return check_lowering_main(args)
+
+
 def cmd_doctor(args) -> int:
     from .doctor import doctor_main
     from .engine import DEFAULT_BUCKETS
@@ -376,7 +394,8 @@ def cmd_doctor(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "prepare-model": cmd_prepare_model, "chat": cmd_chat, "serve": cmd_serve,
-            "compile": cmd_compile, "profile": cmd_profile, "doctor": cmd_doctor, "hw-check": cmd_hw_check}
+            "compile": cmd_compile, "check-lowering": cmd_check_lowering, "profile": cmd_profile, "doctor": cmd_doctor,
+            "hw-check": cmd_hw_check}
 
 
 def _one_line(e: BaseException) -> str:

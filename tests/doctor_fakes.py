@@ -14,6 +14,7 @@ RELEASE = "6.14.0-15-generic"
 BDF = "0000:c5:00.1"
 USER, UID = "alice", 4242   # not the uid running the tests: group bits decide access
 MIB, GIB = 1 << 20, 1 << 30
+AIR_WHEEL, AIE_WHEEL = "0.0.1.2026050104+efeb41c", "0.0.1.2026041305+ae8ed9d"
 
 EXAMINE = """System Configuration
   OS Name              : Linux
@@ -93,16 +94,18 @@ class FakeMachine:
         self.toolchain = Toolchain(aircc="/venv/lib/mlir_air/bin/aircc", aiecc="/venv/lib/mlir_aie/bin/aiecc",
                                    peano="/venv/lib/llvm-aie")
         self.dists = {
-            "mlir_air": DistInfo("mlir_air", "0.0.1.2026040100+abc1234",
-                                 ('filelock==3.13.1', 'mlir_aie==1.2.3; extra == "aie"', 'llvm-aie; extra == "aie"')),
-            "mlir_aie": DistInfo("mlir_aie", "1.2.3"),
+            # wheels built at the pinned commits (kernel_builder/toolchain_pins.py)
+            "mlir_air": DistInfo("mlir_air", AIR_WHEEL,
+                                 ('filelock==3.13.1', f'mlir_aie=={AIE_WHEEL}; extra == "aie"',
+                                  'llvm-aie; extra == "aie"')),
+            "mlir_aie": DistInfo("mlir_aie", AIE_WHEEL),
             "llvm-aie": DistInfo("llvm-aie", "19.0.0.2026040101+deadbeef"),
         }
         self.commands = {
             "xrt-smi examine": examine(),
             "import pyxrt": "/opt/xilinx/xrt/python/pyxrt.cpython-312-x86_64-linux-gnu.so\n",
-            "aircc --version": "aircc 0.0.1 (mlir-air abc1234)\n",
-            "aiecc --version": "aiecc 1.2.3\n",
+            "aircc --version": "aircc 0.0.1 (mlir-air efeb41c)\n",
+            "aiecc --version": "aiecc 0.0.1\n",
             "clang --version": "clang version 19.0.0 (llvm-aie deadbeef)\nTarget: x86_64-unknown-linux-gnu\n",
             "clang --print-targets": TARGETS,
         }

@@ -8,11 +8,11 @@ column in flight until a tile of the launch grid ends: it needs the runtime loop
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from kernel_builder.hw import analyze_module
+from multi_launch_builder.compile.lowering import lower_with_tool
 from kernel_builder.hw.tune import preset_for_kernels
 from kernel_builder.registry import kernel_text
 from kernel_builder.presets import AirccPreset
@@ -34,20 +34,18 @@ CASES = [
 ]
 
 
-def _lower(tmp_path, text: str, preset: AirccPreset, tag: str) -> str:
+def _lower(tmp_path, text: str, preset: AirccPreset, tag: str):
     src = tmp_path / f"attention_{tag}.mlir"
     src.write_text(text)
-    res = subprocess.run([LOWER, "--whole", "-q", *preset.flags(), str(src), str(tmp_path / f"out_{tag}")],
-                         capture_output=True, text=True, timeout=1800)
-    return (res.stdout.strip().splitlines() or [""])[-1]
+    return lower_with_tool(LOWER, src, tmp_path / f"out_{tag}", preset.flags(), timeout=1800)
 
 
 @pytest.mark.parametrize("shape", CASES, ids=lambda c: "x".join(map(str, c)))
 def test_attention_lowers_and_the_hardware_model_passes_it(tmp_path, shape):
     text = kernel_text("attention", *shape)
     preset = preset_for_kernels([text])
-    last = _lower(tmp_path, text, preset, "preset")
-    assert last.startswith("OK"), last
+    res = _lower(tmp_path, text, preset, "preset")
+    assert res.ok, f"{res.stage}: {res.message}"
     rep = analyze_module(text, preset=preset)
     assert rep.ok, rep.first_violation()
     if preset.runtime_loop_tiling_sizes:   # the model asked for the tiling: untiled it counts a BD overflow

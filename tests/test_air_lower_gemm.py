@@ -6,11 +6,11 @@ model, whose verdict must agree with the lowering's (docs/hardware-model.md "Agr
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from kernel_builder.hw import analyze_module
+from multi_launch_builder.compile.lowering import lower_with_tool
 from kernel_builder.registry import kernel_text
 from kernel_builder.presets import AirccPreset
 
@@ -35,12 +35,11 @@ def test_gemm_lowers_as_the_hardware_model_says(tmp_path, shape, preset, expecte
     text = kernel_text("gemm", *shape)
     src = tmp_path / ("gemm_%d_%d_%d.mlir" % shape)
     src.write_text(text)
-    res = subprocess.run([LOWER, "--whole", "-q", *preset.flags(), str(src), str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=1800)
-    last = (res.stdout.strip().splitlines() or [""])[-1]
-    assert last.startswith(expected), last
+    res = lower_with_tool(LOWER, src, tmp_path / "out", preset.flags(), timeout=1800)
+    assert res.ok == (expected == "OK"), f"{res.stage}: {res.message}"
     if expected == "FAIL":
-        assert "aie-assign-runtime-sequence-bd-ids" in last and "buffer descriptor IDs" in last
+        verdict = f"{res.stage}: {res.message}"
+        assert "aie-assign-runtime-sequence-bd-ids" in verdict and "buffer descriptor IDs" in verdict
     rep = analyze_module(text, preset=preset)
     assert rep.ok == (expected == "OK"), rep.first_violation()
     if not rep.ok:

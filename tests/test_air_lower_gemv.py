@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections import Counter
 
 import pytest
 
 from kernel_builder.gemv import plan as gemv_plan
 from kernel_builder.hw import analyze_module
+from multi_launch_builder.compile.lowering import lower_with_tool
 from kernel_builder.registry import kernel_text
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")
@@ -40,9 +40,8 @@ def test_gemv_lowers_with_one_stream_per_tile(tmp_path, m, k):
     src = tmp_path / f"gemv_{m}_{k}.mlir"
     src.write_text(text)
     out = tmp_path / "out"
-    res = subprocess.run([LOWER, "--whole", "-q", str(src), str(out)], capture_output=True, text=True, timeout=1800)
-    last = (res.stdout.strip().splitlines() or [""])[-1]
-    assert last.startswith("OK"), last
+    res = lower_with_tool(LOWER, src, out, timeout=1800)
+    assert res.ok, f"{res.stage}: {res.message}"
     rep = analyze_module(text)
     assert rep.ok, rep.first_violation()
     assert (rep.usage.shim_mm2s, rep.usage.shim_s2mm) == (p.tiles, p.tiles)
@@ -79,10 +78,8 @@ def test_stitched_decode_modules_lower(tmp_path, name):
     text = stitch(decl)
     src = tmp_path / f"{name}.mlir"
     src.write_text(text)
-    res = subprocess.run([LOWER, "--whole", "-q", str(src), str(tmp_path / "out")], capture_output=True, text=True,
-                         timeout=1800)
-    last = (res.stdout.strip().splitlines() or [""])[-1]
-    assert last.startswith("OK"), last
+    res = lower_with_tool(LOWER, src, tmp_path / "out", timeout=1800)
+    assert res.ok, f"{res.stage}: {res.message}"
     rep = analyze_module(text, name)
     assert rep.ok, rep.first_violation()
     gemv_launches = [l for l in rep.launches if "gemv" in l.name]

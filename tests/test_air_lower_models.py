@@ -10,11 +10,11 @@ must agree with the lowering for each (it passes all of them: tests/test_hw_modu
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from kernel_builder.hw import analyze_module
+from multi_launch_builder.compile.lowering import lower_with_tool
 from multi_launch_builder.stitcher import stitch
 from llama_npu.models import llama as shapes
 from llama_npu.models.llama import LlamaModel
@@ -42,9 +42,7 @@ def test_stitched_module_lowers(tmp_path, model, name):
     text = stitch(decl)
     src = tmp_path / f"{name}.mlir"
     src.write_text(text)
-    res = subprocess.run([LOWER, "--whole", "-q", str(src), str(tmp_path / "out")], capture_output=True, text=True,
-                         timeout=3600)
-    last = (res.stdout.strip().splitlines() or [""])[-1]
-    assert last.startswith("OK"), f"{model} {name}: {last}"
+    res = lower_with_tool(LOWER, src, tmp_path / "out", timeout=3600)
+    assert res.ok, f"{model} {name}: {res.stage}: {res.message}"
     rep = analyze_module(text, name)
     assert rep.ok, rep.first_violation()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor_fakes import BDF, GIB, MIB, USER, examine, healthy, remove, write
+from doctor_fakes import AIE_WHEEL, BDF, GIB, MIB, USER, examine, healthy, remove, write
 from multi_launch_builder.doctor import (CHECK_IDS, FAIL, OK, SKIP, CmdResult, DistInfo, Machine, MemoryNeed, exit_code,
                                          render_json, render_text, run_checks, run_command)
 from kernel_builder.toolchain import Toolchain
@@ -65,7 +65,7 @@ def test_healthy_machine_passes_every_check(tmp_path):
     assert "readable and writable by alice" in by_id["device-node"].detail
     assert by_id["xrt"].detail.startswith("XRT 2.19.0")
     assert "pyxrt.cpython-312" in by_id["pyxrt"].detail
-    assert "pins mlir_aie==1.2.3" in by_id["toolchain-set"].detail
+    assert f"pins mlir_aie=={AIE_WHEEL}" in by_id["toolchain-set"].detail
     assert render_text(checks).splitlines()[-1] == "NPU path: ready"
 
 
@@ -246,10 +246,10 @@ def test_toolchain_piece_missing(tmp_path, piece, anchor):
 
 def test_mlir_aie_not_the_version_mlir_air_pins(tmp_path):
     fm = healthy(tmp_path)
-    fm.dists["mlir_aie"] = DistInfo("mlir_aie", "1.2.2")
+    fm.dists["mlir_aie"] = DistInfo("mlir_aie", "1.2.2")   # (a release version: no commit in it)
     c = only_failure(fm, "toolchain-set")
-    assert "built and tested against mlir_aie 1.2.3, but mlir_aie 1.2.2 is installed" in c.detail
-    assert "`pip install 'mlir_aie==1.2.3'`" in c.fix
+    assert f"built and tested against mlir_aie {AIE_WHEEL}, but mlir_aie 1.2.2 is installed" in c.detail
+    assert f"`pip install 'mlir_aie=={AIE_WHEEL}'`" in c.fix
 
 
 def test_peano_without_the_npu2_target(tmp_path):
@@ -273,14 +273,14 @@ def _npu_versions(fm) -> dict:
 def test_stale_kernel_cache_modules_are_named_but_do_not_block(tmp_path):
     fm = healthy(tmp_path)
     current = _npu_versions(fm)
-    assert current["aircc"] == "aircc 0.0.1 (mlir-air abc1234)" and current["mlir_aie"] == "1.2.3"
+    assert current["aircc"] == "aircc 0.0.1 (mlir-air efeb41c)" and current["mlir_aie"] == AIE_WHEEL
     old = dict(current, aircc="aircc 0.0.0 (mlir-air 0000000)")
     entry = lambda v: {"key": "k", "dir": "npu/x/k", "files": {}, "sha256": {}, "versions": v}  # noqa: E731
     _manifest(tmp_path / "kernels", {"npu": {"rms_gemv_rope": entry(old), "o_gemv_ffn": entry(current),
                                              "lm_head_gemv": entry(old)}, "emu": {"rms_gemv_rope": entry({})}})
     c = only_failure(fm, "kernel-cache", cache_dir=tmp_path / "kernels")
     assert not c.blocking and "2 built with another toolchain (lm_head_gemv, rms_gemv_rope" in c.detail
-    assert "aircc: 'aircc 0.0.0 (mlir-air 0000000)' -> 'aircc 0.0.1 (mlir-air abc1234)'" in c.detail
+    assert "aircc: 'aircc 0.0.0 (mlir-air 0000000)' -> 'aircc 0.0.1 (mlir-air efeb41c)'" in c.detail
     assert "o_gemv_ffn" not in c.detail and "make compile DEVICE=npu" in c.fix
     assert "advisory" in render_text(checks_of(fm, cache_dir=tmp_path / "kernels")[1]).splitlines()[-1]
 

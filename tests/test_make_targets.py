@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["setup", "compile", "run", "chat", "serve", "profile", "verify", "verify-full", "diagnosis", "bench",
+TARGETS = ["setup", "compile", "check-lowering", "run", "chat", "serve", "profile", "verify", "verify-full", "diagnosis", "bench",
            "bench-serve", "doctor", "test", "clean", "help"]
 
 

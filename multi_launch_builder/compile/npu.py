@@ -25,12 +25,9 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, what: str, module: str) ->
         raise BuildError(f"module {module}: {what} failed (exit {r.returncode}); log: {log}")
 
 
-def compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out: Path, tc: Toolchain,
-                 times: dict, log: Path, preset_flags: list[str]) -> dict[str, str]:
-    """Peano for the externals, then aircc (which drives aiecc) -> <name>.elf. Returns files by role.
-    Every command and its output go to `log` (outside the staging dir, so it survives a failure)."""
+def compile_externals(name: str, refs: list[ExternalRef], work: Path, tc: Toolchain, log: Path) -> None:
+    """Peano compiles every linked external kernel into `work` (where aiecc looks for link_with objects)."""
     from external_kernels.compile_rules import aie_include_dir_from_env, compile_command
-    t0 = time.perf_counter()
     include = Path(tc.aie_include) if tc.aie_include else aie_include_dir_from_env()
     if refs and include is None:
         raise BuildError(f"module {name}: the aie_api headers of mlir-aie were not found (set "
@@ -40,25 +37,43 @@ def compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out: 
             raise BuildError(f"module {name}: no external kernel rule produces {r.obj}; log: {log}")
         _run_logged(compile_command(r.kernel, work, Path(tc.peano), include), log, work,
                     f"Peano compile of {r.obj}", name)
-    times["externals"] = time.perf_counter() - t0
 
-    src = work / "air.mlir"
-    src.write_text(text)
-    elf = out / f"{name}.elf"
-    cmd = [tc.aircc, str(src), "--device", "npu2", "--output-format", "elf", "--elf-name", str(elf),
-           "--tmpdir", str(work / "air_project"), "--peano", str(tc.peano), "--no-xchesscc", "--no-xbridge",
-           *preset_flags]
+
+def aircc_command(tc: Toolchain, src: Path, work: Path, output: list[str], preset_flags: list[str]) -> list[str]:
+    """aircc for npu2 with Peano (no xchesscc / xbridge); `output` selects what it writes (--output-format ...)."""
+    return [tc.aircc, str(src), "--device", "npu2", *output, "--tmpdir", str(work / "air_project"),
+            "--peano", str(tc.peano), "--no-xchesscc", "--no-xbridge", *preset_flags]
+
+
+def run_aircc(cmd: list[str], tc: Toolchain, work: Path, log: Path) -> int:
+    """Run aircc (aiecc on its PATH) in `work`, appending the command and its output to `log`; its exit code."""
     env_path = os.pathsep.join([str(Path(tc.aiecc).parent), os.environ.get("PATH", "")])
-    t0 = time.perf_counter()
     with open(log, "a") as f:
         f.write(f"$ {' '.join(cmd)}\n")
         f.flush()
         # cwd = work: aiecc resolves link_with objects and writes --get-* artifacts relative to it.
         r = subprocess.run(cmd, cwd=work, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PATH": env_path})
+    return r.returncode
+
+
+def compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out: Path, tc: Toolchain,
+                 times: dict, log: Path, preset_flags: list[str]) -> dict[str, str]:
+    """Peano for the externals, then aircc (which drives aiecc) -> <name>.elf. Returns files by role.
+    Every command and its output go to `log` (outside the staging dir, so it survives a failure)."""
+    t0 = time.perf_counter()
+    compile_externals(name, refs, work, tc, log)
+    times["externals"] = time.perf_counter() - t0
+
+    src = work / "air.mlir"
+    src.write_text(text)
+    elf = out / f"{name}.elf"
+    cmd = aircc_command(tc, src, work, ["--output-format", "elf", "--elf-name", str(elf)], preset_flags)
+    t0 = time.perf_counter()
+    rc = run_aircc(cmd, tc, work, log)
     times["aircc"] = time.perf_counter() - t0
     times["aiecc"] = None  # aiecc runs inside aircc; its time is part of the aircc column
-    if r.returncode != 0:
-        raise BuildError(f"module {name}: aircc failed (exit {r.returncode}); log: {log}")
+    if rc != 0:
+        raise BuildError(f"module {name}: aircc failed (exit {rc}); log: {log}")
     if not elf.is_file():
         raise BuildError(f"module {name}: aircc succeeded but wrote no {elf.name}; log: {log}")
     shutil.copy(log, out / "build.log")

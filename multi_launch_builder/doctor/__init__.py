@@ -16,11 +16,13 @@ from multi_launch_builder.doctor.check_report import (FAIL, OK, SKIP, SYMBOLS, C
                                                       render_json, render_text)
 from .system import (Facts, check_device_node, check_driver, check_firmware, check_iommu, check_kernel,
                      check_npu, scan_pci)
+from .pins import check_lowering_pins
 from .tools import check_aiecc, check_aircc, check_peano, check_toolchain_set
 from .xrt import check_pyxrt, check_xrt, check_xrt_sees_npu
 
 CHECK_IDS = ("kernel", "driver", "npu", "firmware", "iommu", "device-node", "memlock", "host-memory", "xrt",
-             "pyxrt", "xrt-smi", "aircc", "aiecc", "peano", "toolchain-set", "kernel-cache")
+             "pyxrt", "xrt-smi", "aircc", "aiecc", "peano", "toolchain-set", "toolchain-pins",
+             "kernel-cache")
 
 
 def run_checks(machine: Machine, need: MemoryNeed | None = None, cache_dir: Path | None = None,
@@ -49,6 +51,7 @@ def run_checks(machine: Machine, need: MemoryNeed | None = None, cache_dir: Path
         ("aiecc", lambda: check_aiecc(machine, f)),
         ("peano", lambda: check_peano(machine, f)),
         ("toolchain-set", lambda: check_toolchain_set(machine, f)),
+        ("toolchain-pins", lambda: check_lowering_pins(machine, f)),
         ("kernel-cache", lambda: check_kernel_cache(machine, f, cache_dir, decls)),
     ]
     out = []

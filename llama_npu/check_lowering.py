@@ -1,0 +1,60 @@
+"""`llama-npu check-lowering` (`make check-lowering`): every stitched module of a model through the real lowering
+up to the NPU instructions (multi_launch_builder.compile.lowering), one table row per module; exit 1 when one
+does not lower, 2 when there is nothing to lower with.
+
+The modules are the ones `llama-npu compile` builds at these buckets and context, for both decode-attention
+placements (the fused decode layer and the host-attention fallback), each with the aircc preset the build
+derives from its kernels (recorded in the stitched header, which the lowering applies)."""
+from __future__ import annotations
+
+import sys
+
+from kernel_builder.toolchain_pins import pin_text
+
+
+def model_modules(model: str | None, buckets, context: int | None, only: list[str], progress: bool):
+    """(config, [(name, stitched text, launch count)]) of every module of the model, or of `only` those."""
+    from multi_launch_builder.compile import generate, stitch_text
+
+    from .config import load_config, select_buckets
+    from .errors import UsageError
+    from .memory import choose_context
+    from .model_source import resolve_model
+    from .models import model_for
+
+    cfg = load_config(resolve_model(model, progress=progress))
+    ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context)
+    bs = select_buckets(buckets, ctx)
+    fam = model_for(cfg)
+    decls: dict = {}
+    for placement in ("npu", "host"):
+        for d in fam.modules(bs, ctx, placement):
+            decls.setdefault(d.name, d)
+    if only:
+        unknown = sorted(set(only) - set(decls))
+        if unknown:
+            raise UsageError(f"--only names unknown modules {unknown}; this model has {', '.join(decls)}")
+        decls = {n: d for n, d in decls.items() if n in only}
+    out = []
+    for d in decls.values():
+        text = stitch_text(generate(d))
+        out.append((d.name, text, len(d.launches)))
+    return cfg, bs, ctx, out
+
+
+def check_lowering_main(args) -> int:
+    from multi_launch_builder.compile.lowering import LoweringUnavailable, check_lowering, find_lowerer
+
+    try:
+        lowerer = find_lowerer(tool=args.tool)
+    except LoweringUnavailable as e:
+        print(f"llama-npu: {e}", file=sys.stderr)
+        return 2
+    cfg, bs, ctx, modules = model_modules(args.model, args.buckets, args.context, args.only,
+                                          progress=not args.no_progress)
+    print(f"check-lowering: {cfg.model_dir.name} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden}), "
+          f"buckets {','.join(map(str, bs))}, context {ctx}: {len(modules)} modules; pinned {pin_text()}; "
+          f"lowering with {lowerer.describe()}", flush=True)
+    report = check_lowering(modules, lowerer, progress=not args.no_progress)
+    print(report.table())
+    return 0 if report.ok else 1
