@@ -12,7 +12,8 @@
    (benchmarks/hw_model.py); like-for-like figures, ours and the reference design's modules, modeled NPU + host
    time in three scenarios (likely, optimistic, pessimistic), and the out-of-sample calibration errors
    (benchmarks/hw_scenarios.py); the other families (Qwen2.5, Qwen3, Mistral, Phi-4-mini) at real widths:
-   modeled prefill and decode (benchmarks/hw_model.bench_families).
+   modeled prefill and decode (benchmarks/hw_model.bench_families); the modeled prefill and decode of Gemma-3-1B
+   (benchmarks/gemma3.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 7. 4-bit weights (benchmarks/q4.py): device buffers of Llama-3.2-1B / Llama-3.1-8B in q4 with an 8k KV cache,
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_hw_model(host_times=host, **({"seq": 256} if q else {}))
         bench_families(**({"seq": 256, "window": 256} if q else {}))
+        from benchmarks.gemma3 import bench_gemma3_1b
+
+        bench_gemma3_1b(**({"seq": 256} if q else {}))
     if "q4" not in args.skip:
         from benchmarks.q4 import bench_q4, bench_q4_perplexity
 

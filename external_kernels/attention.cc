@@ -26,7 +26,10 @@
 //   step(item, state, pos, k_pos0): one update of all ATTN_LQ rows at position pos.
 //   merge(parts, out): parts = ATTN_NPARTS states of the same rows over disjoint key ranges; with
 //       M = max_s m_s, w_s = exp(m_s - M): out = (sum_s w_s acc_s) / (sum_s w_s l_s) in bf16 (0 when the sum is 0).
-// ATTN_SCALE is 1/sqrt(head_dim) rounded to f32 (kernel_builder.reference.attention_scale), a hex-float literal.
+// ATTN_SCALE is 1/sqrt(d) rounded to f32 (kernel_builder.reference.attention_scale; d = head_dim, or the model's
+// query pre-attention scalar), a hex-float literal.
+// ATTN_WINDOW (optional, 0 = full causal): a sliding window of that many keys: the query at q_pos sees the keys
+// at q_pos - ATTN_WINDOW < k <= q_pos (transformers' sliding_window_overlay); in a tile, a range [first, vis).
 #include "kernel_common.h"
 
 #if !defined(ATTN_MODE) || !defined(ATTN_HEAD_DIM) || !defined(ATTN_LQ) || !defined(ATTN_LK) || \
@@ -49,6 +52,11 @@ static constexpr int kLq = ATTN_LQ;
 static constexpr int kLk = ATTN_LK;
 static constexpr float kScale = ATTN_SCALE;
 static constexpr float kLowest = -0x1.fffffep127f;  // "no key seen yet"; exp(kLowest - m) == 0
+#ifndef ATTN_WINDOW
+#define ATTN_WINDOW 0
+#endif
+static constexpr int32_t kWindow = ATTN_WINDOW;
+static_assert(kWindow >= 0, "ATTN_WINDOW must be >= 0 (0: full causal)");
 
 static inline float *state_m(float *state) { return state + kLq * kHd; }
 static inline float *state_l(float *state) { return state + kLq * kHd + kLq; }
@@ -57,6 +65,14 @@ static inline float *state_l(float *state) { return state + kLq * kHd + kLq; }
 static inline int visible_keys(int32_t q_pos, int32_t k_pos0) {
   const int32_t n = q_pos - k_pos0 + 1;
   return n <= 0 ? 0 : (n >= kLk ? kLk : static_cast<int>(n));
+}
+
+// The first key of a tile at k_pos0 inside the sliding window of a query at q_pos (0 without a window); the row
+// sees keys [first_key, visible_keys).
+static inline int first_key(int32_t q_pos, int32_t k_pos0) {
+  if (kWindow == 0) return 0;
+  const int32_t f = q_pos - kWindow + 1 - k_pos0;
+  return f <= 0 ? 0 : (f >= kLk ? kLk : static_cast<int>(f));
 }
 
 #if defined(__AIENGINE__)
@@ -132,11 +148,11 @@ static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
 }
 
 // Softmax of n <= 16 rows of raw scores s[n][kLk] (f32, unscaled; scaled here by scale * log2e into log2 units); row
-// r has vis[r] >= 1 visible keys (a prefix). Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and
+// r has visible keys [first[r], vis[r]), at least one. Updates m[0, n) and l[0, n), writes p[n][kLk] (bf16, masked keys 0) and
 // alpha[0, n) = 2^(m_old - m_new). The per-row statistics live in 16-lane vectors (one lane per row): no scalar
 // float arithmetic (the scalar unit would emulate it); scalars only move between vectors and memory.
 static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, int n, const int *vis,
-                         float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT alpha) {
+                         const int *first, float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT alpha) {
   alignas(::aie::vector_decl_align) static float rmax[kLanes], rsum[kLanes], mo[kLanes], lo[kLanes];
   alignas(::aie::vector_decl_align) static float mn[kLanes], mk[kLanes], al[kLanes], ln[kLanes];
   for (int r = 0; r < kLanes; ++r) {
@@ -150,6 +166,7 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
     for (int j = 0; j < kLk; j += kLanes)
       ::aie::store_v(sr + j, ::aie::mul(::aie::load_v<kLanes>(sr + j), kScaleLog2e).template to_vector<float>());
     for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
+    for (int j = 0; j < first[r]; ++j) sr[j] = kLowest;   // ... nor the keys before the sliding window
     ::aie::vector<float, kLanes> vmax = ::aie::load_v<kLanes>(sr);
     for (int j = kLanes; j < kLk; j += kLanes) vmax = ::aie::max(vmax, ::aie::load_v<kLanes>(sr + j));
     rmax[r] = ::aie::reduce_max(vmax);
@@ -164,6 +181,7 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
     float *sr = s + r * kLk;
     bfloat16 *pr = p + r * kLk;
     for (int j = vis[r]; j < kLk; ++j) sr[j] = mk[r];
+    for (int j = 0; j < first[r]; ++j) sr[j] = mk[r];
     const ::aie::vector<float, kLanes> mr = ::aie::broadcast<float, kLanes>(mn[r]);
     ::aie::accum<accfloat, kLanes> sum = ::aie::zeros<accfloat, kLanes>();
     for (int j = 0; j < kLk; j += kLanes) {
@@ -171,6 +189,10 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
       ::aie::store_v(pr + j, pj);
       if (j + kLanes > vis[r]) {  // the chunk holding the causal edge: zero the masked probabilities
         for (int c = vis[r] > j ? vis[r] - j : 0; c < kLanes; ++c) pr[j + c] = static_cast<bfloat16>(0.0f);
+        pj = ::aie::load_v<kLanes>(pr + j);
+      }
+      if (j < first[r]) {  // a chunk before the sliding window's first key: zero those probabilities
+        for (int c = 0; c < kLanes && j + c < first[r]; ++c) pr[j + c] = static_cast<bfloat16>(0.0f);
         pj = ::aie::load_v<kLanes>(pr + j);
       }
       sum = ::aie::mac(sum, pj, ones);
@@ -213,6 +235,7 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
                            int32_t k_pos0) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
   if (k_pos0 > q_pos0 + kLq - 1) return;  // every key after every query of the tile
+  if (kWindow && k_pos0 + kLk - 1 <= q_pos0 - kWindow) return;  // every key before every query's window
   alignas(::aie::vector_decl_align) static float s[4 * kLk];
   alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
   float *m = state_m(state), *l = state_l(state);
@@ -224,6 +247,7 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
       ::aie::store_v(v + j * kHd + d, ::aie::zeros<bfloat16, kDotLanes>());
   for (int i0 = 0; i0 < kLq; i0 += 4) {
     if (k_pos0 > q_pos0 + i0 + 3) continue;  // no row of this block sees a key of the tile
+    if (kWindow && k_pos0 + kLk - 1 <= q_pos0 + i0 - kWindow) continue;  // ... or the tile is before every window
     // scores of 4 query rows x kLk keys: S = Q . K^T, K^T blocks transposed in registers
     for (int j0 = 0; j0 < kLk; j0 += 8) {
       MMul mm;
@@ -238,19 +262,21 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
       for (int r = 0; r < 4; ++r) ::aie::store_v(s + r * kLk + j0, c.template extract<8>(r));
     }
     alignas(::aie::vector_decl_align) float alpha[4];
-    int vis[4], live[4], n_live = 0;
+    int vis[4], first[4], live[4], n_live = 0;
     for (int r = 0; r < 4; ++r) {
       vis[r] = visible_keys(q_pos0 + i0 + r, k_pos0);
-      if (vis[r] == 0) {  // row unchanged: zero probabilities, alpha 1
+      first[r] = first_key(q_pos0 + i0 + r, k_pos0);
+      if (first[r] >= vis[r]) {  // row unchanged: zero probabilities, alpha 1
         for (int j = 0; j < kLk; j += kLanes) ::aie::store_v(p + r * kLk + j, ::aie::zeros<bfloat16, kLanes>());
         alpha[r] = 1.0f;
       } else {
         live[n_live++] = r;
       }
     }
-    // the rows that see keys are a suffix of the block (positions grow with the row)
+    // the rows that see keys are consecutive (positions grow with the row: the causal edge leaves the first
+    // rows without keys, the sliding window the last ones)
     const int r0 = live[0];
-    softmax_rows(s + r0 * kLk, p + r0 * kLk, n_live, vis + r0, m + i0 + r0, l + i0 + r0, alpha + r0);
+    softmax_rows(s + r0 * kLk, p + r0 * kLk, n_live, vis + r0, first + r0, m + i0 + r0, l + i0 + r0, alpha + r0);
     // acc (4 rows x 8 dims blocks) = alpha * acc + P . V
     for (int d = 0; d < kHd; d += 8) {
       float *a = state + i0 * kHd + d;
@@ -307,17 +333,18 @@ extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
                                    int32_t k_pos0) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  const int vis = visible_keys(pos, k_pos0);
-  if (vis == 0) return;
+  const int vis = visible_keys(pos, k_pos0), first = first_key(pos, k_pos0);
+  if (first >= vis) return;
   const bfloat16 *k = item, *v = item + kLk * kHd, *q = item + 2 * kLk * kHd;
   alignas(::aie::vector_decl_align) static float s[4 * kLk];
   alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
   float *m = state_m(state), *l = state_l(state);
   const int visv[4] = {vis, vis, vis, vis};          // every row is at the position
+  const int firstv[4] = {first, first, first, first};
   for (int i0 = 0; i0 < kLq; i0 += 4) {
     const int n = kLq - i0 < 4 ? kLq - i0 : 4;
     for (int r = 0; r < n; ++r)
-      for (int j = 0; j < vis; ++j) {
+      for (int j = first; j < vis; ++j) {
         ::aie::accum<accfloat, kDotLanes> dot = ::aie::zeros<accfloat, kDotLanes>();
         for (int d = 0; d < kHd; d += kDotLanes)
           dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + (i0 + r) * kHd + d),
@@ -325,12 +352,12 @@ extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLA
         s[r * kLk + j] = ::aie::reduce_add(dot.template to_vector<float>());
       }
     alignas(::aie::vector_decl_align) float alpha[4];
-    softmax_rows(s, p, n, visv, m + i0, l + i0, alpha);
+    softmax_rows(s, p, n, visv, firstv, m + i0, l + i0, alpha);
     for (int r = 0; r < n; ++r) {
       float *acc_r = state + (i0 + r) * kHd;
       for (int d = 0; d < kHd; d += kLanes) {
         ::aie::accum<accfloat, kLanes> o = ::aie::mul(::aie::load_v<kLanes>(acc_r + d), alpha[r]);
-        for (int j = 0; j < vis; ++j)
+        for (int j = first; j < vis; ++j)
           o = ::aie::mac(o, ::aie::load_v<kLanes>(v + j * kHd + d),
                          ::aie::broadcast<bfloat16, kLanes>(p[r * kLk + j]));
         ::aie::store_v(acc_r + d, o.template to_vector<float>());
@@ -399,22 +426,23 @@ static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, floa
   float *m = state_m(state), *l = state_l(state);
   for (int i = 0; i < kLq; ++i) {
     const int vis = visible_keys(q_pos0 + i * q_pos_step, k_pos0);
-    if (vis == 0) continue;
+    const int first = first_key(q_pos0 + i * q_pos_step, k_pos0);
+    if (first >= vis) continue;
     const bfloat16 *qi = q + static_cast<long>(i) * kHd;
     float row_max = kLowest;
-    for (int j = 0; j < vis; ++j) {
+    for (int j = first; j < vis; ++j) {
       const bfloat16 *kj = k + static_cast<long>(j) * kHd;
       float dot = 0.0f;
       for (int d = 0; d < kHd; ++d) dot += bf16_to_f32(qi[d]) * bf16_to_f32(kj[d]);
       s[j] = dot * kScale;
-      if (j == 0 || s[j] > row_max) row_max = s[j];
+      if (j == first || s[j] > row_max) row_max = s[j];
     }
     const float m_new = m[i] > row_max ? m[i] : row_max;
     const float alpha = std::exp(m[i] - m_new);
     float *acc_i = state + static_cast<long>(i) * kHd;
     for (int d = 0; d < kHd; ++d) acc_i[d] *= alpha;
     float sum = 0.0f;
-    for (int j = 0; j < vis; ++j) {
+    for (int j = first; j < vis; ++j) {
       const float pj = std::exp(s[j] - m_new);
       sum += pj;
       const bfloat16 *vj = v + static_cast<long>(j) * kHd;

@@ -12,7 +12,7 @@ Tolerances (why, per family):
 - gemv: f32 accumulation in 2 x 32 interleaved lanes + a halving-tree reduce vs numpy's order: two bf16 ulps at the
   element plus 2^-10 max|ref| for cancellation (the scalar path's bound, tests/test_externals_cpp.py).
 - rmsnorm: r = invsqrt as a bf16 pair (hi + lo) -> within one bf16 ulp: 2^-7 |ref|.
-- swiglu: tanh in bf16 and two intermediate bf16 roundings -> 2^-6 |ref| + 2^-9 (about 2-4 bf16 ulps).
+- swiglu, geglu: exp2 and inv in bf16 and two intermediate bf16 roundings -> 2^-6 |ref| + 2^-9 (about 2-4 bf16 ulps).
 - gemm (block-float flag): against the block-float reference (both operands through numerics.to_bfp16ebs8, f64
   dot products): 2^-8 |ref| + 2^-12 max|ref| (one bf16 rounding, f32 accumulation of 8-term blocks).
 - attention: probabilities carry bf16 precision (exp2 returns bf16; P is a bf16 mmul operand), 1/l is a bf16
@@ -33,6 +33,7 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.add.external import add_kernel
 from kernel_builder.attention.external import attention_decode_kernels
 from kernel_builder.attention.external import attention_prefill_kernels
+from kernel_builder.geglu.external import geglu_kernel
 from kernel_builder.gemm.external import gemm_kernels
 from kernel_builder.gemv.external import gemv_kernel
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
@@ -109,12 +110,12 @@ def _rope(lib, rng, hd, heads, rows):
     return Run(y, want, np.zeros(want.shape), counts)
 
 
-def _rmsnorm(lib, rng, g, units):
-    sym = rmsnorm_kernel(g, units).symbol
+def _rmsnorm(lib, rng, g, units, offset=None):
+    sym = rmsnorm_kernel(g, units, offset).symbol
     x, w = rand(rng, (units, g), 2.0), rand(rng, (g,))
     y = A(np.zeros((units, g), BF16))
     counts = lib.call(sym, A(x), A(w), y, 1e-5)
-    want = ref.rmsnorm(x, w, rows=units, dim=g, eps=1e-5)
+    want = ref.rmsnorm(x, w, rows=units, dim=g, eps=1e-5, offset=offset or 0)
     return Run(y, want, _close(want, 2.0**-7), counts)
 
 
@@ -124,6 +125,15 @@ def _swiglu(lib, rng, n):
     y = A(np.zeros(n, BF16))
     counts = lib.call(sym, A(gate), A(up), y)
     want = ref.swiglu(gate, up, rows=1, dim=n).reshape(-1)
+    return Run(y, want, _close(want, 2.0**-6) + 2.0**-9, counts)
+
+
+def _geglu(lib, rng, n):
+    sym = geglu_kernel(n).symbol
+    gate, up = rand(rng, (n,), 3.0), rand(rng, (n,))
+    y = A(np.zeros(n, BF16))
+    counts = lib.call(sym, A(gate), A(up), y)
+    want = ref.geglu(gate, up, rows=1, dim=n).reshape(-1)
     return Run(y, want, _close(want, 2.0**-6) + 2.0**-9, counts)
 
 
@@ -181,14 +191,14 @@ def _gemm(lib, rng, tm, tk, tn, steps=2):
 
 
 # -------------------------------------------------------------------------------------------- attention
-def _prefill(lib, rng, hd, lq, lk, pos=None, cores=2):
+def _prefill(lib, rng, hd, lq, lk, pos=None, cores=2, window=None, scale_dim=None):
     """`cores` cores share the Q stream (this is core 1); one query block of lq rows at `pos`, a KV window one tile
     longer than the causal bound (that tile holds inf/NaN: never read)."""
-    ks = attention_prefill_kernels(hd, lq, lk)
+    ks = attention_prefill_kernels(hd, lq, lk, window, scale_dim)
     pos = 3 * lk + 5 if pos is None else pos
-    window = -(-(pos + lq) // lk) * lk + lk
+    kv_rows = -(-(pos + lq) // lk) * lk + lk
     q = rand(rng, (lq, cores * hd), 1.5)
-    k, v = rand(rng, (window, hd), 1.5), rand(rng, (window, hd))
+    k, v = rand(rng, (kv_rows, hd), 1.5), rand(rng, (kv_rows, hd))
     k[pos + lq:], v[pos + lq:] = np.inf, np.nan
     tiles = [q[:, y * hd:(y + 1) * hd] for y in range(cores)]
     if lq == lk:   # two tiles per Q item
@@ -204,24 +214,25 @@ def _prefill(lib, rng, hd, lq, lk, pos=None, cores=2):
     for t, it in enumerate(items):
         lib.call(ks.update.symbol, A(it), qbuf, state, t, n_q, slot, pos)
     counts = None
-    for t in range(window // lk):
+    for t in range(kv_rows // lk):
         it = A(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
         c = lib.call(ks.update.symbol, it, qbuf, state, n_q + t, n_q, slot, pos)
         if (t + 1) * lk <= pos + 1:
             counts = c                        # the last tile every query row sees whole
     out = A(np.empty((lq, hd), BF16))
     lib.call(ks.out.symbol, state, out)
-    want = ref.attention(q, k, v, pos, rows=lq, kv_rows=window, heads=cores, kv_heads=1, head_dim=hd)[:, hd:2 * hd]
+    want = ref.attention(q, k, v, pos, rows=lq, kv_rows=kv_rows, heads=cores, kv_heads=1, head_dim=hd,
+                         window=window, scale_dim=scale_dim)[:, hd:2 * hd]
     return Run(out, want, _close(want, 2.0**-6, 2.0**-8), counts)
 
 
-def _decode(lib, rng, hd, g, lk, parts, pos=None):
-    ks = attention_decode_kernels(hd, g, lk, parts)
-    window = 2 * lk * parts
-    pos = window - lk // 2 - 1 if pos is None else pos
-    k, v, q = rand(rng, (window, hd), 1.5), rand(rng, (window, hd)), rand(rng, (g, hd), 1.5)
+def _decode(lib, rng, hd, g, lk, parts, pos=None, window=None, scale_dim=None):
+    ks = attention_decode_kernels(hd, g, lk, parts, window, scale_dim)
+    kv_rows = 2 * lk * parts
+    pos = kv_rows - lk // 2 - 1 if pos is None else pos
+    k, v, q = rand(rng, (kv_rows, hd), 1.5), rand(rng, (kv_rows, hd)), rand(rng, (g, hd), 1.5)
     k[pos + 1:], v[pos + 1:] = np.nan, np.inf
-    share = window // parts
+    share = kv_rows // parts
     states = []                     # each core's state is its own L1 buffer; the merge gets them concatenated
     counts = None
     for s in range(parts):
@@ -235,13 +246,15 @@ def _decode(lib, rng, hd, g, lk, parts, pos=None):
         states.append(st)
     out = A(np.empty((g, hd), BF16))
     lib.call(ks.out.symbol, A(np.concatenate(states)), out)
-    want = ref.attention(q.reshape(1, -1), k, v, pos, rows=1, kv_rows=window, heads=g, kv_heads=1,
-                         head_dim=hd).reshape(g, hd)
+    want = ref.attention(q.reshape(1, -1), k, v, pos, rows=1, kv_rows=kv_rows, heads=g, kv_heads=1,
+                         head_dim=hd, window=window, scale_dim=scale_dim).reshape(g, hd)
     return Run(out, want, _close(want, 2.0**-6, 2.0**-8), counts)
 
 
-def _attention(lib, rng, mode, hd, lq, lk, n):
-    return _prefill(lib, rng, hd, lq, lk) if mode == "p" else _decode(lib, rng, hd, lq, lk, n)
+def _attention(lib, rng, mode, hd, lq, lk, n, window=None, scale_dim=None):
+    if mode == "p":
+        return _prefill(lib, rng, hd, lq, lk, window=window, scale_dim=scale_dim)
+    return _decode(lib, rng, hd, lq, lk, n, window=window, scale_dim=scale_dim)
 
 
 def driver(family_name: str):

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from .errors import UnsupportedModel
 from .models import ARCHITECTURES
-from .models.llama import ModelShapes
+from .models.llama import ROPE_TABLE, ModelShapes
 
 # model_type -> the architecture class name HF writes for it (llama_npu.models.ARCHITECTURES has the families)
 SUPPORTED = {f.model_type: a for a, f in ARCHITECTURES.items()}
@@ -43,6 +43,7 @@ class ModelConfig:
     family: str = "LlamaForCausalLM"    # llama_npu.models.ARCHITECTURES key
     sliding_window: int | None = None   # the family's window (max_position is kept within it)
     raw: dict = field(repr=False, compare=False, default_factory=dict)
+    options: dict = field(repr=False, compare=False, default_factory=dict)   # the family's own keys, parsed
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -96,9 +97,14 @@ def parse_rope(cfg: dict, path: Path) -> RopeParams:
         return RopeParams(float(theta), None)
     if rope_type in ("longrope", "su"):   # "su": the early Phi-3-128k name of longrope (transformers maps it)
         return RopeParams(float(theta), _longrope(cfg, scaling, path))
+    if rope_type == "linear":    # positions divided by `factor` (Gemma 3 4B+ global layers)
+        f = scaling.get("factor")
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0:
+            raise UnsupportedModel(f"{path}: linear rope_scaling needs a positive factor, got {f!r}")
+        return RopeParams(float(theta), {"rope_type": "linear", "factor": float(f)})
     if rope_type != "llama3":
         raise UnsupportedModel(
-            f"{path}: unsupported rope_scaling type {rope_type!r} (supported: default, llama3, longrope)")
+            f"{path}: unsupported rope_scaling type {rope_type!r} (supported: default, linear, llama3, longrope)")
     missing = [k for k in LLAMA3_ROPE_KEYS if not isinstance(scaling.get(k), (int, float))]
     if missing:
         raise UnsupportedModel(f"{path}: llama3 rope_scaling is missing {', '.join(missing)}")
@@ -144,11 +150,11 @@ def _family(cfg: dict, path: Path):
 def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
                  generation: dict | None = None) -> ModelConfig:
     fam = _family(cfg, path)
+    options = fam.options(cfg, path)   # first: a family reading its own layer_types names what it refuses
     mixed = any(t not in ("full_attention", "sliding_attention") for t in cfg.get("layer_types") or [])
     sliding = cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or [])
     if mixed or (sliding and not fam.honours_sliding_window):
         raise UnsupportedModel(f"{path}: sliding-window attention layers are not supported for {fam.architecture}")
-    options = fam.options(cfg, path)
     hidden = _require(cfg, "hidden_size", path)
     n_heads = _require(cfg, "num_attention_heads", path)
     n_layers = _require(cfg, "num_hidden_layers", path)
@@ -167,13 +173,15 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
         head_dim = hidden // n_heads
     if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
         raise UnsupportedModel(f"{path}: head_dim must be a positive even integer, got {head_dim!r}")
-    act = cfg.get("hidden_act", "silu")
-    if act != "silu":
+    act = options.get("activation") or cfg.get("hidden_act", "silu")
+    if act != "silu" and "activation" not in options:
         raise UnsupportedModel(f"{path}: unsupported hidden_act {act!r} (Llama uses silu / SwiGLU)")
     for key in ("attention_bias", "mlp_bias"):
         if cfg.get(key) and not (key == "attention_bias" and fam.model.qkv_bias):
             raise UnsupportedModel(f"{path}: {key}=true is not supported (Llama projections have no bias)")
-    rope = parse_rope(cfg, path)
+    if "ropes" in options:   # a family with several RoPE tables: state name -> its config keys
+        options = {**options, "ropes": {name: parse_rope(spec, path) for name, spec in options["ropes"].items()}}
+    rope = options.get("ropes", {}).get(ROPE_TABLE) or parse_rope(cfg, path)
     generation = generation or {}
     eos = _ids(generation.get("eos_token_id")) + _ids(cfg.get("eos_token_id"))
     bos = generation.get("bos_token_id", cfg.get("bos_token_id"))
@@ -189,7 +197,7 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
                        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                        max_position=min(max_pos, window or max_pos),
                        eos_ids=tuple(dict.fromkeys(eos)), bos_id=bos if isinstance(bos, int) else None,
-                       family=fam.architecture, sliding_window=window, raw=cfg)
+                       family=fam.architecture, sliding_window=window, raw=cfg, options=options)
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:

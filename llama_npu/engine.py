@@ -27,8 +27,7 @@ from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-e
 from .errors import PromptError
 from .host_attention import K_CACHE, V_CACHE, HostAttention
 from .model_source import resolve_model
-from .models.graph import POS, PhasePlan
-from .models.llama import ROPE_TABLE
+from .models.graph import POS, PhasePlan, layer_plan
 from .rope import RopeTable
 from .processors import log_softmax
 from .sampling import Sampler
@@ -82,19 +81,21 @@ def layer_key(layer: int) -> str:
     return f"L{layer}"
 
 
-def run_layers(cache, plan: PhasePlan, x: np.ndarray, pos: int, n_layers: int, host_op=None,
+def run_layers(cache, plans, x: np.ndarray, pos: int, n_layers: int, host_op=None,
                read_hidden: bool = False, read_last: bool = False) -> list[np.ndarray]:
-    """Run `n_layers` layers of `plan` on the host rows `x` at position `pos`: every module input is bound
-    where the plan says it comes from (layer 0's input: `x`; later layers: the previous layer's output; a
-    module output: a ref; a host step: `host_op(step, layer, pos, results)`'s array). Returns the layer
-    outputs read back (every layer with read_hidden, the last one with read_last)."""
+    """Run `n_layers` layers of `plans` (one PhasePlan for every layer, or a tuple of each layer's) on the host
+    rows `x` at position `pos`: every module input is bound where the plan says it comes from (layer 0's input:
+    `x`; later layers: the previous layer's output; a module output: a ref; a host step:
+    `host_op(step, layer, pos, results)`'s array). Returns the layer outputs read back (every layer with
+    read_hidden, the last one with read_last)."""
     run, ref = cache.load_and_run, cache.ref
-    out_step, out_arg = plan.output
-    out_module = plan.steps[out_step].decl.name
-    host_reads = {i: [src.arg for st in plan.steps if st.decl is None for src in st.inputs.values()
-                      if src.step == i] for i in range(len(plan.steps))}
     hidden = []
+    out_module = None                    # the module holding the previous layer's output
     for layer in range(n_layers):
+        plan = layer_plan(plans, layer)
+        out_step, out_arg = plan.output
+        host_reads = {i: [src.arg for st in plan.steps if st.decl is None for src in st.inputs.values()
+                          if src.step == i] for i in range(len(plan.steps))}
         bo = layer_key(layer)
         host_vals: dict[int, np.ndarray] = {}
         results: dict[int, dict] = {}
@@ -105,7 +106,7 @@ def run_layers(cache, plan: PhasePlan, x: np.ndarray, pos: int, n_layers: int, h
             args = {}
             for name, src in step.inputs.items():
                 if src.step < 0:     # the layer input: the host rows, then the previous layer's output
-                    args[name] = x if layer == 0 else ref(out_module, out_arg)
+                    args[name] = x if layer == 0 else ref(out_module, prev_arg)
                 elif src.host:
                     args[name] = host_vals[src.step]
                 else:
@@ -117,6 +118,7 @@ def run_layers(cache, plan: PhasePlan, x: np.ndarray, pos: int, n_layers: int, h
             results[i] = run(step.decl.name, bo_key=bo, read=wanted, **scalars, **args)
         if out_arg in results.get(out_step, {}):
             hidden.append(results[out_step][out_arg])
+        out_module, prev_arg = plan.steps[out_step].decl.name, out_arg
     return hidden
 
 
@@ -137,7 +139,8 @@ class Engine:
         self.windows = self.model.kv_windows(self.context)        # KV-cache windows attention is built for
         self.plans = self.model.plans(self.buckets, self.context, decode_attention)
         self._embed = weights.embed()
-        self.rope = RopeTable(self.shapes.head_dim, cfg.rope, rotary_dim=self.shapes.rotary_dim)
+        self.ropes = {name: RopeTable(self.shapes.head_dim, params, rotary_dim=self.shapes.rotary_dim)
+                      for name, params in self.model.rope_tables(cfg).items()}   # every RoPE table state
         self.stop_ids = frozenset(cfg.eos_ids) | frozenset(tokenizer.eos_ids)
         self.pad_id = min(self.stop_ids) if self.stop_ids else 0
         s = self.shapes
@@ -206,10 +209,11 @@ class Engine:
         from tqdm import tqdm
 
         c, w = self.cache, self.weights
-        layer_decls = [d for key, plan in self.plans.items() if key != ("head",) for d in plan.decls]
+        layer_plans = [plan for key, plan in self.plans.items() if key != ("head",)]
         for layer in tqdm(range(self.shapes.n_layers), desc="uploading weights", unit="layer",
                           disable=not progress, leave=False):
-            for d in layer_decls:
+            decls = {d.name: d for plan in layer_plans for d in layer_plan(plan, layer).decls}
+            for d in decls.values():
                 c.write_static(d.name, bo_key=layer_key(layer),
                                **{a: w.writer(a, layer) for a in d.names(Role.STATIC)})
         head = self.plans[("head",)].steps[0].decl
@@ -247,8 +251,9 @@ class Engine:
         cap = min(w for w in self.windows if w >= needed)   # a window: every attention module fits the cache
         for name in (K_CACHE, V_CACHE):
             self.cache.define_state(name, cap)
-        self.cache.define_state(ROPE_TABLE, cap, per_key=False)
-        self.cache.write_state(ROPE_TABLE, self.rope.rows(cap)[old:], start=old)
+        for name, table in self.ropes.items():
+            self.cache.define_state(name, cap, per_key=False)
+            self.cache.write_state(name, table.rows(cap)[old:], start=old)
         self.kv_capacity = cap
 
     def reset(self) -> None:
@@ -270,7 +275,8 @@ class Engine:
         (src,) = step.inputs.values()
         q = results[src.step][src.arg]
         t0 = time.perf_counter()
-        out = self.host_attention.attend(self.cache, layer, pos, q)
+        out = self.host_attention.attend(self.cache, layer, pos, q, window=op.params.get("window"),
+                                         scale_dim=op.params.get("scale_dim"))
         self.host_attn_s += time.perf_counter() - t0
         return out
 
@@ -279,7 +285,7 @@ class Engine:
         head = self.plans[("head",)].steps[0].decl
         out = self.cache.load_and_run(head.name, bo_key=head.name, x=self.cache.ref(module, arg, row=row))
         logits = np.concatenate([out[n].reshape(-1) for n in self._logit_names])
-        return logits[: self.shapes.vocab].astype(np.float32)
+        return self.model.final_logits(logits[: self.shapes.vocab].astype(np.float32))
 
     # ------------------------------------------------------------------------------------ prefill
     def chunks(self, total: int, start: int, bucket: int | None = None) -> list[tuple[int, int]]:
@@ -324,7 +330,7 @@ class Engine:
             toks = np.full(rows, self.pad_id, dtype=np.int64)
             real = ids[p:p + rows]
             toks[:len(real)] = real
-            x = np.asarray(self._embed[toks], dtype=BF16)          # [rows, H] gather on the host
+            x = self.model.embed_rows(np.asarray(self._embed[toks], dtype=BF16))   # [rows, H] gather on the host
             plan = self.plans[("prefill", rows, self._window(p + rows, rows))]
             outs = self._run_layers(plan, x, p, read_hidden=return_hidden)
             if return_hidden:
@@ -334,8 +340,9 @@ class Engine:
             done = min(n, p + rows)
         self.pos = n
         self.tokens = list(ids)
-        out_step, out_arg = plan.output
-        logits = self._lm_head(plan.steps[out_step].decl.name, out_arg, n - 1 - p)
+        last = layer_plan(plan, -1)
+        out_step, out_arg = last.output
+        logits = self._lm_head(last.steps[out_step].decl.name, out_arg, n - 1 - p)
         hidden = [np.concatenate(h) for h in hidden] if return_hidden else None
         self.last_hidden = to_bf16(hidden[-1][-1]) if return_hidden else None
         return PrefillResult(logits, hidden, self.last_hidden, n, rows)
@@ -357,14 +364,15 @@ class Engine:
         self._check_ids([token_id])
         pos = self.pos
         self._ensure_capacity(pos + 1)
-        x = np.asarray(self._embed[int(token_id)], dtype=BF16).reshape(1, self.shapes.hidden)
+        x = self.model.embed_rows(np.asarray(self._embed[int(token_id)], dtype=BF16).reshape(1, self.shapes.hidden))
         key = ("decode", None) if self.decode_attention == "host" else ("decode", self._window(pos + 1))
         plan = self.plans[key]
         self._run_layers(plan, x, pos)
         self.pos = pos + 1
         self.tokens.append(int(token_id))
-        out_step, out_arg = plan.output
-        return self._lm_head(plan.steps[out_step].decl.name, out_arg, None)
+        last = layer_plan(plan, -1)
+        out_step, out_arg = last.output
+        return self._lm_head(last.steps[out_step].decl.name, out_arg, None)
 
     # ------------------------------------------------------------------------------------ generate
     def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:

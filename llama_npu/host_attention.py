@@ -51,9 +51,11 @@ class HostAttention:
             arrs[layer][have:upto] = cache.read_state(name, bo, have, upto)
         self.have[layer] = upto
 
-    def attend(self, cache, layer: int, pos: int, q: np.ndarray) -> np.ndarray:
-        """bf16 [1, heads*head_dim]: attention of the query at `pos` over positions 0..pos of `layer`."""
+    def attend(self, cache, layer: int, pos: int, q: np.ndarray, window: int | None = None,
+               scale_dim: int | None = None) -> np.ndarray:
+        """bf16 [1, heads*head_dim]: attention of the query at `pos` over positions 0..pos of `layer` (a sliding
+        window and softmax-scale dimension as the attention op's params say)."""
         self._sync(cache, layer, pos + 1)
         n = pos + 1
         return decode_attn(q, self.k[layer][:n], self.v[layer][:n], pos, kv_rows=n, heads=self.heads,
-                           kv_heads=self.kv_heads, head_dim=self.head_dim)
+                           kv_heads=self.kv_heads, head_dim=self.head_dim, window=window, scale_dim=scale_dim)

@@ -14,8 +14,8 @@ from typing import Iterable
 
 from multi_launch_builder.decl import Role
 
-from .models import FAMILIES, LlamaModel
-from .models.llama import ROPE_TABLE, ModelShapes
+from .models import LlamaModel, model_for
+from .models.llama import ModelShapes
 
 BF16_BYTES = 2
 
@@ -43,7 +43,7 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
         model = LlamaModel(shapes)
     else:
         shapes, bs = cfg_or_shapes.shapes, select_buckets(buckets, cfg_or_shapes.max_position)
-        model = FAMILIES[cfg_or_shapes.family](shapes)
+        model = model_for(cfg_or_shapes)
     if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
         raise ValueError(f"context must be a positive number of positions, got {context!r}")
     if not bs or min(bs) <= 0:
@@ -61,7 +61,7 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
                 activations += a.nbytes
     states = 0
     for name, width in model.graph.states.items():
-        per = 1 if name == ROPE_TABLE else shapes.n_layers
+        per = 1 if name in model.shared_states else shapes.n_layers
         states += per * context * width * BF16_BYTES
     return MemoryPlan(sum(statics.values()), states, activations)
 

@@ -119,16 +119,18 @@ def test_attention_block_float_tradeoff():
     assert e0 < 2e-3 and 1e-2 < e1 < 3e-2, (e0, e1)
 
 
-@pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32.o", "attnp_hd128_q16_k16.o", "attnd_hd64_q3_k64_n4.o"])
+@pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32.o", "attnp_hd128_q16_k16.o", "attnd_hd64_q3_k64_n4.o",
+                                 "attnp_hd64_q32_k32_w40.o", "attnd_hd64_q3_k64_n4_w100.o"])
 def test_attention_causal_edges(obj):
     """Positions where the causal bound cuts the first tile, lands on a tile edge, or leaves whole decode shares
-    (partials) empty."""
-    name, (mode, hd, lq, lk, n) = runs.family(obj)
+    (partials) empty; with a sliding window (_w), also where the window's start does."""
+    name, (mode, hd, lq, lk, n, w, sd) = runs.family(obj)
     lib = aie_host.load(runs.kernel_of(obj))
+    extra = {"window": w, "scale_dim": sd}
     for pos in (0, 1, lk - 1, lk, lk + 1, 5 * lk - 3):
         rng = np.random.default_rng(pos)
-        r = runs._prefill(lib, rng, hd, lq, lk, pos=pos) if mode == "p" else runs._decode(lib, rng, hd, lq, lk, n,
-                                                                                        pos=pos % (2 * lk * n))
+        r = runs._prefill(lib, rng, hd, lq, lk, pos=pos, **extra) if mode == "p" else runs._decode(
+            lib, rng, hd, lq, lk, n, pos=pos % (2 * lk * n), **extra)
         assert not runs.mismatch(r), f"{obj} pos {pos}: {runs.mismatch(r)}"
 
 

@@ -84,6 +84,12 @@ MUTATIONS = [
      "d < kHd - 8; d += 8) {\n        const"),
     ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"d < kHd; d \+= kDotLanes\)\n          dot",
      "d < kHd - kDotLanes; d += kDotLanes)\n          dot"),
+    # the sliding window one key too wide (prefill and decode; Gemma 3's local layers, head_dim 256)
+    ("attnp_hd64_q32_k32_w40.o", "attention.cc", r"q_pos - kWindow \+ 1 - k_pos0", "q_pos - kWindow - k_pos0"),
+    ("attnd_hd256_q4_k16_n2_w24_s128.o", "attention.cc", r"q_pos - kWindow \+ 1 - k_pos0",
+     "q_pos - kWindow - k_pos0"),
+    ("geglu_n256.o", "geglu.cc", r"i < GEGLU_N; i \+= kLanes\) \{\n    const Vb g",
+     "i < GEGLU_N - kLanes; i += kLanes) {\n    const Vb g"),
 ]
 
 

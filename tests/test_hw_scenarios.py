@@ -125,8 +125,8 @@ def test_emulated_mmul_charge_follows_the_kernels_compile_defines(monkeypatch):
     assert plain.emulated_mmul_macs > 0 and plain.mmul_macs == 0
     orig = attention_ext.attention_prefill_kernels
 
-    def flagged(hd, lq, lk):
-        k = orig(hd, lq, lk)
+    def flagged(hd, lq, lk, *variant):      # variant: the sliding window and scale dimension
+        k = orig(hd, lq, lk, *variant)
         upd = dataclasses.replace(k.update, defines=k.update.defines + ((ec.BFP16_FLAG, "1"),))
         return k._replace(update=upd)
 

@@ -34,7 +34,7 @@ def recorded_calls(obj: str, lib=None, pos=None) -> list[tuple[str, list, dict]]
         lib = lib or aie_host.load(runs.kernel_of(obj))
         rng = np.random.default_rng(7)
         if pos is not None and name == "attention":
-            mode, hd, lq, lk, n = params
+            mode, hd, lq, lk, n, *_ = params   # *_: sliding window, scale dimension
             if mode == "p":
                 runs._prefill(lib, rng, hd, lq, lk, pos=pos)
             else:
@@ -83,7 +83,7 @@ def test_descriptor_counts_equal_host_counts(obj):
                                  "attnd_hd64_q3_k64_n4.o", "attnd_hd128_q3_k32_n4.o"])
 def test_attention_counts_at_causal_edges(obj):
     """Positions where the causal bound cuts a tile, lands on its edge, or leaves decode shares empty."""
-    name, (mode, hd, lq, lk, n) = runs.family(obj)
+    name, (mode, hd, lq, lk, n, *_) = runs.family(obj)   # *_: the sliding window and scale dimension (none)
     for pos in (0, 1, lk - 1, lk + 1, 3 * lk - 5):
         _check(f"{obj} pos {pos}", recorded_calls(obj, pos=pos % (2 * lk * n) if mode == "d" else pos))
 

@@ -208,8 +208,8 @@ def test_swapped_wiring_fails_the_gate(model_dir, reference, monkeypatch, tmp_pa
 
     original = LlamaModel.prefill
 
-    def swapped(self, rows, kv_rows=None):
-        plan = original(self, rows, kv_rows)
+    def swapped(self, rows, kv_rows=None, variant=""):
+        plan = original(self, rows, kv_rows, variant)
         qkv = plan.steps[0].decl
         rewired = {"k": ("h", "wv", "k"), "v_new": ("h", "wk", "v_new")}
         launches = tuple(dataclasses.replace(l, wiring=rewired.get(l.prefix, l.wiring)) for l in qkv.launches)

@@ -39,17 +39,22 @@ from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref,
 KIND = "attention"
 
 
-def build(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> str:
-    p = planner.plan_attention(rows, kv_rows, heads, kv_heads, head_dim)
-    return (_decode if p.decode else _prefill)(p)
+def build(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int, window: int | None = None,
+          scale_dim: int | None = None) -> str:
+    """`window` (None: full causal): a sliding window of keys per query; `scale_dim` (None: head_dim): the
+    softmax scale 1/sqrt(scale_dim). Both are compile-time constants of the external kernel."""
+    p = planner.plan_attention(rows, kv_rows, heads, kv_heads, head_dim, window)
+    scale_dim = None if scale_dim in (None, head_dim) else scale_dim
+    return (_decode if p.decode else _prefill)(p, scale_dim)
 
 
-def _module(p: planner.AttentionPlan):
+def _module(p: planner.AttentionPlan, scale_dim: int | None):
     hd = p.head_dim
     q_ty, kv_ty = memref([p.rows, p.heads * hd]), memref([p.kv_rows, p.kv_heads * hd])
     types = [q_ty, kv_ty, kv_ty, memref([1], "i32"), q_ty]
     mod = Module(KIND, types)
-    params = {"rows": p.rows, "kv_rows": p.kv_rows, "heads": p.heads, "kv_heads": p.kv_heads, "head_dim": hd}
+    params = {"rows": p.rows, "kv_rows": p.kv_rows, "heads": p.heads, "kv_heads": p.kv_heads, "head_dim": hd,
+              **({"window": p.window} if p.window else {}), **({"scale_dim": scale_dim} if scale_dim else {})}
     la = launch(mod.body, list(p.launch_grid), list(zip(mod.args, types)), [attr_dict(KIND, params)])
     return mod, types, la
 
@@ -82,13 +87,13 @@ def _i32(b, v: str) -> str:
     return b.value("i", f"arith.index_cast {v} : index to i32")
 
 
-def _prefill(p: planner.AttentionPlan) -> str:
+def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
     X, Y, G, per = p.herd_x, p.herd_y, p.group, p.q_per_item
     qw, kw = p.heads * hd, p.kv_heads * hd
-    ext = attention_prefill_kernels(hd, lq, lk)
-    mod, types, la = _module(p)
+    ext = attention_prefill_kernels(hd, lq, lk, p.window, scale_dim)
+    mod, types, la = _module(p, scale_dim)
     q_ty, kv_ty = types[0], types[1]
     item_ty, qt_ty = memref([ir, hd], "bf16", L1), memref([lq, hd], "bf16", L1)
     st_ty = memref([p.state_floats], "f32", L1)
@@ -179,13 +184,13 @@ def _prefill(p: planner.AttentionPlan) -> str:
     return mod.text()
 
 
-def _decode(p: planner.AttentionPlan) -> str:
+def _decode(p: planner.AttentionPlan, scale_dim: int | None) -> str:
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
     X, Y, G = p.herd_x, p.herd_y, p.group
     qw, kw = p.heads * hd, p.kv_heads * hd
-    ext = attention_decode_kernels(hd, lq, lk, X)
-    mod, types, la = _module(p)
+    ext = attention_decode_kernels(hd, lq, lk, X, p.window, scale_dim)
+    mod, types, la = _module(p, scale_dim)
     seg = _segment(la, types)
     q_ty, kv_ty = types[0], types[1]
     item_ty, st_ty = memref([ir, hd], "bf16", L1), memref([p.state_floats], "f32", L1)

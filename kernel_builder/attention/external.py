@@ -38,7 +38,18 @@ class AttentionKernels(NamedTuple):
         return self.init.obj
 
 
-def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> AttentionKernels:
+def _variant(window: int | None, scale_dim: int | None, head_dim: int) -> tuple[int, int, str]:
+    """(window, scale_dim, symbol suffix): `_w<W>` for a sliding window of W keys, `_s<D>` for a softmax scale of
+    1/sqrt(D) with D != head_dim (Gemma's query_pre_attn_scalar); the default kernel keeps its name."""
+    window, scale_dim = window or 0, scale_dim or head_dim
+    check_positive("attention", scale_dim=scale_dim)
+    if window < 0:
+        raise ValueError(f"attention: window={window} must be positive (None: full causal)")
+    return window, scale_dim, (f"_w{window}" if window else "") + (f"_s{scale_dim}" if scale_dim != head_dim else "")
+
+
+def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0, window: int | None = None,
+               scale_dim: int | None = None) -> AttentionKernels:
     kind = "prefill" if mode == "p" else "decode"
     check_positive(f"attention {kind}", head_dim=head_dim, lq=lq, lk=lk)
     check_multiple("attention", "head_dim", head_dim, ATTN_HEAD_DIM_MULTIPLE)
@@ -54,6 +65,8 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> 
         if n_parts > ATTN_MAX_PARTS:
             raise ValueError(f"attention: n_parts={n_parts} exceeds {ATTN_MAX_PARTS} (one 16-lane merge vector)")
         parts, tag = ("init", "step", "merge"), f"hd{head_dim}_q{lq}_k{lk}_n{n_parts}"
+    window, scale_dim, suffix = _variant(window, scale_dim, head_dim)
+    tag += suffix
     syms = [f"attn{mode}_{part}_bf16_{tag}" for part in parts]
     defines = (
         ("ATTN_MODE", "1" if mode == "p" else "2"),
@@ -62,7 +75,8 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> 
         ("ATTN_LK", str(lk)),
         *((("ATTN_NPARTS", str(n_parts)),) if mode == "d" else ()),
         # f32 bits of 1/sqrt(head_dim) as a C hex-float literal: the C++ and the numpy reference use the same scale.
-        ("ATTN_SCALE", float.hex(attention_scale(head_dim)) + "f"),
+        ("ATTN_SCALE", float.hex(attention_scale(scale_dim)) + "f"),
+        *((("ATTN_WINDOW", str(window)),) if window else ()),
         ("ATTN_INIT_SYMBOL", syms[0]),
         ("ATTN_UPDATE_SYMBOL", syms[1]),
         ("ATTN_OUT_SYMBOL", syms[2]),
@@ -72,7 +86,8 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0) -> 
                               for s_ in syms))
 
 
-def attention_prefill_kernels(head_dim: int, lq: int, lk: int) -> AttentionKernels:
+def attention_prefill_kernels(head_dim: int, lq: int, lk: int, window: int | None = None,
+                              scale_dim: int | None = None) -> AttentionKernels:
     """Prefill tile primitives for [lq, head_dim] query tiles and items of 2*lk rows (kernels/attention.py):
 
     init(state f32[lq*(hd+2)])
@@ -80,10 +95,11 @@ def attention_prefill_kernels(head_dim: int, lq: int, lk: int) -> AttentionKerne
         (slot = 2 * the Q item holding the core's tile + the half it starts in)
     finish(state, out bf16[lq*hd])
     """
-    return _attention("p", head_dim, lq, lk)
+    return _attention("p", head_dim, lq, lk, 0, window, scale_dim)
 
 
-def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int) -> AttentionKernels:
+def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int, window: int | None = None,
+                             scale_dim: int | None = None) -> AttentionKernels:
     """Decode tile primitives for the lq query rows of one GQA group, K/V tiles of lk rows and a merge of
     n_parts partial states:
 
@@ -91,14 +107,15 @@ def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int) -> A
     step(item bf16[(2*lk+lq)*hd], state, int32 pos, int32 k_pos0)
     merge(parts f32[n_parts*lq*(hd+2)], out bf16[lq*hd])
     """
-    return _attention("d", head_dim, lq, lk, n_parts)
+    return _attention("d", head_dim, lq, lk, n_parts, window, scale_dim)
 _LOWEST = np.finfo(F32).min  # -0x1.fffffep127f, "no key seen yet"
 
 
-def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: int | None):
+def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: int | None, window: int | None = None,
+                    scale_dim: int | None = None):
     """attention.cc (kernels/attention.py): prefill (mode "p": init / item / finish) and decode (mode "d": init /
-    step / merge) primitives on the f32 state acc[lq*hd] | m[lq] | l[lq]."""
-    scale = F32(attention_scale(hd))
+    step / merge) primitives on the f32 state acc[lq*hd] | m[lq] | l[lq]; `window`: the sliding window."""
+    scale = F32(attention_scale(scale_dim or hd))
     n_state = lq * (hd + 2)
 
     def parts_of(state):
@@ -125,11 +142,12 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
     def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int):
         acc, m, l_ = parts_of(state)
         qpos = q_pos0 + q_step * np.arange(lq)
-        vis = np.clip(qpos - k_pos0 + 1, 0, lk)                       # visible keys: a prefix per row
-        rows = vis > 0
+        vis = np.clip(qpos - k_pos0 + 1, 0, lk)                       # visible keys: a range per row
+        first = np.clip(qpos - window + 1 - k_pos0, 0, lk) if window else np.zeros_like(vis)
+        rows = vis > first
         if not rows.any():
             return
-        keep = np.arange(lk)[None, :] < vis[:, None]                   # [lq, lk]
+        keep = (np.arange(lk)[None, :] < vis[:, None]) & (np.arange(lk)[None, :] >= first[:, None])   # [lq, lk]
         qf, kf, vf = q.astype(F32), k.astype(F32), v.astype(F32)
         with np.errstate(all="ignore"):                                # masked keys may hold anything
             # dot products accumulated over d sequentially in f32 (the host loop's order)
@@ -204,18 +222,20 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
 ATTN_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # query rows per bf16 mmul<4, 8, 8> block of the prefill item
 
 
-def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int) -> int:
+def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int, window: int = 0) -> int:
     """Row blocks (4 query rows at q_pos0 + i) that attention.cc's prefill `item` computes against the K/V
     tile at k_pos0 (AIE2P `update_prefill`): none when every key lies after every query of the tile (the early
-    return), else the blocks whose last row sees the tile's first key (the `continue` skips the others)."""
-    if k_pos0 > q_pos0 + lq - 1:
+    return) or, with a sliding window, before every query's window, else the blocks whose last row sees the
+    tile's first key and whose first row's window reaches the tile (the `continue`s skip the others)."""
+    if k_pos0 > q_pos0 + lq - 1 or (window and k_pos0 + lk - 1 <= q_pos0 - window):
         return 0
-    return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1)
+    return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1
+               and not (window and k_pos0 + lk - 1 <= q_pos0 + i0 - window))
 
 
 @functools.lru_cache(maxsize=None)
-def _attn_prefill_defines(hd: int, lq: int, lk: int) -> tuple:
-    return attention_prefill_kernels(hd, lq, lk).update.defines
+def _attn_prefill_defines(hd: int, lq: int, lk: int, window: int = 0, scale_dim: int = 0) -> tuple:
+    return attention_prefill_kernels(hd, lq, lk, window, scale_dim).update.defines
 
 
 def _attn(m, args):
@@ -227,13 +247,15 @@ def _attn(m, args):
     (pos, k_pos0) unknown, every key of the tile visible."""
     mode, part, hd, lq, lk = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))
     n = int(m.group(6) or 1)
+    window, scale_dim = int(m.group(7) or 0), int(m.group(8) or 0)
     qk = pv = lq * lk * hd
     ints = [a if isinstance(a, int) else None for a in args]
     get = lambda i: ints[i] if len(ints) > i else None   # noqa: E731
     if part == "init":
         return CallWork(0, 0, ac.prefill_init(hd, lq) if mode == "p" else ac._reset_state(lq, hd))
     if part == "item":
-        bf = bfp16_mmul(_attn_prefill_defines(hd, lq, lk))
+        # the counts are the full-causal ones: a sliding window's skipped tiles are not subtracted (an upper bound)
+        bf = bfp16_mmul(_attn_prefill_defines(hd, lq, lk, window, scale_dim))
         t, n_q, slot, q_pos0 = (get(i) for i in (3, 4, 5, 6))
         if t is None or n_q is None or q_pos0 is None:   # a full K/V tile, every key visible to every row
             t, n_q, slot, q_pos0 = 1, 1, 0, lq + lk
@@ -252,20 +274,23 @@ def _attn(m, args):
     return CallWork(n * lq * hd, 0, ac.decode_merge(hd, lq, n))   # merge
 
 
-FAMILY = ExternalFamily("attention", "attention.cc", r"attn(p|d)_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?\.o",
-                        r"attn(p|d)_(init|item|finish|step|merge)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?",
-                        lambda mode, hd, lq, lk, n: _attention(mode, hd, lq, lk, n or 0).init, attention_model)
+_VARIANT = r"(?:_w(\d+))?(?:_s(\d+))?"   # sliding window, softmax-scale dimension (_variant)
+FAMILY = ExternalFamily("attention", "attention.cc",
+                        r"attn(p|d)_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT + r"\.o",
+                        r"attn(p|d)_(init|item|finish|step|merge)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT,
+                        lambda mode, hd, lq, lk, n, w=None, sd=None: _attention(mode, hd, lq, lk, n or 0, w, sd).init,
+                        attention_model)
 COSTS = (
-    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
-                 (0, 1), (0, 1)),
-    ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+                 DEFAULT_STACK, (0, 1), (0, 1)),
+    ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
                  DEFAULT_STACK, (0,), (0,)),
-    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
-                 (1, 2), valued=(3, 4, 6)),
-    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()"), _attn, DEFAULT_STACK,
-                 (1,), (1,)),
-    ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+                 DEFAULT_STACK, (1, 2), valued=(3, 4, 6)),
+    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+                 DEFAULT_STACK, (1,), (1,)),
+    ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
                  DEFAULT_STACK, (1,)),
-    ExternalCost("attn_merge", re.compile(r"attn(d)_(merge)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)"), _attn,
+    ExternalCost("attn_merge", re.compile(r"attn(d)_(merge)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
                  DEFAULT_STACK, (1,), (1,)),
 )

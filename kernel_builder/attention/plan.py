@@ -56,6 +56,7 @@ class AttentionPlan:
     lk: int          # K/V rows per tile
     herd_x: int      # prefill: query blocks side by side; decode: splits of the KV window
     herd_y: int      # prefill: query heads of one GQA group side by side; decode: kv heads side by side
+    window: int = 0  # sliding window of keys (0: full causal): the cores skip the tiles before it
 
     @property
     def decode(self) -> bool:
@@ -207,7 +208,8 @@ class AttentionPlan:
         for rd in range(self.rounds):
             qb = rd * self.herd_x + self.herd_x - 1        # the last (busiest) query block of the round
             q0 = pos + qb * self.lq
-            total += sum(attn_prefill_blocks(self.lq, self.lk, q0, t * self.lk) for t in range(self.kv_tiles))
+            total += sum(attn_prefill_blocks(self.lq, self.lk, q0, t * self.lk, self.window)
+                         for t in range(self.kv_tiles))
         return total * self.kv_heads * self.head_passes
 
 
@@ -235,7 +237,7 @@ def _attention_fits(p: AttentionPlan) -> bool:
             and p.cores <= N_CORES)
 
 
-def _decode_plans(args, group: int):
+def _decode_plans(args, group: int, window: int = 0):
     rows, kv_rows, heads, kv_heads, hd = args
     # herd_x splits of the window: a split's K, V and q DMAs are one shim stream each (3 per split + pos within
     # the shim's 16 MM2S); herd_y kv heads side by side, each with its merge core (herd_x * herd_y + herd_y
@@ -253,10 +255,10 @@ def _decode_plans(args, group: int):
                 continue
             for lk in ATTN_DECODE_LK:
                 if (kv_rows // herd_x) % lk == 0:
-                    yield AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=herd_y)
+                    yield AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
 
 
-def _prefill_plans(args, group: int):
+def _prefill_plans(args, group: int, window: int = 0):
     rows, kv_rows, heads, kv_heads, hd = args
     herd_y = next(d for d in divisors_desc(group, NPU2_ROWS))
     for lq in divisors_desc(rows, ATTN_MAX_LQ):
@@ -269,7 +271,7 @@ def _prefill_plans(args, group: int):
             for herd_x in divisors_desc(rows // lq, NPU2_COLS):
                 if herd_y > MEMTILE_CHANNELS:
                     continue
-                yield AttentionPlan(*args, lq=lq, lk=lk, herd_x=herd_x, herd_y=herd_y)
+                yield AttentionPlan(*args, lq=lq, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
 
 
 def _work_key(p: AttentionPlan) -> tuple:
@@ -280,12 +282,17 @@ def _work_key(p: AttentionPlan) -> tuple:
     return (p.cores, -p.busiest_blocks() * (p.lk + p.head_dim // 4), -p.iterations * p.steps)
 
 
-def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> AttentionPlan:
-    """Tiling of causal GQA attention of `rows` query rows over a `kv_rows` KV window (rows == 1: decode)."""
+def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int,
+                   window: int | None = None) -> AttentionPlan:
+    """Tiling of causal GQA attention of `rows` query rows over a `kv_rows` KV window (rows == 1: decode);
+    `window` (None: full causal) a sliding window of keys per query (the same data movement; the cores skip
+    the compute of the tiles before it)."""
     _attention_checks(rows, kv_rows, heads, kv_heads, head_dim)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise ValueError(f"attention: window={window!r} must be a positive integer (None: full causal)")
     args = (rows, kv_rows, heads, kv_heads, head_dim)
     group = heads // kv_heads
-    plans = _decode_plans(args, group) if rows == 1 else _prefill_plans(args, group)
+    plans = _decode_plans(args, group, window or 0) if rows == 1 else _prefill_plans(args, group, window or 0)
     fits = [p for p in plans if _attention_fits(p)]
     if rows == 1 and fits:   # decode: the most K/V streams (splits), then an even (or single) step count (two
         # ping-pong copies, not three), then the most kv heads side by side, then big tiles

@@ -67,11 +67,15 @@ def _attention_position(pos, *, rows: int, kv_rows: int, heads: int, kv_heads: i
     return p
 
 
-def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int,
+              window: int | None = None, scale_dim: int | None = None) -> np.ndarray:
     """Causal GQA attention of `rows` query rows at absolute positions pos..pos+rows-1 over a KV window of
     `kv_rows` positions starting at position 0 (a window of the KV cache): query i sees keys j <= pos + i
     (keys past the window or past the query are masked, whatever they hold). Query head h uses kv head
     h // (heads // kv_heads). `pos` is an int or a 1-element int32 array (the kernel's scalar operand).
+    `window` (None: full causal): a sliding window, query i sees keys pos + i - window < j <= pos + i
+    (transformers' sliding_window_overlay). `scale_dim` (None: head_dim): the softmax scale is
+    attention_scale(scale_dim) (Gemma's query_pre_attn_scalar).
 
     A row gives the same bytes in a prefill chunk of any size or position and alone in decode. Two
     implementations keep that promise, each on its own, and agree within bf16 rounding: the host C++ kernel
@@ -80,19 +84,22 @@ def attention(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: in
     p = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     from external_kernels import host_build as host_native
     from kernel_builder.attention import host as host_attention
-    lib = host_native.library() if head_dim % 16 == 0 else None
+    # the host C++ kernel is full causal: a sliding window runs in numpy (in prefill and decode alike, so a row
+    # still gives the same bytes in any chunk)
+    lib = host_native.library() if head_dim % 16 == 0 and not window else None
     if lib is None:
         return attention_numpy(q, k, v, pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads,
-                               head_dim=head_dim)
+                               head_dim=head_dim, window=window, scale_dim=scale_dim)
     qf = f32_input("attention", "q", q, (rows, heads * head_dim))
     kf = f32_input("attention", "k", k, (kv_rows, kv_heads * head_dim))
     vf = f32_input("attention", "v", v, (kv_rows, kv_heads * head_dim))
     out = host_attention.run(lib, qf, kf, vf, p, rows=rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                             scale=attention_scale(head_dim))
+                             scale=attention_scale(scale_dim or head_dim))
     return to_bf16(out)
 
 
-def attention_numpy(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+def attention_numpy(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int,
+                    window: int | None = None, scale_dim: int | None = None) -> np.ndarray:
     """`attention` in numpy (the path without a C++ compiler). The number of keys a row is computed against
     (and so the BLAS summation order) changes with the chunk it runs in; every step is either order-free or far below a bf16 ulp, so a row gives the same bytes in a
     prefill chunk of any size or position and alone in decode: QK^T in f64 (64 products of bf16 pairs sum
@@ -101,7 +108,9 @@ def attention_numpy(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_hea
     the keys up to their last row."""
     p = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
     group, n = heads // kv_heads, p + rows       # keys past the last query are always masked: never read
-    scale = attention_scale(head_dim)
+    scale = attention_scale(scale_dim or head_dim)
+    if window is not None and window <= 0:
+        raise ValueError(f"attention: window={window} must be positive (None: full causal)")
     qf = f32_input("attention", "q", q, (rows, kv_heads, group, head_dim)).transpose(1, 2, 0, 3)  # [kv, g, rows, hd]
     kf = np.ascontiguousarray(f32_input("attention", "k", k, (kv_rows, kv_heads, head_dim))[:n].transpose(1, 0, 2),
                               dtype=np.float64)                                                # [kv, n, hd]
@@ -117,23 +126,31 @@ def attention_numpy(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_hea
         r1 = min(rows, r0 + _ATTN_QB)
         rb, m = r1 - r0, p + r1                                      # keys this block may see: [0, m)
         future = np.triu(np.ones((rb, rb), dtype=bool), k=1)         # key p+r0+c is past query r0+r when c > r
+        if window:   # key j is before the window of query p+r0+r when j <= p + r0 + r - window
+            before = np.arange(m)[None, :] <= (p + r0 + np.arange(rb))[:, None] - window      # [rb, m]
         s, e = s64[:group * rb * m].reshape(group * rb, m), e32[:group * rb * m].reshape(group * rb, m)
         for h in range(kv_heads):                                    # one 2-D BLAS product per kv head
             qb = qf[h, :, r0:r1].reshape(group * rb, head_dim).astype(np.float64)
             np.matmul(qb, kf[h, :m].T, out=s)                        # [g*rb, m]: exact f64 sums
             s.reshape(group, rb, m)[:, :, p + r0:][:, future] = -np.inf
+            if window:
+                s.reshape(group, rb, m)[:, before] = -np.inf
             np.subtract(s, s.max(axis=-1, keepdims=True), out=e, casting="same_kind")  # one f32 rounding
             e *= F32(scale)
             np.maximum(e, _EXP_FLOOR, out=e)     # exp of a lower score would be an f32 denormal: 2x slower
             np.exp(e, out=e)
             e.reshape(group, rb, m)[:, :, p + r0:][:, future] = 0.0   # the floor lifted them: masked again
+            if window:
+                e.reshape(group, rb, m)[:, before] = 0.0
             np.copyto(s, e)
             o = s @ vf[h, :m]                                          # f64 sums over the keys
             out[h, :, r0:r1] = (o[:, :head_dim] / o[:, head_dim:]).reshape(group, rb, head_dim)
     return to_bf16(out.transpose(2, 0, 1, 3).reshape(rows, heads * head_dim))
 
 
-def decode_attn(q, k, v, pos, *, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> np.ndarray:
+def decode_attn(q, k, v, pos, *, kv_rows: int, heads: int, kv_heads: int, head_dim: int, window: int | None = None,
+                scale_dim: int | None = None) -> np.ndarray:
     """One query row (the token at position `pos`) against positions 0..pos of a [kv_rows, kv_dim] window:
     `attention` with rows=1."""
-    return attention(q, k, v, pos, rows=1, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    return attention(q, k, v, pos, rows=1, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     window=window, scale_dim=scale_dim)

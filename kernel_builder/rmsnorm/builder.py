@@ -19,9 +19,9 @@ from kernel_builder.rmsnorm.plan import plan_rmsnorm
 KIND = "rmsnorm"
 
 
-def build(rows: int, dim: int, eps: float, group: int = 0) -> str:
+def build(rows: int, dim: int, eps: float, group: int = 0, offset: int = 0) -> str:
     """`group` (a divisor of dim): normalise every `group` consecutive elements of a row on their own, with a
-    [group] weight (per-head q/k norm); 0 = the whole row."""
+    [group] weight (per-head q/k norm); 0 = the whole row. `offset` 1: multiply by (1 + w) (Gemma)."""
 
     eps = float(eps)
     if not eps > 0.0:
@@ -29,7 +29,7 @@ def build(rows: int, dim: int, eps: float, group: int = 0) -> str:
     plan = plan_rmsnorm(rows, dim, group)
     g = plan.group
     n = plan.chunk_elements
-    ext = rmsnorm_kernel(g, plan.chunk)
+    ext = rmsnorm_kernel(g, plan.chunk, offset)
     x_ty, w_ty = memref([rows, dim]), memref([g])
     xl_ty, wl_ty = memref([n], "bf16", L1), memref([g], "bf16", L1)
     mod = Module(KIND, [x_ty, w_ty, x_ty])
@@ -37,6 +37,8 @@ def build(rows: int, dim: int, eps: float, group: int = 0) -> str:
     params = {"rows": rows, "dim": dim, "eps": eps}
     if group:
         params["group"] = group
+    if offset:
+        params["offset"] = offset
     types = [x_ty, w_ty, x_ty]
     w2_ty = memref([g], "bf16", L2)
     la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(KIND, params)])

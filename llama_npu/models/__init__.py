@@ -3,13 +3,13 @@ defining its `FAMILY` (llama_npu.models.family.Family), registered here in ONE t
 architecture name."""
 from __future__ import annotations
 
-from . import mistral, phi3, qwen2
+from . import gemma3, mistral, phi3, qwen2
 from .family import Family
 from .llama import LLAMA_FAMILY, QWEN3_0P6B, QWEN3_1P7B, QWEN3_FAMILY, LlamaModel, ModelShapes, QKNormLlama
 
 # architecture (config.json "architectures") -> family; llama_npu.config validates the config first
 ARCHITECTURES: dict[str, Family] = {f.architecture: f for f in (
-    LLAMA_FAMILY, QWEN3_FAMILY, qwen2.FAMILY, mistral.FAMILY, phi3.FAMILY)}
+    LLAMA_FAMILY, QWEN3_FAMILY, qwen2.FAMILY, mistral.FAMILY, phi3.FAMILY, gemma3.FAMILY)}
 FAMILIES = {a: f.model for a, f in ARCHITECTURES.items()}
 # Real models' layer widths per family (tests, `make bench`): name -> (architecture, shapes)
 FAMILY_SHAPES = {"qwen2.5-1.5b": ("Qwen2ForCausalLM", qwen2.QWEN25_1P5B),
@@ -28,7 +28,7 @@ def family_model(name: str, n_layers: int | None = None) -> LlamaModel:
 
 def model_for(cfg, weights: str = "bf16") -> LlamaModel:
     """The description of a validated ModelConfig's family (`weights`: bf16, or q4 decode GEMVs)."""
-    return FAMILIES[cfg.family](cfg.shapes, weights)
+    return FAMILIES[cfg.family].from_config(cfg, weights)
 
 
 __all__ = ["ARCHITECTURES", "FAMILIES", "FAMILY_SHAPES", "family_model", "Family", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]

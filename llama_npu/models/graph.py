@@ -81,6 +81,22 @@ class PhasePlan:
         return [s.decl for s in self.steps if s.decl is not None]
 
 
+# A phase's plan for the whole model: one PhasePlan every layer runs, or (a family with layer variants: Gemma 3's
+# sliding and global layers) a tuple of one PhasePlan per layer.
+def layer_plan(plan, layer: int) -> PhasePlan:
+    """The PhasePlan layer `layer` runs (a negative layer counts from the end, as in a tuple)."""
+    return plan[layer] if isinstance(plan, tuple) else plan
+
+
+def plan_decls(plan) -> list[ModuleDecl]:
+    """Every module declaration of a model-wide plan, each once (in layer order)."""
+    seen: dict[str, ModuleDecl] = {}
+    for p in (plan if isinstance(plan, tuple) else (plan,)):
+        for d in p.decls:
+            seen.setdefault(d.name, d)
+    return list(seen.values())
+
+
 @dataclass
 class LayerGraph:
     """The ops of one layer. `outputs[0]` is the layer output (the next layer's input); every name in

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.gemv.plan import plan_lm_head
 
-from .graph import LayerGraph, Op, Phase, PhasePlan, lower
+from .graph import LayerGraph, Op, Phase, PhasePlan, lower, plan_decls
 from .lowering import Q4_SUFFIX, RULES
 
 
@@ -105,6 +105,8 @@ class LlamaModel:
 
     qk_norm = False      # per-head RMSNorm on q and k before RoPE (Qwen3)
     qkv_bias = False     # q/k/v projections with a bias (Qwen2): a bias_add launch after each
+    layer_variants: tuple[str, ...] = ("",)   # kinds of layer with their own modules (Gemma 3: sliding, global)
+    shared_states: tuple[str, ...] = (ROPE_TABLE,)   # states one buffer serves every layer (not per bo_key)
 
     WEIGHTS = ("bf16", "q4")
 
@@ -116,6 +118,11 @@ class LlamaModel:
         self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
+
+    @classmethod
+    def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
+        """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
+        return cls(cfg.shapes, weights)
 
     # ------------------------------------------------------------------------------ tensor map
     def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -157,7 +164,27 @@ class LlamaModel:
         hf, shape = self.layer_tensors()[base]
         return TensorSpec(f"model.layers.{layer}.{hf}", shape, index=self._rotary_index(base, shape[0]))
 
+    # ------------------------------------------------------------------------------ host-side hooks
+    def variant_of(self, layer: int) -> str:
+        """The layer variant (a `layer_variants` entry) layer `layer` runs."""
+        return ""
+
+    def rope_tables(self, cfg) -> dict:
+        """State name -> RopeParams of every RoPE table state (written once by the runtime)."""
+        return {ROPE_TABLE: cfg.rope}
+
+    def embed_rows(self, x):
+        """The embedding rows (bf16 [rows, hidden], gathered on the host) as layer 0's input."""
+        return x
+
+    def final_logits(self, logits):
+        """f32 logits [vocab] from the LM head, as the model returns them."""
+        return logits
+
     # ------------------------------------------------------------------------------ the layer graph
+    def layer_graph(self, variant: str = "") -> LayerGraph:
+        return self.graph
+
     @functools.cached_property
     def graph(self) -> LayerGraph:
         s = self.shapes
@@ -201,9 +228,9 @@ class LlamaModel:
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
                           weights=self.head_weights)
 
-    def _segments(self, *groups: tuple[str, str, str | None]) -> list[tuple[str, str, list[str]]]:
+    def _segments(self, *groups: tuple[str, str, str | None], variant: str = "") -> list[tuple[str, str, list[str]]]:
         """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""
-        outs = [op.out for op in self.graph.ops]
+        outs = [op.out for op in self.layer_graph(variant).ops]
         segs, start = [], 0
         for seg, name, last in groups:
             end = len(outs) if last is None else outs.index(last) + 1
@@ -212,27 +239,39 @@ class LlamaModel:
         return segs
 
     # ------------------------------------------------------------------------------ phases
-    def prefill(self, rows: int, kv_rows: int | None = None) -> PhasePlan:
+    def prefill(self, rows: int, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
         """A prefill chunk of `rows` tokens at any position whose K/V window (positions [0, kv_rows)) holds the
-        chunk: attention inputs (+ K/V appended to the cache), attention, the rest (3 dispatches per layer)."""
+        chunk: attention inputs (+ K/V appended to the cache), attention, the rest (3 dispatches per layer).
+        A layer variant's modules carry its name (`_<variant>`) where they differ from the plain layer's."""
         window = kv_rows or rows
-        segs = self._segments(("qkv", f"qkv_s{rows}", "k_new"),
-                              ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}"), "attn"),
-                              ("ffn", f"ffn_s{rows}", None))
+        v = f"_{variant}" if variant else ""
+        segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"),
+                              ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}") + v, "attn"),
+                              ("ffn", f"ffn_s{rows}", None), variant=variant)
         phase = Phase("prefill", rows, window)
-        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY)
+        return lower(self.layer_graph(variant), phase, RULES, segs, LAYER_FAMILY)
 
-    def decode(self, kv_rows: int | None = None) -> PhasePlan:
+    def decode(self, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
         [0, kv_rows)), so a token is n_layers + 1 dispatches. Without: attention on the host between the
         attention-input and FFN modules (--decode-attention host)."""
+        v = f"_{variant}" if variant else ""
+        graph = self.layer_graph(variant)
         if kv_rows:
-            segs = self._segments(("layer", f"layer_kv{kv_rows}", None))
+            segs = self._segments(("layer", f"layer_kv{kv_rows}{v}", None), variant=variant)
             phase = Phase("decode", 1, kv_rows)
-            return lower(self.graph, phase, RULES, segs, LAYER_FAMILY)
-        segs = self._segments(("qkv", "qkv_dec", "k_new"), ("attn", "attn_host", "attn"), ("ffn", "ffn_dec", None))
+            return lower(graph, phase, RULES, segs, LAYER_FAMILY)
+        segs = self._segments(("qkv", f"qkv_dec{v}", "k_new"), ("attn", f"attn_host{v}", "attn"),
+                              ("ffn", "ffn_dec", None), variant=variant)
         phase = Phase("decode", 1, 0)
-        return lower(self.graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
+        return lower(graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
+
+    def _per_layer(self, make):
+        """One PhasePlan for every layer, or (layer variants) a tuple of each layer's."""
+        by_variant = {v: make(v) for v in self.layer_variants}
+        if len(by_variant) == 1:
+            return next(iter(by_variant.values()))
+        return tuple(by_variant[self.variant_of(layer)] for layer in range(self.shapes.n_layers))
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
@@ -263,12 +302,12 @@ class LlamaModel:
         out = {}
         for r in sorted(set(int(b) for b in buckets)):
             for w in sorted({r, *[w for w in windows if w > r]}):
-                out[("prefill", r, w)] = self.prefill(r, w)
+                out[("prefill", r, w)] = self._per_layer(lambda v, r=r, w=w: self.prefill(r, w, v))
         if decode_attention == "host":
-            out[("decode", None)] = self.decode()
+            out[("decode", None)] = self._per_layer(lambda v: self.decode(None, v))
         else:
             for w in windows:
-                out[("decode", w)] = self.decode(w)
+                out[("decode", w)] = self._per_layer(lambda v, w=w: self.decode(w, v))
         out[("head",)] = self.head()
         return out
 
@@ -276,7 +315,7 @@ class LlamaModel:
         """Every module declaration of those plans (de-duplicated: qkv/ffn serve every window)."""
         seen: dict[str, ModuleDecl] = {}
         for plan in self.plans(buckets, context, decode_attention).values():
-            for d in plan.decls:
+            for d in plan_decls(plan):
                 seen.setdefault(d.name, d)
         return list(seen.values())
 

@@ -23,8 +23,9 @@ def _static(name: str, shape, graph: LayerGraph) -> Arg:
 
 def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
     x, w = op.ins
-    group = op.params.get("group", 0)
-    build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **({"group": group} if group else {}))
+    group, offset = op.params.get("group", 0), op.params.get("offset", 0)
+    extra = {**({"group": group} if group else {}), **({"offset": offset} if offset else {})}
+    build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **extra)
     return build, (x, w[2:], op.out), [_static(w[2:], (group or op.width,), graph)]
 
 
@@ -66,10 +67,12 @@ def attention(op: Op, phase: Phase, graph: LayerGraph):
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
     rows, window = phase.rows, phase.kv_rows
+    # a sliding window of keys (None: full causal) and the softmax-scale dimension (None: head_dim), when set
+    extra = {k: op.params[k] for k in ("window", "scale_dim") if op.params.get(k)}
     k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
     v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
     pos = Arg(POS, (1,), Role.SCALAR, "i32")
-    return (kernel("attention", rows, window, heads, kv_heads, hd), (q, "k_ctx", "v_ctx", POS, op.out),
+    return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", POS, op.out),
             [k, v, pos])
 
 
@@ -80,8 +83,8 @@ def add(op: Op, phase: Phase, graph: LayerGraph):
 
 def swiglu(op: Op, phase: Phase, graph: LayerGraph):
     g, u = op.ins
-    return kernel("swiglu", phase.rows, op.width), (g, u, op.out), []
+    return kernel(op.kind, phase.rows, op.width), (g, u, op.out), []
 
 
 RULES = {"rmsnorm": rmsnorm, "linear": linear, "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
-         "swiglu": swiglu}
+         "swiglu": swiglu, "geglu": swiglu}
