@@ -118,13 +118,24 @@ def _build_one(decl: ModuleDecl, cache_dir: Path, target: str, versions: dict, t
                 manifest = read_manifest(cache_dir)
                 manifest["targets"].setdefault(target, {})[name] = new_entry
                 atomic_write_text(cache_dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
-                for old in final.parent.iterdir():  # artifacts of superseded keys
-                    if old != final and old.is_dir():
-                        shutil.rmtree(old, ignore_errors=True)
+                _prune_superseded(final)
             return ModuleResult(name, "built", key, times, artifact_from_entry(cache_dir, name, new_entry),
                                 notes=notes + hw_notes, hw=hw)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+# Artifacts of superseded keys kept per module: another process (a running `serve`, a `run` with other buckets)
+# may still load the one it resolved, since modules are loaded lazily; older ones are removed.
+KEEP_SUPERSEDED = 3
+
+
+def _prune_superseded(final: Path) -> None:
+    """Remove all but the newest KEEP_SUPERSEDED other key directories of `final`'s module (called under the lock)."""
+    others = [d for d in final.parent.iterdir() if d != final and d.is_dir()]
+    others.sort(key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in others[KEEP_SUPERSEDED:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _hw_gate(name: str, text: str, target: str, enforce: bool, preset):
