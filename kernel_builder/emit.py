@@ -291,3 +291,19 @@ class Module:
         lines.append("  }")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+def gated_unit_module(kind: str, rows: int, dim: int, plan, ext) -> str:
+    """The whole module of a gated unit y = act(gate) * up over `[rows, dim]` bf16 (swiglu, geglu): launch ->
+    segment -> herd [plan.herd, 1] running `elementwise_body` with the kernel `ext` (its chunk = plan's)."""
+    n = plan.chunk_elements
+    ty = memref([rows, dim])
+    l1_ty = memref([n], "bf16", L1)
+    mod = Module(kind, [ty, ty, ty])
+    mod.declare(ext.symbol, ext.obj, [l1_ty, l1_ty, l1_ty])
+    types = [ty, ty, ty]
+    la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(kind, {"rows": rows, "dim": dim})])
+    seg = segment(la.body, f"{kind}_seg", list(zip(la.args, types)))
+    h = herd(seg.body, f"{kind}_herd", (plan.herd, 1), list(zip(seg.args, types)), [f'link_with = "{ext.obj}"'])
+    elementwise_body(h, plan, ext.symbol, l1_ty, ("gate", "up"), ty, ty)
+    return mod.text()

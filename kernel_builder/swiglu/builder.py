@@ -8,7 +8,7 @@ writes it), y stored. Offsets are affine in the tile id and the loop iv (no div/
 """
 from __future__ import annotations
 
-from kernel_builder.emit import L1, Module, attr_dict, elementwise_body, herd, launch, memref, segment
+from kernel_builder.emit import gated_unit_module
 from kernel_builder.swiglu.external import swiglu_kernel
 from kernel_builder.swiglu.plan import plan_swiglu
 
@@ -16,18 +16,5 @@ KIND = "swiglu"
 
 
 def build(rows: int, dim: int) -> str:
-
     plan = plan_swiglu(rows, dim)
-    n = plan.chunk_elements
-    ext = swiglu_kernel(n)
-    ty = memref([rows, dim])
-    l1_ty = memref([n], "bf16", L1)
-    mod = Module(KIND, [ty, ty, ty])
-    mod.declare(ext.symbol, ext.obj, [l1_ty, l1_ty, l1_ty])
-    types = [ty, ty, ty]
-
-    la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(KIND, {"rows": rows, "dim": dim})])
-    seg = segment(la.body, "swiglu_seg", list(zip(la.args, types)))
-    h = herd(seg.body, "swiglu_herd", (plan.herd, 1), list(zip(seg.args, types)), [f'link_with = "{ext.obj}"'])
-    elementwise_body(h, plan, ext.symbol, l1_ty, ("gate", "up"), ty, ty)
-    return mod.text()
+    return gated_unit_module(KIND, rows, dim, plan, swiglu_kernel(plan.chunk_elements))
