@@ -528,7 +528,7 @@ static void reset_state(float *state) {
 
 // One online-softmax update of the rows at q_pos0 + i*q_pos_step with a K/V tile at k_pos0. The numpy model
 // kernel_builder.external_models.attention_model follows this order of f32 operations.
-static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, float *state, int32_t q_pos0,
+[[maybe_unused]] static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, float *state, int32_t q_pos0,
                    int32_t q_pos_step, int32_t k_pos0) {
   float s[kLk];
   float *m = state_m(state), *l = state_l(state);

@@ -235,7 +235,7 @@ def _prefill(lib, rng, hd, lq, lk, n=None, window=None, scale_dim=None, pos=None
     kw = dict(rows=len(q), kv_rows=kv_rows, heads=heads, kv_heads=1, head_dim=hd, window=window, scale_dim=scale_dim)
     if bfp_want:
         want = ref.attention_block_float(q, k, v, pos, lk=lk, **kw)[rows, y * hd:(y + 1) * hd]
-        return Run(out, want, _close(want, 2.0**-7, 2.0**-9), counts)
+        return Run(out, want, _close(want, 2.0**-6, 2.0**-7), counts)
     want = ref.attention(q, k, v, pos, **kw)[rows, y * hd:(y + 1) * hd]
     return Run(out, want, _close(want, 2.0**-3, 2.0**-5), counts)
 

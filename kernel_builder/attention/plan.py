@@ -8,10 +8,13 @@ one memory tile per L2 buffer and the shim's DMA channels, or raises ValueError 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from kernel_builder.attention.external import (ATTN_HEAD_DIM_MULTIPLE, ATTN_LK_MULTIPLE, ATTN_LQ_MULTIPLE,
                                                ATTN_ROW_BLOCK, attn_prefill_blocks)
+from kernel_builder.attention import counts as ac
+from kernel_builder.hw import cost
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, L2_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS,
                                     check_positive, divisors_desc, kib)
@@ -295,12 +298,21 @@ def _prefill_plans(args, group: int, window: int = 0):
                 yield AttentionPlan(*args, lq=lq, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
 
 
+@functools.lru_cache(maxsize=None)
+def _prefill_cycles(hd: int, lk: int) -> tuple[float, float]:
+    """Counted cycles (kernel_builder.hw.cost) of one fully visible 8-row block and of an item's fixed work (the
+    V blocks' transposes) of attention.cc's prefill path."""
+    block = cost.compute_cycles(ac._row_block8(hd, lk, (lk,) * ATTN_ROW_BLOCK))
+    return block, cost.compute_cycles(ac.prefill_item(hd, ATTN_ROW_BLOCK, lk, 1, 1, 0, 2 * lk)) - block
+
+
 def _work_key(p: AttentionPlan) -> tuple:
-    """Preference among fitting plans: most cores, then the least work of the busiest core - its computed
-    row blocks, each weighing its lk scores (the softmax bookkeeping and the mmuls grow with the keys) plus
-    the rescale of its 4 accumulator rows (hd / 4: a fixed cost per block, which favours long K/V tiles) -
-    then the fewest items."""
-    return (p.cores, -p.busiest_blocks() * (p.lk + p.head_dim // 4), -p.iterations * p.steps)
+    """Preference among fitting plans: most cores, then the least counted compute of the item stream (each item
+    costs its busiest core: busiest_blocks full blocks, plus every K/V item's fixed work), then the fewest
+    items."""
+    block, fixed = _prefill_cycles(p.head_dim, p.lk)
+    stream = p.rounds * p.kv_tiles * p.kv_heads * p.head_passes
+    return (p.cores, -(p.busiest_blocks() * block + stream * fixed), -p.iterations * p.steps)
 
 
 def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int,
