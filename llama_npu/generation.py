@@ -1,7 +1,7 @@
 """Layered on top of Engine.generate_step (which yields (token, logprobs) as mlx-lm's does): what one run did
 (StepInfo), text deltas for streaming (TextStream), and the timed one-call generation (generate ->
-GenerationResult: time to first token, prefill and decode rates). Stop strings and tool calls are layered the
-same way by the server (serve_gen.py)."""
+GenerationResult: time to first token, prefill and decode rates), and stop strings cut from the streamed text
+(StopStrings; the server's requests use them, serve_gen.py, with tool calls layered the same way)."""
 from __future__ import annotations
 
 import threading
@@ -60,6 +60,43 @@ class TextStream:
             delta = text[len(before):]
             self.prefix, self.read = self.read, len(tokens)
         self.on_token(tokens[-1], delta)
+
+
+class StopStrings:
+    """Cuts the streamed text at the first stop string, which is never emitted: text that could be the
+    start of a stop string is held back until the next delta shows whether it is one, so a stop string
+    split across two deltas does not leak."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+        self.hit = False
+
+    def push(self, delta: str) -> str:
+        """Text that is safe to emit now (after a hit: nothing more)."""
+        if self.hit:
+            return ""
+        text = self.held + delta
+        if not self.stops:
+            self.held = ""
+            return text
+        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.hit, self.held = True, ""
+            return text[:cut]
+        keep = 0  # the longest tail of `text` that is a proper prefix of some stop string
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(text)), keep, -1):
+                if text.endswith(s[:n]):
+                    keep = n
+                    break
+        self.held = text[len(text) - keep:] if keep else ""
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        """At the end of a reply without a stop string: what was held back is plain text."""
+        out, self.held = ("" if self.hit else self.held), ""
+        return out
 
 
 def generate(eng, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,

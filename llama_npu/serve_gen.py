@@ -119,7 +119,7 @@ class Result:
 
 
 def generate(engine, job, emit: Callable | None, default_temperature: float, stops) -> Result:
-    """Run `job` (serve_worker.Job) to its end; `stops`: its serve_worker.StopStrings."""
+    """Run `job` (serve_worker.Job) to its end; `stops`: its generation.StopStrings."""
     req, plan, opts = job.req, job.plan or Plan(), job.req.options
     vocab = engine.config.shapes.vocab
     sampler = job.sampler or Sampler(temperature=default_temperature if req.temperature is None
