@@ -29,7 +29,7 @@ from .errors import PromptError
 from .generation import GenerationResult, StepInfo, generate  # noqa: F401 (re-exported)
 from .host_attention import HostAttention
 from .loader import HANDOFFS, load_engine, preload, warm_up  # noqa: F401 (HANDOFFS re-exported)
-from .models.graph import PhasePlan, layer_plan
+from .models.graph import HEAD_PLAN, PhasePlan, decode_plan, layer_plan, prefill_plan
 from .processors import log_softmax
 from .sampling import Sampler
 from .states import DeviceStates
@@ -90,7 +90,7 @@ class Engine:
         self.tokens: list[int] = []    # the ids whose K/V are in the cache (positions 0..pos-1)
         self.last_hidden: np.ndarray | None = None
         self.host_attn_s = 0.0          # CPU decode-attention time since the last reset
-        head = self.plans[("head",)].steps[0].decl
+        head = self.plans[HEAD_PLAN].steps[0].decl
         self._logit_names = [a.name for a in head.args if a.name.startswith("logits_")]
 
     # ------------------------------------------------------------------------------------ loading
@@ -156,7 +156,7 @@ class Engine:
 
     def _lm_head(self, module: str, arg: str, row: int | None) -> np.ndarray:
         """Final RMSNorm + LM head on the device, on `module.arg` (row `row`) -> f32 logits [vocab]."""
-        head = self.plans[("head",)].steps[0].decl
+        head = self.plans[HEAD_PLAN].steps[0].decl
         out = self.cache.load_and_run(head.name, bo_key=head.name, x=self.cache.ref(module, arg, row=row))
         logits = np.concatenate([out[n].reshape(-1) for n in self._logit_names])
         return self.model.final_logits(logits[: self.shapes.vocab].astype(np.float32))
@@ -204,7 +204,7 @@ class Engine:
             real = ids[p:p + rows]
             toks[:len(real)] = real
             x = self.model.embed_rows(np.asarray(self._embed[toks], dtype=BF16))   # [rows, H] gather on the host
-            plan = self.plans[("prefill", rows, self._window(p + rows, rows))]
+            plan = self.plans[prefill_plan(rows, self._window(p + rows, rows))]
             outs = self._run_layers(plan, x, p, read_hidden=return_hidden)
             if return_hidden:
                 new = slice(done - p, min(n, p + rows) - p)          # rows this chunk adds
@@ -238,8 +238,7 @@ class Engine:
         pos = self.pos
         self._ensure_capacity(pos + 1)
         x = self.model.embed_rows(np.asarray(self._embed[int(token_id)], dtype=BF16).reshape(1, self.shapes.hidden))
-        key = ("decode", None) if self.decode_attention == "host" else ("decode", self._window(pos + 1))
-        plan = self.plans[key]
+        plan = self.plans[decode_plan(None if self.decode_attention == "host" else self._window(pos + 1))]
         self._run_layers(plan, x, pos)
         self.pos = pos + 1
         self.tokens.append(int(token_id))

@@ -10,7 +10,7 @@ from multi_launch_builder.decl import Role
 
 from .config import load_config, select_buckets
 from .model_source import resolve_model
-from .models.graph import layer_plan
+from .models.graph import HEAD_PLAN, layer_plan
 from .sizes import DEFAULT_BUCKETS
 from .tokenizer import Tokenizer
 from .walk import layer_key
@@ -71,14 +71,14 @@ def preload(eng, progress: bool = True) -> None:
     from tqdm import tqdm
 
     c, w = eng.cache, eng.weights
-    layer_plans = [plan for key, plan in eng.plans.items() if key != ("head",)]
+    layer_plans = [plan for key, plan in eng.plans.items() if key != HEAD_PLAN]
     for layer in tqdm(range(eng.shapes.n_layers), desc="uploading weights", unit="layer",
                       disable=not progress, leave=False):
         decls = {d.name: d for plan in layer_plans for d in layer_plan(plan, layer).decls}
         for d in decls.values():
             c.write_static(d.name, bo_key=layer_key(layer),
                            **{a: w.writer(a, layer) for a in d.names(Role.STATIC)})
-    head = eng.plans[("head",)].steps[0].decl
+    head = eng.plans[HEAD_PLAN].steps[0].decl
     c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
     eng.states.ensure(min(max(eng.buckets), eng.context))
     c.reset_counters()  # the profile counts inference traffic, not the one-time upload
