@@ -1,7 +1,8 @@
 """The runtime: prefill, decode and the generation loop, walking the model description's phase plans through
 one ModuleExecutor (multi_launch_builder.executor). Loading (checkpoint -> weights -> built modules ->
 executor) is llama_npu/loader.py; the device states are llama_npu/states.py; the walk that binds every module
-input is llama_npu/walk.py; timing and text streaming on top of generate_step are llama_npu/generation.py.
+input is llama_npu/walk.py; timing, text streaming and stop strings on top of generate_step are
+llama_npu/generation.py.
 
 Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer: attention inputs with the
 K/V append, attention, the rest); decode feeds one token through ONE fused module per layer (attention on the
@@ -51,6 +52,7 @@ class PrefillResult:
     last_hidden: np.ndarray | None       # bf16 [H]: pre-final-norm hidden of the last real row (when read)
     prompt_len: int = 0
     bucket: int = 0
+
 
 def check_budget(n_prompt: int, max_new_tokens: int, context: int, what: str = "the model's context") -> None:
     """Prompt + new tokens fit the context (PromptError). Shared by the CLI's cheap pre-checks (before any
