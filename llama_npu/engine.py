@@ -32,6 +32,8 @@ from .rope import RopeTable
 from .processors import log_softmax
 from .sampling import Sampler
 from .tokenizer import Tokenizer
+from .models.token import token_module_name
+from .token_decode import TokenDecoder, token_decls
 from .weights import ModelWeights
 
 from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
@@ -152,6 +154,9 @@ class Engine:
         head = self.plans[("head",)].steps[0].decl
         self._logit_names = [a.name for a in head.args if a.name.startswith("logits_")]
         self.kv_capacity = 0
+        # greedy decode in one dispatch per token (llama_npu/token_decode.py), when the modules were built
+        tok = {w: cache.decls[n] for w in self.windows if (n := token_module_name(w)) in getattr(cache, "decls", {})}
+        self.token_decode = TokenDecoder(cache, tok, self.shapes.vocab) if tok else None
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -193,6 +198,7 @@ class Engine:
         weights = ModelWeights(cfg, model, weights=weights_mode,
                                gguf=gguf_source(model_dir) if weights_mode == "q4" else None)
         decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
+        decls += token_decls(model, model.kv_windows(ctx), decode_attention == "npu")
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)
@@ -219,12 +225,16 @@ class Engine:
         head = self.plans[("head",)].steps[0].decl
         c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
         self._ensure_capacity(min(max(self.buckets), self.context))
+        if self.token_decode is not None:
+            self.token_decode.preload(self._embed)
         c.reset_counters()  # the profile counts inference traffic, not the one-time upload
 
     def warmup(self) -> None:
         """One untimed prefill (smallest bucket) + decode step + LM head; then a clean state."""
         self.prefill([self.pad_id])
         self.decode_step(self.pad_id)
+        if self.token_decode is not None:
+            self.decode_next(self.pad_id)
         self.reset()
         self.host_attn_s = 0.0
         self.cache.reset_counters()
@@ -374,6 +384,19 @@ class Engine:
         out_step, out_arg = last.output
         return self._lm_head(last.steps[out_step].decl.name, out_arg, None)
 
+    def decode_next(self, token_id: int) -> int:
+        """Feed one token at the current position and return the greedy next id (argmax of the logits) in ONE
+        dispatch (llama_npu/token_decode.py); advances like decode_step."""
+        if self.pos == 0:
+            raise PromptError("decode_next before prefill: run a prompt first")
+        self._check_ids([token_id])
+        pos = self.pos
+        self._ensure_capacity(pos + 1)
+        nxt = self.token_decode.step(token_id, pos, self._window(pos + 1))
+        self.pos = pos + 1
+        self.tokens.append(int(token_id))
+        return nxt
+
     # ------------------------------------------------------------------------------------ generate
     def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:
         what = "the model's context" if self.context == self.config.max_position else "this run's --context"
@@ -451,13 +474,19 @@ class Engine:
         else:
             logits = self.prefill(ids).logits
         tokens: list[int] = []
+        one = (self.token_decode is not None and sampler.is_greedy and not processors and not logprobs
+               and on_logits is None)      # the argmax on the device: one dispatch, 8 bytes back per token
+        nxt = None
         while True:
-            if on_logits is not None:
-                on_logits(len(tokens), logits)
-            for proc in processors:
-                logits = proc(tokens, logits)
-            lp = log_softmax(logits) if logprobs else None
-            tok = sampler(logits)
+            if nxt is not None:
+                tok, lp = nxt, None
+            else:
+                if on_logits is not None:
+                    on_logits(len(tokens), logits)
+                for proc in processors:
+                    logits = proc(tokens, logits)
+                lp = log_softmax(logits) if logprobs else None
+                tok = sampler(logits)
             tokens.append(tok)
             if len(tokens) == 1:
                 info.t_first = time.perf_counter()
@@ -468,7 +497,10 @@ class Engine:
             if stop_event is not None and stop_event.is_set():
                 info.stop_reason = "interrupted"
                 return
-            logits = self.decode_step(tok)
+            if one:
+                nxt = self.decode_next(tok)
+            else:
+                logits = self.decode_step(tok)
 
 
 @dataclass

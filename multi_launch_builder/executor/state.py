@@ -72,7 +72,7 @@ class StateStore:
         if row0 < 0 or row0 + rows > st.rows:
             raise ValueError(f"module {decl.name} arg {arg.name}: window rows [{row0}, {row0 + rows}) of state "
                              f"{st.name!r} are outside its {st.rows} rows")
-        return self._mem.view(self._buffer(st, bo_key), row0 * st.row_nbytes, arg.nbytes)
+        return self._mem.view(self._buffer(st, arg.bo_key or bo_key), row0 * st.row_nbytes, arg.nbytes)
 
     def define(self, name: str, rows: int, per_key: bool = True) -> None:
         st = self.states.get(name)

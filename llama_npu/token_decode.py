@@ -1,0 +1,52 @@
+"""Greedy decode in ONE dispatch per token (llama_npu.models.token): the host writes the token id and its
+position (two i32 scalars, 8 bytes) and reads the best id with its logit (8 bytes); the embedding row, every
+layer, the LM head and the argmax run in one module on the device.
+
+The engine uses it when the next token is the argmax of the raw logits (greedy sampling, no logits processors,
+no logprobs, no logits callback) and the model has an on-device form (models.token.unsupported); otherwise it
+runs the per-layer decode and reads the logits.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kernel_builder.numerics import BF16
+from kernel_builder.topk.reference import candidates, empty
+
+from .models.graph import POS
+from .models.token import CAND_INIT, EMBED, NEXT, TOKEN, token_module, unsupported
+
+EMBED_CHUNK_ROWS = 4096   # embedding rows copied to the device per write at load (bounded host memory)
+
+
+def token_decls(model, windows, enabled: bool = True) -> list:
+    """The token modules of these KV windows (none when the model has no on-device form or not enabled)."""
+    if not enabled or unsupported(model):
+        return []
+    return [token_module(model, w) for w in windows]
+
+
+class TokenDecoder:
+    """Runs the `token_kv<W>` modules of one ModuleExecutor (`decls`: window -> ModuleDecl)."""
+
+    def __init__(self, cache, decls: dict, vocab: int):
+        self.cache, self.decls, self.vocab = cache, decls, vocab
+        self.k = decls[min(decls)].arg(CAND_INIT).shape[1] // 2
+
+    def preload(self, embed) -> None:
+        """The embedding rows into the `embed` state (the rows the host gathered before: `embed[ids]` bf16) and
+        the chain's empty candidates into each module's static."""
+        c = self.cache
+        c.define_state(EMBED, self.vocab, per_key=False)
+        for r0 in range(0, self.vocab, EMBED_CHUNK_ROWS):
+            rows = np.arange(r0, min(self.vocab, r0 + EMBED_CHUNK_ROWS))
+            c.write_state(EMBED, np.ascontiguousarray(np.asarray(embed[rows], dtype=BF16)), start=r0)
+        for d in self.decls.values():
+            c.write_static(d.name, bo_key=d.name, **{CAND_INIT: empty(self.k)})
+
+    def step(self, token: int, pos: int, window: int) -> int:
+        """Feed `token` at `pos` (KV window `window`): the argmax of the next token's logits."""
+        d = self.decls[window]
+        out = self.cache.load_and_run(d.name, bo_key=d.name, read=(NEXT,), **{POS: pos, TOKEN: int(token)})
+        ids, _ = candidates(out[NEXT])
+        return int(ids[0])
