@@ -23,6 +23,7 @@ namespace {
 struct Cands {
   int32_t id[TOPK_K];
   float val[TOPK_K];
+  int32_t key[TOPK_K];   // order key of val (key_of): compared as integers, no float compare per element
   int count;
 };
 
@@ -38,31 +39,43 @@ static inline int32_t f32_to_bits(float f) {
   return b;
 }
 
+// An integer whose order is the float order of a non-NaN f32 (sign-magnitude -> two's complement order; -0 and
+// +0 are one key, as they compare equal).
+static inline int32_t key_of_bits(int32_t b) {
+  return b >= 0 ? b : (b == INT32_MIN ? 0 : (int32_t)(b ^ 0x7FFFFFFF));
+}
+
 static inline void load_prev(const int32_t *prev, Cands &c) {
   c.count = 0;
   for (int i = 0; i < TOPK_K; ++i) {
     c.id[i] = prev[i];
     c.val[i] = bits_to_f32(prev[TOPK_K + i]);
+    c.key[i] = key_of_bits(prev[TOPK_K + i]);
     if (prev[i] >= 0) c.count = i + 1;
   }
 }
 
-// Insert (id, v) when it belongs in the kept k: after every kept value >= v (ties: the earlier, smaller id stays
-// first).
-static inline void offer(Cands &c, int32_t id, float v) {
-  if (c.count == TOPK_K && !(v > c.val[TOPK_K - 1])) return;
+// Insert (id, bf16 bits) when it belongs in the kept k: after every kept value >= it (ties: the earlier, smaller
+// id stays first). A bf16's f32 bits are its 16 bits shifted left by 16.
+static inline void offer(Cands &c, int32_t id, uint16_t bits) {
+  const int32_t b = (int32_t)((uint32_t)bits << 16);
+  const int32_t key = key_of_bits(b);
+  if (c.count == TOPK_K && !(key > c.key[TOPK_K - 1])) return;
   int i = c.count < TOPK_K ? c.count++ : TOPK_K - 1;
-  while (i > 0 && c.val[i - 1] < v) {
+  while (i > 0 && c.key[i - 1] < key) {
     c.id[i] = c.id[i - 1];
     c.val[i] = c.val[i - 1];
+    c.key[i] = c.key[i - 1];
     --i;
   }
   c.id[i] = id;
-  c.val[i] = v;
+  c.val[i] = bits_to_f32(b);
+  c.key[i] = key;
 }
 
 static inline void scan(Cands &c, const bfloat16 *x, int lo, int hi) {
-  for (int i = lo; i < hi; ++i) offer(c, TOPK_BASE + i, bf16_to_f32(x[i]));
+  const uint16_t *bits = reinterpret_cast<const uint16_t *>(x);
+  for (int i = lo; i < hi; ++i) offer(c, TOPK_BASE + i, bits[i]);
 }
 
 static inline void store_out(const Cands &c, int32_t *out) {
@@ -77,8 +90,8 @@ static inline void store_out(const Cands &c, int32_t *out) {
 #if defined(__AIENGINE__)
 
 // Per block of TOPK_BLOCK logits: the lane-wise max of its 32-lane vectors, widened to f32 and reduced to one
-// value; only a block whose max would enter the kept k is scanned element by element (after the first blocks a
-// rare event: the k-th best only grows).
+// value; only a block whose max would enter the kept k is scanned element by element, on the bf16 bit patterns
+// with integer compares (after the first blocks a rare event: the k-th best only grows).
 static constexpr int kLanes = 32;
 static_assert(TOPK_BLOCK % kLanes == 0, "TOPK_BLOCK must be a multiple of 32 on AIE2P");
 

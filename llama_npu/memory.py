@@ -25,6 +25,7 @@ class MemoryPlan:
     weights_bytes: int      # every static device buffer: layer weights, final norm, LM-head partitions
     kv_cache_bytes: int     # device states: K and V of every layer + the RoPE table, `context` positions
     activation_bytes: int   # input / intermediate / output / scalar device buffers, one set per module
+    embed_bytes: int = 0    # of weights_bytes: the embedding rows the one-module decode token reads (a state)
 
     @property
     def total(self) -> int:
@@ -48,22 +49,28 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
         raise ValueError(f"context must be a positive number of positions, got {context!r}")
     if not bs or min(bs) <= 0:
         raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
+    from .token_decode import token_decls
+
     statics: dict[tuple, int] = {}
     activations = 0
     head = model.head().decls[0].name
-    for decl in model.modules(bs, context, decode_attention):
-        bo_keys = [head] if decl.name == head else list(range(shapes.n_layers))   # one weight set per layer
+    tokens = token_decls(model, model.kv_windows(context), decode_attention == "npu")   # one-dispatch decode
+    for decl in model.modules(bs, context, decode_attention) + tokens:
+        # one weight set per layer (the engine's bo_keys); the token modules name theirs per argument
+        bo_keys = [decl.name] if decl.name == head or decl in tokens else [f"L{i}" for i in range(shapes.n_layers)]
         for a in decl.args:
             if a.role is Role.STATIC:
-                for k in bo_keys:
-                    statics[(decl.static_group, k, a.name, a.shape, a.dtype)] = a.nbytes
+                group, name = a.shares or (decl.static_group, a.name)
+                for k in ([a.bo_key] if a.bo_key else bo_keys):
+                    statics[(group, k, name, a.shape, a.dtype)] = a.nbytes
             elif a.role is not Role.STATE:
                 activations += a.nbytes
+    embed = shapes.vocab * shapes.hidden * BF16_BYTES if tokens else 0   # the token modules' embedding rows
     states = 0
     for name, width in model.graph.states.items():
         per = 1 if name in model.shared_states else shapes.n_layers
         states += per * context * width * BF16_BYTES
-    return MemoryPlan(sum(statics.values()), states, activations)
+    return MemoryPlan(sum(statics.values()) + embed, states, activations, embed)
 
 
 from .sizes import DEFAULT_CONTEXT_CAP  # noqa: E402 (positions the KV cache is planned for without --context)

@@ -16,7 +16,7 @@ from kernel_builder.topk.reference import candidates, empty
 from .models.graph import POS
 from .models.token import CAND_INIT, EMBED, NEXT, TOKEN, token_module, unsupported
 
-EMBED_CHUNK_ROWS = 4096   # embedding rows copied to the device per write at load (bounded host memory)
+EMBED_WRITE_BATCH = 3000   # embedding rows copied to the device per write at load (bounded host memory)
 
 
 def token_decls(model, windows, enabled: bool = True) -> list:
@@ -38,8 +38,8 @@ class TokenDecoder:
         the chain's empty candidates into each module's static."""
         c = self.cache
         c.define_state(EMBED, self.vocab, per_key=False)
-        for r0 in range(0, self.vocab, EMBED_CHUNK_ROWS):
-            rows = np.arange(r0, min(self.vocab, r0 + EMBED_CHUNK_ROWS))
+        for r0 in range(0, self.vocab, EMBED_WRITE_BATCH):
+            rows = np.arange(r0, min(self.vocab, r0 + EMBED_WRITE_BATCH))
             c.write_state(EMBED, np.ascontiguousarray(np.asarray(embed[rows], dtype=BF16)), start=r0)
         for d in self.decls.values():
             c.write_static(d.name, bo_key=d.name, **{CAND_INIT: empty(self.k)})

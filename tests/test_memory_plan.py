@@ -29,7 +29,7 @@ def test_plan_matches_the_kernel_cache_on_the_null_device(tiny_two_layers, kerne
     cfg = load_config(tiny_two_layers)
     plan = plan_memory(cfg, buckets, context=eng.kv_capacity)
     assert report["cache_allocated_bytes"] == report["device_allocated_bytes"] == plan.total
-    assert report["state_bytes"] == plan.kv_cache_bytes
+    assert report["state_bytes"] == plan.kv_cache_bytes + plan.embed_bytes   # + the token modules' embedding rows
     assert plan.total == plan.weights_bytes + plan.kv_cache_bytes + plan.activation_bytes
 
 

@@ -27,8 +27,9 @@ VARIANTS = [(1024, 1, 0, 1024), (512, 1, 1536, 300), (256, 4, 256, 256), (96, 3,
 def _logits(n, seed, ties=False):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(n).astype(np.float32) * 4
-    if ties:      # few distinct values: ties everywhere (the smaller id must win)
+    if ties:      # few distinct values: ties everywhere (the smaller id must win), -0 beside +0
         x = np.round(x)
+        x[::7] = -0.0
     return to_bf16(x)
 
 

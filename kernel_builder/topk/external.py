@@ -2,7 +2,6 @@
 its portable path for the interpreter and its cost descriptor; FAMILY and COSTS register them with the spec."""
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -68,17 +67,15 @@ def topk_model(n: int, k: int, base: int, valid: int):
 
 def _topk(m, args):
     """Counted formula of topk.cc's vector path: per full block of B logits, B/32 loads of 32 bf16 lanes, B/32 - 1
-    lane-wise maxima, the widening to f32 (two conversions) and one reduce_max. The element-wise rescans of the
-    blocks that can enter the kept k are scalar code the host aie_api does not count: charged as scalar ops,
-    4 per element (convert, compare, and the insertion's moves), for the expected number of such blocks in a
-    partition of random order (the k-th best improves ~ k (1 + ln(blocks / k)) times) and the tail."""
-    n, k, valid = int(m.group(1)), int(m.group(2)), int(m.group(4))
+    lane-wise maxima, the widening to f32 (two conversions) and one reduce_max; one scalar f32 compare per block
+    (the block's max against the k-th kept value). The element-wise rescans of the blocks that can enter the kept
+    k compare the bf16 bit patterns as integers (no soft-float op); like every kernel's integer loop code they are
+    not counted."""
+    n, valid = int(m.group(1)), int(m.group(4))
     b = block_of(n)
     blocks = valid // b
     per_block = load(32, 2) * (b // 32) + Counts(vmax=b // 32 - 1) + conv(2) + Counts(reduce_max=1)
-    rescans = min(blocks, math.ceil(k * (1 + math.log(max(blocks, k) / k))))
-    scalar = 4 * (rescans * b + valid - blocks * b + 2 * k)
-    return CallWork(valid, scalar, per_block * blocks)
+    return CallWork(valid, blocks, per_block * blocks)
 
 
 FAMILY = ExternalFamily("topk", "topk.cc", r"topk_n(\d+)_k(\d+)_b(\d+)_v(\d+)\.o",

@@ -85,8 +85,14 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
                      for la in decl.launches]
         x_name = names[plan.output[1]]
     head = model.head().decls[0]
+    rows = model.lm_rows
+    parts = [p for p in range(model.lm_parts) if s.vocab > p * rows]   # a partition of padding only is dropped
+    dropped = {f"logits_{p}" for p in range(model.lm_parts) if p not in parts}
+    dropped |= {w for la in head.launches if la.wiring[-1] in dropped for w in la.wiring[:-1] if w.startswith("lm_")}
     hnames = {}
     for a in head.args:
+        if a.name in dropped:
+            continue
         if a.role is Role.INPUT:
             hnames[a.name] = x_name
         elif a.role is Role.STATIC:
@@ -95,13 +101,13 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
         else:
             hnames[a.name] = f"head_{a.name}"
             args.append(Arg(hnames[a.name], a.shape, Role.INTERMEDIATE, a.dtype))
-    launches += [Launch(f"head_{la.prefix}", la.build, tuple(hnames[w] for w in la.wiring)) for la in head.launches]
+    launches += [Launch(f"head_{la.prefix}", la.build, tuple(hnames[w] for w in la.wiring)) for la in head.launches
+                 if la.wiring[-1] not in dropped]
     args.append(Arg(CAND_INIT, (1, 2 * k), Role.STATIC, "i32"))
     prev = CAND_INIT
-    rows = model.lm_rows
-    for p in range(model.lm_parts):
+    for p in parts:
         valid = min(rows, s.vocab - p * rows)
-        out = NEXT if p == model.lm_parts - 1 else f"cand_{p}"
+        out = NEXT if p == parts[-1] else f"cand_{p}"
         args.append(Arg(out, (1, 2 * k), Role.OUTPUT if out == NEXT else Role.INTERMEDIATE, "i32"))
         launches.append(Launch(f"top{p}", kernel("topk", rows, k, p * rows, valid),
                                (hnames[f"logits_{p}"], prev, out)))
