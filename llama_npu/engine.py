@@ -33,7 +33,7 @@ from .processors import log_softmax
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .models.token import token_module_name
-from .token_decode import TokenDecoder, token_decls
+from .token_decode import TokenDecoder, token_decls, write_vocab
 from .weights import ModelWeights
 
 from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
@@ -224,6 +224,7 @@ class Engine:
                                **{a: w.writer(a, layer) for a in d.names(Role.STATIC)})
         head = self.plans[("head",)].steps[0].decl
         c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
+        write_vocab(c, w, head)     # the LM-head partitions: windows of one state (the token modules' embedding)
         self._ensure_capacity(min(max(self.buckets), self.context))
         if self.token_decode is not None:
             self.token_decode.preload(self._embed)

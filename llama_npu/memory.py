@@ -25,7 +25,7 @@ class MemoryPlan:
     weights_bytes: int      # every static device buffer: layer weights, final norm, LM-head partitions
     kv_cache_bytes: int     # device states: K and V of every layer + the RoPE table, `context` positions
     activation_bytes: int   # input / intermediate / output / scalar device buffers, one set per module
-    embed_bytes: int = 0    # of weights_bytes: the embedding rows the one-module decode token reads (a state)
+    embed_bytes: int = 0    # of weights_bytes: the rows held as states (LM head; an untied model's embedding)
 
     @property
     def total(self) -> int:
@@ -65,7 +65,11 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
                     statics[(group, k, name, a.shape, a.dtype)] = a.nbytes
             elif a.role is not Role.STATE:
                 activations += a.nbytes
-    embed = shapes.vocab * shapes.hidden * BF16_BYTES if tokens else 0   # the token modules' embedding rows
+    # the LM head's rows (the VOCAB state), and an untied model's embedding rows for the token modules
+    from .models.llama import VOCAB
+    embed = sum(a.nbytes for a in model.head().decls[0].args if a.role is Role.STATE and a.state_name == VOCAB)
+    if tokens and not model.tied:
+        embed += shapes.vocab * shapes.hidden * BF16_BYTES
     states = 0
     for name, width in model.graph.states.items():
         per = 1 if name in model.shared_states else shapes.n_layers

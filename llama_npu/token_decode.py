@@ -19,6 +19,22 @@ from .models.token import CAND_INIT, EMBED, NEXT, TOKEN, token_module, unsupport
 EMBED_WRITE_BATCH = 3000   # embedding rows copied to the device per write at load (bounded host memory)
 
 
+def write_vocab(cache, weights, head) -> None:
+    """The LM head's partitions into the one VOCAB state (llama_npu.models.llama: the lm_head module's and the
+    token modules' windows), each read from the checkpoint into a host buffer of one partition, then written."""
+    from kernel_builder.dtypes import dtype as _dtype
+    from multi_launch_builder.decl import Role
+
+    from .models.llama import VOCAB
+    wins = [a for a in head.args if a.role is Role.STATE and a.state_name == VOCAB]
+    cache.define_state(VOCAB, sum(a.shape[0] for a in wins), per_key=False)
+    for a in wins:
+        buf = np.zeros(a.nbytes, np.uint8)
+        weights.writer(a.name, None)(buf)
+        dt = _dtype(a.dtype)
+        cache.write_state(VOCAB, buf.view(dt.host).reshape(dt.host_shape(a.shape)), start=a.at)
+
+
 def token_decls(model, windows, enabled: bool = True) -> list:
     """The token modules of these KV windows (none when the model has no on-device form or not enabled)."""
     if not enabled or unsupported(model):
@@ -34,11 +50,14 @@ class TokenDecoder:
         self.k = decls[min(decls)].arg(CAND_INIT).shape[1] // 2
 
     def preload(self, embed) -> None:
-        """The embedding rows into the `embed` state (the rows the host gathered before: `embed[ids]` bf16) and
-        the chain's empty candidates into each module's static."""
+        """An untied model's embedding rows into the `embed` state (the rows the host gathered before: `embed[ids]`
+        bf16; a tied model's are the VOCAB state's, written with the LM head) and the chain's empty candidates
+        into each module's static."""
         c = self.cache
-        c.define_state(EMBED, self.vocab, per_key=False)
-        for r0 in range(0, self.vocab, EMBED_WRITE_BATCH):
+        untied = any(EMBED in d.states() for d in self.decls.values())
+        if untied:
+            c.define_state(EMBED, self.vocab, per_key=False)
+        for r0 in range(0, self.vocab if untied else 0, EMBED_WRITE_BATCH):
             rows = np.arange(r0, min(self.vocab, r0 + EMBED_WRITE_BATCH))
             c.write_state(EMBED, np.ascontiguousarray(np.asarray(embed[rows], dtype=BF16)), start=r0)
         for d in self.decls.values():

@@ -148,6 +148,7 @@ class ModelWeights:
         # q4: the 4-bit weights come from `gguf` (its Q4_0/Q4_1 blocks, exactly) or are quantized at load (RTN)
         untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
         self.lm_source = "lm_head" if untied else "embed"
+        self.model.tied = not untied
         self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
         if self.q4 is not None and not self.q4.head_is_q4():
             self.model.head_weights = "bf16"

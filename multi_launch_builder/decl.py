@@ -53,7 +53,7 @@ class Arg:
     role: Role
     dtype: str = "bf16"
     state: str = ""
-    at: str = ""
+    at: str | int = ""      # the scalar naming the window's first row, or a constant row
     bo_key: str = ""
     shares: tuple[str, str] | tuple = ()
 
@@ -128,7 +128,7 @@ class ModuleDecl:
         for a in self.args:
             if a.role is Role.SCALAR and a.name not in scalars:
                 raise ValueError(f"module {self.name}: SCALAR argument {a.name!r} is not in scalars={self.scalars}")
-            if a.role is Role.STATE and a.at and a.at not in scalars:
+            if a.role is Role.STATE and isinstance(a.at, str) and a.at and a.at not in scalars:
                 raise ValueError(f"module {self.name}: STATE argument {a.name!r} starts at scalar {a.at!r}, "
                                  f"which is not in scalars={self.scalars}")
 

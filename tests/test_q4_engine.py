@@ -55,7 +55,7 @@ def test_q4_decode_module_uses_gemv_q4_and_fits():
     rep = analyze_module(text, d.name)
     assert rep.ok, rep.first_violation()
     head = LlamaModel(LLAMA32_1B, "q4").head().decls[0]
-    assert {a.name: a.dtype for a in head.args if a.role.name == "STATIC"}["lm_0_q4"] == "i8"
+    assert {a.name: (a.role.name, a.dtype, a.state) for a in head.args}["lm_0_q4"] == ("STATE", "i8", "vocab")
     assert analyze_module(stitch(head), head.name).ok
     with pytest.raises(ValueError, match="weights must be one of"):
         LlamaModel(LLAMA32_1B, "q3")

@@ -204,7 +204,7 @@ def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules
             add(Arg(op.out, (rows, op.width), Role.OUTPUT if later else Role.INTERMEDIATE, graph.dtype))
         launches.append(Launch(op.out, build, wiring))
     scalars = sorted({a.name for a in args.values() if a.role is Role.SCALAR}
-                     | {a.at for a in args.values() if a.role is Role.STATE and a.at})
+                     | {a.at for a in args.values() if a.role is Role.STATE and a.at and isinstance(a.at, str)})
     decl = ModuleDecl(name=name, args=tuple(args.values()), launches=tuple(launches), family=family,
                       scalars=tuple(scalars), preset=preset)
     return Step(decl, inputs)

@@ -7,9 +7,9 @@ RoPE) adds two ops and two weights; nothing else in the code base changes for it
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from multi_launch_builder.decl import ModuleDecl
+from multi_launch_builder.decl import Arg, ModuleDecl, Role
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower, plan_decls
@@ -77,6 +77,7 @@ GLOBAL_TENSORS = {"embed": "model.embed_tokens.weight", "final_norm": "model.nor
                   "lm_head": "lm_head.weight"}
 
 K_CACHE, V_CACHE, ROPE_TABLE = "k_cache", "v_cache", "rope"
+VOCAB = "vocab"   # the LM head's rows (tied: the embedding), one state: its partitions are windows of it
 LAYER_FAMILY = "layer"     # every per-layer module shares its bo_key's weights through this family
 HEAD_FAMILY = "lm_head"
 
@@ -116,13 +117,16 @@ class LlamaModel:
         self.shapes = shapes
         self.weights = weights
         self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
+        self.tied = True              # the LM head is the embedding (ModelWeights says from the checkpoint)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
     @classmethod
     def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
-        return cls(cfg.shapes, weights)
+        m = cls(cfg.shapes, weights)
+        m.tied = bool(cfg.tie_embeddings)
+        return m
 
     # ------------------------------------------------------------------------------ tensor map
     def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -276,7 +280,13 @@ class LlamaModel:
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
         phase = Phase("decode", 1, 0)
-        return lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
+        plan = lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
+        # the partitions are windows of the one VOCAB state (the token module reads the embedding row from it)
+        d = plan.steps[0].decl
+        args = tuple(Arg(a.name, a.shape, Role.STATE, a.dtype, state=VOCAB,
+                         at=int(a.name[3:].removesuffix(Q4_SUFFIX)) * self.lm_rows)
+                     if a.role is Role.STATIC and a.name.startswith("lm_") else a for a in d.args)
+        return replace(plan, steps=(replace(plan.steps[0], decl=replace(d, args=args)),))
 
     WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
 

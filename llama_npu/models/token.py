@@ -16,6 +16,8 @@ from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from kernel_builder.registry import kernel
 
 from .graph import POS, layer_plan
+from .llama import VOCAB
+from .lowering import Q4_GROUP
 
 TOKEN = "token"        # the scalar holding the token id: the embedding row the module reads
 EMBED = "embed"        # the state holding the embedding rows [vocab, hidden] (one buffer for all layers)
@@ -39,6 +41,20 @@ def unsupported(model) -> str:
     if len(model.layer_variants) > 1:
         return f"{cls.__name__} has layer variants"
     return ""
+
+
+def _embedding(model, head: ModuleDecl) -> tuple[list[Arg], list[Launch]]:
+    """The token's embedding row `embed_row` bf16 [1, hidden]: tied, a window of the VOCAB state (the LM head's
+    rows) at the token, dequantized on the core when those rows are 4-bit; untied, a window of the EMBED state."""
+    h = model.shapes.hidden
+    if not model.tied:
+        return [Arg(EMBED_ROW, (1, h), Role.STATE, "bf16", state=EMBED, at=TOKEN)], []
+    lm = next(a for a in head.args if a.role is Role.STATE and a.state_name == VOCAB)
+    if lm.dtype == "bf16":
+        return [Arg(EMBED_ROW, (1, h), Role.STATE, "bf16", state=VOCAB, at=TOKEN)], []
+    row = Arg("embed_q4", (1,) + lm.shape[1:], Role.STATE, lm.dtype, state=VOCAB, at=TOKEN)
+    return ([row, Arg(EMBED_ROW, (1, h), Role.INTERMEDIATE, "bf16")],
+            [Launch("embed", kernel("dequant_q4", 1, h, Q4_GROUP, 1), (row.name, EMBED_ROW))])
 
 
 def _layer_args(decl: ModuleDecl, layer: int, x_name: str) -> tuple[dict[str, str], list[Arg]]:
@@ -70,9 +86,9 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
         raise ValueError(f"one-module decode: {why}")
     s = model.shapes
     plans = model._per_layer(lambda v: model.decode(kv_rows, v))
-    args = [Arg(EMBED_ROW, (1, s.hidden), Role.STATE, "bf16", state=EMBED, at=TOKEN),
-            Arg(POS, (1,), Role.SCALAR, "i32")]
-    launches = []
+    head = model.head().decls[0]
+    args, launches = _embedding(model, head)
+    args.append(Arg(POS, (1,), Role.SCALAR, "i32"))
     x_name = EMBED_ROW
     for layer in range(s.n_layers):
         plan = layer_plan(plans, layer)
@@ -84,7 +100,6 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
         launches += [Launch(f"l{layer}_{la.prefix}", la.build, tuple(names[w] for w in la.wiring))
                      for la in decl.launches]
         x_name = names[plan.output[1]]
-    head = model.head().decls[0]
     rows = model.lm_rows
     parts = [p for p in range(model.lm_parts) if s.vocab > p * rows]   # a partition of padding only is dropped
     dropped = {f"logits_{p}" for p in range(model.lm_parts) if p not in parts}
@@ -98,6 +113,9 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
         elif a.role is Role.STATIC:
             hnames[a.name] = a.name
             args.append(Arg(a.name, a.shape, Role.STATIC, a.dtype, bo_key=head.name, shares=(head.static_group, a.name)))
+        elif a.role is Role.STATE:      # an LM-head partition: a window of the VOCAB state
+            hnames[a.name] = a.name
+            args.append(a)
         else:
             hnames[a.name] = f"head_{a.name}"
             args.append(Arg(hnames[a.name], a.shape, Role.INTERMEDIATE, a.dtype))

@@ -67,7 +67,7 @@ class StateStore:
         if st.rows == 0:
             raise ValueError(f"module {decl.name} arg {arg.name}: state {st.name!r} has no capacity yet "
                              f"(ModuleExecutor.define_state({st.name!r}, rows))")
-        row0 = scalars[arg.at] if arg.at else 0
+        row0 = (scalars[arg.at] if arg.at else 0) if isinstance(arg.at, str) else arg.at
         rows = arg.shape[0]
         if row0 < 0 or row0 + rows > st.rows:
             raise ValueError(f"module {decl.name} arg {arg.name}: window rows [{row0}, {row0 + rows}) of state "
