@@ -475,8 +475,8 @@ class Engine:
         else:
             logits = self.prefill(ids).logits
         tokens: list[int] = []
-        one = (self.token_decode is not None and getattr(sampler, "is_greedy", False) and not processors and not logprobs
-               and on_logits is None)      # the argmax on the device: one dispatch, 8 bytes back per token
+        one = (self.token_decode is not None and getattr(sampler, "is_greedy", False) and not processors
+               and not logprobs and on_logits is None)   # the argmax on the device: one dispatch, 8 bytes back
         nxt = None
         while True:
             if nxt is not None:

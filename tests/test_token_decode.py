@@ -90,9 +90,6 @@ def test_bad_declarations_are_one_line():
 def test_models_with_host_hooks_keep_the_per_layer_decode():
     from llama_npu.models.token import token_module, unsupported
     from llama_npu.token_decode import token_decls
-
-    class Scaled:
-        pass
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
 
     class ScaledModel(LlamaModel):

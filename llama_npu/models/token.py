@@ -112,7 +112,8 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
             hnames[a.name] = x_name
         elif a.role is Role.STATIC:
             hnames[a.name] = a.name
-            args.append(Arg(a.name, a.shape, Role.STATIC, a.dtype, bo_key=head.name, shares=(head.static_group, a.name)))
+            args.append(Arg(a.name, a.shape, Role.STATIC, a.dtype, bo_key=head.name,
+                            shares=(head.static_group, a.name)))
         elif a.role is Role.STATE:      # an LM-head partition: a window of the VOCAB state
             hnames[a.name] = a.name
             args.append(a)
