@@ -27,9 +27,13 @@ def model_modules(model: str | None, buckets, context: int | None, only: list[st
     bs = select_buckets(buckets, ctx)
     fam = model_for(cfg)
     decls: dict = {}
+    from .token_decode import token_decls
+
     for placement in ("npu", "host"):
         for d in fam.modules(bs, ctx, placement):
             decls.setdefault(d.name, d)
+    for d in token_decls(fam, fam.kv_windows(ctx)):    # the one-module greedy decode token, per window
+        decls.setdefault(d.name, d)
     if only:
         unknown = sorted(set(only) - set(decls))
         if unknown:

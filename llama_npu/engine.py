@@ -33,7 +33,7 @@ from .processors import log_softmax
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .models.token import token_module_name
-from .token_decode import TokenDecoder, token_decls, write_vocab
+from .token_decode import TokenDecoder, write_vocab
 from .weights import ModelWeights
 
 from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
@@ -198,7 +198,6 @@ class Engine:
         weights = ModelWeights(cfg, model, weights=weights_mode,
                                gguf=gguf_source(model_dir) if weights_mode == "q4" else None)
         decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
-        decls += token_decls(model, model.kv_windows(ctx), decode_attention == "npu")
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
         report = build_modules(decls, cache_dir, kind, progress=progress)
