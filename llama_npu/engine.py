@@ -32,7 +32,7 @@ from .rope import RopeTable
 from .processors import log_softmax
 from .sampling import Sampler
 from .tokenizer import Tokenizer
-from .models.token import token_module_name
+from .models.token import TOKEN_FAMILY, token_module_name
 from .token_decode import TokenDecoder, write_vocab
 from .weights import ModelWeights
 
@@ -200,9 +200,12 @@ class Engine:
         decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
         kind = getattr(dev, "name", "emu")
         cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
-        report = build_modules(decls, cache_dir, kind, progress=progress)
+        lazy = {d.name for d in decls if d.family == TOKEN_FAMILY}   # built when a window is first decoded
+        report = build_modules([d for d in decls if d.name not in lazy], cache_dir, kind, progress=progress)
         cache = KernelCache(dev, report.artifacts, decls, handoff=handoff)
         eng = cls(cfg, tokenizer, weights, cache, bs, ctx, decode_attention)
+        if eng.token_decode is not None:
+            eng.token_decode.build = lambda d: build_modules([d], cache_dir, kind, progress=False).artifacts[d.name]
         eng.preload(progress=progress)
         if warmup:
             eng.warmup()

@@ -1,6 +1,8 @@
-"""Greedy decode in ONE dispatch per token (llama_npu.models.token): the host writes the token id and its
-position (two i32 scalars, 8 bytes) and reads the best id with its logit (8 bytes); the embedding row, every
-layer, the LM head and the argmax run in one module on the device.
+"""Greedy decode in ONE dispatch per token (llama_npu.models.token): the host passes the token id and its
+position (the id moves the embedding window's address; the position is a 4-byte scalar) and reads the best id
+with its logit (8 bytes); the embedding row, every layer, the LM head and the argmax run in one module on the
+device. Each window's module is built when the engine first decodes in that window (`build`; `llama-npu compile`
+builds them all ahead).
 
 The engine uses it when the next token is the argmax of the raw logits (greedy sampling, no logits processors,
 no logprobs, no logits callback) and the model has an on-device form (models.token.unsupported); otherwise it
@@ -45,8 +47,9 @@ def token_decls(model, windows, enabled: bool = True) -> list:
 class TokenDecoder:
     """Runs the `token_kv<W>` modules of one ModuleExecutor (`decls`: window -> ModuleDecl)."""
 
-    def __init__(self, cache, decls: dict, vocab: int):
+    def __init__(self, cache, decls: dict, vocab: int, build=None):
         self.cache, self.decls, self.vocab = cache, decls, vocab
+        self.build = build      # decl -> Artifact: a window's module built on its first use (Engine.load)
         self.k = decls[min(decls)].arg(CAND_INIT).shape[1] // 2
 
     def preload(self, embed) -> None:
@@ -66,6 +69,8 @@ class TokenDecoder:
     def step(self, token: int, pos: int, window: int) -> int:
         """Feed `token` at `pos` (KV window `window`): the argmax of the next token's logits."""
         d = self.decls[window]
+        if d.name not in self.cache.artifacts and self.build is not None:
+            self.cache.artifacts[d.name] = self.build(d)
         out = self.cache.load_and_run(d.name, bo_key=d.name, read=(NEXT,), **{POS: pos, TOKEN: int(token)})
         ids, _ = candidates(out[NEXT])
         return int(ids[0])
