@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         from llama_npu.models.llama import LLAMA32_1B
 
         bench_token_decode((host or {}).get("greedy_host_ms_per_token"),
-                           **({"shapes": (("Llama-3.2-1B", LLAMA32_1B),)} if q else {}))
+                           **({"shapes": (("Llama-3.2-1B", LLAMA32_1B, True),)} if q else {}))
         bench_q4_perplexity()
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long

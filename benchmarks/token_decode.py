@@ -10,7 +10,7 @@ from collections import defaultdict
 WINDOW = 1024
 
 
-def _reports(shapes, weights: str, window: int = WINDOW):
+def _reports(shapes, weights: str, window: int = WINDOW, tied: bool = True):
     """(per-layer decode: [(report, times)], the token module's report) from the stitched module texts."""
     from kernel_builder.hw import analyze_module
     from llama_npu.models.llama import LlamaModel
@@ -18,6 +18,7 @@ def _reports(shapes, weights: str, window: int = WINDOW):
     from multi_launch_builder.stitcher import stitch
 
     m = LlamaModel(shapes, weights)
+    m.tied = tied     # a tied model gathers its embedding row from the LM head's rows (q4: one dequant launch)
     layer, head = m.decode(window).decls[0], m.head().decls[0]
     per_layer = [(analyze_module(stitch(layer), layer.name), shapes.n_layers), (analyze_module(stitch(head)), 1)]
     tok = token_module(m, window)
@@ -56,13 +57,14 @@ def breakdown(rep) -> list[tuple[str, float, int, str]]:
 
 
 def bench_token_decode(host_ms_per_token: float | None = None, shapes=None) -> dict:
-    """Prints and returns {model: (per-layer s, token-module s)} (NPU time, likely)."""
+    """Prints and returns {model: (per-layer s, token-module s)} (NPU time, likely). `shapes`: (name, shapes, tied)
+    rows (default Llama-3.2-1B tied, Llama-3.1-8B untied)."""
     from kernel_builder.hw import cost
     from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
 
     out = {}
-    for name, sh in shapes or (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
-        per_layer, tok = _reports(sh, "q4")
+    for name, sh, tied in shapes or (("Llama-3.2-1B", LLAMA32_1B, True), ("Llama-3.1-8B", LLAMA31_8B, False)):
+        per_layer, tok = _reports(sh, "q4", tied=tied)
         before = sum(r.modeled_s * t for r, t in per_layer)
         after = tok.modeled_s
         out[name] = (before, after)

@@ -66,18 +66,23 @@ def test_null_device_bytes_per_greedy_token(tiny, tmp_path_factory):
     assert sum(r["bytes_written"] for r in rows) <= 4 * 64 and sum(r["bytes_read"] for r in rows) <= 4 * 64
 
 
-@pytest.mark.parametrize("name,weights", [("smollm2-135m", "bf16"), ("llama32-1b", "q4"), ("llama31-8b", "q4")])
-def test_hardware_model_accepts_the_token_module(name, weights):
+@pytest.mark.parametrize("name,weights,tied", [("smollm2-135m", "bf16", True), ("llama32-1b", "q4", True),
+                                               ("llama31-8b", "q4", False)])
+def test_hardware_model_accepts_the_token_module(name, weights, tied):
     from kernel_builder.hw import analyze_module
     from llama_npu.models.llama import LLAMA31_8B, SMOLLM2_135M, LLAMA32_1B, LlamaModel
     from llama_npu.models.token import token_module
     from multi_launch_builder.stitcher import stitch
     shapes = {"smollm2-135m": SMOLLM2_135M, "llama32-1b": LLAMA32_1B, "llama31-8b": LLAMA31_8B}[name]
-    d = token_module(LlamaModel(shapes, weights), 1024)
+    m = LlamaModel(shapes, weights)
+    m.tied = tied
+    d = token_module(m, 1024)
     rep = analyze_module(stitch(d), d.name)
     assert rep.ok, rep.first_violation()
-    assert len(d.launches) == shapes.n_layers * len(LlamaModel(shapes, weights).decode(1024).decls[0].launches) \
-        + 1 + 2 * LlamaModel(shapes).lm_parts
+    # [the 4-bit embedding row's dequant] + every layer + final norm + per partition a GEMV and a topk
+    embed = int(tied and weights == "q4")
+    assert len(d.launches) == embed + shapes.n_layers * len(m.decode(1024).decls[0].launches) + 1 + 2 * m.lm_parts
+    assert ("embed" in d.states()) == (not tied) and "vocab" in d.states()
 
 
 def test_bad_declarations_are_one_line():
