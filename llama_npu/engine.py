@@ -4,7 +4,7 @@
 Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer: attention inputs with the
 K/V append, attention, the rest); decode feeds one token through ONE fused module per layer (attention on the
 NPU over the cache window), so a token is n_layers + 1 dispatches with the LM head (final RMSNorm +
-vocabulary GEMVs). With --decode-attention host, decode runs the attention-input and FFN modules with the CPU
+vocabulary GEMVs); a greedy token is ONE dispatch (llama_npu/token_decode.py: the whole token in one module). With --decode-attention host, decode runs the attention-input and FFN modules with the CPU
 attention between them. Both phases go through `run_layers`, which binds every module input from where the plan
 says it comes from: the layer input, another module's output (a ref: on the device, or through the host when
 the executor's hand-off policy says so), or a host step (the CPU decode attention). The KV cache and the RoPE
