@@ -33,7 +33,8 @@ from .processors import log_softmax
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .models.token import TOKEN_FAMILY, token_module_name
-from .token_decode import TokenDecoder, write_vocab
+from .token_decode import TokenDecoder, sample_logits, write_vocab
+from kernel_builder.topk.external import TOPK_MAX_K
 from .weights import ModelWeights
 
 from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
@@ -156,7 +157,7 @@ class Engine:
         self.kv_capacity = 0
         # greedy decode in one dispatch per token (llama_npu/token_decode.py), when the modules were built
         tok = {w: cache.decls[n] for w in self.windows if (n := token_module_name(w)) in getattr(cache, "decls", {})}
-        self.token_decode = TokenDecoder(cache, tok, self.shapes.vocab) if tok else None
+        self.token_decode = TokenDecoder(cache, tok, self.shapes.vocab, model=self.model) if tok else None
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -387,15 +388,19 @@ class Engine:
         out_step, out_arg = last.output
         return self._lm_head(last.steps[out_step].decl.name, out_arg, None)
 
-    def decode_next(self, token_id: int) -> int:
-        """Feed one token at the current position and return the greedy next id (argmax of the logits) in ONE
-        dispatch (llama_npu/token_decode.py); advances like decode_step."""
+    def decode_next(self, token_id: int, sampler: Sampler | None = None) -> int:
+        """Feed one token at the current position and return the next id in ONE dispatch (llama_npu/token_decode.py):
+        the argmax of the logits, or with a top-k `sampler` its draw from the k best; advances like decode_step."""
         if self.pos == 0:
             raise PromptError("decode_next before prefill: run a prompt first")
         self._check_ids([token_id])
         pos = self.pos
         self._ensure_capacity(pos + 1)
-        nxt = self.token_decode.step(token_id, pos, self._window(pos + 1))
+        if sampler is None or sampler.is_greedy:
+            nxt = self.token_decode.step(token_id, pos, self._window(pos + 1))
+        else:
+            ids, vals = self.token_decode.candidates(token_id, pos, self._window(pos + 1), sampler.top_k)
+            nxt = sampler(sample_logits(ids, vals, self.shapes.vocab))
         self.pos = pos + 1
         self.tokens.append(int(token_id))
         return nxt
@@ -477,8 +482,8 @@ class Engine:
         else:
             logits = self.prefill(ids).logits
         tokens: list[int] = []
-        one = (self.token_decode is not None and getattr(sampler, "is_greedy", False) and not processors
-               and not logprobs and on_logits is None)   # the argmax on the device: one dispatch, 8 bytes back
+        one = (self.token_decode is not None and not processors and not logprobs and on_logits is None
+               and (getattr(sampler, "is_greedy", False) or 0 < getattr(sampler, "top_k", 0) <= TOPK_MAX_K))
         nxt = None
         while True:
             if nxt is not None:
@@ -501,7 +506,7 @@ class Engine:
                 info.stop_reason = "interrupted"
                 return
             if one:
-                nxt = self.decode_next(tok)
+                nxt = self.decode_next(tok, sampler)   # one dispatch: the argmax or the top-k on the device
             else:
                 logits = self.decode_step(tok)
 

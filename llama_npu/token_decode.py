@@ -5,8 +5,10 @@ device. Each window's module is built when the engine first decodes in that wind
 builds them all ahead).
 
 The engine uses it when the next token is the argmax of the raw logits (greedy sampling, no logits processors,
-no logprobs, no logits callback) and the model has an on-device form (models.token.unsupported); otherwise it
-runs the per-layer decode and reads the logits.
+no logprobs, no logits callback) and the model has an on-device form (models.token.unsupported); with top-k
+sampling (k <= TOPK_MAX_K) it reads the k best (id, logit) pairs (8·k bytes) and the sampler draws from them
+(`sample_logits`: the same probabilities and draws as from the whole logits, unless the k-th value is tied past
+the k); otherwise it runs the per-layer decode and reads the logits.
 """
 from __future__ import annotations
 
@@ -37,6 +39,14 @@ def write_vocab(cache, weights, head) -> None:
         cache.write_state(VOCAB, buf.view(dt.host).reshape(dt.host_shape(a.shape)), start=a.at)
 
 
+def sample_logits(ids: np.ndarray, vals: np.ndarray, vocab: int) -> np.ndarray:
+    """f32 logits [vocab] holding the candidates' values and -inf elsewhere: a top-k sampler (llama_npu.sampling)
+    keeps exactly the candidates and computes the probabilities of the full logits (exp(-inf) = 0)."""
+    out = np.full(vocab, -np.inf, np.float32)
+    out[ids] = vals
+    return out
+
+
 def token_decls(model, windows, enabled: bool = True) -> list:
     """The token modules of these KV windows (none when the model has no on-device form or not enabled)."""
     if not enabled or unsupported(model):
@@ -47,8 +57,8 @@ def token_decls(model, windows, enabled: bool = True) -> list:
 class TokenDecoder:
     """Runs the `token_kv<W>` modules of one ModuleExecutor (`decls`: window -> ModuleDecl)."""
 
-    def __init__(self, cache, decls: dict, vocab: int, build=None):
-        self.cache, self.decls, self.vocab = cache, decls, vocab
+    def __init__(self, cache, decls: dict, vocab: int, build=None, model=None):
+        self.cache, self.decls, self.vocab, self.model = cache, decls, vocab, model
         self.build = build      # decl -> Artifact: a window's module built on its first use (Engine.load)
         self.k = decls[min(decls)].arg(CAND_INIT).shape[1] // 2
 
@@ -68,9 +78,23 @@ class TokenDecoder:
 
     def step(self, token: int, pos: int, window: int) -> int:
         """Feed `token` at `pos` (KV window `window`): the argmax of the next token's logits."""
-        d = self.decls[window]
+        ids, _ = self.candidates(token, pos, window, 1)
+        return int(ids[0])
+
+    def candidates(self, token: int, pos: int, window: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Feed `token` at `pos`: the k best (ids, f32 logits) of the next token, best first. The module of a
+        (window, k) is declared and built on its first use (k > 1: top-k sampling)."""
+        d = self.decls[window] if k == self.k else self._module(window, k)
         if d.name not in self.cache.artifacts and self.build is not None:
             self.cache.artifacts[d.name] = self.build(d)
+            self.cache.write_static(d.name, bo_key=d.name, **{CAND_INIT: empty(k)})
         out = self.cache.load_and_run(d.name, bo_key=d.name, read=(NEXT,), **{POS: pos, TOKEN: int(token)})
-        ids, _ = candidates(out[NEXT])
-        return int(ids[0])
+        return candidates(out[NEXT])
+
+    def _module(self, window: int, k: int):
+        from .models.token import token_module_name
+        name = token_module_name(window, k)
+        d = self.cache.decls.get(name)
+        if d is None:
+            d = self.cache.decls[name] = token_module(self.model, window, k)
+        return d

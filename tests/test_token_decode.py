@@ -42,6 +42,24 @@ def test_one_dispatch_equals_per_layer_decode(tiny, tmp_path_factory, mode):
     assert eng.generate(prompt, 12).tokens == one
 
 
+def test_top_k_sampling_from_device_candidates(tiny, tmp_path_factory):
+    """Top-k sampling reads the k best (id, logit) pairs (8·k bytes) and draws exactly what the sampler draws from
+    the whole logits with the same seed."""
+    from llama_npu.engine import Engine
+    from llama_npu.sampling import Sampler
+    eng = Engine.load(str(tiny), device="emu", buckets=(64,), cache_dir=tmp_path_factory.mktemp("k4"),
+                      progress=False, context=256, warmup=False)
+    prompt = [5, 17, 42, 7, 99]
+    eng.cache.reset_counters()
+    one = eng.generate(prompt, 10, sampler=Sampler(temperature=1.5, top_k=8, seed=7)).tokens
+    rows = {r["module"]: r for r in eng.cache.report()}
+    k8 = rows["token_kv256_k8"]
+    assert k8["calls"] == len(one) - 1 and k8["bytes_read"] == 64 * (len(one) - 1)
+    eng.token_decode = None
+    eng.reset()
+    assert eng.generate(prompt, 10, sampler=Sampler(temperature=1.5, top_k=8, seed=7)).tokens == one
+
+
 def test_decode_next_matches_the_logits_argmax(tiny, tmp_path_factory):
     from llama_npu.engine import Engine
     eng = Engine.load(str(tiny), device="emu", buckets=(64,), cache_dir=tmp_path_factory.mktemp("k2"),
