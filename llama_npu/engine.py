@@ -263,7 +263,7 @@ class Engine:
         self._check_ids([token_id])
         pos = self.pos
         self._ensure_capacity(pos + 1)
-        if sampler is None or sampler.is_greedy:
+        if sampler is None or sampler.temperature <= 0:
             nxt = self.token_decode.step(token_id, pos, self._window(pos + 1))
         else:
             ids, vals = self.token_decode.candidates(token_id, pos, self._window(pos + 1), sampler.top_k)
@@ -333,8 +333,8 @@ class Engine:
         else:
             logits = self.prefill(ids).logits
         tokens: list[int] = []
-        one = (self.token_decode is not None and not processors and not logprobs and on_logits is None
-               and (getattr(sampler, "is_greedy", False) or 0 < getattr(sampler, "top_k", 0) <= TOPK_MAX_K))
+        one = (self.token_decode is not None and isinstance(sampler, Sampler) and not processors and not logprobs
+               and on_logits is None and (sampler.temperature <= 0 or 0 < sampler.top_k <= TOPK_MAX_K))
         nxt = None
         while True:
             if nxt is not None:
