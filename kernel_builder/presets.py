@@ -57,8 +57,8 @@ PRESET_COMMENT = "// aircc preset:"
 
 
 def preset_of_text(text: str) -> AirccPreset:
-    """The preset a stitched module records in its header (`// aircc preset: <flags>`), else the default."""
-    for line in text.splitlines()[:4]:
-        if line.startswith(PRESET_COMMENT):
-            return AirccPreset.from_flags(line[len(PRESET_COMMENT):].split())
-    return AirccPreset()
+    """The preset a stitched module records in its header (`// aircc preset: <flags>`, read by the one AIR reader:
+    kernel_builder.air_module), else the default."""
+    from kernel_builder import air_module
+    flags = air_module.read(text).preset_flags
+    return AirccPreset() if flags is None else AirccPreset.from_flags(list(flags))
