@@ -62,8 +62,9 @@ def parses(text: str) -> int:
 
 
 def clear() -> None:
-    """Forget every cached tree (tests that count parses start from here)."""
+    """Forget every cached tree and the parse counts (tests that count parses start from here)."""
     _CACHE.clear()
+    _PARSES.clear()
 
 
 class Op:
@@ -225,6 +226,25 @@ class Param:
     type_text: str
 
 
+def _once(fn):
+    """cached_property that also keeps a ValueError: unreadable text is read (and refused) once too."""
+    name = fn.__name__
+
+    def get(self):
+        memo = self.__dict__.setdefault("_memo", {})
+        if name not in memo:
+            try:
+                memo[name] = (fn(self), None)
+            except ValueError as e:
+                memo[name] = (None, e)
+        value, err = memo[name]
+        if err is not None:
+            raise type(err)(*err.args) from None   # a fresh exception: the kept one's traceback does not grow
+        return value
+    get.__doc__ = fn.__doc__
+    return property(get)
+
+
 class AirModule:
     """The typed tree of one module text; every attribute is parsed on first use and kept."""
 
@@ -232,32 +252,32 @@ class AirModule:
         self.text = text
 
     # -- layout -----------------------------------------------------------------------------------------------
-    @functools.cached_property
+    @_once
     def layout(self) -> mt.ModuleText:
         """Aliases, module-level ops, funcs (ValueError for text that is not one module)."""
         _PARSES[_digest(self.text)] += 1
         return mt.parse_module(self.text)
 
-    @functools.cached_property
+    @_once
     def func(self) -> mt.FuncOp:
         """The single public func.func with a body (ValueError otherwise)."""
         return self.layout.the_public_func()
 
-    @functools.cached_property
+    @_once
     def params(self) -> tuple[Param, ...]:
         return tuple(Param(n, t) for n, t in self.func.params)
 
-    @functools.cached_property
+    @_once
     def channels(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
         """`air.channel` declarations: symbol -> (size, broadcast shape) (ValueError for a bad one)."""
         return air_ops.channel_decls(self.layout.others)
 
-    @functools.cached_property
+    @_once
     def externals(self) -> dict[str, str | None]:
         """Private declarations: symbol -> its `link_with` object (None without one)."""
         return {d.name: d.attributes.get("link_with") for d in self.layout.private_decls()}
 
-    @functools.cached_property
+    @_once
     def link_objects(self) -> tuple[str, ...]:
         """Every distinct `link_with` object of the module's declarations, sorted."""
         objs = set()
@@ -290,7 +310,7 @@ class AirModule:
     def line_of(self, pos: int) -> int:
         return self._ctx.line_of(pos)
 
-    @functools.cached_property
+    @_once
     def body(self) -> Block:
         """The ops of the public func's body (its `return` included)."""
         func = self.func
@@ -312,7 +332,7 @@ class AirModule:
                     yield from rec(op.body)
         return rec(self.body)
 
-    @functools.cached_property
+    @_once
     def called_symbols(self) -> frozenset[str]:
         """The symbols of every `func.call` in the public func."""
         out = set()
@@ -323,12 +343,12 @@ class AirModule:
                     out.add(m.group(1))
         return frozenset(out)
 
-    @functools.cached_property
+    @_once
     def result_op_names(self) -> frozenset[str]:
         """The names of the ops with results in the public func (`%x = math.rsqrt ...` -> math.rsqrt)."""
         return frozenset(op.name for op in self.walk() if op.results)
 
-    @functools.cached_property
+    @_once
     def top_regions(self) -> tuple[Op, ...]:
         """The public func's `air.launch`es and bare `air.herd`s, in order."""
         return tuple(op for op in self.body if op.name in ("air.launch", "air.herd"))
