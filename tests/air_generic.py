@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from air_checks import check_module
+from kernel_builder import air_module
 from air_parse import Report
 from air_tokens import Tok, matching, parse_type_list, tokenize
 
@@ -136,17 +137,8 @@ def signature_module(text: str) -> str:
 
 
 def _decl_texts(text: str) -> list[str]:
-    toks = tokenize(text)
-    out = []
-    for i, t in enumerate(toks):
-        if t.text == "func.func" and toks[i + 1].text == "private":
-            close = matching(toks, i + 3)
-            end = toks[close].end
-            k = close + 1
-            if k < len(toks) and toks[k].text == "attributes":
-                end = toks[matching(toks, k + 1)].end
-            out.append(text[t.start:end])
-    return out
+    """The private declarations, verbatim (the one AIR reader's layout: kernel_builder.air_module)."""
+    return [d.text for d in air_module.read(text).layout.private_decls()]
 
 
 def mlir_opt_verify(mlir_opt: str, text: str, unregistered: bool = True) -> None:

@@ -1,26 +1,17 @@
 """Tokens of the MLIR-AIR text our builders and the stitcher generate, for the structure checks
-(air_checks.py): a small tokenizer (aliases expanded), balanced brackets, types, attribute dictionaries and
-memory spaces."""
+(air_checks.py): the one AIR reader's lexer (kernel_builder.mlir_text.tokenize; aliases expanded here),
+balanced brackets, types, attribute dictionaries and memory spaces."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_TOKEN = re.compile(r"""
-    (?P<str>"(?:[^"\\]|\\.)*")
-  | (?P<ssa>%[A-Za-z0-9_$.\-]+(?:\#\d+)?)
-  | (?P<sym>@[A-Za-z0-9_$.\-]+)
-  | (?P<caret>\^[A-Za-z0-9_$.\-]+)
-  | (?P<alias>[\#!][A-Za-z_][A-Za-z0-9_$.\-]*)
-  | (?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_$.]*)
-  | (?P<arrow>->)
-  | (?P<punct>[(){}\[\]<>,:=*?+!])
-  | (?P<ws>\s+)
-  | (?P<comment>//[^\n]*)
-""", re.X)
+from kernel_builder import mlir_text as mt
 
 _CLOSE = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+# the reader's token kinds (kernel_builder.mlir_text) under the names these checks use
+_KINDS = {"string": "str", "symbol": "sym", "label": "caret", "attr_alias": "alias", "type_alias": "alias",
+          "number": "num", "ssa": "ssa", "ident": "ident", "punct": "punct"}
 
 
 @dataclass
@@ -32,15 +23,23 @@ class Tok:
 
 
 def tokenize(text: str) -> list[Tok]:
-    out, pos = [], 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m:
-            raise ValueError(f"unexpected character {text[pos]!r} at offset {pos}")
-        kind = m.lastgroup
-        if kind not in ("ws", "comment"):
-            out.append(Tok(kind, m.group(), m.start(), m.end()))
-        pos = m.end()
+    """The reader's tokens (kernel_builder.mlir_text.tokenize, whitespace and comments dropped), with a minus
+    sign joined to the number it precedes, `>=` / `<=` / `==` as two punctuation tokens (brackets are counted
+    token by token here) and aliases expanded."""
+    out: list[Tok] = []
+    for t in mt.tokenize(text):
+        if t.kind == "op" and t.text == "->":
+            out.append(Tok("arrow", t.text, t.start, t.end))
+        elif t.kind == "op":
+            out += [Tok("punct", t.text[0], t.start, t.start + 1), Tok("punct", "=", t.start + 1, t.end)]
+        elif t.kind == "number" and out and out[-1].text == "-" and out[-1].end == t.start:
+            out[-1] = Tok("num", "-" + t.text, out[-1].start, t.end)
+        elif t.kind == "other" and t.text == "!":
+            out.append(Tok("punct", t.text, t.start, t.end))
+        elif t.kind in _KINDS:
+            out.append(Tok(_KINDS[t.kind], t.text, t.start, t.end))
+        else:
+            raise ValueError(f"unexpected character {t.text!r} at offset {t.start}")
     return _expand_aliases(out)
 
 
