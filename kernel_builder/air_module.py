@@ -1,20 +1,21 @@
 """The one AIR reader: a module's text parsed once per process into a typed tree that every consumer reads.
 
 `read(text)` returns the `AirModule` of a text: the module layout (aliases, private declarations, module-level
-ops: kernel_builder.mlir_text), the public func with its memref parameters, the `air.channel` declarations, the
-external kernels (`link_with` objects), the aircc preset header, and the public func's body as a tree of `Op`s
-(each op split once from the text: name, results, line, its region's ops, the header of an `air.launch` /
-`air.segment` / `air.herd`). The hardware model (kernel_builder.hw.ir), the emulators
-(multi_launch_builder.emulator: launch_program, air_interp), the build keys, the aircc presets
-(kernel_builder.hw.tune, kernel_builder.presets), the mlir-opt check (kernel_builder.mlir_check), the stitcher
-and the tests' structure checks (tests/air_*.py) all read this tree; none splits or tokenizes the text again.
+ops, funcs: kernel_builder.mlir_text), the public func, the `air.channel` declarations, the external kernels
+(`link_with` objects), the aircc preset header, and the public func's body as a tree of `Op`s (each block split
+once from the text: name, results, line, its region's ops, the header of an `air.launch` / `air.segment` /
+`air.herd`). The hardware model (kernel_builder.hw.ir), the emulators (multi_launch_builder.emulator:
+launch_program, air_interp), the build keys (multi_launch_builder.compile.keys), the aircc presets
+(kernel_builder.hw.tune, kernel_builder.presets), the mlir-opt check (kernel_builder.mlir_check) and the
+stitcher's kernel loading read this tree instead of splitting the text again; the tests' structure checks
+(tests/air_*.py) take the declarations from it and their tokens from the same lexer.
 
 Cached by the text itself (a dict keyed by the string: its hash is computed once per string object, a second
 object with equal contents - the artifact read back from disk - finds the same tree), the newest `CACHE_SIZE`
-texts kept. Every part is built on first use and kept: a build key only reads the `link_with` objects, the
-interpreter the whole tree. `parses(text)` counts how often a text's layout was parsed in this process (the
-acceptance test: once). Ops hold spans into the text, never copies of it (a region op spans most of its
-parent); an AIR op's header keeps only the header's text.
+texts kept. Every part is built on first use and kept (a refused text's error too): a build key only reads the
+`link_with` objects, the interpreter the whole tree. `parses(text)` counts how often a text's layout was parsed
+in this process (tests/test_air_reader.py: once). Ops hold spans into the text in compact arrays, never copies
+of it (a region op spans most of its parent); an AIR op's header keeps only the header's text.
 """
 from __future__ import annotations
 
@@ -25,14 +26,12 @@ import hashlib
 import re
 import sys
 from array import array
-from dataclasses import dataclass
 
 from kernel_builder import air_ops
 from kernel_builder import mlir_text as mt
-from kernel_builder.air_ops import MemRefType
-from kernel_builder.presets import PRESET_COMMENT
 
 CACHE_SIZE = 512
+PRESET_COMMENT = "// aircc preset:"    # the header line a stitched module records its aircc flags in
 _CACHE: collections.OrderedDict[str, "AirModule"] = collections.OrderedDict()
 _PARSES: collections.Counter[str] = collections.Counter()
 _RESULTS_AT = re.compile(air_ops.RESULTS_RE.pattern[1:])
@@ -175,8 +174,9 @@ class Op:
 
 
 def _trailing_region(src: str, start: int, end: int) -> tuple[int, int] | None:
-    """air_ops.region_span of the op src[start:end] without copying or tokenizing its region: the depth-0
-    bracket groups are skipped with one bracket scan each; the last `{` group when the op ends with `}`."""
+    """The span (inside the braces, relative to `start`) of the trailing region of the op src[start:end], or None:
+    the last depth-0 `{` group when the op ends with `}`, found without copying or tokenizing the region (each
+    depth-0 bracket group is skipped with one bracket scan)."""
     if start == end or src[end - 1] != "}":
         return None
     cur = mt.lexer._Cursor(src, start, end, what="op")
@@ -220,12 +220,6 @@ class Block:
         return (Op(self, i) for i in range(len(self.names)))
 
 
-@dataclass(frozen=True)
-class Param:
-    name: str | None         # SSA name without `%` (None: an unnamed parameter)
-    type_text: str
-
-
 def _once(fn):
     """cached_property that also keeps a ValueError: unreadable text is read (and refused) once too."""
     name = fn.__name__
@@ -262,10 +256,6 @@ class AirModule:
     def func(self) -> mt.FuncOp:
         """The single public func.func with a body (ValueError otherwise)."""
         return self.layout.the_public_func()
-
-    @_once
-    def params(self) -> tuple[Param, ...]:
-        return tuple(Param(n, t) for n, t in self.func.params)
 
     @_once
     def channels(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -352,8 +342,3 @@ class AirModule:
     def top_regions(self) -> tuple[Op, ...]:
         """The public func's `air.launch`es and bare `air.herd`s, in order."""
         return tuple(op for op in self.body if op.name in ("air.launch", "air.herd"))
-
-
-def memref_param(p: Param) -> MemRefType:
-    """A parameter's memref type (ValueError for anything else)."""
-    return air_ops.parse_memref_type(p.type_text)

@@ -15,6 +15,7 @@ from llama_npu.models import llama as shapes
 from llama_npu.models.llama import LlamaModel
 from multi_launch_builder.compile import driver
 from multi_launch_builder.devices.interp import InterpEmuDevice
+from multi_launch_builder.emulator.air_interp import DTYPES
 from multi_launch_builder.stitcher import stitch
 
 
@@ -50,7 +51,7 @@ def test_smollm2_layer_is_parsed_once_by_every_consumer(counted, tmp_path):
     bufs = []
     for t in handle.interp.arg_types:
         b = dev.alloc(t.nbytes)
-        dev.write(b, np.zeros(t.size, np.dtype(air_module_dtype(t.dtype))))
+        dev.write(b, np.zeros(t.size, DTYPES[t.dtype]))
         bufs.append(b)
     dev.run(handle, bufs)
     assert dev.last_run_stats.calls > 0 and dev.last_run_stats.tiles > 0
@@ -59,11 +60,6 @@ def test_smollm2_layer_is_parsed_once_by_every_consumer(counted, tmp_path):
     again = [k for k, n in splits.items() if k[0] == text and n > 1]
     assert not again, f"{len(again)} blocks of the module were split more than once"
     assert sum(1 for k in splits if k[0] == text) > 10      # the tree was really read (launches, herds, loops)
-
-
-def air_module_dtype(name: str):
-    from multi_launch_builder.emulator.air_interp import DTYPES
-    return DTYPES[name]
 
 
 def test_equal_text_finds_the_same_tree_and_errors_stay_one_line():
