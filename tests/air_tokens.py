@@ -22,12 +22,13 @@ class Tok:
     end: int
 
 
-def tokenize(text: str) -> list[Tok]:
-    """The reader's tokens (kernel_builder.mlir_text.tokenize, whitespace and comments dropped), with a minus
-    sign joined to the number it precedes, `>=` / `<=` / `==` as two punctuation tokens (brackets are counted
-    token by token here) and aliases expanded."""
+def tokenize(text: str, start: int = 0, end: int | None = None, defs: dict | None = None) -> list[Tok]:
+    """The reader's tokens of text[start:end] (kernel_builder.mlir_text.tokenize, whitespace and comments
+    dropped; offsets into `text`), with a minus sign joined to the number it precedes, `>=` / `<=` / `==` as two
+    punctuation tokens (brackets are counted token by token here) and aliases expanded (with `defs`, the
+    module's alias definitions from `alias_defs`; else the definitions found in the span itself)."""
     out: list[Tok] = []
-    for t in mt.tokenize(text):
+    for t in mt.tokenize(text, start, end):
         if t.kind == "op" and t.text == "->":
             out.append(Tok("arrow", t.text, t.start, t.end))
         elif t.kind == "op":
@@ -40,13 +41,20 @@ def tokenize(text: str) -> list[Tok]:
             out.append(Tok(_KINDS[t.kind], t.text, t.start, t.end))
         else:
             raise ValueError(f"unexpected character {t.text!r} at offset {t.start}")
-    return _expand_aliases(out)
+    return _expand_aliases(out, {} if defs is None else defs)
 
 
-def _expand_aliases(toks: list[Tok]) -> list[Tok]:
-    """Drop `#name = ...` / `!name = ...` definitions and replace every use by the defining tokens
-    (spans of the use), so types compare by what they mean, not by how they are spelled."""
+def alias_defs(alias_texts) -> dict[str, list[Tok]]:
+    """`#name = ...` / `!name = ...` definitions (the reader's AliasDef texts, in order) -> their tokens."""
     defs: dict[str, list[Tok]] = {}
+    for a in alias_texts:
+        tokenize(a, defs=defs)   # records the definition in defs
+    return defs
+
+
+def _expand_aliases(toks: list[Tok], defs: dict[str, list[Tok]]) -> list[Tok]:
+    """Drop `#name = ...` / `!name = ...` definitions (recorded in `defs`) and replace every use by the defining
+    tokens (spans of the use), so types compare by what they mean, not by how they are spelled."""
     out: list[Tok] = []
     i = 0
     while i < len(toks):
@@ -153,14 +161,6 @@ def parse_attr_dict(toks: list[Tok], i: int) -> tuple[dict, int]:
         if toks[i].text == ",":
             i += 1
     return out, i + 1
-
-
-def is_attr_dict(toks: list[Tok], i: int) -> bool:
-    nxt = toks[i + 1] if i + 1 < len(toks) else None
-    if nxt is None or nxt.text == "}":
-        return True
-    after = toks[i + 2].text if i + 2 < len(toks) else ""
-    return nxt.kind in ("ident", "str") and after in ("=", ",", "}")
 
 
 def memory_space(ty: str) -> str | None:

@@ -1,11 +1,12 @@
 """The one AIR reader (kernel_builder.air_module): a module's text is parsed once per process, whichever
 consumers read it - the hardware model (the build's hw gate), the build key and preset, the mlir-opt check,
-the launch program of `emu` and the AIR interpreter of `emu-interp` - and a copy of the text read back from
-disk finds the same tree."""
+the launch program of `emu`, the AIR interpreter of `emu-interp` and the tests' structure checks - and a copy
+of the text read back from disk finds the same tree."""
 from __future__ import annotations
 
 import collections
 
+import air_checks
 import numpy as np
 import pytest
 
@@ -55,6 +56,8 @@ def test_smollm2_layer_is_parsed_once_by_every_consumer(counted, tmp_path):
         bufs.append(b)
     dev.run(handle, bufs)
     assert dev.last_run_stats.calls > 0 and dev.last_run_stats.tiles > 0
+    rep = air_checks.check_module(text)    # the tests' structure checks walk the same tree
+    assert rep.errors == [] and len(rep.kernels) == len(decl.launches)
     assert air_module.parses(text) == 1
     assert parses[text] == 1, f"the layer module's text was parsed {parses[text]} times"
     again = [k for k, n in splits.items() if k[0] == text and n > 1]
