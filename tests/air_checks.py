@@ -218,6 +218,7 @@ class _Checker:
 
     def scan(self, toks: list[Tok], at_module: bool) -> None:
         """The tokens of one op without a region: definitions, uses, calls, channel ops, memref types."""
+        self.rep.op_tokens.append(toks)
         i, n = 0, len(toks)
         while i < n:
             t = toks[i]

@@ -64,6 +64,7 @@ class Report:
     kernels: list[dict] = field(default_factory=list)  # llama_npu.kernel of launches / bare herds
     channels: dict = field(default_factory=dict)       # symbol -> Channel
     channel_ops: list = field(default_factory=list)    # ChannelAccess, in text order
+    op_tokens: list = field(default_factory=list)      # each scanned op's own tokens (air_generic rewrites them)
 
     @property
     def herds(self) -> list[AirOp]:
