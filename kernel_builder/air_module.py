@@ -25,6 +25,7 @@ import functools
 import hashlib
 import re
 import sys
+import threading
 from array import array
 
 from kernel_builder import air_ops
@@ -34,6 +35,7 @@ CACHE_SIZE = 512
 PRESET_COMMENT = "// aircc preset:"    # the header line a stitched module records its aircc flags in
 _CACHE: collections.OrderedDict[str, "AirModule"] = collections.OrderedDict()
 _PARSES: collections.Counter[str] = collections.Counter()
+_LOCK = threading.Lock()
 _RESULTS_AT = re.compile(air_ops.RESULTS_RE.pattern[1:])
 _BLOCK_LABEL = re.compile(r"\^bb\d*\(([^)]*)\)\s*:")
 
@@ -44,15 +46,15 @@ def _digest(text: str) -> str:
 
 def read(text: str) -> "AirModule":
     """The (cached) tree of a module text."""
-    hit = _CACHE.get(text)
-    if hit is not None:
-        _CACHE.move_to_end(text)
-        return hit
-    mod = AirModule(text)
-    _CACHE[text] = mod
-    while len(_CACHE) > CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return mod
+    with _LOCK:   # a serving process loads modules from several threads
+        hit = _CACHE.get(text)
+        if hit is not None:
+            _CACHE.move_to_end(text)
+            return hit
+        mod = _CACHE[text] = AirModule(text)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        return mod
 
 
 def parses(text: str) -> int:
@@ -62,8 +64,9 @@ def parses(text: str) -> int:
 
 def clear() -> None:
     """Forget every cached tree and the parse counts (tests that count parses start from here)."""
-    _CACHE.clear()
-    _PARSES.clear()
+    with _LOCK:
+        _CACHE.clear()
+        _PARSES.clear()
 
 
 class Op:
