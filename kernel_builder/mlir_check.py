@@ -2,9 +2,9 @@
 
 mlir-opt-22 cannot parse AIR's custom syntax, so each `air.herd` body (read from the one AIR reader's tree,
 kernel_builder.air_module) is lifted into a plain `func.func` whose arguments are the herd's tile ids, sizes
-and operands; AIR ops without results
-(DMAs, channel puts/gets, terminators) are dropped, and module-level `air.channel` declarations are not
-copied (a herd's `air.channel.get` only fills an L1 buffer that the remaining ops already type-check).
+and operands; AIR ops without results (DMAs, channel puts/gets, terminators; inside loops too) are dropped,
+and module-level `air.channel` declarations are not copied (a herd's `air.channel.get` only fills an L1 buffer
+that the remaining ops already type-check).
 What remains — arith/scf/memref/linalg/vector and calls to the private external kernel declarations — is
 parsed and verified for real.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 from kernel_builder import air_module
 
 MLIR_OPT = "mlir-opt-22"
+
 
 @dataclass
 class CheckResult:

@@ -13,7 +13,6 @@ from .keys import ExternalRef
 from multi_launch_builder.compile.build_report import BuildError
 
 
-
 def _run_logged(cmd: list[str], log: Path, cwd: Path, what: str, module: str) -> None:
     with open(log, "a") as f:
         f.write(f"$ {' '.join(cmd)}\n")

@@ -97,7 +97,7 @@ class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
 
     # -- scf.for --------------------------------------------------------------------------------------------
     def _for(self, op):
-        _region_span(op)
+        _region_span(op)   # refuses an scf.for without a region
         head = op.head
         m = re.fullmatch(rf"scf\.for\s+({_SSA})\s*=\s*(\S+)\s+to\s+(\S+)\s+step\s+(\S+)"
                          rf"(?:\s+iter_args\((.*?)\)\s*->\s*\((.*?)\))?(?:\s*:\s*\w+)?", head, re.DOTALL)
@@ -147,7 +147,7 @@ class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
         if air.region is None:
             raise InterpError(f"{op.where()}: {air.name} without a region")
         fns, _ = self.block(op.body, terminators=("air.launch_terminator", "air.segment_terminator",
-                                         "air.herd_terminator"))
+                                                  "air.herd_terminator"))
         ids = ["%" + i for i in air.ids]
         sizes = [("%" + s, _operand("%" + v)) for s, v in air.sizes]
         args = [("%" + inner, _operand("%" + outer)) for inner, outer in air.args]
