@@ -219,6 +219,9 @@ class Engine:
         head = self.plans[("head",)].steps[0].decl
         c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
         self._ensure_capacity(min(max(self.buckets), self.context))
+        from .models.lowering import scratch_states
+        for name, rows in scratch_states(self.cache.decls.values()).items():   # q4 prefill: one for all layers
+            c.define_state(name, rows, per_key=False)
         c.reset_counters()  # the profile counts inference traffic, not the one-time upload
 
     def warmup(self) -> None:

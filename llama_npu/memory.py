@@ -25,25 +25,31 @@ class MemoryPlan:
     weights_bytes: int      # every static device buffer: layer weights, final norm, LM-head partitions
     kv_cache_bytes: int     # device states: K and V of every layer + the RoPE table, `context` positions
     activation_bytes: int   # input / intermediate / output / scalar device buffers, one set per module
+    scratch_bytes: int = 0  # q4 prefill: the bf16 weight scratch states (one buffer per input width, all layers)
 
     @property
     def total(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes + self.scratch_bytes
 
 
-def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_attention: str = "npu") -> MemoryPlan:
+def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_attention: str = "npu",
+                weights: str = "bf16", q4_group: int | None = None) -> MemoryPlan:
     """Bytes a run of this model needs with these prefill buckets and device states of `context` positions.
 
     `cfg_or_shapes` is a ModelConfig (its family's description; buckets filtered to the model's context, as
-    Engine.load does) or bare ModelShapes (a Llama; buckets used as given)."""
+    Engine.load does) or bare ModelShapes (a Llama; buckets used as given). `weights="q4"`: the 4-bit run (every
+    linear weight and the LM head in q4 rows of `q4_group`, default the model's; the prefill scratch apart)."""
     from .config import select_buckets
+    from .models.lowering import scratch_states
 
     if isinstance(cfg_or_shapes, ModelShapes):
         shapes, bs = cfg_or_shapes, tuple(sorted({int(b) for b in buckets}))
-        model = LlamaModel(shapes)
+        model = LlamaModel(shapes, weights)
     else:
         shapes, bs = cfg_or_shapes.shapes, select_buckets(buckets, cfg_or_shapes.max_position)
-        model = model_for(cfg_or_shapes)
+        model = model_for(cfg_or_shapes, weights)
+    if q4_group:
+        model.q4_group = model.head_group = q4_group
     if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
         raise ValueError(f"context must be a positive number of positions, got {context!r}")
     if not bs or min(bs) <= 0:
@@ -51,7 +57,8 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
     statics: dict[tuple, int] = {}
     activations = 0
     head = model.head().decls[0].name
-    for decl in model.modules(bs, context, decode_attention):
+    decls = model.modules(bs, context, decode_attention)
+    for decl in decls:
         bo_keys = [head] if decl.name == head else list(range(shapes.n_layers))   # one weight set per layer
         for a in decl.args:
             if a.role is Role.STATIC:
@@ -63,7 +70,9 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
     for name, width in model.graph.states.items():
         per = 1 if name in model.shared_states else shapes.n_layers
         states += per * context * width * BF16_BYTES
-    return MemoryPlan(sum(statics.values()), states, activations)
+    widths = {a.state_name: a.row_nbytes for d in decls for a in d.args if a.role is Role.STATE}
+    scratch = sum(rows * widths[name] for name, rows in scratch_states(decls).items())
+    return MemoryPlan(sum(statics.values()), states, activations, scratch)
 
 
 from .sizes import DEFAULT_CONTEXT_CAP  # noqa: E402 (positions the KV cache is planned for without --context)

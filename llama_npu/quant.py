@@ -172,6 +172,34 @@ def from_gptq(qweight, qzeros, scales, group: int, sym: bool, g_idx=None) -> Q4T
     return Q4Tensor(pack(q, s, m, group), n_in, group, True)
 
 
+def checkpoint_quantization(raw: dict) -> dict | None:
+    """config.json's `quantization_config` when it is a 4-bit AWQ/GPTQ one this loader reads (None when absent);
+    WeightsError, one line, for any other."""
+    qcfg = raw.get("quantization_config")
+    if not qcfg:
+        return None
+    method, bits, group = qcfg.get("quant_method"), qcfg.get("bits"), qcfg.get("group_size")
+    if method not in ("awq", "gptq"):
+        raise WeightsError(f"quantization_config: quant_method {method!r} is not supported (awq, gptq)")
+    if bits != 4 or group not in (32, 128):
+        raise WeightsError(f"quantization_config: bits={bits}, group_size={group}: 4-bit with group 32 or 128 "
+                           f"is supported")
+    if method == "awq" and str(qcfg.get("version", "gemm")).lower() != "gemm":
+        raise WeightsError(f"quantization_config: AWQ version {qcfg.get('version')!r} is not supported (gemm)")
+    return qcfg
+
+
+def check_quantized(ckpt, prefix: str, shape: tuple[int, int], qcfg: dict) -> None:
+    """The int4 tensors of a [out, in] linear layer have the shapes qcfg's packing gives (headers only)."""
+    n_out, n_in = shape
+    g = int(qcfg["group_size"])
+    if n_in % g or n_out % 8 or n_in % 8:
+        raise WeightsError(f"{prefix}: [{n_out}, {n_in}] does not split into 8-code words and groups of {g}")
+    packed = (n_in, n_out // 8) if qcfg["quant_method"] == "awq" else (n_in // 8, n_out)
+    for name, want in (("qweight", packed), ("qzeros", (n_in // g, n_out // 8)), ("scales", (n_in // g, n_out))):
+        ckpt.get(f"{prefix}.{name}", want)
+
+
 def quantized_layer(ckpt, prefix: str, qcfg: dict) -> Q4Tensor:
     """The Q4Tensor of `prefix` (e.g. model.layers.0.self_attn.q_proj) in an AWQ / GPTQ checkpoint."""
     method, bits, group = qcfg.get("quant_method"), qcfg.get("bits"), qcfg.get("group_size")

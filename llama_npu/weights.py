@@ -148,6 +148,11 @@ class ModelWeights:
         # q4: the 4-bit weights come from `gguf` (its Q4_0/Q4_1 blocks, exactly) or are quantized at load (RTN)
         untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
         self.lm_source = "lm_head" if untied else "embed"
+        from .quant import checkpoint_quantization
+        self.qcfg = checkpoint_quantization(cfg.raw or {})    # an AWQ / GPTQ int4 checkpoint
+        if self.qcfg and self.model.weights != "q4":
+            raise WeightsError(f"{cfg.model_dir.name}: the checkpoint is {self.qcfg['quant_method']} 4-bit; run it "
+                               f"with --weights q4 (WEIGHTS=q4)")
         self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
         if self.q4 is not None and not self.q4.head_is_q4():
             self.model.head_weights = "bf16"
@@ -162,7 +167,11 @@ class ModelWeights:
         for i in range(s.n_layers):
             wanted += [(f"model.layers.{i}.{hf}", shape) for hf, shape in self.model.checkpoint_tensors()]
         for name, shape in wanted:
-            self.ckpt.get(name, shape)
+            if self.qcfg and len(shape) == 2 and name.startswith("model.layers."):
+                from .quant import check_quantized
+                check_quantized(self.ckpt, name.removesuffix(".weight"), shape, self.qcfg)
+            else:
+                self.ckpt.get(name, shape)
 
     def embed(self):
         """The embedding rows the host gathers: the checkpoint's; with a 4-bit tied LM head, that head's rows
@@ -179,11 +188,8 @@ class ModelWeights:
         """`fill(view)` for ModuleExecutor.write_static: the bytes of static `arg` of `layer` (None: LM head),
         in the layout its name asks for, written into `view` (the device buffer's host mapping)."""
         spec = self.spec(arg, layer)
-        if self.q4 is not None and layer is not None and len(spec.shape) == 2:
-            if spec.index or spec.rows:   # a row subset or reordering of a stored tensor (Phi-3's fused / partial-rotary)
-                raise WeightsError(f"--weights q4 does not support {spec.name}'s fused or reordered rows yet "
-                                   f"({self.cfg.family}); run this model with --weights bf16")
-            return self.q4.writer(spec.name, q4=arg.endswith("_q4"))
+        if self.q4 is not None and layer is not None and arg.endswith("_q4"):
+            return self.q4.writer(spec)
         if self.q4 is not None and arg.endswith("_q4"):          # an LM-head partition in 4 bits
             return self.q4.head_writer(spec)
 
@@ -204,9 +210,9 @@ class ModelWeights:
 
 class Q4Source:
     """The 4-bit layer weights of a q4 run (docs/quantization.md): from a GGUF's Q4_0/Q4_1 blocks (codes exact,
-    scales/mins rounded to bf16; a Q4_0 tensor in the asymmetric form) or round-to-nearest per group of 32 from
-    the bf16 checkpoint. Both the q4 rows (decode GEMVs) and the bf16 weights of the prefill GEMMs are these
-    weights (the bf16 copy is their dequantization), so prefill and decode run the same model."""
+    scales/mins rounded to bf16; a Q4_0 tensor in the asymmetric form), from an AWQ / GPTQ checkpoint's int4
+    tensors (codes exact) or round-to-nearest per group of 32 from the bf16 checkpoint. The device holds these
+    rows only: decode GEMVs read them, prefill GEMMs read their dequantization made on the device per layer."""
 
     def __init__(self, weights: "ModelWeights", gguf: Path | None):
         self.weights, self.gguf = weights, gguf
@@ -214,36 +220,49 @@ class Q4Source:
         self._vocab_t = None
 
     def tensor(self, name: str):
-        if self._last[0] != name:       # each weight is asked for twice: its q4 rows and its bf16 copy
+        if self._last[0] != name:       # a fused tensor (Phi-3's qkv / gate_up) is asked for once per part
             self._last = (name, self._load(name))
         return self._last[1]
 
     def _load(self, name: str):
         from kernel_builder.gemv_q4.format import quantize_rtn
 
-        from .quant import Q4Tensor, gguf_tensors
+        from .quant import Q4Tensor, gguf_tensors, quantized_layer
 
+        w = self.weights
         if self.gguf is not None:
-            s = self.weights.cfg.shapes
+            s = w.cfg.shapes
             t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
             if not isinstance(t, Q4Tensor) or t.group != 32:
                 raise WeightsError(f"{self.gguf.name}: tensor {name} is not Q4_0/Q4_1 (group 32); "
                                    f"--weights q4 runs 4-bit GGUF layers only")
             return t.asymmetric()
-        w = self.weights.ckpt.get(name)
-        return Q4Tensor(quantize_rtn(w, 32), w.shape[1], 32, True)
+        if w.qcfg:
+            return quantized_layer(w.ckpt, name.removesuffix(".weight"), w.qcfg).asymmetric()
+        a = w.ckpt.get(name)
+        return Q4Tensor(quantize_rtn(a, 32), a.shape[1], 32, True)
 
-    def writer(self, name: str, q4: bool):
+    def writer(self, spec):
+        """The q4 rows of `spec`'s tensor; with `spec.index`, those rows in that order (Phi-3's fused q/k/v and
+        gate/up parts, the partial-rotary q/k order: a row permutation moves whole packed rows, exactly)."""
         def fill(view: np.ndarray) -> None:
-            t = self.tensor(name)
-            src = t.packed if q4 else t.dequantize()
-            np.copyto(view, np.ascontiguousarray(src).view(np.uint8).reshape(view.shape))
+            t = self.tensor(spec.name)
+            if t.shape[0] != spec.shape[0] or t.k != spec.shape[1]:
+                raise WeightsError(f"{spec.name}: 4-bit tensor of shape {list(t.shape)}, expected "
+                                   f"{list(spec.shape)}")
+            packed = t.packed[np.asarray(spec.index, dtype=np.int64)] if spec.index else t.packed
+            if packed.nbytes != view.nbytes:
+                raise WeightsError(f"{spec.name}: {packed.nbytes} bytes of q4 rows (group {t.group}) do not fill "
+                                   f"its {view.nbytes}-byte device buffer")
+            np.copyto(view, np.ascontiguousarray(packed).reshape(view.shape))
         return fill
 
     # ------------------------------------------------------------------------------------------- LM head
     def head_is_q4(self) -> bool:
         """The LM head runs in 4 bits when its rows are 4-bit in the source: always for RTN; for a GGUF when
         its LM-head tensor (or tied embedding) is Q4_0/Q4_1 (a Q8_0 one stays bf16: no requantization)."""
+        if self.weights.qcfg:
+            return False            # AWQ / GPTQ keep the LM head in 16 bits
         if self.gguf is None:
             return True
         from .quant import gguf_tensor_type

@@ -13,7 +13,7 @@ from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower, plan_decls
-from .lowering import Q4_SUFFIX, RULES
+from .lowering import Q4_GROUP, Q4_SUFFIX, RULES
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ class LlamaModel:
         self.shapes = shapes
         self.weights = weights
         self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
+        self.q4_group = self.head_group = Q4_GROUP   # group sizes of the layers' / LM head's 4-bit weights
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
@@ -217,7 +218,8 @@ class LlamaModel:
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights)
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights,
+                          q4_group=self.q4_group)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
@@ -226,7 +228,7 @@ class LlamaModel:
         ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps})]
         ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
-                          weights=self.head_weights)
+                          weights=self.head_weights, q4_group=self.head_group)
 
     def _segments(self, *groups: tuple[str, str, str | None], variant: str = "") -> list[tuple[str, str, list[str]]]:
         """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""
