@@ -50,21 +50,43 @@ def modeled_decode_s(shapes, window: int, q4: bool) -> float:
     return total
 
 
+def modeled_prefill_layer_s(shapes, rows: int, weights: str) -> tuple[float, float]:
+    """(seconds, of which dequant_q4 launches) of one layer's prefill modules for a chunk of `rows` tokens (cost
+    model, likely scenario): bf16 GEMMs, or q4 (each GEMM preceded by its weight's dequant_q4 into the scratch)."""
+    from kernel_builder.hw import analyze_module, cost
+    from llama_npu.models.llama import LlamaModel
+    from multi_launch_builder.stitcher import stitch
+
+    total = deq = 0.0
+    for decl in LlamaModel(shapes, weights).prefill(rows).decls:
+        rep = analyze_module(stitch(decl), decl.name)
+        total += cost.module_seconds([la.work for la in rep.launches])
+        deq += sum(cost.launch_cost(la.work).total_s for launch, la in zip(decl.launches, rep.launches)
+                   if launch.build.args[0] == "dequant_q4")
+    return total, deq
+
+
 def bench_q4() -> None:
+    from llama_npu.memory import plan_memory
     from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
 
-    for name, sh, tied in (("Llama-3.2-1B", LLAMA32_1B, True), ("Llama-3.1-8B", LLAMA31_8B, False)):
-        bf16 = 2 * (sum(a * b for a, b in (t[1] for t in _mats(sh))) * sh.n_layers) + 2 * sh.vocab * sh.hidden * \
-            (1 if tied else 2)
-        for group in (32, 128):
-            w = q4_weight_bytes(sh, group, True, tied)
-            kv = kv_bytes(sh, 8192)
-            print(f"[bench] q4 memory {name} (group {group}, mins): weights {w / GiB:.2f} GiB "
-                  f"(bf16 {bf16 / GiB:.2f}) + KV cache 8k {kv / GiB:.2f} GiB = {(w + kv) / GiB:.2f} GiB")
+    buckets = (64, 256, 1024, 2048)
+    for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
+        for label, w, g in (("bf16", "bf16", None), ("q4 g32", "q4", 32), ("q4 g128", "q4", 128)):
+            p = plan_memory(sh, buckets, 8192, weights=w, q4_group=g)
+            print(f"[bench] device buffers {name} {label} (buckets {list(buckets)}, context 8k): weights "
+                  f"{p.weights_bytes / GiB:.2f} + prefill scratch {p.scratch_bytes / GiB:.2f} + KV cache "
+                  f"{p.kv_cache_bytes / GiB:.2f} = {(p.weights_bytes + p.scratch_bytes + p.kv_cache_bytes) / GiB:.2f}"
+                  f" GiB, + activations {p.activation_bytes / GiB:.2f} = {p.total / GiB:.2f} GiB")
     for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
         b, q = modeled_decode_s(sh, 1024, False), modeled_decode_s(sh, 1024, True)
         print(f"[bench] modeled decode {name} at 1k context (likely): bf16 {1 / b:.1f} tok/s, "
               f"q4 GEMVs {1 / q:.1f} tok/s")
+    for rows in (256, 2048):
+        b, _ = modeled_prefill_layer_s(LLAMA32_1B, rows, "bf16")
+        q, d = modeled_prefill_layer_s(LLAMA32_1B, rows, "q4")
+        print(f"[bench] modeled prefill Llama-3.2-1B, one layer, {rows}-token chunk (likely): bf16 "
+              f"{b * 1e3:.2f} ms, q4 {q * 1e3:.2f} ms (of which dequant_q4 into the scratch {d * 1e3:.2f} ms)")
 
 
 def _mats(sh):

@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prefill lengths the memory figure assumes (default 64,256,1024,2048)")
     doc.add_argument("--context", type=positive_int, default=None,
                      help="KV-cache positions the memory figure assumes (default: the model's context)")
+    doc.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+                     help="weight format the memory figure assumes (q4: 4-bit rows + the prefill scratch)")
     doc.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
     doc.add_argument("--json", action="store_true", help="one JSON document instead of lines")
     doc.add_argument("--timeout", type=positive_float, default=10.0,

@@ -183,7 +183,8 @@ class Engine:
         check_model_sizes(cfg)      # every size the kernels constrain, before the checkpoint is opened
         avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
         with kernel_sizes(cfg):     # the memory plan declares every module
-            ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
+            ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention,
+                                 weights_mode)
         bs = select_buckets(buckets, ctx)
         model = model_for(cfg, weights_mode)
         from .embedded import gguf_source

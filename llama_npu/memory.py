@@ -92,7 +92,7 @@ def fmt(n: int) -> str:
 
 
 def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
-                   available: int | None = None, decode_attention: str = "npu") -> int:
+                   available: int | None = None, decode_attention: str = "npu", weights: str = "bf16") -> int:
     """The context (KV-cache positions) of a run, checked against memory before any weight is read.
 
     `requested` (--context) is validated against the model's context and the available memory; without it,
@@ -113,12 +113,12 @@ def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
     else:
         ctx = min(limit, DEFAULT_CONTEXT_CAP)
         while available is not None and ctx > 256:
-            plan = plan_memory(cfg, buckets, ctx, decode_attention)
+            plan = plan_memory(cfg, buckets, ctx, decode_attention, weights)
             if plan.kv_cache_bytes <= KV_SHARE * (available - plan.weights_bytes - plan.activation_bytes):
                 break
             ctx = 1 << ((ctx - 1).bit_length() - 1)        # the next smaller power of two
     if available is not None:
-        plan = plan_memory(cfg, buckets, ctx, decode_attention)
+        plan = plan_memory(cfg, buckets, ctx, decode_attention, weights)
         if plan.total > available:
             fixed = plan.weights_bytes + plan.activation_bytes
             fits = (available - fixed) * ctx // plan.kv_cache_bytes if available > fixed else 0
