@@ -154,8 +154,8 @@ class ModelWeights:
             raise WeightsError(f"{cfg.model_dir.name}: the checkpoint is {self.qcfg['quant_method']} 4-bit; run it "
                                f"with --weights q4 (WEIGHTS=q4)")
         self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
-        if self.q4 is not None and not self.q4.head_is_q4():
-            self.model.head_weights = "bf16"
+        if self.q4 is not None:
+            self.model.head_weights = self.q4.head_format()
         self.validate()
 
     def validate(self) -> None:
@@ -177,7 +177,7 @@ class ModelWeights:
         """The embedding rows the host gathers: the checkpoint's; with a 4-bit tied LM head, that head's rows
         dequantized (the one copy of the tied matrix)."""
         s = self.cfg.shapes
-        if self.q4 is not None and self.model.head_weights == "q4" and self.lm_source == "embed":
+        if self.q4 is not None and self.model.head_weights in ("q4", "q8") and self.lm_source == "embed":
             return self.q4.vocab_rows()
         return self.ckpt.get("model.embed_tokens.weight", (s.vocab, s.hidden))
 
@@ -190,7 +190,7 @@ class ModelWeights:
         spec = self.spec(arg, layer)
         if self.q4 is not None and layer is not None and arg.endswith("_q4"):
             return self.q4.writer(spec)
-        if self.q4 is not None and arg.endswith("_q4"):          # an LM-head partition in 4 bits
+        if self.q4 is not None and arg.endswith(("_q4", "_q8")):     # an LM-head partition in 4 or 8 bits
             return self.q4.head_writer(spec)
 
         def fill(view: np.ndarray) -> None:
@@ -258,16 +258,17 @@ class Q4Source:
         return fill
 
     # ------------------------------------------------------------------------------------------- LM head
-    def head_is_q4(self) -> bool:
-        """The LM head runs in 4 bits when its rows are 4-bit in the source: always for RTN; for a GGUF when
-        its LM-head tensor (or tied embedding) is Q4_0/Q4_1 (a Q8_0 one stays bf16: no requantization)."""
+    def head_format(self) -> str:
+        """The LM head's weights as the source keeps them (no requantization): q4 always for RTN; for a GGUF q4
+        when its LM-head tensor (or tied embedding) is Q4_0/Q4_1, q8 when Q8_0, else bf16; AWQ / GPTQ: bf16."""
         if self.weights.qcfg:
-            return False            # AWQ / GPTQ keep the LM head in 16 bits
+            return "bf16"           # AWQ / GPTQ keep the LM head in 16 bits
         if self.gguf is None:
-            return True
+            return "q4"
         from .quant import gguf_tensor_type
         name = "lm_head.weight" if self.weights.lm_source == "lm_head" else "model.embed_tokens.weight"
-        return gguf_tensor_type(self.gguf, name) in ("Q4_0", "Q4_1")
+        kind = gguf_tensor_type(self.gguf, name)
+        return "q4" if kind in ("Q4_0", "Q4_1") else "q8" if kind == "Q8_0" else "bf16"
 
     def _vocab(self):
         if self._vocab_t is None:
@@ -276,7 +277,7 @@ class Q4Source:
             if self.gguf is not None:
                 from .quant import gguf_tensors
                 s = w.cfg.shapes
-                self._vocab_t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
+                self._vocab_t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads, keep_q8=True)[name]
             else:
                 from kernel_builder.gemv_q4.format import quantize_rtn
 
@@ -309,7 +310,7 @@ class DequantRows:
     def __getitem__(self, idx):
         ids = np.atleast_1d(np.asarray(idx))
         from kernel_builder.gemv_q4.format import dequantize
-        out = dequantize(self.t.packed[ids], self.t.k, self.t.group, self.t.mins)
+        out = dequantize(self.t.packed[ids], self.t.k, self.t.group, self.t.mins, self.t.bits)
         return out[0] if np.ndim(idx) == 0 else out
 
 

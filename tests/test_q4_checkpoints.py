@@ -136,3 +136,55 @@ def test_int4_checkpoint_needs_q4_and_a_known_config(tmp_path):
                      ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, "version")):
         with pytest.raises(WeightsError, match=msg):
             quant.checkpoint_quantization({"quantization_config": bad})
+
+
+def test_gguf_q8_vocabulary_runs_in_8_bits_one_copy(tmp_path):
+    """A GGUF with Q4_1 layers and a Q8_0 tied token embedding (the embedded SmolLM2 GGUF's make-up): the LM head's
+    GEMVs run on the 8-bit rows (gemv_q4 at bits 8, `lm_<p>_q8` statics), the embedding rows are gathered from that
+    same copy, and the logits equal the bf16 engine's on the dequantized checkpoint bit for bit."""
+    gguf = pytest.importorskip("gguf")
+    from llama_npu.embedded import GGUF_SOURCE
+    from llama_npu.engine import Engine
+    from llama_npu.weights import Checkpoint, DequantRows
+
+    src = write_numpy_checkpoint(tmp_path / "m", seed=23, **SHAPE)
+    ck = Checkpoint(src)
+    tensors = {n: np.array(ck.get(n)) for n in ck.refs}
+    n_blocks = SHAPE["n_layers"]
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_blocks)
+    path = tmp_path / "m.gguf"
+    wr = gguf.GGUFWriter(str(path), "llama")
+    quantized = [n for n, a in tensors.items() if a.ndim == 2]
+    for n in quantized:
+        qt = gguf.GGMLQuantizationType.Q8_0 if n == "model.embed_tokens.weight" else gguf.GGMLQuantizationType.Q4_1
+        q = gguf.quants.quantize(tensors[n].astype(np.float32), qt)
+        wr.add_tensor(tmap.get_name(n.removesuffix(".weight")) + ".weight", q, raw_shape=q.shape, raw_dtype=qt)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    loaded = quant.gguf_tensors(path, quantized, SHAPE["n_heads"], SHAPE["n_kv_heads"], keep_q8=True)
+    assert loaded["model.embed_tokens.weight"].bits == 8
+    deq = tmp_path / "deq"
+    shutil.copytree(src, deq)
+    write_safetensors(deq / "model.safetensors", {**tensors, **{n: t.dequantize() for n, t in loaded.items()}})
+    qdir = tmp_path / "q"
+    shutil.copytree(deq, qdir)
+    (qdir / GGUF_SOURCE).write_text(str(path) + "\n")
+    ids = [1, 5, 17, 42, 7]
+    runs = {}
+    for label, p, mode in (("q4", qdir, "q4"), ("deq", deq, "bf16")):
+        eng = Engine.load(str(p), device="emu", buckets=(16,), cache_dir=tmp_path / "k", progress=False,
+                          context=256, weights_mode=mode, warmup=False)
+        logits = [eng.prefill(ids).logits]
+        for _ in range(3):
+            logits.append(np.asarray(eng.decode_step(int(np.argmax(logits[-1])))))
+        runs[label] = logits
+        if mode == "q4":
+            head = eng.plans[("head",)].steps[0].decl
+            statics = {a.name: a.dtype for a in head.args if a.role.name == "STATIC"}
+            assert statics["lm_0_q8"] == "i8" and "lm_0" not in statics
+            assert {la.build.args[-1] for la in head.launches if la.build.args[0] == "gemv_q4"} == {8}
+            assert isinstance(eng.weights.embed(), DequantRows)          # one copy of the tied matrix
+    for a, b in zip(runs["q4"], runs["deq"]):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))

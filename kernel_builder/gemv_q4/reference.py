@@ -9,20 +9,20 @@ from kernel_builder.gemv_q4.format import Q4Layout, dequantize
 from kernel_builder.numerics import check_dims
 
 
-def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int) -> np.ndarray:
-    """y[1, m] from w: u8 [m, row_bytes] (the q4 row layout) and x[k]."""
+def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int, bits: int = 4) -> np.ndarray:
+    """y[1, m] from w: u8 [m, row_bytes] (the q4 row layout; `bits` 4 or 8) and x[k]."""
     check_dims("gemv_q4", m=m, k=k)
-    lay = Q4Layout(k, group, bool(mins))
+    lay = Q4Layout(k, group, bool(mins), bits)
     wa = np.asarray(w)
     wa = wa.view(np.uint8) if wa.dtype.itemsize == 1 else wa.astype(np.int8).view(np.uint8)   # bytes (i8 on device)
     if wa.size != m * lay.row_bytes:
         raise ValueError(f"gemv_q4: w has {wa.size} bytes, m={m} rows of {lay.row_bytes} bytes expected")
     from external_kernels import host_build
-    lib = host_build.library()
+    lib = host_build.library() if bits == 4 else None     # 8-bit: the bf16 GEMV on the dequantized rows
     if lib is not None:
         from kernel_builder.gemv_q4 import host
         from kernel_builder.numerics import f32_input, to_bf16
         y = host.run(lib, wa, f32_input("gemv_q4", "x", x, (k,)), m=m, k=k, group=group, mins=mins,
                      row_bytes=lay.row_bytes)
         return to_bf16(y).reshape(1, m)
-    return gemv(dequantize(wa, k, group, bool(mins)), x, m=m, k=k)
+    return gemv(dequantize(wa, k, group, bool(mins), bits), x, m=m, k=k)

@@ -13,7 +13,7 @@ from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower, plan_decls
-from .lowering import Q4_GROUP, Q4_SUFFIX, RULES
+from .lowering import Q4_GROUP, Q4_SUFFIX, Q8_SUFFIX, RULES
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class LlamaModel:
             raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
         self.shapes = shapes
         self.weights = weights
-        self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
+        self.head_weights = weights   # the LM head's: bf16 / q8 when a q4 source keeps it so (ModelWeights)
         self.q4_group = self.head_group = Q4_GROUP   # group sizes of the layers' / LM head's 4-bit weights
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
@@ -156,7 +156,7 @@ class LlamaModel:
             if arg == "final_norm":
                 return TensorSpec(GLOBAL_TENSORS["final_norm"], (self.shapes.hidden,))
             if arg.startswith("lm_"):
-                p = int(arg[3:].removesuffix(Q4_SUFFIX))
+                p = int(arg[3:].removesuffix(Q4_SUFFIX).removesuffix(Q8_SUFFIX))
                 name = GLOBAL_TENSORS["embed" if lm_source == "embed" else "lm_head"]
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)

@@ -15,6 +15,7 @@ from kernel_builder.gemv_q4.format import Q4Layout
 from .graph import POS, LayerGraph, Op, Phase
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
+Q8_SUFFIX = "_q8"    # the same layout with 8-bit codes (a GGUF's Q8_0 LM head)
 Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group); AWQ/GPTQ: 128
 DEQ_SUFFIX = "_deq"  # a q4 prefill GEMM's bf16 weight: a window of the scratch state of its k
 SCRATCH_PREFIX = "wdeq_k"   # the scratch states (one per input width k), each ONE buffer for every layer
@@ -41,6 +42,10 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
     x, w = op.ins
     n, k = op.width, graph.width(x)
     weight = [_static(w[2:], (n, k), graph)]
+    if graph.weights == "q8" and phase.rows == 1:    # a GGUF's Q8_0 vocabulary matrix: 8-bit codes, no mins
+        name = w[2:] + Q8_SUFFIX
+        q8 = Arg(name, (n, Q4Layout(k, Q4_GROUP, False, 8).row_bytes), Role.STATIC, "i8")
+        return kernel("gemv_q4", n, k, Q4_GROUP, 0, 8), (name, x, op.out), [q8]
     if graph.weights == "q4":
         g = graph.q4_group
         name = w[2:] + Q4_SUFFIX
