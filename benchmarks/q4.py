@@ -125,13 +125,20 @@ def bench_q4_perplexity(model_dir=None) -> dict:
     base = {n: p.detach().clone() for n, p in model.named_parameters() if n in names}
     out = {"bf16": _ppl(model, ids, torch)}
     native = quant.gguf_tensors(find_gguf(), names, cfg.num_attention_heads, cfg.num_key_value_heads)
-    for label, get in (("q4 (GGUF Q4_1, native)", lambda n: native[n].dequantize()),
+    embed = "model.embed_tokens.weight"
+    vocab = quant.gguf_tensors(find_gguf(), [embed], cfg.num_attention_heads, cfg.num_key_value_heads,
+                               keep_q8=True)[embed]
+    base[embed] = model.get_input_embeddings().weight.detach().clone()     # the tied matrix (LM head too)
+    for label, get in (("q4 (GGUF Q4_1, native)", lambda n: native[n].dequantize() if n in native else None),
+                       ("q4 native + Q8_0 vocabulary in 8 bits (bf16 scales), as run",
+                        lambda n: native[n].dequantize() if n in native else vocab.dequantize()),
                        ("q4 RTN g32", lambda n: dequantize(quantize_rtn(base[n].numpy(), 32), base[n].shape[1],
-                                                             32, True))):
+                                                             32, True) if n in native else None)):
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n in base:
-                    p.copy_(torch.from_numpy(get(n).astype("float32")))
+                    w = get(n)
+                    p.copy_(base[n] if w is None else torch.from_numpy(w.astype("float32")))
         out[label] = _ppl(model, ids, torch)
     print("[bench] perplexity of the embedded model on a fixed text (HF, f32, "
           f"{ids.shape[1]} tokens): " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()))

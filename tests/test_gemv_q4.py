@@ -307,3 +307,17 @@ def test_q8_builder_on_the_interpreter_and_hardware_model():
     for m, k in ((6144, 576), (16384, 2048), (16384, 4096)):      # LM-head partitions: SmolLM2, Llama 1B / 8B
         rep = analyze_module(kernel_text("gemv_q4", m, k, 32, 0, 8))
         assert rep.ok, rep.first_violation()
+
+
+def test_host_q8_gemv_equals_host_bf16_gemv_on_dequantized_weights():
+    """The emulator's 8-bit GEMV (host C++, llama_npu_gemv_q8) gives the bits of the bf16 host GEMV on the
+    dequantized rows (the LM head of a Q8_0 GGUF, per token)."""
+    from external_kernels import host_build
+    from kernel_builder.gemv.reference import gemv
+    if host_build.library() is None:
+        pytest.skip("no host kernels")
+    rng = np.random.default_rng(15)
+    p, *_ = _random_q8(rng, 96, 576)
+    x = to_bf16(rng.standard_normal(576).astype(np.float32))
+    got = gemv_q4(p, x, m=96, k=576, group=32, mins=0, bits=8)
+    np.testing.assert_array_equal(got, gemv(dequantize(p, 576, 32, False, 8), x, m=96, k=576))

@@ -18,11 +18,11 @@ def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int, bits: int = 4) -> np
     if wa.size != m * lay.row_bytes:
         raise ValueError(f"gemv_q4: w has {wa.size} bytes, m={m} rows of {lay.row_bytes} bytes expected")
     from external_kernels import host_build
-    lib = host_build.library() if bits == 4 else None     # 8-bit: the bf16 GEMV on the dequantized rows
+    lib = host_build.library()
     if lib is not None:
         from kernel_builder.gemv_q4 import host
         from kernel_builder.numerics import f32_input, to_bf16
         y = host.run(lib, wa, f32_input("gemv_q4", "x", x, (k,)), m=m, k=k, group=group, mins=mins,
-                     row_bytes=lay.row_bytes)
+                     row_bytes=lay.row_bytes, bits=bits)
         return to_bf16(y).reshape(1, m)
     return gemv(dequantize(wa, k, group, bool(mins), bits), x, m=m, k=k)
