@@ -124,3 +124,15 @@ def test_hardware_model_accepts_llama_shapes(m, k, group):
     from kernel_builder.registry import kernel_text
     rep = analyze_module(kernel_text("dequant_q4", m, k, group, 1))
     assert rep.ok, rep.first_violation()
+
+
+def test_host_kernel_equals_numpy_dequantize():
+    """The emulator's host dequantization (external_kernels/host/gemv_q4_host.cc) gives format.dequantize's bits."""
+    from external_kernels import host_build
+    from kernel_builder.gemv_q4.format import dequantize
+    if host_build.library() is None:
+        pytest.skip("no host kernels")
+    for m, k, group, mins in ((40, 576, 32, 1), (24, 256, 128, 1), (16, 256, 32, 0)):
+        p = _random_q4(np.random.default_rng(10), m, k, group, mins)
+        np.testing.assert_array_equal(dequant_q4(p, m=m, k=k, group=group, mins=mins),
+                                      dequantize(p, k, group, bool(mins)))

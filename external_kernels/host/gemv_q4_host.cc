@@ -117,9 +117,51 @@ int gemv_rows(const uint8_t* w, const float* x, float* y, int m, int k, int grou
   return 0;
 }
 
+// Rows [r0, r1) of y[m, k] (bf16 bits) = dequant(w[m, rb bytes]): the q4 prefill's per-layer weight.
+template <int BITS>
+int dequant_rows(const uint8_t* w, uint16_t* y, int m, int k, int group, int mins, int rb, int r0, int r1) {
+  if (m <= 0 || k <= 0 || group <= 0 || k % group || r0 < 0 || r1 > m || r0 >= r1) return -2;
+  const int groups = k / group;
+  for (int r = r0; r < r1; ++r) {
+    const uint8_t* row = w + static_cast<size_t>(r) * rb;
+    const uint8_t* sc = row + k * BITS / 8;
+    const uint8_t* mn = sc + 2 * groups;
+    uint16_t* out = y + static_cast<size_t>(r) * k;
+    for (int g = 0; g < groups; ++g) {
+      const float d = bf16_at(sc + 2 * g), z = mins ? bf16_at(mn + 2 * g) : 0.0f;
+#ifdef LLAMA_NPU_Q4_AVX2
+      const __m256 dv = _mm256_set1_ps(d), zv = _mm256_set1_ps(z);
+      for (int j = g * group; j < (g + 1) * group; j += 8) {     // the same f32 ops, 8 lanes at a time
+        __m256 wv = _mm256_mul_ps(dv, codes8<BITS>(row, j, mins));
+        if (mins) wv = _mm256_add_ps(wv, zv);
+        const __m256i u = _mm256_srli_epi32(_mm256_castps_si256(round_bf16_8(wv)), 16);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                         _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
+      }
+      continue;
+#endif
+      for (int j = g * group; j < (g + 1) * group; ++j) {
+        float wv = d * static_cast<float>(code<BITS>(row, j, mins));
+        if (mins) wv = wv + z;
+        uint32_t u;
+        const float rv = round_bf16(wv);
+        std::memcpy(&u, &rv, sizeof u);
+        out[j] = static_cast<uint16_t>(u >> 16);
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
+
+int llama_npu_dequant_q4(const uint8_t* w, uint16_t* y, int m, int k, int group, int mins, int rb, int bits,
+                         int r0, int r1) {
+  return bits == 8 ? dequant_rows<8>(w, y, m, k, group, mins, rb, r0, r1)
+                   : dequant_rows<4>(w, y, m, k, group, mins, rb, r0, r1);
+}
 
 int llama_npu_gemv_q4(const uint8_t* w, const float* x, float* y, int m, int k, int group, int mins, int rb,
                       int r0, int r1) {
