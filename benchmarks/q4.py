@@ -1,8 +1,10 @@
-"""`make bench`, 4-bit weights (docs/quantization.md): device buffers of Llama-3.2-1B and Llama-3.1-8B shapes with
-q4 weights (group 32 with mins, as GGUF Q4_1 / `--weights q4`; group 128 as AWQ) and the modeled decode token at
-a 1k context (kernel_builder.hw cost model, likely scenario): the decode modules' launches as built today with
-every GEMV launch's Work replaced by the `gemv_q4` kernel's at the same shape (the model does not lower to
-gemv_q4 yet: docs/quantization.md, "Status")."""
+"""`make bench`, 4-bit weights (docs/quantization.md): the device buffers of Llama-3.2-1B and Llama-3.1-8B shapes
+in bf16 and q4 (group 32 with mins, as GGUF Q4_1 / `--weights q4`; group 128 as AWQ/GPTQ) from the memory plan
+(the ModuleExecutor's allocation: weights, the q4 prefill scratch, the KV cache at 8k, activations); the modeled
+decode token at a 1k context (kernel_builder.hw cost model, likely scenario: the decode modules' launches with
+every GEMV launch's Work replaced by the `gemv_q4` kernel's at the same shape, as the q4 decode module lowers);
+the modeled prefill of one Llama-3.2-1B layer in bf16 and q4 (the q4 modules as built: each GEMM after its
+weight's dequant_q4); the embedded model's perplexity in bf16, native q4 and the q4 run."""
 from __future__ import annotations
 
 from kernel_builder.gemv_q4.format import Q4Layout
