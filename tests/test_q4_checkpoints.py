@@ -188,3 +188,18 @@ def test_gguf_q8_vocabulary_runs_in_8_bits_one_copy(tmp_path):
             assert isinstance(eng.weights.embed(), DequantRows)          # one copy of the tied matrix
     for a, b in zip(runs["q4"], runs["deq"]):
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_int4_checkpoint_memory_plan(tmp_path):
+    """The memory plan of an AWQ checkpoint counts group-128 rows for the layers and a bf16 LM head."""
+    from kernel_builder.gemv_q4.format import Q4Layout
+    from llama_npu.config import load_config
+    from llama_npu.memory import plan_memory
+    src = write_numpy_checkpoint(tmp_path / "m", seed=24, **SHAPE)
+    qdir, _ = _write_quantized(src, tmp_path / "awq", "awq")
+    rtn = plan_memory(load_config(src), (16,), 256, weights="q4")
+    awq = plan_memory(load_config(qdir), (16,), 256, weights="q4")
+    vocab, h, ffn = SHAPE["vocab"], SHAPE["hidden"], SHAPE["ffn"]
+    down = h * (Q4Layout(ffn, 32, True).row_bytes - Q4Layout(ffn, G, True).row_bytes)   # the only row that shrinks
+    head = 2 * vocab * h - vocab * Q4Layout(h, 32, True).row_bytes                     # bf16 instead of q4 rows
+    assert awq.weights_bytes == rtn.weights_bytes - SHAPE["n_layers"] * down + head

@@ -33,8 +33,8 @@ def model_for(cfg, weights: str = "bf16") -> LlamaModel:
 
     model = FAMILIES[cfg.family].from_config(cfg, weights)
     qcfg = checkpoint_quantization(getattr(cfg, "raw", {}) or {}) if weights == "q4" else None
-    if qcfg:
-        model.q4_group = int(qcfg["group_size"])
+    if qcfg:                 # AWQ / GPTQ: the layers' group; their LM head is 16-bit
+        model.q4_group, model.head_weights = int(qcfg["group_size"]), "bf16"
     return model
 
 
