@@ -144,6 +144,7 @@ def test_gguf_q8_vocabulary_runs_in_8_bits_one_copy(tmp_path):
     same copy, and the logits equal the bf16 engine's on the dequantized checkpoint bit for bit."""
     gguf = pytest.importorskip("gguf")
     from llama_npu.embedded import GGUF_SOURCE
+    from llama_npu.models.graph import HEAD_PLAN
     from llama_npu.engine import Engine
     from llama_npu.weights import Checkpoint, DequantRows
 
@@ -181,7 +182,7 @@ def test_gguf_q8_vocabulary_runs_in_8_bits_one_copy(tmp_path):
             logits.append(np.asarray(eng.decode_step(int(np.argmax(logits[-1])))))
         runs[label] = logits
         if mode == "q4":
-            head = eng.plans[("head",)].steps[0].decl
+            head = eng.plans[HEAD_PLAN].steps[0].decl
             statics = {a.name: a.dtype for a in head.args if a.role.name == "STATIC"}
             assert statics["lm_0_q8"] == "i8" and "lm_0" not in statics
             assert {la.build.args[-1] for la in head.launches if la.build.args[0] == "gemv_q4"} == {8}
