@@ -40,8 +40,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
                    help="decode attention on the device (default: the whole layer is one dispatch) or on the "
                         "host CPU (fallback: two dispatches per layer, K/V rows mirrored to the host)")
     p.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
-                   help="q4: decode GEMVs stream 4-bit weights (a GGUF's Q4_0/Q4_1 blocks as they are, else "
-                        "round-to-nearest per group of 32 at load; docs/quantization.md)")
+                   help="q4: every linear layer in 4 bits on the device (a GGUF's Q4_0/Q4_1 blocks as they are, "
+                        "its Q8_0 vocabulary in 8 bits, an AWQ/GPTQ checkpoint's int4 tensors, else round-to-nearest "
+                        "per group of 32 at load; docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
