@@ -48,7 +48,8 @@ def load_engine(cls, model: str | None = None, device: str = "auto", buckets: Se
     check_model_sizes(cfg)      # every size the kernels constrain, before the checkpoint is opened
     avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
     with kernel_sizes(cfg):     # the memory plan declares every module
-        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
+        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention,
+                             weights_mode)
     bs = select_buckets(buckets, ctx)
     described = model_for(cfg, weights_mode)
     # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md; the
@@ -87,6 +88,9 @@ def preload(eng, progress: bool = True) -> None:
     c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
     write_vocab(c, w, head)     # the LM-head partitions: windows of one state (the token modules' embedding)
     eng.states.ensure(min(max(eng.buckets), eng.context))
+    from .models.lowering import scratch_states
+    for name, rows in scratch_states(c.decls.values()).items():   # q4 prefill: one buffer for all layers
+        c.define_state(name, rows, per_key=False)
     if eng.token_decode is not None:
         eng.token_decode.preload(eng._embed)
     c.reset_counters()  # the profile counts inference traffic, not the one-time upload

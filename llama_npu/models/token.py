@@ -40,6 +40,8 @@ def unsupported(model) -> str:
         return f"{cls.__name__} scales the embedding rows or the logits on the host"
     if len(model.layer_variants) > 1:
         return f"{cls.__name__} has layer variants"
+    if model.tied and model.head_weights not in ("bf16", "q4"):
+        return f"its embedding rows are the {model.head_weights} LM head's (no on-device dequantization of those)"
     return ""
 
 
@@ -54,7 +56,8 @@ def _embedding(model, head: ModuleDecl) -> tuple[list[Arg], list[Launch]]:
         return [Arg(EMBED_ROW, (1, h), Role.STATE, "bf16", state=VOCAB, at=TOKEN)], []
     row = Arg("embed_q4", (1,) + lm.shape[1:], Role.STATE, lm.dtype, state=VOCAB, at=TOKEN)
     return ([row, Arg(EMBED_ROW, (1, h), Role.INTERMEDIATE, "bf16")],
-            [Launch("embed", kernel("dequant_q4", 1, h, Q4_GROUP, 1), (row.name, EMBED_ROW))])
+            [Launch("embed", kernel("dequant_q4", 1, h, getattr(model, "head_group", Q4_GROUP), 1),
+                    (row.name, EMBED_ROW))])
 
 
 def _layer_args(decl: ModuleDecl, layer: int, x_name: str) -> tuple[dict[str, str], list[Arg]]:
