@@ -114,4 +114,4 @@ def test_q4_plan_matches_the_null_device(tmp_path):
     report = eng.cache.memory_report()
     plan = plan_memory(load_config(src), (16,), eng.kv_capacity, weights="q4")
     assert report["cache_allocated_bytes"] == plan.total
-    assert report["state_bytes"] == plan.kv_cache_bytes + plan.scratch_bytes > plan.kv_cache_bytes
+    assert report["state_bytes"] == plan.kv_cache_bytes + plan.scratch_bytes + plan.embed_bytes > plan.kv_cache_bytes
