@@ -12,7 +12,8 @@ import sys
 from kernel_builder.toolchain_pins import pin_text
 
 
-def model_modules(model: str | None, buckets, context: int | None, only: list[str], progress: bool):
+def model_modules(model: str | None, buckets, context: int | None, only: list[str], progress: bool,
+                  weights: str = "bf16"):
     """(config, [(name, stitched text, launch count)]) of every module of the model, or of `only` those."""
     from multi_launch_builder.compile import generate, stitch_text
 
@@ -23,13 +24,17 @@ def model_modules(model: str | None, buckets, context: int | None, only: list[st
     from .models import model_for
 
     cfg = load_config(resolve_model(model, progress=progress))
-    ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context)
+    ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, weights=weights)
     bs = select_buckets(buckets, ctx)
-    fam = model_for(cfg)
+    fam = model_for(cfg, weights)   # q4: the 4-bit modules (a GGUF's 8-bit LM head: tests/test_air_lower_q4.py)
     decls: dict = {}
+    from .token_decode import token_decls
+
     for placement in ("npu", "host"):
         for d in fam.modules(bs, ctx, placement):
             decls.setdefault(d.name, d)
+    for d in token_decls(fam, fam.kv_windows(ctx)):    # the one-module greedy decode token, per window
+        decls.setdefault(d.name, d)
     if only:
         unknown = sorted(set(only) - set(decls))
         if unknown:
@@ -51,9 +56,10 @@ def check_lowering_main(args) -> int:
         print(f"llama-npu: {e}", file=sys.stderr)
         return 2
     cfg, bs, ctx, modules = model_modules(args.model, args.buckets, args.context, args.only,
-                                          progress=not args.no_progress)
+                                          progress=not args.no_progress, weights=getattr(args, "weights", "bf16"))
     print(f"check-lowering: {cfg.model_dir.name} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden}), "
-          f"buckets {','.join(map(str, bs))}, context {ctx}: {len(modules)} modules; pinned {pin_text()}; "
+          f"buckets {','.join(map(str, bs))}, context {ctx}, weights {getattr(args, 'weights', 'bf16')}: "
+          f"{len(modules)} modules; pinned {pin_text()}; "
           f"lowering with {lowerer.describe()}", flush=True)
     memo = None
     if not args.no_memo:
