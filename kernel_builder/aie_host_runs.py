@@ -230,7 +230,7 @@ def _prefill(lib, rng, hd, lq, lk, n=None, window=None, scale_dim=None, pos=None
         c = lib.call(ks.update.symbol, it, qbuf, state, n_q + t, n_q, slot, q_pos0)
         if (t + 1) * lk <= pos + 1:
             counts = c                        # the last tile every query row sees whole
-    out = A(np.empty((lq, hd), BF16))
+    out = A(np.full((lq, hd), np.nan, BF16))     # NaN: an element finish does not write shows
     lib.call(ks.out.symbol, state, out)
     kw = dict(rows=len(q), kv_rows=kv_rows, heads=heads, kv_heads=1, head_dim=hd, window=window, scale_dim=scale_dim)
     if bfp_want:
