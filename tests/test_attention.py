@@ -187,8 +187,8 @@ def test_prefill_wrong_q_capture_slot_is_caught():
 def test_prefill_unblocked_items_are_caught():
     shape = (64, 64, 4, 2, 32)
     text = attention.build(*shape)
-    # the memory tile's put no longer blocks the item 8x8: the kernel reads rows as blocks
-    mutated = _sub(text, r"(air\.channel\.put @attn_in\[%c0_1, %c0_1\] \(%item_l2)\[[^]]*\] \[[^]]*\] \[[^]]*\]",
+    # the memory tile writes the K/Q rows of the first feed unblocked: the kernel reads rows as 8x8 blocks
+    mutated = _sub(text, r"(air\.channel\.get @attn_fk\[%c0_1, %c0_1\] \(%item_l2)\[[^]]*\] \[[^]]*\] \[[^]]*\]",
                    lambda m: m.group(1) + "[] [] []")
     _mutated_fails(shape, 0, text, mutated)
 

@@ -18,8 +18,8 @@ grid [kv heads, rounds, head passes]; per launch iteration
     stream (its herd_x * lq rows of each of the herd_y heads, head-major; the pad item when the item count
     would be odd) and one put of the whole K (V) window of the kv head, straight from L3;
   - segment: pos L3 -> @attn_pos (broadcast from the shim); one uniform loop of q_items + kv_tiles items: two gets
-    (K rows / V rows, or Q rows) into an L2 item, one put on @attn_in (broadcast to every core) that blocks the
-    item 8x8 for the block-float kernel; then per query block x, the herd_y output tiles from @attn_o[x, y] side
+    (K rows / V rows, or Q rows) that write them 8x8-blocked (for the block-float kernel) into an L2 item, one put
+    on @attn_in (broadcast to every core); then per query block x, the herd_y output tiles from @attn_o[x, y] side
     by side into one L2 buffer, written to o with ONE DMA (the memory-tile drain of mlir-air's GEMM and flash
     attention);
   - herd: init; per item: core (x, y) keeps its head's 8-row Q blocks x, x + herd_x, ... (interleaved: the causal
@@ -137,11 +137,13 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     item2_ty = memref([ir, hd], "bf16", L2)
     sl, _ = s.for_(0, p.steps, 1, "t")
     it2 = sl.alloc("item_l2", item2_ty)
-    sl.channel_get(ch_fk, [0, 0], it2, item2_ty, ([0, 0], [lk, hd], [hd, 1]))
-    sl.channel_get(ch_fv, [0, 0], it2, item2_ty, ([lk, 0], [lk, hd], [hd, 1]))
-    # the memory tile's put blocks the item 8x8 on its way to L1 ([2lk/8][hd/8][8][8], each block row-major:
-    # the layout attention.cc's block-float path reads; as mlir-air's npu2 attention blocks K and V by DMA)
-    sl.channel_put(ch_in, [0, 0], it2, item2_ty, ([0, 0, 0, 0], [ir // 8, hd // 8, 8, 8], [8 * hd, 8, hd, 1]))
+    # the memory tile writes each incoming half 8x8-blocked into the item ([2lk/8][hd/8][8][8], each block
+    # row-major: the layout attention.cc's block-float path reads; as mlir-air's npu2 attention blocks K and V by
+    # DMA): row r, column c of the half at (r/8)*8hd + (c/8)*64 + (r%8)*8 + c%8. (The same blocking on the
+    # broadcast put's side made air-to-aie run for hours at 96 items per loop.)
+    for ch, r0 in ((ch_fk, 0), (ch_fv, lk)):
+        sl.channel_get(ch, [0, 0], it2, item2_ty, ([r0 // 8, 0, 0, 0], [lk // 8, 8, hd // 8, 8], [8 * hd, 8, 64, 1]))
+    sl.channel_put(ch_in, [0, 0], it2, item2_ty, None)
     sl.dealloc(it2, item2_ty)
     # ---- herd: per launch iteration, Q capture, the window's tiles, finish, the output tile to L2
     h = herd(s, "attention_herd", (X, Y), [(srd, "index")], [f'link_with = "{ext.obj}"'])
