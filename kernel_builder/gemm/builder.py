@@ -12,13 +12,14 @@ tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_
     air.segment @gemm_seg:
       scf.for kp over K in K2 steps:
         one L2 A panel per herd row i:     a_l2_i [tile_m, K2] <- a[m0 + i*tile_m, kp]      (L3 -> L2 DMA)
-        one L2 W panel per herd column j:  w_l2_j [tile_n, K2] <- w[n0 + j*tile_n, kp]      (L3 -> L2 DMA)
+        one L2 W panel per herd column j:  w_l2_j [tile_n, K2] <- w[n0 + j*tile_n, kp]      (L3 -> L2 DMA; in
+          w_parts row parts, one DMA each: two shim streams per panel, or the gate and the up rows)
         scf.for kb over the panel in tile_k steps: air.channel.put @gemm_a[i, 0] / @gemm_b[0, j] of the
           [*, tile_k] slice, re-blocked by the memory-tile DMA into 8x8 blocks [rows/8][tile_k/8][8][8]
       air.herd @gemm_herd [herd_m, herd_n] (no L3 operand): f32 accumulator in L1, zero(acc); scf.for over K
-        in tile_k steps: get the A and W tiles (@gemm_a[tx, ty], @gemm_b[tx, ty]; a W tile in w_parts gets, one
-        per W panel part, into consecutive row blocks), mac(a, w, acc); then the epilogue writes the bf16 tile
-        in place over the front of acc and air.channel.put @gemm_c[tx, ty] sends that front
+        in tile_k steps: get the A and W tiles (@gemm_a[tx, ty], @gemm_b[tx, ty]), mac(a, w, acc); then the
+        epilogue writes the bf16 tile in place over the front of acc and air.channel.put @gemm_c[tx, ty] sends
+        that front
       per herd row i: c_l2_i [tile_m, BN]; air.channel.get @gemm_c[i, j] for each herd column j, un-blocking
         the tile into columns [j*tile_n, +tile_n); then ONE DMA c_l2_i -> c[m0 + i*tile_m, n0]
 
@@ -69,10 +70,10 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
     s = seg.body
     a, *ws, c, bi, bj = seg.args
     bias = ws.pop() if epilogue == "bias" else None
-    m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.bn_out)
+    m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.launch_n())
     if bias is not None:
         _stage_bias(s, p, n, bias, n0, ch_b)
-    _stage_panels(s, p, k, a, a_ty, ws, w_ty, m0, n0, ch_a, ch_b)
+    _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, n0, ch_a, ch_b)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
     _herd_body(h, p, k, ext, epi, acc_ty, a1_ty, w1_ty, b1_ty, ch_a, ch_b, ch_c)
     _drain(s, p, n, c, c_ty, m0, n0, ch_c)
@@ -91,12 +92,15 @@ def _plus(b, base: str, offset: int) -> str:
     return base if offset == 0 else b.addi(base, offset)
 
 
-def _w_rows(p: gemm_plan.GemmPlan, j: int, part: int, n_weights: int) -> int:
-    """First row (of its weight, relative to the launch point's first output column) of W part `part` of herd
-    column j: one weight split in row parts, or (two weights) part q from weight q at the tile's output rows."""
-    if n_weights == 1:
-        return j * p.tile_n + part * p.part_rows
-    return j * p.out_n
+def _col0(p: gemm_plan.GemmPlan, j: int, n: int) -> int:
+    """First output column of herd column j relative to the launch point's n0 (spread: its own quarter of n)."""
+    return j * (n // p.herd_n if p.spread else p.out_n)
+
+
+def _w_rows(p: gemm_plan.GemmPlan, j: int, part: int, n_weights: int, n: int) -> int:
+    """First row (of its weight, relative to n0) of W part `part` of herd column j: one weight split in row parts,
+    or (two weights) part q from weight q at the tile's output rows."""
+    return _col0(p, j, n) + (part * p.part_rows if n_weights == 1 else 0)
 
 
 def _stage_bias(s, p: gemm_plan.GemmPlan, n: int, b: str, n0: str, ch_b: str) -> None:
@@ -105,35 +109,36 @@ def _stage_bias(s, p: gemm_plan.GemmPlan, n: int, b: str, n0: str, ch_b: str) ->
     b_ty, b2_ty = memref([1, n]), memref([p.tile_n], "bf16", L2)
     for j in range(p.herd_n):
         b2 = s.alloc("b_l2", b2_ty)
-        s.dma(b2, b2_ty, None, b, b_ty, ([0, _plus(s, n0, j * p.tile_n)], [1, p.tile_n], [n, 1]))
+        s.dma(b2, b2_ty, None, b, b_ty, ([0, _plus(s, n0, _col0(p, j, n))], [1, p.tile_n], [n, 1]))
         s.channel_put(ch_b, [0, j], b2, b2_ty, None)
         s.dealloc(b2, b2_ty)
 
 
-def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, a: str, a_ty: str, ws: list[str], w_ty: str, m0: str,
+def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, ws: list[str], w_ty: str, m0: str,
                   n0: str, ch_a: str, ch_b: str) -> None:
-    """Per L2 K step: one A panel per herd row and w_parts W panel parts per herd column L3 -> L2 (in
-    plan.load_order), then one put per panel for each tile_k slice."""
+    """Per L2 K step: one A panel per herd row and one W panel per herd column L3 -> L2, a W panel in w_parts
+    row parts (one DMA each, in plan.load_order), then one put per panel for each tile_k slice."""
     k2 = p.tile_k_l2
-    a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), memref([p.part_rows, k2], "bf16", L2)
+    a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), memref([p.tile_n, k2], "bf16", L2)
     kl, kp = s.for_(0, k, k2, "kp")
     a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
-    w2 = {(j, q): kl.alloc("w_l2", w2_ty) for j in range(p.herd_n) for q in range(p.w_parts)}
+    w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
     for kind, i, q in gemm_plan.load_order(p):
         if kind == "a":
             kl.dma(a2[i], a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
-        else:
+        else:   # W part q: rows [q*part_rows, +part_rows) of herd column i's panel
             w = ws[q] if len(ws) > 1 else ws[0]
-            row = _plus(kl, n0, _w_rows(p, i, q, len(ws)))
-            kl.dma(w2[i, q], w2_ty, None, w, w_ty, ([row, kp], [p.part_rows, k2], [k, 1]))
+            row = _plus(kl, n0, _w_rows(p, i, q, len(ws), n))
+            dst = None if p.w_parts == 1 else ([q * p.part_rows, 0], [p.part_rows, k2], [k2, 1])
+            kl.dma(w2[i], w2_ty, dst, w, w_ty, ([row, kp], [p.part_rows, k2], [k, 1]))
     sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))
-    for (j, _), buf in w2.items():
-        sl.channel_put(ch_b, [0, j], buf, w2_ty, _blocked(p.part_rows, p.tile_k, k2, kb))
+    for j, buf in enumerate(w2):
+        sl.channel_put(ch_b, [0, j], buf, w2_ty, _blocked(p.tile_n, p.tile_k, k2, kb))
     for buf in a2:
         kl.dealloc(buf, a2_ty)
-    for buf in w2.values():
+    for buf in w2:
         kl.dealloc(buf, w2_ty)
 
 
@@ -150,9 +155,7 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, acc_ty: str, a1_ty: s
     kl, _ = body.for_(0, k, p.tile_k, "k")
     a1, w1 = kl.alloc("a_l1", a1_ty), kl.alloc("w_l1", w1_ty)
     kl.channel_get(ch_a, [tx, ty], a1, a1_ty, None)
-    part = p.part_rows * p.tile_k
-    for q in range(p.w_parts):
-        kl.channel_get(ch_b, [tx, ty], w1, w1_ty, None if p.w_parts == 1 else ([q * part], [part], [1]))
+    kl.channel_get(ch_b, [tx, ty], w1, w1_ty, None)
     kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty)])
     kl.dealloc(a1, a1_ty)
     kl.dealloc(w1, w1_ty)
@@ -165,11 +168,14 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, acc_ty: str, a1_ty: s
 
 def _drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, m0: str, n0: str, ch_c: str) -> None:
     """Per herd row: gather its herd_n tiles into one L2 row panel [tile_m, bn_out] (un-blocking each 8x8-blocked
-    tile into its columns), then write the panel to L3 with one DMA."""
+    tile into its columns), then write the panel to L3 with one DMA (spread: its herd_n pieces n/herd_n apart)."""
     c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     for i in range(p.herd_m):
         c2 = s.alloc("c_l2", c2_ty)
         for j in range(p.herd_n):
             s.channel_get(ch_c, [i, j], c2, c2_ty, _blocked(p.tile_m, p.out_n, p.bn_out, j * p.out_n // BLOCK))
-        s.dma(c, c_ty, ([_plus(s, m0, i * p.tile_m), n0], [p.tile_m, p.bn_out], [n, 1]), c2, c2_ty, None)
+        row = _plus(s, m0, i * p.tile_m)
+        dst = (([row, 0, n0], [p.tile_m, p.herd_n, p.out_n], [n, n // p.herd_n, 1]) if p.spread
+               else ([row, n0], [p.tile_m, p.bn_out], [n, 1]))
+        s.dma(c, c_ty, dst, c2, c2_ty, None)
         s.dealloc(c2, c2_ty)

@@ -6,7 +6,8 @@ then the most busy tiles, then the deepest tile_k (fewer accumulator loads and s
 micro-kernel), then the fewest bytes streamed into a tile per MAC, then the most MACs per tile, with the deepest
 L2 panel that still fits; or raises ValueError naming the limit. "Fits" = L1 with the ping-pong copies aircc
 makes, the memory tiles (bytes, DMA channels, BDs), the shim channels and the shim stride of the folded W load
-(docs/kernels.md "gemm"). The NPU2 limits it shares with the other plans come from kernel_builder.planner.
+(docs/kernels.md "gemm"; where BN*k rows exceed that stride, `spread` gives each herd column a contiguous quarter of
+the output columns so the launch steps through W tile_n rows at a time). The NPU2 limits it shares with the other plans come from kernel_builder.planner.
 """
 from __future__ import annotations
 
@@ -51,8 +52,10 @@ class GemmPlan:
     herd_n: int      # herd extent over N (rows of the array)
     tile_k_l2: int = 0   # K depth of one L2 panel (a multiple of tile_k); 0 = tile_k
     k: int = 0           # the reduction length (0: unknown, ping-pong budgeted as two copies)
-    w_parts: int = 1     # L2 buffers (and L3 loads) a herd column's W panel is split into, by rows
+    w_parts: int = 1     # L3 -> L2 loads (shim streams) filling a herd column's W panel, one per row part
     epilogue: str = "none"   # EPILOGUES: "swiglu" = gate rows in the first W part, up rows in the second
+    spread: bool = False     # herd column j owns the output columns [j*n/herd_n, (j+1)*n/herd_n), the launch
+                             # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -75,6 +78,10 @@ class GemmPlan:
     def bn_out(self) -> int:
         """Output columns of one launch point."""
         return self.herd_n * self.out_n
+
+    def launch_n(self) -> int:
+        """Output columns between consecutive launch points along n (the W panel loads' launch stride in rows)."""
+        return self.out_n if self.spread else self.bn_out
 
     @property
     def part_rows(self) -> int:
@@ -113,12 +120,12 @@ class GemmPlan:
         (so each fits one memory tile)."""
         c = self.copies(self.tile_k_l2)
         sizes = {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
-                 "w_panel": c * BF16 * self.part_rows * self.tile_k_l2,
+                 "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
                  "c_panel": BF16 * self.tile_m * self.bn_out}
         return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
     def l2_counts(self) -> dict[str, int]:
-        counts = {"a_panel": self.herd_m, "w_panel": self.herd_n * self.w_parts, "c_panel": self.herd_m}
+        counts = {"a_panel": self.herd_m, "w_panel": self.herd_n, "c_panel": self.herd_m}
         return {**counts, "bias": self.herd_n} if self.epilogue == "bias" else counts
 
     def l2_bytes(self) -> int:
@@ -141,7 +148,7 @@ class GemmPlan:
             dims = sum(1 for d in (rows // 8, self.tile_k // 8, 8, 8) if d > 1)
             slices = self.tile_k_l2 // self.tile_k if dims > 3 else 1
             return self.copies(self.tile_k_l2) * slices
-        return {"a_put": put(self.tile_m), "w_put": put(self.part_rows), "panel_load": self.copies(self.tile_k_l2),
+        return {"a_put": put(self.tile_m), "w_put": put(self.tile_n), "panel_load": self.copies(self.tile_k_l2),
                 "drain": 1, "c_write": 1}
 
     def memtile_bd_total(self) -> int:
@@ -149,13 +156,33 @@ class GemmPlan:
         b = self.memtile_bds()
         return b["a_put"] + b["w_put"] + 2 * b["panel_load"] + self.herd_n * b["drain"] + b["c_write"]
 
+    def l2_order(self) -> list[str]:
+        """The L2 buffers of one launch point in the program order of their first transfer (the builder's: the
+        bias slices, the panel loads in load_order, the C row panels): the order AIR deals them round-robin over
+        the memory tiles (kernel_builder.hw.flows, mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap)."""
+        loads = [kind for kind, _, q in load_order(self) if q == 0]
+        return ["bias"] * (self.herd_n if self.epilogue == "bias" else 0) + loads + ["c"] * self.herd_m
+
+    def memtile_channels(self) -> tuple[int, int]:
+        """(S2MM, MM2S) DMA channels of the busiest memory tile under that round-robin placement: an A panel or a
+        bias slice takes one of each, a W panel w_parts S2MM (its loads) and one MM2S, a C row panel herd_n S2MM
+        (its drains) and one MM2S (its write to L3)."""
+        tiles = [[0, 0] for _ in range(N_MEMTILES)]
+        s2mm = {"c": self.herd_n, "w": self.w_parts}
+        for i, kind in enumerate(self.l2_order()):
+            t = tiles[i % N_MEMTILES]
+            t[0] += s2mm.get(kind, 1)
+            t[1] += 1
+        return max(t[0] for t in tiles), max(t[1] for t in tiles)
+
     def channels(self) -> dict[str, int]:
-        """DMA channels of one launch point. Shim: one MM2S per A / W panel buffer, one S2MM per C row panel.
-        Memory tile (worst): the A panel in (1) + a W panel in (1) + the herd_n drains of its C row panel
-        (S2MM); A broadcast, W broadcast and the C write to L3 out (MM2S). Core: A and W in, C out."""
+        """DMA channels of one launch point. Shim: one MM2S per A panel, W panel part and bias slice, one S2MM per C
+        row panel. Memory tile: the busiest under round-robin placement (memtile_channels). Core: A and W in
+        (the bias slice arrives on the W channel), C out."""
         bias = self.epilogue == "bias"
+        s2mm, mm2s = self.memtile_channels()
         return {"shim_mm2s": self.herd_m + self.herd_n * (self.w_parts + bias), "shim_s2mm": self.herd_m,
-                "memtile_s2mm": 2 + self.herd_n + bias, "memtile_mm2s": 3 + bias, "core_s2mm": 2, "core_mm2s": 1}
+                "memtile_s2mm": s2mm, "memtile_mm2s": mm2s, "core_s2mm": 2, "core_mm2s": 1}
 
     def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
         """DDR bytes read by one GEMM of n output columns: each launch block reads its A row block and W row
@@ -170,7 +197,7 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     ch = p.channels()
     bds = p.memtile_bds()
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
-            and p.bn_out * k <= SHIM_MAX_STRIDE_BF16
+            and p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
             and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
@@ -178,7 +205,7 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
 
 def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
     """The fastest fitting plan for c[m, n] (n output columns; with the swiglu epilogue each tile computes the
-    gate and the up columns of its n/2... outputs side by side: its tile_n covers tile_n/2 outputs)."""
+    gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs)."""
     check_positive("gemm", m=m, k=k, n=n)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
@@ -198,19 +225,20 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
             herd_m = widest_herd(m // tile_m, NPU2_COLS)
             for tile_n in n_tiles:
                 out_n = tile_n // 2 if glu else tile_n
-                for parts in ((2,) if glu else (1, 2)):
+                for parts, spread in ((q, sp) for q in ((2,) if glu else (1, 2)) for sp in (False, True)):
                     if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
-                                    w_parts=parts, epilogue=epilogue)
-                    if not _gemm_fits(plan, k):
+                                    w_parts=parts, epilogue=epilogue, spread=spread)
+                    if (spread and plan.herd_n == 1) or not _gemm_fits(plan, k):
                         continue
                     # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy
-                    # tiles (compute slack), then deeper tile_k (one accumulator load + store per output block per
-                    # K step), then fewer bytes streamed into each tile per MAC, then more MACs per tile, then
-                    # fewer W parts
+                    # tiles (compute slack), then fewer DDR bytes (slack on the shim side), then deeper tile_k (one
+                    # accumulator load + store per output block per K step), then fewer bytes streamed into each
+                    # tile per MAC, then more MACs per tile, then fewer W parts
                     key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), plan.herd_m * plan.herd_n,
-                           tile_k, Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n, -parts)
+                           -plan.ddr_read_bytes(m, k, n), tile_k, Fraction(tile_m * tile_n, tile_m + tile_n),
+                           tile_m * tile_n, -parts, -spread)
                     if best_key is None or key > best_key:
                         best, best_key = plan, key
     if best is not None:
@@ -227,7 +255,8 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
     for d in sorted((d for d in range(1, steps + 1) if steps % d == 0), reverse=True):
         if p.tile_k * d > MAX_GEMM_L2_K:
             continue
-        q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue)
+        q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
+                     p.spread)
         if _gemm_fits(q, k):
             return q
     return p
@@ -235,14 +264,19 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
 
 def load_order(p: GemmPlan) -> list[tuple[str, int, int]]:
     """The L3 -> L2 panel loads of one L2 K step in program order: ("a", i, 0) per herd row, ("w", j, part)
-    per herd column and W part, interleaved A0, W(0,0), A1, W(0,1), ...: the shim allocator walks the columns two
-    channels at a time in that order (kernel_builder.hw.flows), so each column pairs an A panel with a W part
-    while both last."""
-    loads = [("a", i, 0) for i in range(p.herd_m)]
+    per herd column and W row part. One part: A0, W0, A1, W1, ... (the shim allocator walks the columns two
+    channels at a time in program order, kernel_builder.hw.flows: each column pairs an A panel with a W panel).
+    Two parts: the first half of the A panels, then each W panel's two loads, then the other A panels: each
+    column streams two A panels or one W panel's two halves, and AIR's round-robin placement of the L2 buffers
+    puts no W panel (two loads in) on a memory tile with an A panel and a C row panel (GemmPlan.memtile_channels)."""
     ws = [("w", j, q) for j in range(p.herd_n) for q in range(p.w_parts)]
-    for t, w in enumerate(ws):
-        loads.insert(2 * t + 1, w)
-    return loads
+    if p.w_parts == 1:
+        loads = [("a", i, 0) for i in range(p.herd_m)]
+        for t, w in enumerate(ws):
+            loads.insert(2 * t + 1, w)
+        return loads
+    half = p.herd_m // 2
+    return [("a", i, 0) for i in range(half)] + ws + [("a", i, 0) for i in range(half, p.herd_m)]
 
 
 def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
@@ -250,12 +284,11 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
     K step the panel loads in load_order, the bias slices, and one C row panel write per herd row; one DMA task
     each (runtime loop tiling folds the launch and K loops into the BDs)."""
     points = (m // p.bm) * (n // p.bn_out)
-    loads = load_order(p)
-    flows = [Flow("MM2S", i, kind, BF16 * (p.tile_m if kind == "a" else p.part_rows) * k * points, 1, 1,
-                  column=i // SHIM_DMA_PER_COL) for i, (kind, _, _) in enumerate(loads)]
-    if p.epilogue == "bias":
-        flows += [Flow("MM2S", len(flows) + j, "b", BF16 * p.tile_n * points, 1, 1,
-                       column=(len(loads) + j) // SHIM_DMA_PER_COL) for j in range(p.herd_n)]
+    # the bias slices' loads come first in program order (before the K loop), then the panel loads
+    kinds = ["b"] * (p.herd_n if p.epilogue == "bias" else 0) + [kind for kind, _, _ in load_order(p)]
+    rows = {"a": p.tile_m, "w": p.part_rows}
+    flows = [Flow("MM2S", i, kind, BF16 * (rows[kind] * k if kind in rows else p.tile_n) * points, 1, 1,
+                  column=i // SHIM_DMA_PER_COL) for i, kind in enumerate(kinds)]
     flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
     return flows
