@@ -191,6 +191,14 @@ class GemmPlan:
         return BF16 * (m * k * (n // self.bn_out) + weights * k * n * (m // self.bm))
 
 
+def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
+    """Whether the A panel load's BD stays within the shim stride once the launch grid folds into it: the output
+    column dim (A's offset does not move) folds first as a repeat, and when the runtime loop tiling leaves it an
+    even tile that fourth dim stops the fold before the row dim, whose stride is BM rows of a (BM * k elements);
+    an odd or single column extent lets the row dim fold (kernel_builder.hw.dma.shim_fold)."""
+    return p.bm * k <= SHIM_MAX_STRIDE_BF16 or (n // p.bn_out) % 2 == 0
+
+
 def _gemm_fits(p: GemmPlan, k: int) -> bool:
     """L1, memory tiles, channels, and the shim stride: under runtime loop tiling the W panel load folds the
     launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements)."""
@@ -230,7 +238,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
                                     w_parts=parts, epilogue=epilogue, spread=spread)
-                    if (spread and plan.herd_n == 1) or not _gemm_fits(plan, k):
+                    if (spread and plan.herd_n == 1) or not _gemm_fits(plan, k) or not _a_folds(plan, k, n):
                         continue
                     # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy
                     # tiles (compute slack), then fewer DDR bytes (slack on the shim side), then deeper tile_k (one

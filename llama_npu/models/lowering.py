@@ -46,6 +46,22 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
     return kernel("gemm", phase.rows, k, n), (x, w[2:], op.out), weight
 
 
+def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
+    """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only)."""
+    x, wg, wu = op.ins
+    n, k = op.width, graph.width(x)
+    return (kernel("gemm_swiglu", phase.rows, k, n), (x, wg[2:], wu[2:], op.out),
+            [_static(wg[2:], (n, k), graph), _static(wu[2:], (n, k), graph)])
+
+
+def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
+    """x . w^T + b in one GEMM launch (models/fusion.py; GEMM phases only)."""
+    x, w, b = op.ins
+    n, k = op.width, graph.width(x)
+    return (kernel("gemm_bias", phase.rows, k, n), (x, w[2:], b[2:], op.out),
+            [_static(w[2:], (n, k), graph), _static(b[2:], (1, n), graph)])
+
+
 def bias_add(op: Op, phase: Phase, graph: LayerGraph):
     """A projection's bias (the HF [out] vector, a [1, out] static) added to each of the call's rows."""
     x, b = op.ins
@@ -86,5 +102,6 @@ def swiglu(op: Op, phase: Phase, graph: LayerGraph):
     return kernel(op.kind, phase.rows, op.width), (g, u, op.out), []
 
 
-RULES = {"rmsnorm": rmsnorm, "linear": linear, "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
+RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "linear_bias": linear_bias,
+         "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
          "swiglu": swiglu, "geglu": swiglu}
