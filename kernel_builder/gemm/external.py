@@ -133,6 +133,23 @@ def gemm_model(part: str, tm: int, tk: int, tn: int):
     return {"zero": zero, "mac": mac, "out": out, "glu": glu, "bias": bias}[part]
 
 
+def gemm_work(m, args) -> CallWork:
+    """The cost descriptor's work of one call of any gemm.cc entry point (symbol groups: part, m, k, n); the
+    gemm_swiglu and gemm_bias packages register their epilogue's rows with it."""
+    return _gemm(m, args)
+
+
+def epilogue_family(kind: str, part: str) -> ExternalFamily:
+    """The ExternalFamily of one gemm.cc epilogue entry point registered by another kind (same object)."""
+    return ExternalFamily(kind, "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
+                          rf"gemm_({part})_bf16_m(\d+)_k(\d+)_n(\d+)",
+                          lambda m, k, n: getattr(gemm_kernels(m, k, n), part), gemm_model)
+
+
+def epilogue_costs(kind: str, part: str) -> tuple:
+    return (ExternalCost(kind, re.compile(rf"gemm_({part})_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,)),)
+
+
 def _gemm(m, args):
     part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
     steps = tm * tn // 32
@@ -172,12 +189,10 @@ def _gemm_defines(tm: int, tk: int, tn: int) -> tuple:
 
 
 FAMILY = ExternalFamily("gemm", "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
-                        r"gemm_(zero|mac|out|glu|bias)_bf16_m(\d+)_k(\d+)_n(\d+)",
+                        r"gemm_(zero|mac|out)_bf16_m(\d+)_k(\d+)_n(\d+)",
                         lambda m, k, n: gemm_kernels(m, k, n).zero, gemm_model)
 COSTS = (
     ExternalCost("gemm_zero", re.compile(r"gemm_(zero)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,), (0,)),
     ExternalCost("gemm_mac", re.compile(r"gemm_(mac)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (2,)),
     ExternalCost("gemm_out", re.compile(r"gemm_(out)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,)),
-    ExternalCost("gemm_glu", re.compile(r"gemm_(glu)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,)),
-    ExternalCost("gemm_bias", re.compile(r"gemm_(bias)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,)),
 )

@@ -16,20 +16,6 @@ def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
     return to_bf16(gemm_f32(a, w, m=m, k=k, n=n))
 
 
-def gemm_swiglu(a, w_gate, w_up, *, m: int, k: int, n: int) -> np.ndarray:
-    """The gemm_swiglu kernel: swiglu(gemm(a, w_gate), gemm(a, w_up)), each product rounded to bf16 before the
-    activation as the unfused launches round it (external_kernels/gemm.cc glu)."""
-    g = gemm(a, w_gate, m=m, k=k, n=n).astype(F32)
-    u = gemm(a, w_up, m=m, k=k, n=n).astype(F32)
-    with np.errstate(over="ignore"):
-        return to_bf16(g / (F32(1.0) + np.exp(-g)) * u)
-
-
-def gemm_bias(a, w, b, *, m: int, k: int, n: int) -> np.ndarray:
-    """The gemm_bias kernel: a . w^T + b (b: [1, n]) with one bf16 rounding of the f32 sum."""
-    return to_bf16(gemm_f32(a, w, m=m, k=k, n=n) + f32_input("gemm_bias", "b", b, (1, n)))
-
-
 def gemm_f32(a, w, *, m: int, k: int, n: int) -> np.ndarray:
     """c[m, n] = a[m, k] @ w[n, k]^T (w in the Hugging Face [out, in] layout, like gemv), f32 accumulation,
     one bf16 rounding.
