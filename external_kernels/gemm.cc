@@ -11,7 +11,9 @@
 // which the ascending loops have already read), so no separate output buffer takes L1.
 // Entry points sharing one object (one compile per tile shape):
 //   zero(acc)      acc = 0
-//   mac(a, w, acc) acc += a . w^T over this K slice (f32 accumulation, called once per K step)
+//   mac(a, w, acc, scratch)  acc += a . w^T over this K slice (f32 accumulation, called once per K step);
+//                  scratch: TM*TK*9/16 bf16 of L1 (TM*TK/64 block-float blocks of 72 bytes) where the vector path
+//                  keeps this slice's a blocks converted once
 //   out(acc)       c = bf16(acc) in place, round-to-nearest-even, layout [TM/8][TN/8][8][8]
 //   glu(acc)       gated epilogue: the tile's first TN/2 columns are the gate, the last TN/2 the up projection of
 //                  the same TN/2 outputs; c = silu(bf16(gate)) * bf16(up) in place, layout [TM/8][TN/16][8][8]
@@ -49,8 +51,10 @@ static_assert(GEMM_TILE_N % (2 * kBlock) == 0, "GEMM_TILE_N must be a multiple o
 // that flag's (operands share an exponent per 8 values along K; the vector path's deviation from the f32 contract
 // of the scalar path), so the object is still compiled with the flag, which declares them to the cost model.
 // Two output column blocks (and two row blocks when TM/8 is even) are computed together: 2-4 accumulators stay
-// in registers over this call's whole K slice (one load and one store per 8x8 output block per call), and every
-// converted block feeds two macs.
+// in registers over this call's whole K slice (one load and one store per 8x8 output block per call). Each a block
+// is converted once per call into the block-float scratch (aie_api's block_vector buffer streams, as mlir-aie's
+// aie2p mm_bfp.cc reads its operands) and re-read for every column-block pair; each w block is converted once per
+// row-block pair and feeds two macs.
 #if AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 != 1
 #error "gemm.cc's vector path is block-float: compile with -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1"
 #endif
@@ -72,25 +76,35 @@ extern "C" void GEMM_ZERO_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
   for (int i = 0; i < kElems; i += kLanes) ::aie::store_v(acc + i, ::aie::zeros<float, kLanes>());
 }
 
+using BfpOut = ::aie::block_vector_output_buffer_stream<bfp16ebs8, kBlockElems>;
+using BfpIn = ::aie::block_vector_input_buffer_stream<bfp16ebs8, kBlockElems>;
+
 extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
+                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
   float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
+  bfp16ebs8 *bfp_a = reinterpret_cast<bfp16ebs8 *>(scratch);
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  {  // every a block converted once per call into the block-float scratch, in its [mb][kb] order
+    BfpOut out(bfp_a);
+    for (int i = 0; i < kMB * kKB; ++i) out << to_bfp(a + i * kBlockElems);
+  }
   for (int mb = 0; mb < kMB; mb += kUM) {
     for (int nb = 0; nb < kNB; nb += 2) {
       float *LLAMA_NPU_RESTRICT c00 = acc + (mb * kNB + nb) * kBlockElems;
       float *LLAMA_NPU_RESTRICT c10 = c00 + kNB * kBlockElems;  // next row block (used when kUM == 2)
-      const bfloat16 *LLAMA_NPU_RESTRICT a0 = a + mb * kKB * kBlockElems;
-      const bfloat16 *LLAMA_NPU_RESTRICT a1 = a0 + kKB * kBlockElems;
       const bfloat16 *LLAMA_NPU_RESTRICT w0 = w + nb * kKB * kBlockElems;
       const bfloat16 *LLAMA_NPU_RESTRICT w1 = w0 + kKB * kBlockElems;
+      BfpIn x0s(bfp_a);
+      x0s.seek(mb * kKB);
       Mmul m00(::aie::load_v<kBlockElems>(c00));
       Mmul m01(::aie::load_v<kBlockElems>(c00 + kBlockElems));
       if constexpr (kUM == 2) {
+        BfpIn x1s(bfp_a);
+        x1s.seek((mb + 1) * kKB);
         Mmul m10(::aie::load_v<kBlockElems>(c10));
         Mmul m11(::aie::load_v<kBlockElems>(c10 + kBlockElems));
         for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = to_bfp(a0 + kb * kBlockElems), x1 = to_bfp(a1 + kb * kBlockElems);
+          const Bfp x0 = x0s.pop(), x1 = x1s.pop();
           const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
           m00.mac(x0, y0);
           m01.mac(x0, y1);
@@ -101,7 +115,7 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         ::aie::store_v(c10 + kBlockElems, m11.template to_vector<float>());
       } else {
         for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = to_bfp(a0 + kb * kBlockElems);
+          const Bfp x0 = x0s.pop();
           const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
           m00.mac(x0, y0);
           m01.mac(x0, y1);
@@ -176,7 +190,8 @@ extern "C" void GEMM_ZERO_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
 }
 
 extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
+                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
+  (void)scratch;  // the vector path's block-float copy of a; the scalar path reads a directly
   float *acc = reinterpret_cast<float *>(acc_bytes);
   for (int mb = 0; mb < kMB; ++mb)
     for (int nb = 0; nb < kNB; ++nb)

@@ -36,7 +36,7 @@ from kernel_builder.add.external import add_kernel
 from kernel_builder.attention.external import attention_decode_kernels
 from kernel_builder.attention.external import attention_prefill_kernels
 from kernel_builder.geglu.external import geglu_kernel
-from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.gemm.external import gemm_kernels, scratch_elems
 from kernel_builder.gemv.external import gemv_kernel
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
 from kernel_builder.rope.external import rope_kernel
@@ -179,11 +179,12 @@ def _gemm_acc(lib, ks, a, w, tk, steps):
     """zero + `steps` mac calls on a fresh accumulator (2*tm*tn bf16 = the f32 bytes); returns it and the first
     mac's counts."""
     acc = A(np.full(2 * a.shape[0] * w.shape[0], np.nan, BF16))
+    scratch = A(np.full(scratch_elems(a.shape[0], tk), np.nan, BF16))
     lib.call(ks.zero.symbol, acc)
     counts = None
     for s in range(steps):
         sl = slice(s * tk, (s + 1) * tk)
-        c = lib.call(ks.mac.symbol, A(block(a[:, sl])), A(block(w[:, sl])), acc)
+        c = lib.call(ks.mac.symbol, A(block(a[:, sl])), A(block(w[:, sl])), acc, scratch)
         counts = counts or c
     return acc, counts
 

@@ -237,8 +237,10 @@ def test_gemm_micro_kernel_matches_reference_and_its_numpy_model(lib, rng, tm, t
     from kernel_builder.externals import external_model
     from multi_launch_builder.emulator.air_interp import MemRef
     ks = gemm_ext.gemm_kernels(tm, tk, tn)
-    zero, mac = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3)
+    zero, mac = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 4)
     models = {part: external_model(getattr(ks, part).symbol) for part in ("zero", "mac", "out", "glu", "bias")}
+    scratch = np.zeros(gemm_ext.scratch_elems(tm, tk), BF16)
+    mscratch = MemRef(scratch.copy(), scratch.shape, "bf16")
     steps = 3
     a, w = rand_bf16(rng, (tm, steps * tk)), rand_bf16(rng, (tn, steps * tk), 0.1)
     acc = np.full(2 * tm * tn, np.nan, BF16)
@@ -247,8 +249,8 @@ def test_gemm_micro_kernel_matches_reference_and_its_numpy_model(lib, rng, tm, t
     models["zero"](macc)
     for s in range(steps):
         at, wt = _block(a[:, s * tk:(s + 1) * tk]), _block(w[:, s * tk:(s + 1) * tk])
-        mac(ptr(at), ptr(wt), ptr(acc))
-        models["mac"](MemRef(at.copy(), at.shape, "bf16"), MemRef(wt.copy(), wt.shape, "bf16"), macc)
+        mac(ptr(at), ptr(wt), ptr(acc), ptr(scratch))
+        models["mac"](MemRef(at.copy(), at.shape, "bf16"), MemRef(wt.copy(), wt.shape, "bf16"), macc, mscratch)
         np.testing.assert_array_equal(acc.view(np.uint16), macc.data.view(np.uint16))
     want = ref.gemm(a, w, m=tm, k=steps * tk, n=tn)
     b = rand_bf16(rng, (1, tn))
@@ -278,14 +280,14 @@ def test_gemm_micro_kernel_reads_w_rows_as_output_columns(lib):
     w as [k, n] or swaps the block order)."""
     tm, tk, tn = GEMM_VARIANTS[0]
     ks = gemm_ext.gemm_kernels(tm, tk, tn)
-    zero, mac = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3)
+    zero, mac = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 4)
     a = to_bf16(np.arange(tm * tk, dtype=np.float32).reshape(tm, tk) / 64)
     w = np.zeros((tn, tk), BF16)
     for j in range(tn):
         w[j, (5 * j) % tk] = 1.0
     acc = np.zeros(2 * tm * tn, BF16)
     zero(ptr(acc))
-    mac(ptr(_block(a)), ptr(_block(w)), ptr(acc))
+    mac(ptr(_block(a)), ptr(_block(w)), ptr(acc), ptr(np.zeros(gemm_ext.scratch_elems(tm, tk), BF16)))
     c = _epilogue(lib, ks, acc, "out")
     want = np.stack([a[:, (5 * j) % tk] for j in range(tn)], axis=1)
     np.testing.assert_array_equal(_unblock(c, tm, tn).view(np.uint16), want.view(np.uint16))

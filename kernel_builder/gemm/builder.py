@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 from kernel_builder.gemm import plan as gemm_plan
-from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.gemm.external import gemm_kernels, scratch_elems
 
 KIND = "gemm"
 BLOCK = 8   # edge of the micro-kernel's L1 blocks
@@ -54,11 +54,12 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
     acc_ty = memref([2 * p.tile_m * p.tile_n], "bf16", L1)   # the f32 accumulator's bytes
     a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
     b1_ty = memref([p.tile_n], "bf16", L1)
+    s1_ty = memref([scratch_elems(p.tile_m, p.tile_k)], "bf16", L1)   # the mac's block-float copy of a
 
     kind = KINDS[epilogue]
     mod = Module(kind, types)
     mod.declare(ext.zero.symbol, ext.obj, [acc_ty])
-    mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty])
+    mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty, s1_ty])
     mod.declare(epi.symbol, ext.obj, [acc_ty] + ([b1_ty] if epilogue == "bias" else []))
     grid = [p.herd_m, p.herd_n]
     ch_a = mod.channel("gemm_a", [p.herd_m, 1], grid)   # herd row i: one put, herd_n gets
@@ -75,7 +76,7 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
         _stage_bias(s, p, n, bias, n0, ch_b)
     _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, n0, ch_a, ch_b)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
-    _herd_body(h, p, k, ext, epi, acc_ty, a1_ty, w1_ty, b1_ty, ch_a, ch_b, ch_c)
+    _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
     _drain(s, p, n, c, c_ty, m0, n0, ch_c)
     return mod.text()
 
@@ -142,11 +143,12 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
         kl.dealloc(buf, w2_ty)
 
 
-def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, acc_ty: str, a1_ty: str, w1_ty: str, b1_ty: str,
-               ch_a: str, ch_b: str, ch_c: str) -> None:
+def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: str, ch_b: str, ch_c: str) -> None:
+    acc_ty, a1_ty, w1_ty, b1_ty, s1_ty = types
     body = h.body
     tx, ty = h.ids
     acc = body.alloc("acc_l1", acc_ty)
+    scratch = body.alloc("bfp_l1", s1_ty)
     bias = None
     if epi is ext.bias:
         bias = body.alloc("b_l1", b1_ty)
@@ -156,12 +158,13 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, acc_ty: str, a1_ty: s
     a1, w1 = kl.alloc("a_l1", a1_ty), kl.alloc("w_l1", w1_ty)
     kl.channel_get(ch_a, [tx, ty], a1, a1_ty, None)
     kl.channel_get(ch_b, [tx, ty], w1, w1_ty, None)
-    kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty)])
+    kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty), (scratch, s1_ty)])
     kl.dealloc(a1, a1_ty)
     kl.dealloc(w1, w1_ty)
     body.call(epi.symbol, [(acc, acc_ty)] + ([(bias, b1_ty)] if bias else []))
     body.channel_put(ch_c, [tx, ty], acc, acc_ty, ([0], [p.tile_m * p.out_n], [1]))
     body.dealloc(acc, acc_ty)
+    body.dealloc(scratch, s1_ty)
     if bias:
         body.dealloc(bias, b1_ty)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kernel_builder.external_costs import external_cost
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels, scratch_elems
 from kernel_builder.hw import cost
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
@@ -103,12 +103,13 @@ class GemmPlan:
         return self.herd_n * self.tile_n
 
     def l1_buffers(self) -> dict[str, int]:
-        """The f32 accumulator (the epilogue writes the bf16 tile in place over it), the ping-pong A and W tiles
-        and, with the bias epilogue, the tile's bias slice."""
+        """The f32 accumulator (the epilogue writes the bf16 tile in place over it), the ping-pong A and W tiles,
+        the mac's block-float copy of the A tile and, with the bias epilogue, the tile's bias slice."""
         c = self.copies(self.tile_k)   # ping-pong copies of the tiles of the herd's K loop
         return {"acc_f32": F32 * self.tile_m * self.tile_n,
                 "a_tiles": c * BF16 * self.tile_m * self.tile_k,
                 "w_tiles": c * BF16 * self.tile_k * self.tile_n,
+                "a_bfp16": BF16 * scratch_elems(self.tile_m, self.tile_k),
                 "bias": BF16 * self.tile_n if self.epilogue == "bias" else 0}
 
     def l1_bytes(self) -> int:
