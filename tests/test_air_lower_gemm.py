@@ -44,3 +44,26 @@ def test_gemm_lowers_as_the_hardware_model_says(tmp_path, shape, preset, expecte
     assert rep.ok == (expected == "OK"), rep.first_violation()
     if not rep.ok:
         assert rep.resources() == {"shim BDs"}
+
+
+# issue 25's GEMM variants: the swiglu epilogue (two weights, a W panel in gate / up row parts), the W panel in two
+# row parts with spread columns (k = 8192 down projections), and the bias epilogue, which the hardware model rejects
+# (its bias get is a second stream into each core): the lowering's verdict must be the model's.
+KIND_CASES = [
+    ("gemm_swiglu", (64, 2048, 8192), TILED),      # Llama-3.2-1B gate/up + SwiGLU at 64 rows
+    ("gemm_swiglu", (64, 576, 1536), AirccPreset()),   # SmolLM2-135M
+    ("gemm", (2048, 8192, 2048), TILED),           # Llama-3.2-1B down: 64x128 tiles, spread columns
+    ("gemm", (2048, 2048, 2048), TILED),           # Llama-3.2-1B Q/O: W in two row parts, 16 shim streams
+    ("gemm_bias", (256, 1536, 256), TILED),        # Qwen2.5-1.5B K/V projection with its bias
+]
+
+
+@pytest.mark.parametrize("kind,shape,preset", KIND_CASES, ids=lambda c: str(c))
+def test_gemm_variants_lower_as_the_hardware_model_says(tmp_path, kind, shape, preset):
+    text = kernel_text(kind, *shape)
+    src = tmp_path / (f"{kind}_%d_%d_%d.mlir" % shape)
+    src.write_text(text)
+    res = lower_with_tool(LOWER, src, tmp_path / "out", preset.flags(), timeout=1800)
+    rep = analyze_module(text, preset=preset)
+    assert res.ok == rep.ok, (f"lowering {'OK' if res.ok else f'{res.stage}: {res.message}'}; hardware model "
+                              f"{'OK' if rep.ok else rep.first_violation()}")
