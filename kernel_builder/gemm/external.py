@@ -174,12 +174,14 @@ def _gemm(m, args):
     return CallWork(tm * tk * tn, 0, gemm_mac_counts(tm, tk, tn, bfp16_mmul(_gemm_defines(tm, tk, tn))))
 
 
-def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True) -> Counts:
+def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scratch: bool = True) -> Counts:
     """One mac call (gemm.cc): every A block loaded, widened, converted to bfp16ebs8 and stored (72 bytes) once; then
     per (row-block pair or single, column-block pair) the 2 x um f32 C blocks are loaded (one widen each); per K
     block um block-float A blocks are reloaded and two W blocks loaded, widened and converted (no transpose: a W
     block is mac_8x8_8x8T's [n][k] operand as stored), and 2 x um block-float 8x8x8 mmuls run; the C blocks are
-    stored. gemm.cc compiles only with the block-float flag."""
+    stored. gemm.cc compiles only with the block-float flag. `a_scratch=False`: the same loops converting the A
+    blocks per register block instead (gemm.cc before its block-float scratch; mlir-air's mm_aie2p.cc 2x2 kernel,
+    which benchmarks/hw_calibration.py models the reference design's GEMMs with, converts at least that much)."""
     if not block_float:
         raise ValueError("gemm.cc's vector path is block-float only (it requires "
                          "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1)")
@@ -189,6 +191,9 @@ def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True) -> Coun
     blk = 64
     convert = load(blk, 2) + Counts(vconvert=1, bfp16_convert=1)
     bfp = 72   # bytes of one stored v64bfp16ebs8 (a 576-bit access: two 512-bit instructions)
+    if not a_scratch:
+        per_k = convert * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
+        return ((load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb) * iters
     a_once = (convert + Counts(vstore=2, vstore_bytes=bfp)) * (mb * kb)
     per_k = Counts(vload=2, vload_bytes=bfp) * um + convert * 2 + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
     per_iter = (load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb
