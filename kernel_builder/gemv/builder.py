@@ -53,11 +53,7 @@ def build(m: int, k: int) -> str:
     lw, lxv, ly = la.args
     lb = la.body
     # ---- launch: per tile, x then its weight rows on the tile's own channel (one shim stream each)
-    for tx in range(hx):
-        for ty in range(hy):
-            r0 = (tx * hy + ty) * rows
-            lb.channel_put(ch, [tx, ty], lxv, x_ty, ([0, 0], [1, k], [k, 1]))
-            lb.channel_put(ch, [tx, ty], lw, w_ty, ([r0, 0], [rows, k], [k, 1]))
+    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, k))
 
     # ---- segment: the herd; its tiles store their rows straight to L3
     seg = segment(lb, "gemv_seg", [(ly, y_ty)])
@@ -72,8 +68,7 @@ def build(m: int, k: int) -> str:
     if plan.row_steps > 1 or plan.k_steps > 1:
         b.pin_to_scope(acc, acc_ty)  # f32 partial sums carried across steps: one copy, not ping-ponged
     b.channel_get(ch, [tx, ty], xl, xl_ty, None)
-    tile = b.addi(b.muli(tx, hy), ty) if hy > 1 else tx
-    row0 = b.muli(tile, rows)
+    row0 = tile_row0(b, tx, ty, hy, rows)
     body, i = (b.for_(0, rows, tm, "i") if plan.row_steps > 1 else (b, 0))
     step, k0 = (body.for_(0, k, kc, "k0") if plan.k_steps > 1 else (body, 0))
     wl = step.alloc("w_l1", wl_ty)
@@ -89,3 +84,22 @@ def build(m: int, k: int) -> str:
     b.dealloc(acc, acc_ty)
     b.dealloc(yl, yl_ty)
     return mod.text()
+
+
+def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w) -> None:
+    """The launch body of a GEMV (gemv, gemv_q4): per tile (tx, ty), number t = tx*herd_y + ty, on its own
+    channel: the whole x, then its `rows` rows [t*rows, (t+1)*rows) of w as one contiguous run. `x`, `w`:
+    (launch value, memref type, row length in elements)."""
+    hx, hy = herd_shape
+    (xv, x_ty, k), (wv, w_ty, row) = x, w
+    for tx in range(hx):
+        for ty in range(hy):
+            r0 = (tx * hy + ty) * rows
+            lb.channel_put(ch, [tx, ty], xv, x_ty, ([0, 0], [1, k], [k, 1]))
+            lb.channel_put(ch, [tx, ty], wv, w_ty, ([r0, 0], [rows, row], [row, 1]))
+
+
+def tile_row0(b, tx, ty, hy: int, rows: int):
+    """In the herd body: the first output row of tile (tx, ty), (tx*hy + ty) * rows."""
+    tile = b.addi(b.muli(tx, hy), ty) if hy > 1 else tx
+    return b.muli(tile, rows)
