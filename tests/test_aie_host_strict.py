@@ -75,6 +75,8 @@ MUTATIONS = [
     ("gemm_m64_k64_n64.o", "gemm.cc", r"kb < kKB; \+\+kb\) \{\n          const",
      "kb < kKB - 1; ++kb) {\n          const"),
     ("gemm_m8_k64_n128.o", "gemm.cc", r"nb < kNB; nb \+= 2\)", "nb < kNB - 2; nb += 2)"),
+    # the block-float A scratch: one a block short of converted (the last row-block pair reads a stale block)
+    ("gemm_m64_k32_n128.o", "gemm.cc", r"i < kMB \* kKB; \+\+i\) out <<", "i < kMB * kKB - 1; ++i) out <<"),
     # the in-place epilogues: one gate block short, the up half one block early, one bias block short
     ("gemm_m64_k32_n128.o", "gemm.cc", r"nb < kHalfNB; \+\+nb\)\n      for \(int h",
      "nb < kHalfNB - 1; ++nb)\n      for (int h"),
