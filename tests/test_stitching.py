@@ -323,7 +323,7 @@ def test_stitched_gemms_get_distinct_channels_and_use_their_own():
     assert rep.errors == []
     declared = re.findall(r"^\s*air\.channel @(\S+) ", text, re.M)
     assert len(declared) == len(set(declared)) == len(rep.channels)
-    n_gemms = len(re.findall(r'kind = "gemm(_swiglu)?"', text))   # o, gate/up (one gemm_swiglu), down
+    n_gemms = len(re.findall(r'kind = "gemm(_swiglu)?"', text))   # o, gate, up, down (or gemm_swiglu for both)
     assert n_gemms >= 3 and len(declared) == 3 * n_gemms
     # each launch's put/get only name channels of its own slice prefix
     launches = text.split("    // launch ")[1:]

@@ -159,7 +159,7 @@ def _replace_step(plan: PhasePlan, index: int, decl: ModuleDecl) -> PhasePlan:
 
 @pytest.mark.parametrize("phase, step, a, b, pos", [
     ("prefill", 0, "k", "v_new", 1),         # qkv: wk <-> wv
-    ("prefill", 2, "act", "act", (1, 2)),    # ffn: w_gate <-> w_up (one gemm_swiglu launch: arguments 1, 2)
+    ("prefill", 2, "gate", "up", 1),         # ffn: w_gate <-> w_up (GEMM: weight is argument 1)
     ("decode", 2, "gate", "up", 0),          # ffn: w_gate <-> w_up (GEMV: weight is argument 0)
 ], ids=["qkv-wk-wv", "ffn-gate-up", "ffn_dec-gate-up"])
 def test_miswired_declaration_changes_the_result(tmp_path, phase, step, a, b, pos):

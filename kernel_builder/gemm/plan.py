@@ -234,7 +234,10 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
             herd_m = widest_herd(m // tile_m, NPU2_COLS)
             for tile_n in n_tiles:
                 out_n = tile_n // 2 if glu else tile_n
-                for parts, spread in ((q, sp) for q in ((2,) if glu else (1, 2)) for sp in (False, True)):
+                # W in two row parts only where the epilogue needs it (gate + up): the real lowering's placement
+                # put a two-load W panel beside two A panels and a C row panel (8 S2MM on one memory tile:
+                # aie-create-pathfinder-flows failed), which the round-robin model does not see
+                for parts, spread in ((q, sp) for q in ((2,) if glu else (1,)) for sp in (False, True)):
                     if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,

@@ -4,12 +4,15 @@ Where a family's graph has a linear op whose only consumer is an elementwise op 
 (or three) ops become one fused op, so one launch does the work and the intermediate never travels through DDR:
 
 - `swiglu(linear(x, w_gate), linear(x, w_up))` -> `linear_swiglu(x, w_gate, w_up)` (kernel gemm_swiglu: each tile
-  computes its gate and up columns side by side and writes silu(gate) * up);
+  computes its gate and up columns side by side and writes silu(gate) * up). NOT applied by default: its W panel
+  is filled by two L3 DMAs (gate rows, up rows), and the real lowering (mlir-air efeb41ce4) placed such a panel
+  on a memory tile with two A panels and a C row panel: 8 S2MM, aie-create-pathfinder-flows failed, while the
+  hardware model's round-robin placement accepted it;
 - `bias_add(linear(x, w), b)` -> `linear_bias(x, w, b)` (kernel gemm_bias: the bias row added to the f32
   accumulator before the one bf16 rounding; Qwen2's q/k/v projections, also when the result goes into a state).
-  NOT applied by default (DEFAULT): the bias slice reaches each core as a second get on its W channel, which the
-  hardware model counts as a third stream into the core (2 S2MM channels); until the real lowering says whether
-  AIR shares one channel between two gets of one channel, Qwen2's prefill keeps its bias_add launches.
+  NOT applied by default: the bias slice reaches each core as a second get on its W channel, a third stream into
+  the core (2 S2MM channels) for the hardware model, and the real lowering rejects the module too; Qwen2's
+  prefill keeps its bias_add launches.
 
 The fused op takes the consumer's place and output name (and `into`), so the phase's segment cuts and every
 other op are unchanged. Nothing here names a model: the families' graphs decide what is fused.
@@ -21,7 +24,7 @@ from dataclasses import replace
 from .graph import LayerGraph, Op
 
 
-DEFAULT = ("swiglu",)   # the consumer kinds fused by default ("swiglu", "bias_add")
+DEFAULT: tuple[str, ...] = ()   # the consumer kinds fused by default (of "swiglu", "bias_add"): none lowers yet
 
 
 def fuse_epilogues(graph: LayerGraph, kinds: tuple[str, ...] = DEFAULT) -> LayerGraph:

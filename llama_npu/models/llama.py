@@ -231,8 +231,8 @@ class LlamaModel:
                           weights=self.head_weights)
 
     def phase_graph(self, rows: int, variant: str = "") -> LayerGraph:
-        """The layer graph a phase of `rows` rows lowers: with more than one row (GEMMs) the GEMM epilogues fused
-        (models/fusion.py: SwiGLU into the gate/up GEMM, a projection's bias into its GEMM)."""
+        """The layer graph a phase of `rows` rows lowers: with more than one row (GEMMs) the GEMM epilogues of
+        models/fusion.py DEFAULT fused (none today: neither fused kernel passes the real lowering yet)."""
         graph = self.layer_graph(variant)
         return fuse_epilogues(graph) if rows > 1 else graph
 
