@@ -1,23 +1,24 @@
 """`llama-npu run | chat | serve | compile | check-lowering | profile | doctor | hw-check` (also `python -m llama_npu`).
 
-Bad input never prints a traceback: one line on stderr and exit code 2.
+Bad input never prints a traceback: one line on stderr and exit code 2. The build-side verbs (compile,
+check-lowering, hw-check, prepare-model) are llama_npu.cli_build; the argument types llama_npu.cli_args.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-from pathlib import Path
 import os
 import signal
 import sys
 import threading
 
-from .cli_args import (EXIT_BAD_INPUT, OneLineParser, _Parser, bucket_list, non_negative_float,  # noqa: F401
-                       non_negative_int, port_number, positive_float, positive_int, probability, seed_int)
+from .cli_args import (DEVICES, EXIT_BAD_INPUT, OneLineParser, _Parser, bucket_list, check_device,  # noqa: F401
+                       non_negative_float, non_negative_int, port_number, positive_float, positive_int, probability,
+                       seed_int)
+from .cli_build import cmd_check_lowering, cmd_compile, cmd_hw_check, cmd_prepare_model
 from .errors import LlamaNpuError, PromptError, UsageError
 
 EXIT_INTERRUPTED = 130
-DEVICES = ("auto", "npu", "emu", "emu-interp", "null")
 PROMPT_ENV = "LLAMA_NPU_PROMPT"    # `make run PROMPT=...` passes the prompt here, never through a shell line
 PROFILE_PROMPT = "What is the capital of France?"
 
@@ -121,16 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def check_device(name: str | None) -> None:
-    """--device, or $DEVICE when it is absent/auto, must name a device kind (checked before any work)."""
-    import os
-
-    shown = name if name not in (None, "", "auto") else os.environ.get("DEVICE") or "auto"
-    if shown.lower() not in DEVICES:
-        source = "--device" if name not in (None, "", "auto") else "DEVICE"
-        raise UsageError(f"unknown device {shown!r} ({source}); expected one of {', '.join(DEVICES)}")
-
-
 def _prompt_arg(args, default: str | None = None) -> str:
     """--prompt, else $LLAMA_NPU_PROMPT (how `make run PROMPT=...` passes it: no shell line ever holds the
     text), else `default`."""
@@ -310,46 +301,6 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def cmd_compile(args) -> int:
-    from multi_launch_builder.compile import build_modules
-    from kernel_builder.toolchain import resolve_device_kind
-
-    from .config import load_config, select_buckets
-    from .embedded import cache_root
-    from .model_source import resolve_model
-    from .models import model_for
-
-    check_device(args.device)
-    kind = resolve_device_kind(args.device, compile_only=True)   # DEVICE=npu compiles without an NPU
-    cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
-    from .memory import choose_context
-    from .sizes import check_run_sizes, plan_modules
-
-    args.buckets = check_run_sizes(cfg, args.buckets, args.context)
-
-    ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context)  # the build machine's
-    buckets = select_buckets(args.buckets, ctx)                                             # memory is not the run's
-    decls = plan_modules(model_for(cfg, getattr(args, "weights", "bf16")), cfg, buckets, ctx, args.decode_attention)
-    if args.only:
-        unknown = sorted(set(args.only) - {d.name for d in decls})
-        if unknown:
-            raise UsageError(f"--only names unknown modules {unknown}; this model has "
-                             f"{', '.join(d.name for d in decls)}")
-        decls = [d for d in decls if d.name in args.only]
-    print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
-    report = build_modules(decls, Path(args.cache_dir) if args.cache_dir else cache_root() / "kernels", kind,
-                           progress=not args.no_progress, force=args.force, check=not args.no_check,
-                           raise_on_error=False, hw_check=not args.no_hw_check)
-    print(report.table())
-    return 0 if report.ok else 1
-
-
-def cmd_hw_check(args) -> int:
-    from kernel_builder.hw import hw_check_main
-
-    return hw_check_main(list(args.files) + (["--max-mib", str(args.max_mib)] if args.max_mib else []))
-
-
 def cmd_profile(args) -> int:
     from . import profile
 
@@ -358,32 +309,6 @@ def cmd_profile(args) -> int:
     res = profile.profile_main(_engine(args, model_dir), ids, args.n_tokens, sampler)
     print(_timings(res))
     return 0
-
-
-def cmd_prepare_model(args) -> int:
-    from .config import load_config
-    from .model_source import resolve_model
-
-    from .sizes import check_model_sizes
-    from .tokenizer import Tokenizer
-    from .weights import ModelWeights
-
-    model_dir = resolve_model(args.model, progress=not args.no_progress)
-    cfg = load_config(model_dir)
-    check_model_sizes(cfg)
-    Tokenizer(model_dir)
-    ModelWeights(cfg)   # as `run`: every safetensors header against its file size and the config's shapes
-    print(f"model ready: {model_dir} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden})")
-    return 0
-
-
-def cmd_check_lowering(args) -> int:
-    from .check_lowering import check_lowering_main
-    from .engine import DEFAULT_BUCKETS
-
-    if args.buckets is None:
-        args.buckets = DEFAULT_BUCKETS
-    return check_lowering_main(args)
 
 
 def cmd_doctor(args) -> int:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from kernel_builder import air_module
 from kernel_builder import mlir_text as mt
 from multi_launch_builder.decl import ModuleDecl, Role
 from kernel_builder.registry import signature
@@ -129,7 +130,7 @@ def stitch_modules(name: str, signature: Sequence[SigArg | tuple], slices: Seque
 def _load(s: Slice) -> _Kernel:
     label = f"slice {s.prefix!r}"
     try:
-        module = mt.parse_module(s.text)
+        module = air_module.read(s.text).layout   # the one AIR reader (the hardware model reads the same tree)
     except ValueError as e:
         raise ValueError(f"{label}: cannot parse the kernel module: {e}") from None
     try:

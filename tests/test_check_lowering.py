@@ -46,6 +46,12 @@ def config_dir(tmp_path_factory):
     return str(write_sparse_checkpoint(tmp_path_factory.mktemp("cfg") / "tiny", shapes, Path("/nonexistent")))
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """Verdicts of these fake tools are kept in the test's own cache, not the user's."""
+    monkeypatch.setenv("LLAMA_NPU_CACHE", str(tmp_path / "cache"))
+
+
 def _rows(out: str) -> dict[str, list[str]]:
     lines = out.splitlines()
     i = next(k for k, ln in enumerate(lines) if ln.startswith("module "))

@@ -13,6 +13,7 @@ import pytest
 from llama_npu.config import load_config
 from llama_npu.errors import UnsupportedModel
 from llama_npu.models import ARCHITECTURES
+from llama_npu.models.graph import prefill_plan
 
 from test_engine_hf import check_against_hf, cosine, load_engine, prompt_ids
 from tooling import require_module
@@ -74,7 +75,7 @@ def test_qwen2_bias_is_in_the_graph_and_matters(hf_checkpoint, kernel_cache_dir)
 
     model_dir = hf_checkpoint(**TINY, **CASES["qwen2-untied"])
     eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
-    qkv = eng.plans[("prefill", 16, 16)].steps[0].decl
+    qkv = eng.plans[prefill_plan(16, 16)].steps[0].decl
     assert [a.name for a in qkv.args if a.name in ("bq", "bk", "bv")] == ["bq", "bk", "bv"]
     assert sum(1 for la in qkv.launches if "bias_add" in la.build.args) == 3
     ids = prompt_ids(TINY["vocab"], 9)

@@ -11,6 +11,7 @@ import pytest
 
 from kernel_builder.numerics import BF16
 from llama_npu.models import fusion
+from llama_npu.models.graph import Weight
 from llama_npu.models.llama import LlamaModel, ModelShapes
 from llama_npu.models.qwen2 import Qwen2Model
 from multi_launch_builder.devices.emu import EmuDevice
@@ -28,7 +29,7 @@ def test_rewrite_fuses_private_linears_only():
     kinds = [op.kind for op in f.ops]
     assert "linear_swiglu" in kinds and "swiglu" not in kinds
     fused = next(op for op in f.ops if op.kind == "linear_swiglu")
-    assert fused.ins == ("h2", "w:w_gate", "w:w_up") and fused.out == "act"
+    assert fused.ins == ("h2", Weight("w_gate"), Weight("w_up")) and fused.out == "act"
     assert {op.out for op in g.ops} - {op.out for op in f.ops} == {"gate", "up"}
     assert fusion.fuse_epilogues(g) == g                      # the default fuses nothing
     # a linear output read by anything else (or a layer output) stays unfused

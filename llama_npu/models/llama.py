@@ -13,7 +13,7 @@ from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .fusion import fuse_epilogues
-from .graph import (HEAD_PLAN, LayerGraph, Op, Phase, PhasePlan, decode_plan, lower, plan_decls,
+from .graph import (HEAD_PLAN, LayerGraph, Op, PhasePlan, State, Weight, decode_plan, lower, plan_decls,
                     prefill_plan)
 from .lowering import Q4_SUFFIX, RULES
 
@@ -193,29 +193,29 @@ class LlamaModel:
         eps, hd = s.rms_eps, s.head_dim
         attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd}
         q, k = "q", "k"
-        ops = [Op("rmsnorm", ("x", "w:attn_norm"), "h", s.hidden, {"eps": eps})]
+        ops = [Op("rmsnorm", ("x", Weight("attn_norm")), "h", s.hidden, {"eps": eps})]
         for w, out, width, into in (("wq", "q", s.q_dim, ""), ("wk", "k", s.kv_dim, ""),
                                     ("wv", "v_new", s.kv_dim, V_CACHE)):
             if self.qkv_bias:    # the projection, then its bias row added (into the cache for v)
-                ops += [Op("linear", ("h", f"w:{w}"), f"{out}_nb", width),
-                        Op("bias_add", (f"{out}_nb", f"w:b{w[1]}"), out, width, into=into)]
+                ops += [Op("linear", ("h", Weight(w)), f"{out}_nb", width),
+                        Op("bias_add", (f"{out}_nb", Weight(f"b{w[1]}")), out, width, into=into)]
             else:
-                ops.append(Op("linear", ("h", f"w:{w}"), out, width, into=into))
+                ops.append(Op("linear", ("h", Weight(w)), out, width, into=into))
         if self.qk_norm:
-            ops += [Op("rmsnorm", ("q", "w:q_norm"), "q_n", s.q_dim, {"eps": eps, "group": hd}),
-                    Op("rmsnorm", ("k", "w:k_norm"), "k_n", s.kv_dim, {"eps": eps, "group": hd})]
+            ops += [Op("rmsnorm", ("q", Weight("q_norm")), "q_n", s.q_dim, {"eps": eps, "group": hd}),
+                    Op("rmsnorm", ("k", Weight("k_norm")), "k_n", s.kv_dim, {"eps": eps, "group": hd})]
             q, k = "q_n", "k_n"
         ops += [
-            Op("rope", (q, f"s:{ROPE_TABLE}"), "q_roped", s.q_dim),
-            Op("rope", (k, f"s:{ROPE_TABLE}"), "k_new", s.kv_dim, into=K_CACHE),
-            Op("attention", ("q_roped", f"s:{K_CACHE}", f"s:{V_CACHE}"), "attn", s.q_dim, attn),
-            Op("linear", ("attn", "w:wo"), "proj", s.hidden),
+            Op("rope", (q, State(ROPE_TABLE)), "q_roped", s.q_dim),
+            Op("rope", (k, State(ROPE_TABLE)), "k_new", s.kv_dim, into=K_CACHE),
+            Op("attention", ("q_roped", State(K_CACHE), State(V_CACHE)), "attn", s.q_dim, attn),
+            Op("linear", ("attn", Weight("wo")), "proj", s.hidden),
             Op("add", ("x", "proj"), "res1", s.hidden),
-            Op("rmsnorm", ("res1", "w:ffn_norm"), "h2", s.hidden, {"eps": eps}),
-            Op("linear", ("h2", "w:w_gate"), "gate", s.ffn),
-            Op("linear", ("h2", "w:w_up"), "up", s.ffn),
+            Op("rmsnorm", ("res1", Weight("ffn_norm")), "h2", s.hidden, {"eps": eps}),
+            Op("linear", ("h2", Weight("w_gate")), "gate", s.ffn),
+            Op("linear", ("h2", Weight("w_up")), "up", s.ffn),
             Op("swiglu", ("gate", "up"), "act", s.ffn),
-            Op("linear", ("act", "w:w_down"), "down", s.hidden),
+            Op("linear", ("act", Weight("w_down")), "down", s.hidden),
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
@@ -225,8 +225,8 @@ class LlamaModel:
     def head_graph(self) -> LayerGraph:
         """Final RMSNorm + the LM head as one GEMV per vocabulary partition (planner.plan_lm_head)."""
         s = self.shapes
-        ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps})]
-        ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
+        ops = [Op("rmsnorm", ("x", Weight("final_norm")), "x_norm", s.hidden, {"eps": s.rms_eps})]
+        ops += [Op("linear", ("x_norm", Weight(f"lm_{p}")), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
                           weights=self.head_weights)
 
@@ -258,8 +258,7 @@ class LlamaModel:
         segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"),
                               ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}") + v, "attn"),
                               ("ffn", f"ffn_s{rows}", None), graph=graph)
-        phase = Phase("prefill", rows, window)
-        return lower(graph, phase, RULES, segs, LAYER_FAMILY)
+        return lower(graph, prefill_plan(rows, window), RULES, segs, LAYER_FAMILY)
 
     def decode(self, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
@@ -269,12 +268,10 @@ class LlamaModel:
         graph = self.layer_graph(variant)
         if kv_rows:
             segs = self._segments(("layer", f"layer_kv{kv_rows}{v}", None), variant=variant)
-            phase = Phase("decode", 1, kv_rows)
-            return lower(graph, phase, RULES, segs, LAYER_FAMILY)
+            return lower(graph, decode_plan(kv_rows), RULES, segs, LAYER_FAMILY)
         segs = self._segments(("qkv", f"qkv_dec{v}", "k_new"), ("attn", f"attn_host{v}", "attn"),
                               ("ffn", "ffn_dec", None), variant=variant)
-        phase = Phase("decode", 1, 0)
-        return lower(graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
+        return lower(graph, decode_plan(None), RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
 
     def _per_layer(self, make):
         """One PhasePlan for every layer, or (layer variants) a tuple of each layer's."""
@@ -285,8 +282,7 @@ class LlamaModel:
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
-        phase = Phase("decode", 1, 0)
-        return lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
+        return lower(self.head_graph, HEAD_PLAN, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
 
     WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
 
@@ -306,7 +302,7 @@ class LlamaModel:
         """Every phase plan a run with these prefill buckets and this context needs:
         prefill_plan(rows, window) for every bucket and every window that can hold a chunk of it,
         decode_plan(window) per window (NPU attention) or decode_plan(None) (host attention), HEAD_PLAN
-        (the keys of graph.py: ("prefill", rows, window), ("decode", window), ("head",)).
+        (graph.py: each key is its plan's Phase).
         The context defaults to the largest bucket."""
         context = context or max(int(b) for b in buckets)
         windows = self.kv_windows(context)

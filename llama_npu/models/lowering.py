@@ -26,7 +26,7 @@ def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
     group, offset = op.params.get("group", 0), op.params.get("offset", 0)
     extra = {**({"group": group} if group else {}), **({"offset": offset} if offset else {})}
     build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **extra)
-    return build, (x, w[2:], op.out), [_static(w[2:], (group or op.width,), graph)]
+    return build, (x, w.name, op.out), [_static(w.name, (group or op.width,), graph)]
 
 
 def linear(op: Op, phase: Phase, graph: LayerGraph):
@@ -35,45 +35,45 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
     and the GEMM the bf16 weight dequantized at load."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
-    weight = [_static(w[2:], (n, k), graph)]
+    weight = [_static(w.name, (n, k), graph)]
     if phase.rows == 1 and graph.weights == "q4":
         rb = Q4Layout(k, Q4_GROUP, True).row_bytes
-        name = w[2:] + Q4_SUFFIX
+        name = w.name + Q4_SUFFIX
         return (kernel("gemv_q4", n, k, Q4_GROUP, 1), (name, x, op.out),
                 [Arg(name, (n, rb), Role.STATIC, "i8")])
     if phase.rows == 1:
-        return kernel("gemv", n, k), (w[2:], x, op.out), weight
-    return kernel("gemm", phase.rows, k, n), (x, w[2:], op.out), weight
+        return kernel("gemv", n, k), (w.name, x, op.out), weight
+    return kernel("gemm", phase.rows, k, n), (x, w.name, op.out), weight
 
 
 def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
     """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only)."""
     x, wg, wu = op.ins
     n, k = op.width, graph.width(x)
-    return (kernel("gemm_swiglu", phase.rows, k, n), (x, wg[2:], wu[2:], op.out),
-            [_static(wg[2:], (n, k), graph), _static(wu[2:], (n, k), graph)])
+    return (kernel("gemm_swiglu", phase.rows, k, n), (x, wg.name, wu.name, op.out),
+            [_static(wg.name, (n, k), graph), _static(wu.name, (n, k), graph)])
 
 
 def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
     """x . w^T + b in one GEMM launch (models/fusion.py; GEMM phases only)."""
     x, w, b = op.ins
     n, k = op.width, graph.width(x)
-    return (kernel("gemm_bias", phase.rows, k, n), (x, w[2:], b[2:], op.out),
-            [_static(w[2:], (n, k), graph), _static(b[2:], (1, n), graph)])
+    return (kernel("gemm_bias", phase.rows, k, n), (x, w.name, b.name, op.out),
+            [_static(w.name, (n, k), graph), _static(b.name, (1, n), graph)])
 
 
 def bias_add(op: Op, phase: Phase, graph: LayerGraph):
     """A projection's bias (the HF [out] vector, a [1, out] static) added to each of the call's rows."""
     x, b = op.ins
-    return kernel("bias_add", phase.rows, op.width), (x, b[2:], op.out), [_static(b[2:], (1, op.width), graph)]
+    return kernel("bias_add", phase.rows, op.width), (x, b.name, op.out), [_static(b.name, (1, op.width), graph)]
 
 
 def rope(op: Op, phase: Phase, graph: LayerGraph):
     """The RoPE table is a state (one row per position, written once); the call reads its rows [pos, pos+rows)."""
     x, table = op.ins
-    hd = graph.states[table[2:]]
+    hd = graph.states[table.name]
     heads = op.width // hd
-    lut = Arg("lut", (phase.rows, hd), Role.STATE, graph.dtype, state=table[2:], at=POS)
+    lut = Arg("lut", (phase.rows, hd), Role.STATE, graph.dtype, state=table.name, at=POS)
     return kernel("rope", phase.rows, heads, hd), (x, "lut", op.out), [lut]
 
 
@@ -85,8 +85,8 @@ def attention(op: Op, phase: Phase, graph: LayerGraph):
     rows, window = phase.rows, phase.kv_rows
     # a sliding window of keys (None: full causal) and the softmax-scale dimension (None: head_dim), when set
     extra = {k: op.params[k] for k in ("window", "scale_dim") if op.params.get(k)}
-    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
-    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
+    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc.name)
+    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc.name)
     pos = Arg(POS, (1,), Role.SCALAR, "i32")
     return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", POS, op.out),
             [k, v, pos])
