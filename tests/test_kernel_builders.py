@@ -310,8 +310,8 @@ def test_checker_catches_errors():
 
 def test_mlir_opt_catches_type_errors(mlir_opt):
     good = gemm.build(64, 576, 192)
-    bad = _mutate(good, "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<384xf32",
-                  "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<380xf32")
+    bad = _mutate(good, "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<768xbf16",
+                  "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<760xbf16")
     with pytest.raises(AssertionError):
         _generic_parse(mlir_opt, bad)
 
