@@ -40,8 +40,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
                    help="decode attention on the device (default: the whole layer is one dispatch) or on the "
                         "host CPU (fallback: two dispatches per layer, K/V rows mirrored to the host)")
     p.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
-                   help="q4: decode GEMVs stream 4-bit weights (a GGUF's Q4_0/Q4_1 blocks as they are, else "
-                        "round-to-nearest per group of 32 at load; docs/quantization.md)")
+                   help="q4: every linear layer in 4 bits on the device (a GGUF's Q4_0/Q4_1 blocks as they are, "
+                        "its Q8_0 vocabulary in 8 bits, an AWQ/GPTQ checkpoint's int4 tensors, else round-to-nearest "
+                        "per group of 32 at load; docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     low.add_argument("--context", type=positive_int, default=None, help="KV-cache positions (default: as compile)")
     low.add_argument("--no-progress", action="store_true", help="no progress bar")
     low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
+    low.add_argument("--weights", choices=("bf16", "q4"), default="bf16", help="q4: the 4-bit modules")
+    low.add_argument("--full-depth", action="store_true", help="lower the one-dispatch decode token modules at the "
+                     "model's full depth (default: the model cut to its first 2 layers; hours at full depth)")
     low.add_argument("--no-memo", action="store_true", help="lower every module again, even one whose text this "
                      "lowerer has judged before (verdicts are kept under $LLAMA_NPU_CACHE/lowering)")
     low.add_argument("--tool", default=None, help="a lowering tool with the $LLAMA_NPU_AIR_LOWER interface "
@@ -114,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prefill lengths the memory figure assumes (default 64,256,1024,2048)")
     doc.add_argument("--context", type=positive_int, default=None,
                      help="KV-cache positions the memory figure assumes (default: the model's context)")
+    doc.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+                     help="weight format the memory figure assumes (q4: 4-bit rows + the prefill scratch)")
     doc.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
     doc.add_argument("--json", action="store_true", help="one JSON document instead of lines")
     doc.add_argument("--timeout", type=positive_float, default=10.0,

@@ -19,18 +19,20 @@ KIND = "gemv_q4"
 CHANNEL = "gemvq4_in"
 
 
-def build(m: int, k: int, group: int = 32, mins: int = 1) -> str:
-    plan = plan_gemv_q4(m, k, group, mins)
+def build(m: int, k: int, group: int = 32, mins: int = 1, bits: int = 4) -> str:
+    """bits=8: the same GEMV on 8-bit codes (GGUF Q8_0's vocabulary matrix)."""
+    plan = plan_gemv_q4(m, k, group, mins, bits)
     rb, rows, tm = plan.layout.row_bytes, plan.rows_per_tile, plan.tile_m
     hx, hy = plan.herd_x, plan.herd_y
-    ext = gemv_q4_kernel(k, group, mins, tm, rows)
+    ext = gemv_q4_kernel(k, group, mins, tm, rows, bits)
     w_ty, x_ty, y_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m])
     wl_ty, xl_ty, yl_ty = memref([tm * rb], "i8", L1), memref([k], "bf16", L1), memref([rows], "bf16", L1)
     mod = Module(KIND, [w_ty, x_ty, y_ty])
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, yl_ty, "i32"])
     ch = mod.channel(CHANNEL, [hx, hy])
     la = launch(mod.body, [1, 1], list(zip(mod.args, [w_ty, x_ty, y_ty])),
-                [attr_dict(KIND, {"m": m, "k": k, "group": group, "mins": int(mins)})])
+                [attr_dict(KIND, {"m": m, "k": k, "group": group, "mins": int(mins),
+                                  **({"bits": bits} if bits != 4 else {})})])
     lw, lxv, ly = la.args
     lb = la.body
     put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, rb))

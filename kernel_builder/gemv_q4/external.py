@@ -20,24 +20,28 @@ from kernel_builder.planner import check_positive
 Q4_K_MULTIPLE = NPU2.vector_lanes_bf16   # one int4 vector of 32 lanes -> 32 bf16 lanes per step of the vector path
 
 
-def gemv_q4_kernel(k: int, group: int, mins: int, tile_m: int, rows: int) -> ExternalKernel:
+def gemv_q4_kernel(k: int, group: int, mins: int, tile_m: int, rows: int, bits: int | None = 4) -> ExternalKernel:
     """One 4-bit GEMV step of a herd tile: `(w u8[tile_m * row_bytes], x bf16[k], y bf16[rows], int32 row)`:
-    tile_m whole rows in the q4 row layout (format.Q4Layout), dequantized in the core, f32 accumulation."""
+    tile_m whole rows in the q4 row layout (format.Q4Layout), dequantized in the core, f32 accumulation.
+    bits=8: the same with 8-bit codes (symbol and object end in `_b8`)."""
+    bits = bits or 4
     check_positive("gemv_q4", k=k, tile_m=tile_m, rows=rows)
     check_multiple("gemv_q4", "k", k, Q4_K_MULTIPLE)
-    lay = Q4Layout(k, group, bool(mins))
+    lay = Q4Layout(k, group, bool(mins), bits)
     if rows % tile_m:
         raise ValueError(f"gemv_q4: tile_m={tile_m} must divide rows={rows}")
-    tag = f"k{k}_g{group}_z{int(mins)}_m{tile_m}_r{rows}"
+    tag = f"k{k}_g{group}_z{int(mins)}_m{tile_m}_r{rows}" + ("_b8" if bits == 8 else "")
     symbol = f"mvq4_bf16_{tag}"
     return ExternalKernel(
         symbol=symbol, obj=f"mvq4_{tag}.o", source="gemv_q4.cc",
         defines=(("Q4_K", str(k)), ("Q4_G", str(group)), ("Q4_MINS", str(int(mins))), ("Q4_TILE_M", str(tile_m)),
-                 ("Q4_ROWS", str(rows)), ("Q4_RB", str(lay.row_bytes)), ("Q4_SYMBOL", symbol)))
+                 ("Q4_ROWS", str(rows)), ("Q4_RB", str(lay.row_bytes)), ("Q4_SYMBOL", symbol))
+        + ((("Q4_BITS", "8"),) if bits == 8 else ()))
 
 
-def gemv_q4_model(k: int, group: int, mins: int, tm: int, rows: int):
-    lay = Q4Layout(k, group, bool(mins))
+def gemv_q4_model(k: int, group: int, mins: int, tm: int, rows: int, bits: int | None = 4):
+    bits = bits or 4
+    lay = Q4Layout(k, group, bool(mins), bits)
 
     def mv(w, x, y, row):
         wb = need_memref(w, "w", tm * lay.row_bytes, "i8")
@@ -46,7 +50,7 @@ def gemv_q4_model(k: int, group: int, mins: int, tm: int, rows: int):
         r = int(row)
         if not (0 <= r and r + tm <= rows and r % tm == 0):
             raise ModelError(f"row offset {r} is not a tile_m={tm} block of the {rows} output rows")
-        wf = dequantize(wb.view(np.uint8), k, group, bool(mins)).astype(F32)
+        wf = dequantize(wb.view(np.uint8), k, group, bool(mins), bits).astype(F32)
         out[r:r + tm] = to_bf16(seq_sum(wf * xs.astype(F32)[None, :], np.zeros(tm, dtype=F32)))
         y.written = True
     return mv
@@ -59,15 +63,16 @@ def _gemv_q4(m, args):
     conversion to bf16 and the mac; per group with mins one broadcast; per row a conversion, a reduce_add and the
     scalar bf16 rounding of y."""
     k, group, mins, tm = int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))
-    per32 = (load(16, 1) + load(32, 2) + Counts(unpack=1) + conv(2) + add_acc(2) + vmac(32) * 2 + conv()
+    codes = load(32, 1) if m.group(6) else load(16, 1) + Counts(unpack=1)    # 8-bit codes: no unpack
+    per32 = (codes + load(32, 2) + conv(2) + add_acc(2) + vmac(32) * 2 + conv()
              + (conv() + add_acc() if mins else Counts()))
     row = (k // 32) * per32 + (k // group) * Counts(broadcast=int(mins)) + conv() + Counts(reduce_add=1) \
         + scalar_bf16(1)
     return CallWork(k * tm, 2 * tm, row * tm)
 
 
-FAMILY = ExternalFamily("gemv_q4", "gemv_q4.cc", r"mvq4_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)\.o",
-                        r"mvq4_bf16_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)", gemv_q4_kernel, gemv_q4_model)
+FAMILY = ExternalFamily("gemv_q4", "gemv_q4.cc", r"mvq4_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)(?:_b(8))?\.o",
+                        r"mvq4_bf16_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)(?:_b(8))?", gemv_q4_kernel, gemv_q4_model)
 COSTS = (
     # gemv_q4(w, x, y, row): writes y only
     ExternalCost("gemv_q4", re.compile(FAMILY.symbol_re), _gemv_q4, DEFAULT_STACK, (2,), ()),

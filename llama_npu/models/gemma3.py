@@ -156,7 +156,8 @@ class Gemma3Model(LlamaModel):
             Op("add", ("res1", "down_n"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd, ROPE_LOCAL: hd}, weights=self.weights)
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd, ROPE_LOCAL: hd}, weights=self.weights,
+                          q4_group=self.q4_group)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
@@ -164,7 +165,7 @@ class Gemma3Model(LlamaModel):
         ops = [Op("rmsnorm", ("x", Weight("final_norm")), "x_norm", s.hidden, {"eps": s.rms_eps, "offset": 1})]
         ops += [Op("linear", ("x_norm", Weight(f"lm_{p}")), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
-                          weights=self.head_weights)
+                          weights=self.head_weights, q4_group=self.head_group)
 
 
 # ---------------------------------------------------------------------------------------------- config.json

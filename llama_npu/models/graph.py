@@ -170,7 +170,8 @@ class LayerGraph:
     ops: list[Op]
     states: dict[str, int]
     dtype: str = "bf16"
-    weights: str = "bf16"    # "q4": decode GEMVs read the 4-bit row format (docs/quantization.md)
+    weights: str = "bf16"    # "q4": linear layers read the 4-bit row format (docs/quantization.md)
+    q4_group: int = 32       # its group size (32: GGUF Q4_0/Q4_1 and RTN; 128: AWQ/GPTQ checkpoints)
 
     def width(self, tensor: str) -> int:
         if tensor == self.input:
@@ -182,7 +183,8 @@ class LayerGraph:
 
 
 # A lowering rule: (op, phase, graph) -> (kernel text factory, wiring in the kernel's canonical order, the
-# Args the op adds beyond its activations: weights, state windows, scalars).
+# Args the op adds beyond its activations: weights, state windows, scalars[, launches run before it: (suffix,
+# kernel text factory, wiring), e.g. the q4 prefill's weight dequantization]).
 Rule = Callable[[Op, Phase, LayerGraph], tuple[Callable[[], str], tuple[str, ...], list[Arg]]]
 
 
@@ -256,9 +258,11 @@ def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules
                 continue
             add(Arg(t, (rows, graph.width(t)), Role.INPUT, graph.dtype))
             inputs[t] = _source(t, graph, producer, taken, steps, i)
-        build, wiring, extra = rules[op.kind](op, phase, graph)
+        build, wiring, extra, *pre = rules[op.kind](op, phase, graph)
         for a in extra:
             add(a)
+        for suffix, pre_build, pre_wiring in (pre[0] if pre else ()):
+            launches.append(Launch(f"{op.out}_{suffix}", pre_build, pre_wiring))
         if op.into:
             add(Arg(op.out, (rows, op.width), Role.STATE, graph.dtype, state=op.into, at=POS))
         else:
@@ -266,7 +270,7 @@ def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules
             add(Arg(op.out, (rows, op.width), Role.OUTPUT if later else Role.INTERMEDIATE, graph.dtype))
         launches.append(Launch(op.out, build, wiring))
     scalars = sorted({a.name for a in args.values() if a.role is Role.SCALAR}
-                     | {a.at for a in args.values() if a.role is Role.STATE and a.at})
+                     | {a.at for a in args.values() if a.role is Role.STATE and a.at and isinstance(a.at, str)})
     decl = ModuleDecl(name=name, args=tuple(args.values()), launches=tuple(launches), family=family,
                       scalars=tuple(scalars), preset=preset)
     return Step(decl, inputs)

@@ -7,15 +7,15 @@ RoPE) adds two ops and two weights; nothing else in the code base changes for it
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from multi_launch_builder.decl import ModuleDecl
+from multi_launch_builder.decl import Arg, ModuleDecl, Role
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .fusion import fuse_epilogues
 from .graph import (HEAD_PLAN, LayerGraph, Op, PhasePlan, State, Weight, decode_plan, lower, plan_decls,
                     prefill_plan)
-from .lowering import Q4_SUFFIX, RULES
+from .lowering import Q4_GROUP, Q4_SUFFIX, Q8_SUFFIX, RULES
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ GLOBAL_TENSORS = {"embed": "model.embed_tokens.weight", "final_norm": "model.nor
                   "lm_head": "lm_head.weight"}
 
 K_CACHE, V_CACHE, ROPE_TABLE = "k_cache", "v_cache", "rope"
+VOCAB = "vocab"   # the LM head's rows (tied: the embedding), one state: its partitions are windows of it
 LAYER_FAMILY = "layer"     # every per-layer module shares its bo_key's weights through this family
 HEAD_FAMILY = "lm_head"
 
@@ -117,14 +118,18 @@ class LlamaModel:
             raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
         self.shapes = shapes
         self.weights = weights
-        self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
+        self.head_weights = weights   # the LM head's: bf16 / q8 when a q4 source keeps it so (ModelWeights)
+        self.q4_group = self.head_group = Q4_GROUP   # group sizes of the layers' / LM head's 4-bit weights
+        self.tied = True              # the LM head is the embedding (ModelWeights says from the checkpoint)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
     @classmethod
     def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
-        return cls(cfg.shapes, weights)
+        m = cls(cfg.shapes, weights)
+        m.tied = bool(cfg.tie_embeddings)
+        return m
 
     # ------------------------------------------------------------------------------ tensor map
     def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -157,7 +162,7 @@ class LlamaModel:
             if arg == "final_norm":
                 return TensorSpec(GLOBAL_TENSORS["final_norm"], (self.shapes.hidden,))
             if arg.startswith("lm_"):
-                p = int(arg[3:].removesuffix(Q4_SUFFIX))
+                p = int(arg[3:].removesuffix(Q4_SUFFIX).removesuffix(Q8_SUFFIX))
                 name = GLOBAL_TENSORS["embed" if lm_source == "embed" else "lm_head"]
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
@@ -219,7 +224,8 @@ class LlamaModel:
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights)
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights,
+                          q4_group=self.q4_group)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
@@ -228,7 +234,7 @@ class LlamaModel:
         ops = [Op("rmsnorm", ("x", Weight("final_norm")), "x_norm", s.hidden, {"eps": s.rms_eps})]
         ops += [Op("linear", ("x_norm", Weight(f"lm_{p}")), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
-                          weights=self.head_weights)
+                          weights=self.head_weights, q4_group=self.head_group)
 
     def phase_graph(self, rows: int, variant: str = "") -> LayerGraph:
         """The layer graph a phase of `rows` rows lowers: with more than one row (GEMMs) the GEMM epilogues of
@@ -282,7 +288,13 @@ class LlamaModel:
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
-        return lower(self.head_graph, HEAD_PLAN, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
+        plan = lower(self.head_graph, HEAD_PLAN, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
+        # the partitions are windows of the one VOCAB state (the token module reads the embedding row from it)
+        d = plan.steps[0].decl
+        args = tuple(Arg(a.name, a.shape, Role.STATE, a.dtype, state=VOCAB,
+                         at=int(a.name[3:].removesuffix(Q4_SUFFIX).removesuffix(Q8_SUFFIX)) * self.lm_rows)
+                     if a.role is Role.STATIC and a.name.startswith("lm_") else a for a in d.args)
+        return replace(plan, steps=(replace(plan.steps[0], decl=replace(d, args=args)),))
 
     WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
 

@@ -15,7 +15,11 @@ from kernel_builder.gemv_q4.format import Q4Layout
 from .graph import POS, LayerGraph, Op, Phase
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
-Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group)
+Q8_SUFFIX = "_q8"    # the same layout with 8-bit codes (a GGUF's Q8_0 LM head)
+Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group); AWQ/GPTQ: 128
+DEQ_SUFFIX = "_deq"  # a q4 prefill GEMM's bf16 weight: a window of the scratch state of its k
+SCRATCH_PREFIX = "wdeq_k"   # the scratch states (one per input width k), each ONE buffer for every layer
+
 
 def _static(name: str, shape, graph: LayerGraph) -> Arg:
     return Arg(name, tuple(shape), Role.STATIC, graph.dtype)
@@ -31,16 +35,26 @@ def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
 
 def linear(op: Op, phase: Phase, graph: LayerGraph):
     """One row: GEMV, more rows: GEMM, both on the HF [out, in] weight (one buffer for both phases). With q4
-    weights the GEMV reads `<w>_q4`, the weight in the 4-bit row format (group 32, mins; docs/quantization.md)
-    and the GEMM the bf16 weight dequantized at load."""
+    weights both read `<w>_q4`, the weight in the 4-bit row format (group graph.q4_group, mins;
+    docs/quantization.md): the GEMV dequantizes in the core; a GEMM is preceded by a `dequant_q4` launch writing
+    the bf16 weight into rows [0, n) of the scratch state `wdeq_k<k>` (one buffer shared by every layer, module
+    and bucket), which it then reads, so the device holds no bf16 copy of the weights."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
     weight = [_static(w.name, (n, k), graph)]
-    if phase.rows == 1 and graph.weights == "q4":
-        rb = Q4Layout(k, Q4_GROUP, True).row_bytes
+    if graph.weights == "q8" and phase.rows == 1:    # a GGUF's Q8_0 vocabulary matrix: 8-bit codes, no mins
+        name = w.name + Q8_SUFFIX
+        q8 = Arg(name, (n, Q4Layout(k, Q4_GROUP, False, 8).row_bytes), Role.STATIC, "i8")
+        return kernel("gemv_q4", n, k, Q4_GROUP, 0, 8), (name, x, op.out), [q8]
+    if graph.weights == "q4":
+        g = graph.q4_group
         name = w.name + Q4_SUFFIX
-        return (kernel("gemv_q4", n, k, Q4_GROUP, 1), (name, x, op.out),
-                [Arg(name, (n, rb), Role.STATIC, "i8")])
+        q4 = Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8")
+        if phase.rows == 1:
+            return kernel("gemv_q4", n, k, g, 1), (name, x, op.out), [q4]
+        deq = Arg(w.name + DEQ_SUFFIX, (n, k), Role.STATE, graph.dtype, state=f"{SCRATCH_PREFIX}{k}")
+        return (kernel("gemm", phase.rows, k, n), (x, deq.name, op.out), [q4, deq],
+                (("deq", kernel("dequant_q4", n, k, g, 1), (name, deq.name)),))
     if phase.rows == 1:
         return kernel("gemv", n, k), (w.name, x, op.out), weight
     return kernel("gemm", phase.rows, k, n), (x, w.name, op.out), weight
@@ -60,6 +74,16 @@ def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
     n, k = op.width, graph.width(x)
     return (kernel("gemm_bias", phase.rows, k, n), (x, w.name, b.name, op.out),
             [_static(w.name, (n, k), graph), _static(b.name, (1, n), graph)])
+
+
+def scratch_states(decls) -> dict[str, int]:
+    """The q4 prefill's scratch states of these modules: state name -> rows (the most any window needs)."""
+    out: dict[str, int] = {}
+    for d in decls:
+        for a in d.args:
+            if a.role is Role.STATE and a.state_name.startswith(SCRATCH_PREFIX):
+                out[a.state_name] = max(out.get(a.state_name, 0), a.shape[0])
+    return out
 
 
 def bias_add(op: Op, phase: Phase, graph: LayerGraph):
