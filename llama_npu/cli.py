@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     low.add_argument("--no-progress", action="store_true", help="no progress bar")
     low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
     low.add_argument("--weights", choices=("bf16", "q4"), default="bf16", help="q4: the 4-bit modules")
+    low.add_argument("--full-depth", action="store_true", help="lower the one-dispatch decode token modules at the "
+                     "model's full depth (default: the model cut to its first 2 layers; hours at full depth)")
     low.add_argument("--no-memo", action="store_true", help="lower every module again, even one whose text this "
                      "lowerer has judged before (verdicts are kept under $LLAMA_NPU_CACHE/lowering)")
     low.add_argument("--tool", default=None, help="a lowering tool with the $LLAMA_NPU_AIR_LOWER interface "

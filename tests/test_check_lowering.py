@@ -186,3 +186,20 @@ def test_verdicts_are_kept_per_text_and_tool(tmp_path, config_dir, capsys, monke
     for _ in range(2):
         assert main(["check-lowering", "--model", config_dir, "--tool", crash, "--only", "lm_head", *ARGS]) == 1
     assert len(calls.read_text().split()) == 8, "a run without a verdict was kept"
+
+
+def test_token_modules_are_probed_at_two_layers_unless_full_depth(tmp_path, capsys):
+    """A deeper model's one-dispatch token module is lowered as the model cut to 2 layers (row `<name>@2L`, fewer
+    launches); --full-depth lowers the module the engine runs."""
+    from benchmarks.null_device import write_sparse_checkpoint
+    from llama_npu.models.llama import ModelShapes
+
+    shapes = ModelShapes(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512, vocab=512, n_layers=4,
+                         rms_eps=1e-5)
+    cfg = str(write_sparse_checkpoint(tmp_path / "deep", shapes, Path("/nonexistent")))
+    tool = _tool(tmp_path)
+    assert main(["check-lowering", "--model", cfg, "--tool", tool, "--only", "token_kv256@2L", *ARGS]) == 0
+    probe = _rows(capsys.readouterr().out)["token_kv256@2L"]
+    assert main(["check-lowering", "--model", cfg, "--tool", tool, "--full-depth", "--only", "token_kv256", *ARGS]) == 0
+    full = _rows(capsys.readouterr().out)["token_kv256"]
+    assert probe[1] == full[1] == "OK" and 0 < int(probe[0]) < int(full[0]), (probe, full)

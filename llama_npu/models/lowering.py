@@ -60,6 +60,22 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
     return kernel("gemm", phase.rows, k, n), (x, w.name, op.out), weight
 
 
+def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
+    """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only)."""
+    x, wg, wu = op.ins
+    n, k = op.width, graph.width(x)
+    return (kernel("gemm_swiglu", phase.rows, k, n), (x, wg.name, wu.name, op.out),
+            [_static(wg.name, (n, k), graph), _static(wu.name, (n, k), graph)])
+
+
+def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
+    """x . w^T + b in one GEMM launch (models/fusion.py; GEMM phases only)."""
+    x, w, b = op.ins
+    n, k = op.width, graph.width(x)
+    return (kernel("gemm_bias", phase.rows, k, n), (x, w.name, b.name, op.out),
+            [_static(w.name, (n, k), graph), _static(b.name, (1, n), graph)])
+
+
 def scratch_states(decls) -> dict[str, int]:
     """The q4 prefill's scratch states of these modules: state name -> rows (the most any window needs)."""
     out: dict[str, int] = {}
@@ -110,5 +126,6 @@ def swiglu(op: Op, phase: Phase, graph: LayerGraph):
     return kernel(op.kind, phase.rows, op.width), (g, u, op.out), []
 
 
-RULES = {"rmsnorm": rmsnorm, "linear": linear, "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
+RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "linear_bias": linear_bias,
+         "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
          "swiglu": swiglu, "geglu": swiglu}
