@@ -27,7 +27,7 @@ from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-e
 from .errors import PromptError
 from .host_attention import K_CACHE, V_CACHE, HostAttention
 from .model_source import resolve_model
-from .models.graph import POS, PhasePlan, layer_plan
+from .models.graph import PhasePlan, call_scalars, layer_plan
 from .rope import RopeTable
 from .processors import log_softmax
 from .sampling import Sampler
@@ -114,7 +114,7 @@ def run_layers(cache, plans, x: np.ndarray, pos: int, n_layers: int, host_op=Non
             wanted = set(host_reads[i])
             if i == out_step and (read_hidden or (read_last and layer == n_layers - 1)):
                 wanted.add(out_arg)
-            scalars = {POS: pos} if POS in step.decl.scalars else {}
+            scalars = call_scalars(step.decl, pos)
             results[i] = run(step.decl.name, bo_key=bo, read=wanted, **scalars, **args)
         if out_arg in results.get(out_step, {}):
             hidden.append(results[out_step][out_arg])

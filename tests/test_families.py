@@ -22,6 +22,7 @@ require_module("transformers")
 
 TINY = dict(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512, n_layers=2, vocab=512)
 DECODE = 16
+WINDOW = 16   # Mistral / Phi-3 sliding window: prompts and decode run far past it
 # Phi-4-mini-like longrope: original context 64, factors per rotary frequency (rotary dims 48 -> 24 factors)
 PHI_ROT = 48
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0 + 0.05 * i for i in range(PHI_ROT // 2)],
@@ -30,10 +31,15 @@ CASES = {
     "qwen2-untied": dict(arch="qwen2", rope_theta=1000000.0, max_position=512, seed=11),
     "qwen2-tied": dict(arch="qwen2", rope_theta=1000000.0, max_position=512, seed=12, tie=True),
     "qwen3": dict(arch="qwen3", rope_theta=1000000.0, max_position=512, seed=13),
-    "mistral": dict(arch="mistral", rope_theta=10000.0, max_position=1024, seed=14, sliding_window=128),
+    "mistral": dict(arch="mistral", rope_theta=10000.0, max_position=1024, seed=14, sliding_window=WINDOW),
     "phi3": dict(arch="phi3", rope_theta=10000.0, max_position=256, seed=15, partial_rotary_factor=0.75,
-                 rope_scaling=LONGROPE, original_max_position_embeddings=64, pad_token_id=0),
+                 rope_scaling=LONGROPE, original_max_position_embeddings=64, pad_token_id=0, sliding_window=WINDOW),
 }
+# prompt lengths: mistral 70 = a 64-row chunk, then a 16-row chunk at 54 whose attention reads the 64 cache rows
+# [6, 70) (a sliding module); phi3 55 (short factors), decode crosses the original context of 64 (long factors).
+# Both decode 17 steps past the window (the decode module reads the last WINDOW rows)
+# (length, seed): seed 9 gives the mistral prompt no near-tie among the first greedy tokens
+PROMPT = {"mistral": (70, 9), "phi3": (55, 4)}
 
 
 def hf_hidden(model_dir, ids):
@@ -54,8 +60,8 @@ def test_family_matches_hf(hf_checkpoint, kernel_cache_dir, case):
     cfg = load_config(model_dir)
     assert ARCHITECTURES[cfg.family].model_type == kw["arch"]
     eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
-    # phi3: 55 prompt tokens (short factors), decode crosses the original context of 64 (long factors)
-    ids = prompt_ids(TINY["vocab"], 55 if case == "phi3" else 13, seed=len(case))
+    n, seed = PROMPT.get(case, (13, len(case)))
+    ids = prompt_ids(TINY["vocab"], n, seed=seed)
     matched = check_against_hf(model_dir, eng, ids, steps=DECODE + 1)
     assert matched >= 4, f"{case}: greedy sequences part after {matched} steps"
     ours = eng.prefill(ids, return_hidden=True).hidden
@@ -89,16 +95,28 @@ def test_qwen2_bias_is_in_the_graph_and_matters(hf_checkpoint, kernel_cache_dir)
     assert cosine(ours, no_bias) < 0.95
 
 
-def test_mistral_window_bounds_the_context(hf_checkpoint):
-    from llama_npu.errors import ContextError
+def test_mistral_window_is_attention_not_a_context_cap(hf_checkpoint):
+    """The window no longer bounds the context; attention calls past it read only the rows their queries see:
+    cache rows [kv0, kv0 + span) with kv0 = pos + rows - span, the position within them kv_pos."""
     from llama_npu.memory import choose_context
+    from llama_npu.models import model_for
+    from llama_npu.models.graph import KV0, KV_POS, call_scalars
 
     model_dir = hf_checkpoint(**TINY, **CASES["mistral"])
     cfg = load_config(model_dir)
-    assert (cfg.sliding_window, cfg.max_position) == (128, 128)
-    assert choose_context(cfg, (16, 64)) == 128
-    with pytest.raises(ContextError, match=r"exceeds the model's context of 128 positions \(its sliding_window"):
-        choose_context(cfg, (16, 64), 256)
+    assert (cfg.sliding_window, cfg.max_position) == (WINDOW, 1024)
+    assert choose_context(cfg, (16, 64), 1024) == 1024
+    plans = model_for(cfg).plans((16, 64), 1024)
+    dec = plans[("decode", 1024)].decls[0]
+    assert dec.name == "layer_slide16" and {d.name for p in [plans[("decode", w)] for w in (256, 512)]
+                                             for d in p.decls} == {"layer_slide16"}
+    assert [a.shape[0] for a in dec.args if a.at == KV0] == [WINDOW, WINDOW]
+    assert call_scalars(dec, 15) == {"pos": 15, KV0: 0, KV_POS: 15}
+    assert call_scalars(dec, 500) == {"pos": 500, KV0: 485, KV_POS: 15}
+    attn = plans[("prefill", 16, 1024)].decls[1]
+    assert attn.name == "attn_s16_slide64"         # 16 queries see 16 + 15 keys: one 64-row window
+    assert call_scalars(attn, 54) == {KV0: 6, KV_POS: 48}
+    assert plans[("prefill", 64, 64)].decls[1].name == "attn_s64"   # a chunk at 0 in its own window
 
 
 def _config(tmp_path, **over):

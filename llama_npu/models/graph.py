@@ -25,6 +25,9 @@ from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from kernel_builder.presets import AirccPreset
 
 POS = "pos"   # the scalar holding the first row (position) a call works on
+# A sliding-window attention call reads only the cache rows its queries can see: its K/V window starts at the
+# row held by KV0 (max(0, pos + rows - window rows)) and its queries sit at KV_POS = pos - KV0 within it
+KV0, KV_POS = "kv0", "kv_pos"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,19 @@ class Phase:
     name: str                      # "prefill" | "decode"
     rows: int
     kv_rows: int
+    slide: bool = False            # the KV window is cache rows [KV0, KV0 + kv_rows), not [0, kv_rows)
+
+
+def call_scalars(decl: ModuleDecl, pos: int) -> dict[str, int]:
+    """The scalars of a call of `decl` at position `pos`: POS, and for a sliding KV window its first cache row
+    KV0 (the window ends with the call's last row, or starts at 0) and the position within it, KV_POS."""
+    out = {POS: pos} if POS in decl.scalars else {}
+    if KV0 in decl.scalars:
+        window = next(a.shape[0] for a in decl.args if a.at == KV0)
+        rows = next(a.shape[0] for a in decl.args if a.role in (Role.INPUT, Role.OUTPUT, Role.INTERMEDIATE))
+        out[KV0] = max(0, pos + rows - window)
+        out[KV_POS] = pos - out[KV0]
+    return out
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import functools
 from dataclasses import dataclass
 
 from multi_launch_builder.decl import ModuleDecl
+from kernel_builder.attention.external import ATTN_LK_MULTIPLE
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .graph import LayerGraph, Op, Phase, PhasePlan, lower, plan_decls
@@ -110,11 +111,12 @@ class LlamaModel:
 
     WEIGHTS = ("bf16", "q4")
 
-    def __init__(self, shapes: ModelShapes, weights: str = "bf16"):
+    def __init__(self, shapes: ModelShapes, weights: str = "bf16", sliding_window: int | None = None):
         if weights not in self.WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
         self.shapes = shapes
         self.weights = weights
+        self.sliding_window = sliding_window   # a query sees its last sliding_window keys (None: all, causal)
         self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
@@ -122,7 +124,7 @@ class LlamaModel:
     @classmethod
     def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
-        return cls(cfg.shapes, weights)
+        return cls(cfg.shapes, weights, cfg.sliding_window)
 
     # ------------------------------------------------------------------------------ tensor map
     def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -169,6 +171,10 @@ class LlamaModel:
         """The layer variant (a `layer_variants` entry) layer `layer` runs."""
         return ""
 
+    def window_of(self, variant: str = "") -> int | None:
+        """The sliding window of keys of a layer variant's attention (None: full causal)."""
+        return self.sliding_window
+
     def rope_tables(self, cfg) -> dict:
         """State name -> RopeParams of every RoPE table state (written once by the runtime)."""
         return {ROPE_TABLE: cfg.rope}
@@ -189,7 +195,7 @@ class LlamaModel:
     def graph(self) -> LayerGraph:
         s = self.shapes
         eps, hd = s.rms_eps, s.head_dim
-        attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd}
+        attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd, "window": self.sliding_window}
         q, k = "q", "k"
         ops = [Op("rmsnorm", ("x", "w:attn_norm"), "h", s.hidden, {"eps": eps})]
         for w, out, width, into in (("wq", "q", s.q_dim, ""), ("wk", "k", s.kv_dim, ""),
@@ -245,10 +251,11 @@ class LlamaModel:
         A layer variant's modules carry its name (`_<variant>`) where they differ from the plain layer's."""
         window = kv_rows or rows
         v = f"_{variant}" if variant else ""
-        segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"),
-                              ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}") + v, "attn"),
+        span = self.slide_rows(rows, window, variant)
+        kv = f"_slide{span}" if span else ("" if window == rows else f"_kv{window}")
+        segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"), ("attn", f"attn_s{rows}{kv}{v}", "attn"),
                               ("ffn", f"ffn_s{rows}", None), variant=variant)
-        phase = Phase("prefill", rows, window)
+        phase = Phase("prefill", rows, span or window, slide=bool(span))
         return lower(self.layer_graph(variant), phase, RULES, segs, LAYER_FAMILY)
 
     def decode(self, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
@@ -258,13 +265,26 @@ class LlamaModel:
         v = f"_{variant}" if variant else ""
         graph = self.layer_graph(variant)
         if kv_rows:
-            segs = self._segments(("layer", f"layer_kv{kv_rows}{v}", None), variant=variant)
-            phase = Phase("decode", 1, kv_rows)
-            return lower(graph, phase, RULES, segs, LAYER_FAMILY)
+            span = self.slide_rows(1, kv_rows, variant)
+            name = f"layer_slide{span}{v}" if span else f"layer_kv{kv_rows}{v}"
+            segs = self._segments(("layer", name, None), variant=variant)
+            return lower(graph, Phase("decode", 1, span or kv_rows, slide=bool(span)), RULES, segs, LAYER_FAMILY)
         segs = self._segments(("qkv", f"qkv_dec{v}", "k_new"), ("attn", f"attn_host{v}", "attn"),
                               ("ffn", "ffn_dec", None), variant=variant)
         phase = Phase("decode", 1, 0)
         return lower(graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
+
+    def slide_rows(self, rows: int, kv_rows: int, variant: str = "") -> int:
+        """With a sliding window W: the KV rows a call of `rows` queries reads in place of the window [0, kv_rows)
+        - the W + rows - 1 keys its queries see, in whole K/V tiles, ending at its last row (cache rows [KV0,
+        KV0 + span), graph.call_scalars) - when no more than kv_rows; else 0 (the window from row 0)."""
+        w = self.window_of(variant)
+        if not w:
+            return 0
+        need = w + rows - 1
+        span = -(-need // ATTN_LK_MULTIPLE) * ATTN_LK_MULTIPLE if rows == 1 and need <= self.WINDOW_ALIGN \
+            else -(-need // self.WINDOW_ALIGN) * self.WINDOW_ALIGN
+        return span if span <= kv_rows else 0
 
     def _per_layer(self, make):
         """One PhasePlan for every layer, or (layer variants) a tuple of each layer's."""

@@ -12,7 +12,7 @@ from kernel_builder.registry import kernel
 
 from kernel_builder.gemv_q4.format import Q4Layout
 
-from .graph import POS, LayerGraph, Op, Phase
+from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
 Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group)
@@ -69,10 +69,12 @@ def attention(op: Op, phase: Phase, graph: LayerGraph):
     rows, window = phase.rows, phase.kv_rows
     # a sliding window of keys (None: full causal) and the softmax-scale dimension (None: head_dim), when set
     extra = {k: op.params[k] for k in ("window", "scale_dim") if op.params.get(k)}
-    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:])
-    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:])
-    pos = Arg(POS, (1,), Role.SCALAR, "i32")
-    return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", POS, op.out),
+    # a sliding phase: the window is cache rows [KV0, KV0 + kv_rows) and the kernel's position is KV_POS in it
+    at, p = (KV0, KV_POS) if phase.slide else ("", POS)
+    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:], at=at)
+    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:], at=at)
+    pos = Arg(p, (1,), Role.SCALAR, "i32")
+    return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", p, op.out),
             [k, v, pos])
 
 
