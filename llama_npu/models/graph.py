@@ -150,7 +150,7 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
     covered = [o for _, _, outs in segments for o in outs]
     if sorted(covered) != sorted(by_out):
         raise ValueError(f"phase {phase.name}: segments cover {covered}, the graph has {list(by_out)}")
-    planned = [(seg, name, [by_out[o] for o in outs]) for seg, name, outs in segments]
+    planned = [(seg, name, _fuse([by_out[o] for o in outs], graph, phase, rules)) for seg, name, outs in segments]
     producer = {op.out: i for i, (_, _, ops) in enumerate(planned) for op in ops if not op.into}
     consumers: dict[str, set[int]] = {}
     for i, (_, _, ops) in enumerate(planned):
@@ -174,6 +174,28 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
                              (presets or {}).get(seg)))
     out = graph.outputs[0]
     return PhasePlan(phase, tuple(steps), (producer[out], out))
+
+
+def _fuse(ops: list[Op], graph: LayerGraph, phase: Phase, rules: dict) -> list[Op]:
+    """Epilogue fusion: an op followed in its segment by an op that alone consumes its output becomes one op
+    when `rules[(first kind, second kind)](first, second, phase, graph)` returns it (None: not in this phase;
+    e.g. a decode projection and its bias: one GEMV with the bias epilogue)."""
+    readers: dict[str, int] = {}
+    for op in graph.ops:
+        for t in op.ins:
+            readers[t] = readers.get(t, 0) + 1
+    out: list[Op] = []
+    for op in ops:
+        prev = out[-1] if out else None
+        fuse = rules.get((prev.kind, op.kind)) if prev is not None else None
+        if fuse and not prev.into and op.ins[0] == prev.out and readers.get(prev.out) == 1 \
+                and prev.out not in graph.outputs:
+            fused = fuse(prev, op, phase, graph)
+            if fused is not None:
+                out[-1] = fused
+                continue
+        out.append(op)
+    return out
 
 
 def _source(t: str, graph: LayerGraph, producer: dict, taken: dict, steps: list[Step], here: int) -> Source:

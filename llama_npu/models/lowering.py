@@ -52,6 +52,22 @@ def bias_add(op: Op, phase: Phase, graph: LayerGraph):
     return kernel("bias_add", phase.rows, op.width), (x, b[2:], op.out), [_static(b[2:], (1, op.width), graph)]
 
 
+def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | None:
+    """A decode projection (bf16 GEMV) and its bias_add: one `linear_bias` op (GEMV with the bias epilogue); other
+    phases and the 4-bit GEMV keep the two launches."""
+    if phase.rows != 1 or graph.weights == "q4":
+        return None
+    return Op("linear_bias", (*lin.ins, add.ins[1]), add.out, add.width, into=add.into)
+
+
+def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
+    """y = x·wᵀ + b for one row: the GEMV reading the same HF [out, in] weight, the bias a [1, out] static."""
+    x, w, b = op.ins
+    n, k = op.width, graph.width(x)
+    return (kernel("gemv_bias", n, k), (w[2:], x, b[2:], op.out),
+            [_static(w[2:], (n, k), graph), _static(b[2:], (1, n), graph)])
+
+
 def rope(op: Op, phase: Phase, graph: LayerGraph):
     """The RoPE table is a state (one row per position, written once); the call reads its rows [pos, pos+rows)."""
     x, table = op.ins
@@ -89,4 +105,6 @@ def swiglu(op: Op, phase: Phase, graph: LayerGraph):
 
 
 RULES = {"rmsnorm": rmsnorm, "linear": linear, "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
-         "swiglu": swiglu, "geglu": swiglu}
+         "swiglu": swiglu, "geglu": swiglu, "linear_bias": linear_bias,
+         # epilogue fusions (graph._fuse): (first op kind, second op kind) -> the fused op, or None in a phase
+         ("linear", "bias_add"): fuse_linear_bias}
