@@ -8,4 +8,4 @@ KIND = "gemv_bias"
 
 
 def build(m: int, k: int) -> str:
-    return gemv_builder.build(m, k, bias=True)
+    return gemv_builder.build(m, k, bias=True)   # plan: gemv_bias.plan.plan_gemv_bias
