@@ -260,7 +260,8 @@ class LlamaModel:
 
     def decode(self, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
-        [0, kv_rows)), so a token is n_layers + 1 dispatches. Without: attention on the host between the
+        [0, kv_rows), or with a sliding window the `slide_rows` rows ending at the token), so a token is
+        n_layers + 1 dispatches. Without: attention on the host between the
         attention-input and FFN modules (--decode-attention host)."""
         v = f"_{variant}" if variant else ""
         graph = self.layer_graph(variant)

@@ -79,7 +79,9 @@ def rope(op: Op, phase: Phase, graph: LayerGraph):
 
 def attention(op: Op, phase: Phase, graph: LayerGraph):
     """Causal GQA attention of the call's rows (at positions pos..pos+rows-1, the scalar) over the KV-cache
-    window of positions [0, kv_rows): the same kernel for a prefill chunk (any position) and for decode."""
+    window of positions [0, kv_rows): the same kernel for a prefill chunk (any position) and for decode. A
+    sliding phase (a window of keys past which the call reads nothing) binds the cache rows [kv0, kv0 + kv_rows)
+    and passes the position within them (graph.call_scalars)."""
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
     rows, window = phase.rows, phase.kv_rows
