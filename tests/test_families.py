@@ -190,6 +190,8 @@ def test_phi4_mini_style_config_transformers4_keys(tmp_path):
                 rope_scaling={"type": "longrope", "short_factor": [1.0] * rot, "long_factor": [2.0] * rot})
     cfg = load_config(d)
     assert cfg.family == "Phi3ForCausalLM" and cfg.shapes.rotary_dim == 96 and cfg.max_position == 131072
+    from llama_npu.models import model_for
+    assert cfg.sliding_window == 262144 and model_for(cfg).sliding_window is None   # past the context: no window
     sc = cfg.rope.scaling
     assert sc["rope_type"] == "longrope" and sc["original_max_position_embeddings"] == 4096
     assert sc["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))

@@ -124,7 +124,8 @@ class LlamaModel:
     @classmethod
     def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
-        return cls(cfg.shapes, weights, cfg.sliding_window)
+        w = cfg.sliding_window   # a window no shorter than the model's context masks nothing (Phi-4-mini: 262144)
+        return cls(cfg.shapes, weights, w if w and w < cfg.max_position else None)
 
     # ------------------------------------------------------------------------------ tensor map
     def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
