@@ -7,6 +7,9 @@ in L1), then its rows [r0, r0 + R) of w, one contiguous run of R * row_bytes byt
 row travel together), received tile_m rows per step into a ping-ponged `w_l1`; the tile keeps its R outputs in
 `y_l1` and stores them to L3 with one DMA. Like mlir-air's fused Q4 decode example, the packed weights (not a
 dequantized copy) are what crosses the shim: a quarter of the bf16 bytes plus the scales.
+
+With `bias` (the `gemv_q4_bias` kernel: arguments w, x, b [1, m], y) each tile's bias rows follow x on its stream
+and land in x's one transfer (`x_l1 [k + R]`), as in the gemv kernel's bias epilogue.
 """
 from __future__ import annotations
 
@@ -18,24 +21,29 @@ KIND = "gemv_q4"
 CHANNEL = "gemvq4_in"
 
 
-def build(m: int, k: int, group: int = 32, mins: int = 1) -> str:
-    plan = plan_gemv_q4(m, k, group, mins)
+def build(m: int, k: int, group: int = 32, mins: int = 1, bias: bool = False) -> str:
+    plan = plan_gemv_q4(m, k, group, mins, bias)
     rb, rows, tm = plan.layout.row_bytes, plan.rows_per_tile, plan.tile_m
     hx, hy = plan.herd_x, plan.herd_y
-    ext = gemv_q4_kernel(k, group, mins, tm, rows)
-    w_ty, x_ty, y_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m])
-    wl_ty, xl_ty, yl_ty = memref([tm * rb], "i8", L1), memref([k], "bf16", L1), memref([rows], "bf16", L1)
-    mod = Module(KIND, [w_ty, x_ty, y_ty])
+    ext = gemv_q4_kernel(k, group, mins, tm, rows, bias)
+    w_ty, x_ty, y_ty, b_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m]), memref([1, m])
+    wl_ty, xl_ty = memref([tm * rb], "i8", L1), memref([k + rows * bias], "bf16", L1)
+    yl_ty = memref([rows], "bf16", L1)
+    types = [w_ty, x_ty, b_ty, y_ty] if bias else [w_ty, x_ty, y_ty]
+    kind = "gemv_q4_bias" if bias else KIND
+    mod = Module(kind, types)
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, yl_ty, "i32"])
     ch = mod.channel(CHANNEL, [hx, hy])
-    la = launch(mod.body, [1, 1], list(zip(mod.args, [w_ty, x_ty, y_ty])),
-                [attr_dict(KIND, {"m": m, "k": k, "group": group, "mins": int(mins)})])
-    lw, lxv, ly = la.args
+    la = launch(mod.body, [1, 1], list(zip(mod.args, types)),
+                [attr_dict(kind, {"m": m, "k": k, "group": group, "mins": int(mins)})])
+    lw, lxv, ly = la.args[0], la.args[1], la.args[-1]
     lb = la.body
     for tx in range(hx):
         for ty in range(hy):
             r0 = (tx * hy + ty) * rows
             lb.channel_put(ch, [tx, ty], lxv, x_ty, ([0, 0], [1, k], [k, 1]))
+            if bias:
+                lb.channel_put(ch, [tx, ty], la.args[2], b_ty, ([0, r0], [1, rows], [m, 1]))
             lb.channel_put(ch, [tx, ty], lw, w_ty, ([r0, 0], [rows, rb], [rb, 1]))
     seg = segment(lb, "gemvq4_seg", [(ly, y_ty)])
     h = herd(seg.body, "gemvq4_herd", (hx, hy), [(seg.args[0], y_ty)], [f'link_with = "{ext.obj}"'])

@@ -53,19 +53,24 @@ def bias_add(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | None:
-    """A decode projection (bf16 GEMV) and its bias_add: one `linear_bias` op (GEMV with the bias epilogue); other
-    phases and the 4-bit GEMV keep the two launches."""
-    if phase.rows != 1 or graph.weights == "q4":
+    """A decode projection (GEMV, bf16 or 4-bit) and its bias_add: one `linear_bias` op (the GEMV with the bias
+    epilogue); prefill (GEMM) keeps the two launches."""
+    if phase.rows != 1:
         return None
     return Op("linear_bias", (*lin.ins, add.ins[1]), add.out, add.width, into=add.into)
 
 
 def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
-    """y = x·wᵀ + b for one row: the GEMV reading the same HF [out, in] weight, the bias a [1, out] static."""
+    """y = x·wᵀ + b for one row: the GEMV reading the same weight as `linear` (the HF [out, in] tensor, or its
+    4-bit rows `<w>_q4`), the bias a [1, out] static."""
     x, w, b = op.ins
     n, k = op.width, graph.width(x)
-    return (kernel("gemv_bias", n, k), (w[2:], x, b[2:], op.out),
-            [_static(w[2:], (n, k), graph), _static(b[2:], (1, n), graph)])
+    bias = _static(b[2:], (1, n), graph)
+    if graph.weights == "q4":
+        name = w[2:] + Q4_SUFFIX
+        return (kernel("gemv_q4_bias", n, k, Q4_GROUP, 1), (name, x, b[2:], op.out),
+                [Arg(name, (n, Q4Layout(k, Q4_GROUP, True).row_bytes), Role.STATIC, "i8"), bias])
+    return kernel("gemv_bias", n, k), (w[2:], x, b[2:], op.out), [_static(w[2:], (n, k), graph), bias]
 
 
 def rope(op: Op, phase: Phase, graph: LayerGraph):
