@@ -38,6 +38,24 @@ class ExternalFamily:
     model: Callable[..., Callable]
 
 
+def elementwise_kernel(kind: str, n: int, multiple: int) -> ExternalKernel:
+    """The frame the elementwise .cc sources share (add.cc, swiglu.cc, geglu.cc): one bf16 n-vector kernel,
+    symbol `<kind>_bf16_n<N>` in `<kind>_n<N>.o`, shape and symbol from -D <KIND>_N and <KIND>_SYMBOL."""
+    from kernel_builder.planner import check_positive
+
+    check_positive(kind, n=n)
+    check_multiple(kind, "n", n, multiple)
+    symbol = f"{kind}_bf16_n{n}"
+    up = kind.upper()
+    return ExternalKernel(symbol=symbol, obj=f"{kind}_n{n}.o", source=f"{kind}.cc",
+                          defines=((f"{up}_N", str(n)), (f"{up}_SYMBOL", symbol)))
+
+
+def elementwise_family(kind: str, kernel: Callable[[int], ExternalKernel], model: Callable) -> ExternalFamily:
+    """The ExternalFamily of an elementwise kernel named as `elementwise_kernel` names it."""
+    return ExternalFamily(kind, f"{kind}.cc", rf"{kind}_n(\d+)\.o", rf"{kind}_bf16_n(\d+)", kernel, model)
+
+
 def _ints(groups) -> list:
     return [int(g) if g is not None and g.isdigit() else g for g in groups]
 

@@ -55,6 +55,11 @@ def check_lowering_main(args) -> int:
     print(f"check-lowering: {cfg.model_dir.name} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden}), "
           f"buckets {','.join(map(str, bs))}, context {ctx}: {len(modules)} modules; pinned {pin_text()}; "
           f"lowering with {lowerer.describe()}", flush=True)
-    report = check_lowering(modules, lowerer, progress=not args.no_progress)
+    memo = None
+    if not args.no_memo:
+        from external_kernels.paths import cache_root
+        from multi_launch_builder.compile.lowering import VerdictMemo
+        memo = VerdictMemo(cache_root() / "lowering")
+    report = check_lowering(modules, lowerer, progress=not args.no_progress, memo=memo)
     print(report.table())
     return 0 if report.ok else 1

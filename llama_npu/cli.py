@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     low.add_argument("--context", type=positive_int, default=None, help="KV-cache positions (default: as compile)")
     low.add_argument("--no-progress", action="store_true", help="no progress bar")
     low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
+    low.add_argument("--no-memo", action="store_true", help="lower every module again, even one whose text this "
+                     "lowerer has judged before (verdicts are kept under $LLAMA_NPU_CACHE/lowering)")
     low.add_argument("--tool", default=None, help="a lowering tool with the $LLAMA_NPU_AIR_LOWER interface "
                      "(default: the installed aircc/aiecc, else $LLAMA_NPU_AIR_LOWER)")
     hw = sub.add_parser("hw-check", help="check AIR module files against the NPU2 hardware model")

@@ -18,74 +18,43 @@ class OneLineParser(_Parser):
     exits with EXIT_BAD_INPUT."""
 
 
-def positive_int(text: str) -> int:
+def _number(text: str, parse, ok, must: str):
+    """`parse(text)` when it parses and `ok` holds, else one ArgumentTypeError line "must be <must>, got ..."."""
     try:
-        value = int(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {must}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, lambda v: v > 0, "a positive integer")
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0 = off), got {text!r}")
-    return value
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0 (0 = off)")
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0 < v < float("inf"), "a number > 0")
 
 
 def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
 
 
 def port_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535 (0 = any free port), got {text!r}")
-    return value
+    return _number(text, int, lambda v: 0 <= v <= 65535, "a port number 0..65535 (0 = any free port)")
 
 
 def seed_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**64:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**64), got {text!r}")
-    return value
+    return _number(text, int, lambda v: 0 <= v < 2**64, "an integer in [0, 2**64)")
 
 
 def bucket_list(text: str) -> tuple[int, ...]:

@@ -1,5 +1,8 @@
-"""The runtime: walks the model description's phase plans through one ModuleExecutor
-(multi_launch_builder.executor).
+"""The runtime: prefill, decode and the generation loop, walking the model description's phase plans through
+one ModuleExecutor (multi_launch_builder.executor). Loading (checkpoint -> weights -> built modules ->
+executor) is llama_npu/loader.py; the device states are llama_npu/states.py; the walk that binds every module
+input is llama_npu/walk.py; timing, text streaming and stop strings on top of generate_step are
+llama_npu/generation.py.
 
 Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer: attention inputs with the
 K/V append, attention, the rest); decode feeds one token through ONE fused module per layer (attention on the
@@ -20,22 +23,22 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from multi_launch_builder.decl import Role
 from kernel_builder.numerics import BF16, to_bf16
 
 from .config import ModelConfig, load_config, select_buckets  # noqa: F401 (re-exported)
 from .errors import PromptError
-from .host_attention import K_CACHE, V_CACHE, HostAttention
-from .model_source import resolve_model
-from .models.graph import PhasePlan, call_scalars, layer_plan
-from .rope import RopeTable
+from .generation import GenerationResult, StepInfo, generate  # noqa: F401 (re-exported)
+from .host_attention import HostAttention
+from .loader import HANDOFFS, load_engine, preload, warm_up  # noqa: F401 (HANDOFFS re-exported)
+from .models.graph import HEAD_PLAN, PhasePlan, decode_plan, layer_plan, prefill_plan
 from .processors import log_softmax
 from .sampling import Sampler
+from .states import DeviceStates
 from .tokenizer import Tokenizer
+from .walk import layer_key, run_layers  # noqa: F401 (re-exported)
 from .weights import ModelWeights
 
 from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
-HANDOFFS = ("device", "host")
 DECODE_ATTENTION = ("npu", "host")
 # A chat turn that extends the cached conversation by at most this many tokens is fed through decode
 # (one pass per token); a longer one runs as a prefill chunk on top of the cache.
@@ -51,19 +54,6 @@ class PrefillResult:
     bucket: int = 0
 
 
-@dataclass
-class GenerationResult:
-    tokens: list[int]
-    text: str
-    ttft_s: float
-    prefill_tok_s: float
-    decode_tok_s: float
-    ms_per_token: float
-    stop_reason: str                     # "eos" | "length" | "interrupted"
-    prompt_len: int = 0
-    prompt_computed: int = 0             # prompt tokens computed by this call (the rest came from the KV cache)
-
-
 def check_budget(n_prompt: int, max_new_tokens: int, context: int, what: str = "the model's context") -> None:
     """Prompt + new tokens fit the context (PromptError). Shared by the CLI's cheap pre-checks (before any
     weight is read) and Engine.generate."""
@@ -74,52 +64,6 @@ def check_budget(n_prompt: int, max_new_tokens: int, context: int, what: str = "
     if n_prompt + max_new_tokens > context:
         raise PromptError(f"prompt ({n_prompt} tokens) + N_TOKENS ({max_new_tokens}) = "
                           f"{n_prompt + max_new_tokens} exceeds {what} of {context} tokens")
-
-
-def layer_key(layer: int) -> str:
-    """A layer's buffer-set key: its weights (shared by every module of the layer family) and KV cache."""
-    return f"L{layer}"
-
-
-def run_layers(cache, plans, x: np.ndarray, pos: int, n_layers: int, host_op=None,
-               read_hidden: bool = False, read_last: bool = False) -> list[np.ndarray]:
-    """Run `n_layers` layers of `plans` (one PhasePlan for every layer, or a tuple of each layer's) on the host
-    rows `x` at position `pos`: every module input is bound where the plan says it comes from (layer 0's input:
-    `x`; later layers: the previous layer's output; a module output: a ref; a host step:
-    `host_op(step, layer, pos, results)`'s array). Returns the layer outputs read back (every layer with
-    read_hidden, the last one with read_last)."""
-    run, ref = cache.load_and_run, cache.ref
-    hidden = []
-    out_module = None                    # the module holding the previous layer's output
-    for layer in range(n_layers):
-        plan = layer_plan(plans, layer)
-        out_step, out_arg = plan.output
-        host_reads = {i: [src.arg for st in plan.steps if st.decl is None for src in st.inputs.values()
-                          if src.step == i] for i in range(len(plan.steps))}
-        bo = layer_key(layer)
-        host_vals: dict[int, np.ndarray] = {}
-        results: dict[int, dict] = {}
-        for i, step in enumerate(plan.steps):
-            if step.decl is None:
-                host_vals[i] = host_op(step, layer, pos, results)
-                continue
-            args = {}
-            for name, src in step.inputs.items():
-                if src.step < 0:     # the layer input: the host rows, then the previous layer's output
-                    args[name] = x if layer == 0 else ref(out_module, prev_arg)
-                elif src.host:
-                    args[name] = host_vals[src.step]
-                else:
-                    args[name] = ref(plan.steps[src.step].decl.name, src.arg)
-            wanted = set(host_reads[i])
-            if i == out_step and (read_hidden or (read_last and layer == n_layers - 1)):
-                wanted.add(out_arg)
-            scalars = call_scalars(step.decl, pos)
-            results[i] = run(step.decl.name, bo_key=bo, read=wanted, **scalars, **args)
-        if out_arg in results.get(out_step, {}):
-            hidden.append(results[out_step][out_arg])
-        out_module, prev_arg = plan.steps[out_step].decl.name, out_arg
-    return hidden
 
 
 class Engine:
@@ -136,11 +80,10 @@ class Engine:
         self.model = weights.model
         self.cache = cache
         self.buckets = tuple(buckets)
-        self.windows = self.model.kv_windows(self.context)        # KV-cache windows attention is built for
         self.plans = self.model.plans(self.buckets, self.context, decode_attention)
         self._embed = weights.embed()
-        self.ropes = {name: RopeTable(self.shapes.head_dim, params, rotary_dim=self.shapes.rotary_dim)
-                      for name, params in self.model.rope_tables(cfg).items()}   # every RoPE table state
+        self.states = DeviceStates(cache, self.model, cfg, self.context)   # KV cache, RoPE tables
+        self.windows = self.states.windows        # KV-cache windows attention is built for
         self.stop_ids = frozenset(cfg.eos_ids) | frozenset(tokenizer.eos_ids)
         self.pad_id = min(self.stop_ids) if self.stop_ids else 0
         s = self.shapes
@@ -149,9 +92,8 @@ class Engine:
         self.tokens: list[int] = []    # the ids whose K/V are in the cache (positions 0..pos-1)
         self.last_hidden: np.ndarray | None = None
         self.host_attn_s = 0.0          # CPU decode-attention time since the last reset
-        head = self.plans[("head",)].steps[0].decl
+        head = self.plans[HEAD_PLAN].steps[0].decl
         self._logit_names = [a.name for a in head.args if a.name.startswith("logits_")]
-        self.kv_capacity = 0
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -159,75 +101,22 @@ class Engine:
              cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
              handoff: str = "device", context: int | None = None, decode_attention: str = "npu",
              weights_mode: str = "bf16") -> "Engine":
-        """Resolve the model, validate it (config before any weight), choose the context (--context, else
-        what the machine's memory allows) and check the whole memory plan before anything is allocated,
-        build or reuse every kernel module, read all weights straight into their device buffers and
-        (warmup) run one untimed prefill and decode step, so one-time device work stays out of the first
-        timed request."""
-        from multi_launch_builder.compile import build_modules
-        from multi_launch_builder.executor import ModuleExecutor as KernelCache
-        from multi_launch_builder.devices import make_device
-
-        from .embedded import cache_root
-
-        if handoff not in HANDOFFS:
-            raise ValueError(f"handoff must be one of {HANDOFFS}, got {handoff!r}")
-        model_dir = resolve_model(model, progress=progress)
-        cfg = load_config(model_dir)
-        tokenizer = Tokenizer(model_dir)
-        dev = make_device(device)
-        from .memory import available_bytes, choose_context
-        from .models import model_for
-        from .sizes import check_model_sizes, kernel_sizes, plan_modules
-
-        check_model_sizes(cfg)      # every size the kernels constrain, before the checkpoint is opened
-        avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
-        with kernel_sizes(cfg):     # the memory plan declares every module
-            ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
-        bs = select_buckets(buckets, ctx)
-        model = model_for(cfg, weights_mode)
-        from .embedded import gguf_source
-
-        # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md; the
-        # weights decide whether a q4 run's LM head is 4-bit, so they are opened before the modules are planned)
-        weights = ModelWeights(cfg, model, weights=weights_mode,
-                               gguf=gguf_source(model_dir) if weights_mode == "q4" else None)
-        decls = plan_modules(model, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
-        kind = getattr(dev, "name", "emu")
-        cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
-        report = build_modules(decls, cache_dir, kind, progress=progress)
-        cache = KernelCache(dev, report.artifacts, decls, handoff=handoff)
-        eng = cls(cfg, tokenizer, weights, cache, bs, ctx, decode_attention)
-        eng.preload(progress=progress)
-        if warmup:
-            eng.warmup()
-        return eng
+        """A ready Engine for `model` (loader.load_engine: validate, plan memory, build, upload, warm up)."""
+        return load_engine(cls, model, device, buckets, cache_dir, progress, warmup, handoff, context,
+                           decode_attention, weights_mode)
 
     def preload(self, progress: bool = True) -> None:
-        """Write every static (each layer's weights once for all its modules, the LM head) before any timed
-        call, each tensor read from the checkpoint straight into its device buffer."""
-        from tqdm import tqdm
-
-        c, w = self.cache, self.weights
-        layer_plans = [plan for key, plan in self.plans.items() if key != ("head",)]
-        for layer in tqdm(range(self.shapes.n_layers), desc="uploading weights", unit="layer",
-                          disable=not progress, leave=False):
-            decls = {d.name: d for plan in layer_plans for d in layer_plan(plan, layer).decls}
-            for d in decls.values():
-                c.write_static(d.name, bo_key=layer_key(layer),
-                               **{a: w.writer(a, layer) for a in d.names(Role.STATIC)})
-        head = self.plans[("head",)].steps[0].decl
-        c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
-        self._ensure_capacity(min(max(self.buckets), self.context))
-        c.reset_counters()  # the profile counts inference traffic, not the one-time upload
+        """Every static into its device buffer (loader.preload)."""
+        preload(self, progress)
 
     def warmup(self) -> None:
-        """One untimed prefill (smallest bucket) + decode step + LM head; then a clean state."""
-        self.prefill([self.pad_id])
-        self.decode_step(self.pad_id)
-        self.reset()
-        self.host_attn_s = 0.0
-        self.cache.reset_counters()
+        """One untimed prefill + decode step, then a clean state (loader.warm_up)."""
+        warm_up(self)
+
+    @property
+    def kv_capacity(self) -> int:
+        """Rows the device states hold now (a KV window)."""
+        return self.states.capacity
 
     # ------------------------------------------------------------------------------------ helpers
     def _check_ids(self, token_ids: Sequence[int]) -> list[int]:
@@ -240,21 +129,8 @@ class Engine:
         return ids
 
     def _ensure_capacity(self, needed: int) -> None:
-        """KV cache and RoPE table rows for positions [0, needed): grown (contents kept) by doubling, never
-        beyond the run's context, never silently truncated."""
-        if needed > self.context:
-            raise PromptError(f"position {needed - 1} is beyond this run's context of {self.context} tokens"
-                              + (" (--context)" if self.context < self.config.max_position else ""))
-        if needed <= self.kv_capacity:
-            return
-        old = self.kv_capacity
-        cap = min(w for w in self.windows if w >= needed)   # a window: every attention module fits the cache
-        for name in (K_CACHE, V_CACHE):
-            self.cache.define_state(name, cap)
-        for name, table in self.ropes.items():
-            self.cache.define_state(name, cap, per_key=False)
-            self.cache.write_state(name, table.rows(cap)[old:], start=old)
-        self.kv_capacity = cap
+        """KV cache and RoPE table rows for positions [0, needed) (states.DeviceStates.ensure)."""
+        self.states.ensure(needed)
 
     def reset(self) -> None:
         """Forget the conversation: the next prefill starts at position 0."""
@@ -282,7 +158,7 @@ class Engine:
 
     def _lm_head(self, module: str, arg: str, row: int | None) -> np.ndarray:
         """Final RMSNorm + LM head on the device, on `module.arg` (row `row`) -> f32 logits [vocab]."""
-        head = self.plans[("head",)].steps[0].decl
+        head = self.plans[HEAD_PLAN].steps[0].decl
         out = self.cache.load_and_run(head.name, bo_key=head.name, x=self.cache.ref(module, arg, row=row))
         logits = np.concatenate([out[n].reshape(-1) for n in self._logit_names])
         return self.model.final_logits(logits[: self.shapes.vocab].astype(np.float32))
@@ -314,8 +190,7 @@ class Engine:
         return out
 
     def _window(self, needed: int, rows: int | None = None) -> int:
-        """The smallest KV window holding positions [0, needed) (a prefill chunk may also use its own size)."""
-        return min(w for w in (*((rows,) if rows else ()), *self.windows) if w >= needed)
+        return self.states.window(needed, rows)
 
     def _prefill_from(self, ids: list[int], start: int, return_hidden: bool = False,
                       bucket: int | None = None) -> PrefillResult:
@@ -331,7 +206,7 @@ class Engine:
             real = ids[p:p + rows]
             toks[:len(real)] = real
             x = self.model.embed_rows(np.asarray(self._embed[toks], dtype=BF16))   # [rows, H] gather on the host
-            plan = self.plans[("prefill", rows, self._window(p + rows, rows))]
+            plan = self.plans[prefill_plan(rows, self._window(p + rows, rows))]
             outs = self._run_layers(plan, x, p, read_hidden=return_hidden)
             if return_hidden:
                 new = slice(done - p, min(n, p + rows) - p)          # rows this chunk adds
@@ -365,8 +240,7 @@ class Engine:
         pos = self.pos
         self._ensure_capacity(pos + 1)
         x = self.model.embed_rows(np.asarray(self._embed[int(token_id)], dtype=BF16).reshape(1, self.shapes.hidden))
-        key = ("decode", None) if self.decode_attention == "host" else ("decode", self._window(pos + 1))
-        plan = self.plans[key]
+        plan = self.plans[decode_plan(None if self.decode_attention == "host" else self._window(pos + 1))]
         self._run_layers(plan, x, pos)
         self.pos = pos + 1
         self.tokens.append(int(token_id))
@@ -400,26 +274,10 @@ class Engine:
                  on_token: Callable[[int, str], None] | None = None,
                  on_logits: Callable[[int, np.ndarray], None] | None = None,
                  stop_event: threading.Event | None = None, reuse_kv: bool = False) -> GenerationResult:
-        """Prefill `token_ids` and decode up to `max_new_tokens` (generate_step, timed). With reuse_kv (chat,
-        serve), the prompt's prefix already in the KV cache is not computed again, only the rest (see
-        reusable_prefix)."""
-        info = StepInfo()
-        stream = _TextStream(self.tokenizer, on_token)
-        tokens: list[int] = []
-        for tok, _ in self.generate_step(token_ids, max_new_tokens, sampler, on_logits=on_logits,
-                                         stop_event=stop_event, reuse_kv=reuse_kv, info=info):
-            tokens.append(tok)
-            stream.push(tokens)
-        t_end = time.perf_counter()
-        ttft = info.t_first - info.t_start
-        n_dec = len(tokens) - 1
-        dec_s = t_end - info.t_first
-        return GenerationResult(
-            tokens=tokens, text=self.tokenizer.decode(tokens), ttft_s=ttft,
-            prefill_tok_s=info.prompt_computed / ttft if ttft > 0 else float("inf"),
-            decode_tok_s=n_dec / dec_s if n_dec and dec_s > 0 else 0.0,
-            ms_per_token=1e3 * dec_s / n_dec if n_dec else 0.0,
-            stop_reason=info.stop_reason, prompt_len=info.prompt_len, prompt_computed=info.prompt_computed)
+        """Prefill `token_ids` and decode up to `max_new_tokens` (generate_step, timed: generation.generate).
+        With reuse_kv (chat, serve), the prompt's prefix already in the KV cache is not computed again, only
+        the rest (see reusable_prefix)."""
+        return generate(self, token_ids, max_new_tokens, sampler, on_token, on_logits, stop_event, reuse_kv)
 
     def generate_step(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler | None = None,
                       processors: Sequence[Callable[[list[int], np.ndarray], np.ndarray]] = (),
@@ -469,37 +327,3 @@ class Engine:
                 info.stop_reason = "interrupted"
                 return
             logits = self.decode_step(tok)
-
-
-@dataclass
-class StepInfo:
-    """What one generate_step run did (filled in as it goes)."""
-    prompt_len: int = 0
-    prompt_computed: int = 0             # prompt tokens computed (the rest came from the KV cache)
-    t_start: float = 0.0
-    t_first: float = 0.0                 # when the first token was sampled
-    stop_reason: str = "length"          # "eos" | "length" | "interrupted"
-
-
-class _TextStream:
-    """Turns the growing token list into text deltas with a constant amount of decoding per token.
-
-    Only a short window is decoded: the tokens since the last emitted text (`read`) plus the few before
-    them (`prefix`, so word-boundary spaces decode as in the full text). A window ending in U+FFFD (an
-    incomplete UTF-8 sequence split across tokens) is held back until the next token completes it."""
-
-    def __init__(self, tokenizer: Tokenizer, on_token):
-        self.tokenizer, self.on_token = tokenizer, on_token
-        self.prefix = self.read = 0
-
-    def push(self, tokens: list[int]) -> None:
-        if self.on_token is None:
-            return
-        decode = self.tokenizer.decode
-        before = decode(tokens[self.prefix:self.read])
-        text = decode(tokens[self.prefix:])
-        delta = ""
-        if len(text) > len(before) and not text.endswith("\ufffd"):
-            delta = text[len(before):]
-            self.prefix, self.read = self.read, len(tokens)
-        self.on_token(tokens[-1], delta)

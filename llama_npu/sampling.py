@@ -71,9 +71,5 @@ class Sampler:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         self.rng = np.random.default_rng(self.seed)
 
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature <= 0
-
     def __call__(self, logits: np.ndarray) -> int:
         return sample(logits, self.temperature, self.top_k, self.top_p, self.rng)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .constrained import GrammarEngine, GrammarError, Triggered, check_schema
-from .engine import StepInfo, _TextStream
+from .generation import StepInfo, TextStream
 from .processors import LogitBias, Penalties, top_k
 from .sampling import Sampler
 from .tool_calls import ToolSyntax, auto_grammar, auto_trigger, forced_grammar, render, syntax_for
@@ -119,7 +119,7 @@ class Result:
 
 
 def generate(engine, job, emit: Callable | None, default_temperature: float, stops) -> Result:
-    """Run `job` (serve_worker.Job) to its end; `stops`: its serve_worker.StopStrings."""
+    """Run `job` (serve_worker.Job) to its end; `stops`: its generation.StopStrings."""
     req, plan, opts = job.req, job.plan or Plan(), job.req.options
     vocab = engine.config.shapes.vocab
     sampler = job.sampler or Sampler(temperature=default_temperature if req.temperature is None
@@ -154,7 +154,7 @@ def generate(engine, job, emit: Callable | None, default_temperature: float, sto
             send(calls.push(text) if calls is not None else [("content", text)])
 
     deltas: list[str] = []
-    stream = _TextStream(engine.tokenizer, lambda _t, d: deltas.append(d))
+    stream = TextStream(engine.tokenizer, lambda _t, d: deltas.append(d))
     tokens: list[int] = []
     info = StepInfo()
     raw: list[str] = []

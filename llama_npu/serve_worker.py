@@ -1,5 +1,6 @@
 """The engine side of `llama-npu serve`: one Engine, requests served one at a time in arrival order (the
-device is one resource) by the thread that loaded the engine, stop strings held back across text deltas.
+device is one resource) by the thread that loaded the engine, stop strings held back across text deltas
+(generation.StopStrings).
 
 The engine runs on the thread that loaded it (the main thread; HTTP runs on another): with the emulator,
 generation on a different thread than the load was 3-5x slower (emu sets OpenBLAS's thread count around
@@ -17,47 +18,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import LlamaNpuError, PromptError
+from .generation import StopStrings
 from . import serve_gen
 from .sampling import Sampler
 from .serve_api import ApiError, GenRequest, bad
 from .serve_limits import least_tokens, max_token_bytes
-
-
-class StopStrings:
-    """Cuts the streamed text at the first stop string, which is never emitted: text that could be the
-    start of a stop string is held back until the next delta shows whether it is one, so a stop string
-    split across two deltas does not leak."""
-
-    def __init__(self, stops: list[str]):
-        self.stops = [s for s in stops if s]
-        self.held = ""
-        self.hit = False
-
-    def push(self, delta: str) -> str:
-        """Text that is safe to emit now (after a hit: nothing more)."""
-        if self.hit:
-            return ""
-        text = self.held + delta
-        if not self.stops:
-            self.held = ""
-            return text
-        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.hit, self.held = True, ""
-            return text[:cut]
-        keep = 0  # the longest tail of `text` that is a proper prefix of some stop string
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(text)), keep, -1):
-                if text.endswith(s[:n]):
-                    keep = n
-                    break
-        self.held = text[len(text) - keep:] if keep else ""
-        return text[: len(text) - keep]
-
-    def flush(self) -> str:
-        """At the end of a reply without a stop string: what was held back is plain text."""
-        out, self.held = ("" if self.hit else self.held), ""
-        return out
 
 
 @dataclass(eq=False)  # hashed by identity (kept in a set)

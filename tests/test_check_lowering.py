@@ -153,3 +153,30 @@ def test_installed_aircc_path_with_a_fake_aircc(tmp_path, config_dir, capsys):
     assert args[1:5] == ["--device", "npu2", "--output-format", "none"] and args[5] == "-i"
     res = low.lower("m2", plain.replace("preset: ", "preset: --stack-size 1280"), tmp_path)
     assert (res.ok, res.stage) == (False, "aircc") and res.message == "exit 1: error: stack too large"
+
+
+def test_verdicts_are_kept_per_text_and_tool(tmp_path, config_dir, capsys, monkeypatch):
+    """A second check of unchanged modules lowers nothing (rows say `memo`); a crash is not kept; --no-memo and a
+    rebuilt tool lower again."""
+    monkeypatch.setenv("LLAMA_NPU_CACHE", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+    body = FAKE.replace("{fail}", "__none__").replace('echo "lowering $src"', f'echo x >> {calls}')
+    tool = _tool(tmp_path, body=body)
+    only = ["--only", "lm_head", "--only", "layer_kv256"]
+    assert main(["check-lowering", "--model", config_dir, "--tool", tool, *only, *ARGS]) == 0
+    first = capsys.readouterr().out
+    assert len(calls.read_text().split()) == 2 and "memo" not in first
+    assert main(["check-lowering", "--model", config_dir, "--tool", tool, *only, *ARGS]) == 0
+    out = capsys.readouterr().out
+    assert len(calls.read_text().split()) == 2, "unchanged modules were lowered again"
+    assert all(r[-1] == "memo" for r in _rows(out).values()) and "2 verdicts from earlier runs" in out
+    assert main(["check-lowering", "--model", config_dir, "--tool", tool, *only, "--no-memo", *ARGS]) == 0
+    assert len(calls.read_text().split()) == 4
+    capsys.readouterr()
+    Path(tool).write_text(body + "\n# rebuilt\n")   # another tool build: its verdicts are its own
+    assert main(["check-lowering", "--model", config_dir, "--tool", tool, *only, *ARGS]) == 0
+    assert len(calls.read_text().split()) == 6
+    crash = _tool(tmp_path, body=f"#!/bin/sh\necho x >> {calls}\nexit 139\n")
+    for _ in range(2):
+        assert main(["check-lowering", "--model", config_dir, "--tool", crash, "--only", "lm_head", *ARGS]) == 1
+    assert len(calls.read_text().split()) == 8, "a run without a verdict was kept"

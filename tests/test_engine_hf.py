@@ -204,7 +204,7 @@ def test_text_stream_deltas_equal_full_decode_with_byte_level_bpe(tmp_path):
     text, including multi-byte characters split across byte-level BPE tokens."""
     from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
 
-    from llama_npu.engine import _TextStream
+    from llama_npu.generation import TextStream
     from llama_npu.tokenizer import Tokenizer
 
     corpus = ["Héllo wörld, naïve café: 你好，世界 🚀🔥", "def f(x):\n    return x ** 2  # done", "the cat sat"] * 20
@@ -220,7 +220,7 @@ def test_text_stream_deltas_equal_full_decode_with_byte_level_bpe(tmp_path):
     text = "Tell me: 你好 🚀 café?\n  ok " * 3
     ids = tok.encode(text, add_special_tokens=False)
     deltas = []
-    stream = _TextStream(tok, lambda t, d: deltas.append(d))
+    stream = TextStream(tok, lambda t, d: deltas.append(d))
     for i in range(1, len(ids) + 1):
         stream.push(ids[:i])
     assert "".join(deltas) == real_decode(ids) == text

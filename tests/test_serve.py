@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from llama_npu.serve_api import ApiError, parse_chat, parse_completion, parse_json
-from llama_npu.serve_worker import StopStrings
+from llama_npu.generation import StopStrings
 from tooling import require_module
 
 openai = require_module("openai")  # the test extra

@@ -1,6 +1,6 @@
 """End-to-end wiring check of the derived modules: one layer of every phase, run module by module on the
 emu device (stitched text -> launch program -> numpy references) through the runtime's own walk
-(llama_npu.engine.run_layers), equals the Llama layer composed by hand from the references - bit for bit,
+(llama_npu.walk.run_layers), equals the Llama layer composed by hand from the references - bit for bit,
 including the K/V rows the modules append to the device cache. A deliberately mis-wired declaration must
 change the result, so a wiring bug cannot hide."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from multi_launch_builder.decl import ModuleDecl, Role
 from multi_launch_builder.devices.emu import EmuDevice
 from kernel_builder.numerics import to_bf16
 from kernel_builder.reference import KERNELS as K, decode_attn, flash_attn
-from llama_npu.engine import run_layers
+from llama_npu.walk import run_layers
 from llama_npu.host_attention import HostAttention
 from llama_npu.models.graph import PhasePlan
 from llama_npu.models.llama import SMOLLM2_135M, LlamaModel, QKNormLlama

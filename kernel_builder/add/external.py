@@ -9,21 +9,16 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.instr_counts import add_acc, conv, load, store
 from kernel_builder.external_models import F32, need_memref
-from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.externals import elementwise_family, elementwise_kernel
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.numerics import to_bf16
-from kernel_builder.planner import check_positive
 
 ADD_N_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
 
 def add_kernel(n: int) -> ExternalKernel:
     """y[n] = a[n] + b[n] (f32 add, bf16 RNE)."""
-    check_positive("add", n=n)
-    check_multiple("add", "n", n, ADD_N_MULTIPLE)
-    symbol = f"add_bf16_n{n}"
-    return ExternalKernel(symbol=symbol, obj=f"add_n{n}.o", source="add.cc",
-                          defines=(("ADD_N", str(n)), ("ADD_SYMBOL", symbol)))
+    return elementwise_kernel("add", n, ADD_N_MULTIPLE)
 
 
 def add_model(n: int):
@@ -41,5 +36,5 @@ def _add(m, args):
     return CallWork(n, 0, step * (n // 32))
 
 
-FAMILY = ExternalFamily("add", "add.cc", r"add_n(\d+)\.o", r"add_bf16_n(\d+)", add_kernel, add_model)
+FAMILY = elementwise_family("add", add_kernel, add_model)
 COSTS = (ExternalCost("add", re.compile(FAMILY.symbol_re), _add, DEFAULT_STACK, (2,), (2,)),)

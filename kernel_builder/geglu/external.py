@@ -11,21 +11,16 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, scalar_bf16, store, vmac
 from kernel_builder.external_models import F32, need_memref
-from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.externals import elementwise_family, elementwise_kernel
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.numerics import to_bf16
-from kernel_builder.planner import check_positive
 
 GEGLU_N_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
 
 def geglu_kernel(n: int) -> ExternalKernel:
     """y[n] = gelu_tanh(gate[n]) * up[n] in f32, bf16 RNE output."""
-    check_positive("geglu", n=n)
-    check_multiple("geglu", "n", n, GEGLU_N_MULTIPLE)
-    symbol = f"geglu_bf16_n{n}"
-    return ExternalKernel(symbol=symbol, obj=f"geglu_n{n}.o", source="geglu.cc",
-                          defines=(("GEGLU_N", str(n)), ("GEGLU_SYMBOL", symbol)))
+    return elementwise_kernel("geglu", n, GEGLU_N_MULTIPLE)
 
 
 def geglu_model(n: int):
@@ -50,5 +45,5 @@ def _geglu(m, args):
     return CallWork(8 * n, 0, step * (n // 32) + scalar_bf16(4) + Counts(broadcast=2) + conv(2))
 
 
-FAMILY = ExternalFamily("geglu", "geglu.cc", r"geglu_n(\d+)\.o", r"geglu_bf16_n(\d+)", geglu_kernel, geglu_model)
+FAMILY = elementwise_family("geglu", geglu_kernel, geglu_model)
 COSTS = (ExternalCost("geglu", re.compile(FAMILY.symbol_re), _geglu, DEFAULT_STACK, (2,), (2,)),)

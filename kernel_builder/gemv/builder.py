@@ -58,14 +58,9 @@ def build(m: int, k: int, bias: bool = False) -> str:
     la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(kind, {"m": m, "k": k})])
     lw, lxv, ly = la.args[0], la.args[1], la.args[-1]
     lb = la.body
-    # ---- launch: per tile, x (its bias rows) then its weight rows on the tile's own channel (one shim stream each)
-    for tx in range(hx):
-        for ty in range(hy):
-            r0 = (tx * hy + ty) * rows
-            lb.channel_put(ch, [tx, ty], lxv, x_ty, ([0, 0], [1, k], [k, 1]))
-            if bias:
-                lb.channel_put(ch, [tx, ty], la.args[2], b_ty, ([0, r0], [1, rows], [m, 1]))
-            lb.channel_put(ch, [tx, ty], lw, w_ty, ([r0, 0], [rows, k], [k, 1]))
+    # ---- launch: per tile, x (then its bias rows) then its weight rows on the tile's own channel (one shim stream
+    # each)
+    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, k), (la.args[2], b_ty, m) if bias else None)
 
     # ---- segment: the herd; its tiles store their rows straight to L3
     seg = segment(lb, "gemv_seg", [(ly, y_ty)])
@@ -80,8 +75,7 @@ def build(m: int, k: int, bias: bool = False) -> str:
     if plan.row_steps > 1 or plan.k_steps > 1:
         b.pin_to_scope(acc, acc_ty)  # f32 partial sums carried across steps: one copy, not ping-ponged
     b.channel_get(ch, [tx, ty], xl, xl_ty, None)
-    tile = b.addi(b.muli(tx, hy), ty) if hy > 1 else tx
-    row0 = b.muli(tile, rows)
+    row0 = tile_row0(b, tx, ty, hy, rows)
     body, i = (b.for_(0, rows, tm, "i") if plan.row_steps > 1 else (b, 0))
     step, k0 = (body.for_(0, k, kc, "k0") if plan.k_steps > 1 else (body, 0))
     wl = step.alloc("w_l1", wl_ty)
@@ -97,3 +91,26 @@ def build(m: int, k: int, bias: bool = False) -> str:
     b.dealloc(acc, acc_ty)
     b.dealloc(yl, yl_ty)
     return mod.text()
+
+
+def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, bias=None) -> None:
+    """The launch body of a GEMV (gemv, gemv_q4): per tile (tx, ty), number t = tx*herd_y + ty, on its own
+    channel: the whole x, (with `bias`: the tile's bias elements [t*rows, (t+1)*rows), which the tile takes in
+    x's transfer,) then its `rows` rows [t*rows, (t+1)*rows) of w as one contiguous run. `x`, `w`: (launch value,
+    memref type, row length in elements); `bias`: (launch value, memref type [1, m], m)."""
+    hx, hy = herd_shape
+    (xv, x_ty, k), (wv, w_ty, row) = x, w
+    for tx in range(hx):
+        for ty in range(hy):
+            r0 = (tx * hy + ty) * rows
+            lb.channel_put(ch, [tx, ty], xv, x_ty, ([0, 0], [1, k], [k, 1]))
+            if bias is not None:
+                bv, b_ty, m = bias
+                lb.channel_put(ch, [tx, ty], bv, b_ty, ([0, r0], [1, rows], [m, 1]))
+            lb.channel_put(ch, [tx, ty], wv, w_ty, ([r0, 0], [rows, row], [row, 1]))
+
+
+def tile_row0(b, tx, ty, hy: int, rows: int):
+    """In the herd body: the first output row of tile (tx, ty), (tx*hy + ty) * rows."""
+    tile = b.addi(b.muli(tx, hy), ty) if hy > 1 else tx
+    return b.muli(tile, rows)

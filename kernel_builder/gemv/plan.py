@@ -102,20 +102,39 @@ def gemv_herd_shape(tiles: int) -> tuple[int, int] | None:
     return None
 
 
+def gemv_tile_counts(kind: str, m: int) -> list[int]:
+    """The tile counts a GEMV of m output rows may use (gemv, gemv_q4), the most weight streams first: divisors
+    of m up to GEMV_MAX_TILES that make a herd and store each tile's rows once as whole 32-bit words
+    (rows_per_tile * 2 bytes); a ValueError when there is none."""
+    counts = [t for t in divisors_desc(m, GEMV_MAX_TILES) if (m // t) % 2 == 0 and gemv_herd_shape(t)]
+    if not counts:
+        raise ValueError(f"{kind}: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
+    return counts
+
+
+def first_best(m: int, counts: list[int], candidates):
+    """The plan of the first tile count in `counts` that has one: `candidates(herd_x, herd_y, rows_per_tile)`
+    yields (plan, preference key) for every plan that fits; the highest key wins (the first on a tie)."""
+    for tiles in counts:
+        hx, hy = gemv_herd_shape(tiles)
+        best, best_key = None, None
+        for plan, key in candidates(hx, hy, m // tiles):
+            if best_key is None or key > best_key:
+                best, best_key = plan, key
+        if best is not None:
+            return best
+    return None
+
+
 def plan_gemv(m: int, k: int, bias: bool = False) -> GemvPlan:
     check_positive("gemv", m=m, k=k)
     if k % GEMV_K_MULTIPLE:
         raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
                          f"(AIE2P 32-lane bf16 vector path of the external kernel)")
-    # each tile stores its rows once: rows_per_tile * 2 bytes must be a whole number of 32-bit words
-    counts = [t for t in divisors_desc(m, GEMV_MAX_TILES) if (m // t) % 2 == 0 and gemv_herd_shape(t)]
-    if not counts:
-        raise ValueError(f"gemv: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
+    counts = gemv_tile_counts("gemv", m)
     chunks = [c for c in divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
-    for tiles in counts:  # the most weight streams first
-        hx, hy = gemv_herd_shape(tiles)
-        rows = m // tiles
-        best, best_key = None, None
+
+    def candidates(hx, hy, rows):
         for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
             for kc in chunks:
                 plan = GemvPlan(m, k, hx, hy, tile_m, kc, bias)
@@ -124,11 +143,11 @@ def plan_gemv(m: int, k: int, bias: bool = False) -> GemvPlan:
                     continue
                 # prefer: a safe ping-pong trip count, then the most weight bytes per step (fewer steps), then
                 # longer K chunks (whole rows: no partial-sum carry), then more rows per step
-                key = (even_or_one(plan.steps), tile_m * kc, kc, tile_m)
-                if best_key is None or key > best_key:
-                    best, best_key = plan, key
-        if best is not None:
-            return best
+                yield plan, (even_or_one(plan.steps), tile_m * kc, kc, tile_m)
+
+    best = first_best(m, counts, candidates)
+    if best is not None:
+        return best
     t = counts[0]
     rows = m // t
     need = GemvPlan(m, k, *gemv_herd_shape(t), 1, GEMV_K_MULTIPLE, bias).l1_bytes()

@@ -14,6 +14,7 @@ and land in x's one transfer (`x_l1 [k + R]`), as in the gemv kernel's bias epil
 from __future__ import annotations
 
 from kernel_builder.emit import L1, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.gemv.builder import put_x_then_rows, tile_row0
 from kernel_builder.gemv_q4.external import gemv_q4_kernel
 from kernel_builder.gemv_q4.plan import plan_gemv_q4
 
@@ -38,13 +39,7 @@ def build(m: int, k: int, group: int = 32, mins: int = 1, bias: bool = False) ->
                 [attr_dict(kind, {"m": m, "k": k, "group": group, "mins": int(mins)})])
     lw, lxv, ly = la.args[0], la.args[1], la.args[-1]
     lb = la.body
-    for tx in range(hx):
-        for ty in range(hy):
-            r0 = (tx * hy + ty) * rows
-            lb.channel_put(ch, [tx, ty], lxv, x_ty, ([0, 0], [1, k], [k, 1]))
-            if bias:
-                lb.channel_put(ch, [tx, ty], la.args[2], b_ty, ([0, r0], [1, rows], [m, 1]))
-            lb.channel_put(ch, [tx, ty], lw, w_ty, ([r0, 0], [rows, rb], [rb, 1]))
+    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, rb), (la.args[2], b_ty, m) if bias else None)
     seg = segment(lb, "gemvq4_seg", [(ly, y_ty)])
     h = herd(seg.body, "gemvq4_herd", (hx, hy), [(seg.args[0], y_ty)], [f'link_with = "{ext.obj}"'])
     tx, ty = h.ids
@@ -53,8 +48,7 @@ def build(m: int, k: int, group: int = 32, mins: int = 1, bias: bool = False) ->
     yl = b.alloc("y_l1", yl_ty)
     xl = b.alloc("x_l1", xl_ty)
     b.channel_get(ch, [tx, ty], xl, xl_ty, None)
-    tile = b.addi(b.muli(tx, hy), ty) if hy > 1 else tx
-    row0 = b.muli(tile, rows)
+    row0 = tile_row0(b, tx, ty, hy, rows)
     step, i = (b.for_(0, rows, tm, "i") if plan.steps > 1 else (b, 0))
     wl = step.alloc("w_l1", wl_ty)
     step.channel_get(ch, [tx, ty], wl, wl_ty, None)

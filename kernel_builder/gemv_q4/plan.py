@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_builder.gemv.plan import CORE_TASK_MAX_REPEATS, GEMV_MAX_TILES, MAX_GEMV_TILE_M, gemv_herd_shape
+from kernel_builder.gemv.plan import (CORE_TASK_MAX_REPEATS, MAX_GEMV_TILE_M, first_best, gemv_herd_shape,
+                                      gemv_tile_counts)
 from kernel_builder.gemv_q4.external import Q4_K_MULTIPLE
 from kernel_builder.gemv_q4.format import Q4Layout
 from kernel_builder.planner import BF16, L1_BUDGET, check_positive, divisors_desc, even_or_one, kib, pingpong_copies
@@ -59,22 +60,17 @@ def plan_gemv_q4(m: int, k: int, group: int, mins: int, bias: bool = False) -> G
     if k % Q4_K_MULTIPLE:
         raise ValueError(f"gemv_q4: k={k} must be a multiple of {Q4_K_MULTIPLE} (one int4 vector of 32 lanes)")
     Q4Layout(k, group, bool(mins))
-    counts = [t for t in divisors_desc(m, GEMV_MAX_TILES) if (m // t) % 2 == 0 and gemv_herd_shape(t)]
-    if not counts:
-        raise ValueError(f"gemv_q4: m={m} must be even (each tile stores its outputs as whole 32-bit words)")
-    for tiles in counts:
-        hx, hy = gemv_herd_shape(tiles)
-        rows = m // tiles
-        best, best_key = None, None
+    counts = gemv_tile_counts("gemv_q4", m)
+
+    def candidates(hx, hy, rows):
         for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
             plan = GemvQ4Plan(m, k, group, int(mins), hx, hy, tile_m, bias)
-            if plan.l1_bytes() > L1_BUDGET or plan.core_task_repeats > CORE_TASK_MAX_REPEATS:
-                continue
-            key = (even_or_one(plan.steps), tile_m)
-            if best_key is None or key > best_key:
-                best, best_key = plan, key
-        if best is not None:
-            return best
+            if plan.l1_bytes() <= L1_BUDGET and plan.core_task_repeats <= CORE_TASK_MAX_REPEATS:
+                yield plan, (even_or_one(plan.steps), tile_m)
+
+    best = first_best(m, counts, candidates)
+    if best is not None:
+        return best
     need = GemvQ4Plan(m, k, group, int(mins), *gemv_herd_shape(counts[0]), 1, bias).l1_bytes()
     raise ValueError(f"gemv_q4: m={m}, k={k} needs {kib(need)} of L1 per tile (x and whole q4 rows); the NPU2 "
                      f"limit is {kib(L1_BUDGET)}: split m into partitions")

@@ -11,25 +11,16 @@ from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, scalar_bf16, store, vmac
 from kernel_builder.external_models import F32, need_memref
-from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.externals import elementwise_family, elementwise_kernel
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.numerics import to_bf16
-from kernel_builder.planner import check_positive
 
 SWIGLU_N_MULTIPLE = NPU2.vector_lanes_bf16   # the AIE2P 32-lane bf16 vector path
 
 
 def swiglu_kernel(n: int) -> ExternalKernel:
     """y[n] = silu(gate[n]) * up[n] in f32, bf16 RNE output."""
-    check_positive("swiglu", n=n)
-    check_multiple("swiglu", "n", n, SWIGLU_N_MULTIPLE)
-    symbol = f"swiglu_bf16_n{n}"
-    return ExternalKernel(
-        symbol=symbol,
-        obj=f"swiglu_n{n}.o",
-        source="swiglu.cc",
-        defines=(("SWIGLU_N", str(n)), ("SWIGLU_SYMBOL", symbol)),
-    )
+    return elementwise_kernel("swiglu", n, SWIGLU_N_MULTIPLE)
 
 
 def swiglu_model(n: int):
@@ -51,5 +42,5 @@ def _swiglu(m, args):
     return CallWork(4 * n, 0, step * (n // 32) + scalar_bf16(3) + Counts(broadcast=1) + conv(1))
 
 
-FAMILY = ExternalFamily("swiglu", "swiglu.cc", r"swiglu_n(\d+)\.o", r"swiglu_bf16_n(\d+)", swiglu_kernel, swiglu_model)
+FAMILY = elementwise_family("swiglu", swiglu_kernel, swiglu_model)
 COSTS = (ExternalCost("swiglu", re.compile(FAMILY.symbol_re), _swiglu, DEFAULT_STACK, (2,), (2,)),)

@@ -97,6 +97,20 @@ class PhasePlan:
         return [s.decl for s in self.steps if s.decl is not None]
 
 
+# The keys of LlamaModel.plans(), spelled once for the model description and the runtime.
+HEAD_PLAN = ("head",)
+
+
+def prefill_plan(rows: int, window: int) -> tuple:
+    """The key of the prefill plan of `rows` rows attending over a KV window of `window` rows."""
+    return ("prefill", rows, window)
+
+
+def decode_plan(window: int | None) -> tuple:
+    """The key of the decode plan over a KV window of `window` rows (None: the CPU decode attention)."""
+    return ("decode", window)
+
+
 # A phase's plan for the whole model: one PhasePlan every layer runs, or (a family with layer variants: Gemma 3's
 # sliding and global layers) a tuple of one PhasePlan per layer.
 def layer_plan(plan, layer: int) -> PhasePlan:

@@ -13,7 +13,8 @@ from multi_launch_builder.decl import ModuleDecl
 from kernel_builder.attention.external import ATTN_LK_MULTIPLE
 from kernel_builder.gemv.plan import plan_lm_head
 
-from .graph import LayerGraph, Op, Phase, PhasePlan, lower, plan_decls
+from .graph import (HEAD_PLAN, LayerGraph, Op, Phase, PhasePlan, decode_plan, lower, plan_decls,
+                    prefill_plan)
 from .lowering import Q4_SUFFIX, RULES
 
 
@@ -316,21 +317,22 @@ class LlamaModel:
 
     def plans(self, buckets, context: int | None = None, decode_attention: str = "npu") -> dict:
         """Every phase plan a run with these prefill buckets and this context needs:
-        ("prefill", rows, window) for every bucket and every window that can hold a chunk of it,
-        ("decode", window) per window (NPU attention) or ("decode", None) (host attention), ("head",).
+        prefill_plan(rows, window) for every bucket and every window that can hold a chunk of it,
+        decode_plan(window) per window (NPU attention) or decode_plan(None) (host attention), HEAD_PLAN
+        (the keys of graph.py: ("prefill", rows, window), ("decode", window), ("head",)).
         The context defaults to the largest bucket."""
         context = context or max(int(b) for b in buckets)
         windows = self.kv_windows(context)
         out = {}
         for r in sorted(set(int(b) for b in buckets)):
             for w in sorted({r, *[w for w in windows if w > r]}):
-                out[("prefill", r, w)] = self._per_layer(lambda v, r=r, w=w: self.prefill(r, w, v))
+                out[prefill_plan(r, w)] = self._per_layer(lambda v, r=r, w=w: self.prefill(r, w, v))
         if decode_attention == "host":
-            out[("decode", None)] = self._per_layer(lambda v: self.decode(None, v))
+            out[decode_plan(None)] = self._per_layer(lambda v: self.decode(None, v))
         else:
             for w in windows:
-                out[("decode", w)] = self._per_layer(lambda v, w=w: self.decode(w, v))
-        out[("head",)] = self.head()
+                out[decode_plan(w)] = self._per_layer(lambda v, w=w: self.decode(w, v))
+        out[HEAD_PLAN] = self.head()
         return out
 
     def modules(self, buckets, context: int | None = None, decode_attention: str = "npu") -> list[ModuleDecl]:

@@ -9,10 +9,13 @@ Two lowerers, one result type:
 
 `find_lowerer` picks the installed toolchain, else `$LLAMA_NPU_AIR_LOWER`, else raises LoweringUnavailable
 (one line: what is missing and where the docs say how to get it). `check_lowering` runs a list of modules through
-one lowerer with a progress bar and returns a LoweringReport whose table() has one row per module.
+one lowerer with a progress bar and returns a LoweringReport whose table() has one row per module. A `VerdictMemo`
+keeps each verdict under the hash of (module text, lowerer identity), so a re-check lowers only what changed.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -94,6 +97,12 @@ class ToolLowerer:
         built = ", ".join(f"{p} {c[:9]} ({compare(p, c)})" for p, c in found.items()) or "commits unknown"
         return f"{self.tool} (${LOWER_ENV}; built from {built})"
 
+    def identity(self) -> str:
+        """What the verdict depends on besides the module: the tool file and the commits it was built from."""
+        p = Path(os.path.realpath(self.tool))
+        st = p.stat()
+        return f"tool {p} {st.st_size} {st.st_mtime_ns} {sorted(tool_commits(self.tool).items())}"
+
     def lower(self, name: str, text: str, work: Path) -> Lowered:
         src = work / f"{name}.mlir"
         src.write_text(text)
@@ -115,6 +124,9 @@ class AirccLowerer:
 
     def describe(self) -> str:
         return f"installed aircc {self.tc.aircc} + aiecc {self.tc.aiecc} + Peano {self.tc.peano}"
+
+    def identity(self) -> str:
+        return self.describe()
 
     def lower(self, name: str, text: str, work: Path) -> Lowered:
         from kernel_builder.presets import preset_of_text
@@ -172,6 +184,7 @@ class LowerRow:
     name: str
     launches: int
     result: Lowered
+    memo: bool = False     # the verdict of an earlier run on the same text with the same lowerer
 
 
 @dataclass
@@ -191,19 +204,57 @@ class LoweringReport:
         for r in self.rows:
             res = r.result
             lines.append(f"{r.name:<{w}}  {r.launches:>8}  {'OK' if res.ok else 'FAIL':<6}  "
-                         f"{res.stage or '-':<{sw}}  {res.seconds:8.1f}")
+                         f"{res.stage or '-':<{sw}}  {res.seconds:8.1f}" + ("  memo" if r.memo else ""))
         bad = [r for r in self.rows if not r.result.ok]
         total = sum(r.result.seconds for r in self.rows)
-        lines.append(f"{len(self.rows) - len(bad)}/{len(self.rows)} modules lower ({total:.0f} s; {self.lowerer})")
+        memo = sum(r.memo for r in self.rows)
+        lines.append(f"{len(self.rows) - len(bad)}/{len(self.rows)} modules lower ({total:.0f} s of lowering"
+                     + (f", {memo} verdicts from earlier runs on the same text" if memo else "")
+                     + f"; {self.lowerer})")
         lines += [f"FAILED {r.name}: {r.result.stage}: {r.result.message}" for r in bad]
         return "\n".join(lines)
 
     __str__ = table
 
 
+# verdicts that say something about the module (not about the run: a timeout, a tool that did not start, a crash)
+_UNKEPT_STAGES = {"timeout", "tool", "check", "?"}
+
+
+@dataclass
+class VerdictMemo:
+    """Verdicts kept as JSON files named by sha256(lowerer identity, module text)."""
+    root: Path
+
+    def _path(self, lowerer, text: str) -> Path:
+        h = hashlib.sha256(lowerer.identity().encode() + b"\0" + text.encode()).hexdigest()
+        return self.root / f"{h}.json"
+
+    def get(self, lowerer, text: str) -> Lowered | None:
+        try:
+            d = json.loads(self._path(lowerer, text).read_text())
+            return Lowered(bool(d["ok"]), str(d["stage"]), str(d["message"]), float(d["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, lowerer, text: str, res: Lowered) -> None:
+        if not res.ok and res.stage in _UNKEPT_STAGES:
+            return
+        p = self._path(lowerer, text)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            tmp = p.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"ok": res.ok, "stage": res.stage, "message": res.message,
+                                       "seconds": res.seconds}))
+            os.replace(tmp, p)
+        except OSError:
+            pass  # a memo that cannot be written only costs a re-lowering next time
+
+
 def check_lowering(modules: list[tuple[str, str, int]], lowerer, progress: bool = True,
-                   work_root: Path | None = None) -> LoweringReport:
-    """Lower each (name, stitched text, launch count) with `lowerer` in its own temporary directory."""
+                   work_root: Path | None = None, memo: VerdictMemo | None = None) -> LoweringReport:
+    """Lower each (name, stitched text, launch count) with `lowerer` in its own temporary directory; with a
+    `memo`, a module whose text this lowerer has judged before is not lowered again (its row says `memo`)."""
     report = LoweringReport(lowerer.describe())
     bar = None
     if progress:
@@ -216,15 +267,24 @@ def check_lowering(modules: list[tuple[str, str, int]], lowerer, progress: bool 
         for name, text, launches in modules:
             if bar is not None:
                 bar.set_postfix_str(name)
-            with tempfile.TemporaryDirectory(prefix=f"lower-{name}-", dir=work_root) as tmp:
-                try:
-                    res = lowerer.lower(name, text, Path(tmp))
-                except Exception as e:  # one module's crash is that module's row, not the end of the check
-                    res = Lowered(False, "check", f"{type(e).__name__}: {e}")
-            report.rows.append(LowerRow(name, launches, res))
+            res = memo.get(lowerer, text) if memo is not None else None
+            cached = res is not None
+            if res is None:
+                res = _lower_one(lowerer, name, text, work_root)
+                if memo is not None:
+                    memo.put(lowerer, text, res)
+            report.rows.append(LowerRow(name, launches, res, cached))
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
     return report
+
+
+def _lower_one(lowerer, name: str, text: str, work_root: Path | None) -> Lowered:
+    with tempfile.TemporaryDirectory(prefix=f"lower-{name}-", dir=work_root) as tmp:
+        try:
+            return lowerer.lower(name, text, Path(tmp))
+        except Exception as e:  # one module's crash is that module's row, not the end of the check
+            return Lowered(False, "check", f"{type(e).__name__}: {e}")
