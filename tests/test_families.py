@@ -216,3 +216,34 @@ def test_q4_refuses_phi3_fused_tensors_in_one_line(hf_checkpoint, tmp_path):
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if "--weights q4 does not support" in ln]
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
+def test_sliding_modules_equal_the_whole_window(tmp_path, monkeypatch):
+    """A window of 300 keys (span 320 rows): prefill chunks and decode steps from the plain modules (KV window
+    from row 0, the window only masked) to the sliding one (`layer_slide320`: rows [kv0, kv0 + 320), kv0 = 0
+    until position 319, then sliding) give the logits of the same model reading the whole window from row 0,
+    bit for bit: a windowed call's reads leave its result unchanged (checked to fail with kv_pos one off, or kv0
+    past the 20 rows of slack the span has over the window)."""
+    from checkpoints import write_numpy_checkpoint
+    from llama_npu.engine import Engine
+    from llama_npu.models.llama import LlamaModel
+
+    src = write_numpy_checkpoint(tmp_path / "m", hidden=128, n_heads=4, n_kv_heads=2, ffn=256, n_layers=2,
+                                 vocab=256, max_position=1024,
+                                 config_overrides={"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                                                   "sliding_window": 300})
+    ids = prompt_ids(256, 250, seed=3)
+    runs = {}
+    for label in ("slide", "whole"):
+        if label == "whole":
+            monkeypatch.setattr(LlamaModel, "slide_rows", lambda self, rows, kv_rows, variant="": 0)
+        eng = Engine.load(str(src), device="emu", buckets=(64,), cache_dir=tmp_path / "k", progress=False,
+                          context=1024, warmup=False)
+        names = {d.name for p in eng.plans.values() for d in p.decls}
+        assert ("layer_slide320" in names) == (label == "slide")
+        logits = [eng.prefill(ids).logits]
+        while eng.pos < 330:                # decode crosses 256 (plain -> sliding module) and 320 (kv0 > 0)
+            logits.append(np.asarray(eng.decode_step(int(np.argmax(logits[-1])))))
+        runs[label] = logits
+    for a, b in zip(runs["slide"], runs["whole"]):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
