@@ -60,9 +60,11 @@ def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | 
     return Op("linear_bias", (*lin.ins, add.ins[1]), add.out, add.width, into=add.into)
 
 
-def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
-    """y = x·wᵀ + b for one row: the GEMV reading the same weight as `linear` (the HF [out, in] tensor, or its
-    4-bit rows `<w>_q4`), the bias a [1, out] static."""
+def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
+    """A `linear_bias` op (y = x·wᵀ + b) of one row: the GEMV with the bias epilogue, reading the same weight as
+    `linear` (the HF [out, in] tensor, or its 4-bit rows `<w>_q4`), the bias a [1, out] static."""
+    if phase.rows != 1:
+        raise ValueError(f"linear_bias {op.out}: the GEMV bias epilogue takes one row, the phase has {phase.rows}")
     x, w, b = op.ins
     n, k = op.width, graph.width(x)
     bias = _static(b[2:], (1, n), graph)
@@ -112,6 +114,6 @@ def swiglu(op: Op, phase: Phase, graph: LayerGraph):
 
 
 RULES = {"rmsnorm": rmsnorm, "linear": linear, "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
-         "swiglu": swiglu, "geglu": swiglu, "linear_bias": linear_bias,
+         "swiglu": swiglu, "geglu": swiglu, "linear_bias": linear_bias_row,
          # epilogue fusions (graph._fuse): (first op kind, second op kind) -> the fused op, or None in a phase
          ("linear", "bias_add"): fuse_linear_bias}
