@@ -46,7 +46,7 @@ help: ## list the targets
 	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir, id or .gguf> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
 	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)  DRY_RUN=1 (make run: check, print the prompt, exit)"
 	@echo "           QUICK=1 (make bench / bench-serve: every section with small sizes, a smoke test)"
-	@echo "           WEIGHTS=bf16|q4 (q4: 4-bit decode GEMVs, docs/quantization.md)"
+	@echo "           WEIGHTS=bf16|q4 (q4: 4-bit linear layers, docs/quantization.md)"
 	@echo "           CONTEXT=<positions> (make check-lowering; default as compile)"
 
 $(STAMP): pyproject.toml
@@ -63,7 +63,7 @@ compile: setup ## generate, stitch and compile every module the model needs (ski
 	$(PY) -m llama_npu compile $(COMMON)
 
 check-lowering: $(STAMP) ## lower every stitched module with the real aircc/aiecc (or a LLAMA_NPU_AIR_LOWER tool) up to NPU instructions (MODEL may be a config.json-only dir)
-	$(PY) -m llama_npu check-lowering $(MODEL_ARG) $(BUCKETS_ARG) $(if $(value CONTEXT),--context $(call V,CONTEXT),)
+	$(PY) -m llama_npu check-lowering $(MODEL_ARG) $(BUCKETS_ARG) $(if $(value CONTEXT),--context $(call V,CONTEXT),) --weights $(call V,WEIGHTS)
 
 run profile: export LLAMA_NPU_PROMPT = $(value PROMPT)
 run: setup ## generate text: make run PROMPT="..." N_TOKENS=64 MODEL=...

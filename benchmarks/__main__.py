@@ -18,7 +18,8 @@
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 7. 4-bit weights (benchmarks/q4.py): device buffers of Llama-3.2-1B / Llama-3.1-8B in q4 with an 8k KV cache,
    the modeled decode token at 1k with the GEMVs priced as gemv_q4, and the embedded model's perplexity on a fixed
-   text with bf16 vs q4 weights (HF transformers).
+   text with bf16 vs q4 weights (HF transformers); the decode token as one module (benchmarks/token_decode.py):
+   modeled q4 decode of Llama-3.2-1B / 3.1-8B per-layer vs one dispatch, and the 1B token's per-launch breakdown.
 
 `--quick` (`make bench QUICK=1`) runs every section through the same code with small sizes (few tokens, short
 prompts, 2 chat turns, 2 serve clients): a smoke test of the benchmarks (tests/test_make_targets.py), not
@@ -119,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.q4 import bench_q4, bench_q4_perplexity
 
         bench_q4()
+        from benchmarks.token_decode import bench_token_decode
+
+        from llama_npu.models.llama import LLAMA32_1B
+
+        bench_token_decode((host or {}).get("greedy_host_ms_per_token"),
+                           **({"shapes": (("Llama-3.2-1B", LLAMA32_1B, True),)} if q else {}))
         bench_q4_perplexity()
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long

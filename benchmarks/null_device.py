@@ -88,6 +88,13 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
             eng.decode_step(5 + i)
         host_s = (time.perf_counter() - t0) / n_tokens
         dec = _totals(cache)
+        one = None
+        if eng.token_decode is not None:    # greedy: the one-module token (llama_npu/token_decode.py)
+            cache.reset_counters()
+            t0 = time.perf_counter()
+            for i in range(n_tokens):
+                eng.decode_next(5 + i)
+            one = (_totals(cache), (time.perf_counter() - t0) / n_tokens)
         mem = cache.memory_report()["cache_allocated_bytes"]
     res = {
         "device_bytes": mem,
@@ -104,9 +111,19 @@ def bench_null_llama32_1b(n_tokens: int = 8, prompt_len: int = 30, bucket: int =
     print(f"[bench]   prefill pass: {res['prefill_dispatches']} dispatches, "
           f"{_mb(res['prefill_bytes_written'])} written + {_mb(res['prefill_bytes_read'])} read host<->device, "
           f"host time {prefill_host_s * 1e3:.1f} ms (no device compute)")
-    print(f"[bench]   decode: {res['decode_dispatches_per_token']:.0f} dispatches/token, "
+    print(f"[bench]   decode with logits (sampling, processors): {res['decode_dispatches_per_token']:.0f} "
+          f"dispatches/token, "
           f"{_kb(res['decode_bytes_written_per_token'])} written + {_kb(res['decode_bytes_read_per_token'])} "
           f"read per token, host time {res['host_ms_per_decode_token']:.2f} ms/token (no device compute)")
+    if one is not None:
+        (t, one_s) = one
+        res.update(greedy_dispatches_per_token=t["calls"] / n_tokens,
+                   greedy_bytes_written_per_token=t["w"] / n_tokens, greedy_bytes_read_per_token=t["r"] / n_tokens,
+                   greedy_host_ms_per_token=one_s * 1e3)
+        print(f"[bench]   greedy decode, one module per token: {res['greedy_dispatches_per_token']:.0f} "
+              f"dispatch/token, {res['greedy_bytes_written_per_token']:.0f} B written + "
+              f"{res['greedy_bytes_read_per_token']:.0f} B read "
+              f"per token (target <= 64 + 64), host time {one_s * 1e3:.2f} ms/token (no device compute)")
     print(f"[bench]   device buffers (weights resident per layer + one activation set per module + "
           f"KV cache and RoPE table): {_mb(res['device_bytes'])}")
     return res

@@ -1,8 +1,10 @@
-"""`make bench`, 4-bit weights (docs/quantization.md): device buffers of Llama-3.2-1B and Llama-3.1-8B shapes with
-q4 weights (group 32 with mins, as GGUF Q4_1 / `--weights q4`; group 128 as AWQ) and the modeled decode token at
-a 1k context (kernel_builder.hw cost model, likely scenario): the decode modules' launches as built today with
-every GEMV launch's Work replaced by the `gemv_q4` kernel's at the same shape (the model does not lower to
-gemv_q4 yet: docs/quantization.md, "Status")."""
+"""`make bench`, 4-bit weights (docs/quantization.md): the device buffers of Llama-3.2-1B and Llama-3.1-8B shapes
+in bf16 and q4 (group 32 with mins, as GGUF Q4_1 / `--weights q4`; group 128 as AWQ/GPTQ) from the memory plan
+(the ModuleExecutor's allocation: weights, the q4 prefill scratch, the KV cache at 8k, activations); the modeled
+decode token at a 1k context (kernel_builder.hw cost model, likely scenario: the decode modules' launches with
+every GEMV launch's Work replaced by the `gemv_q4` kernel's at the same shape, as the q4 decode module lowers);
+the modeled prefill of one Llama-3.2-1B layer in bf16 and q4 (the q4 modules as built: each GEMM after its
+weight's dequant_q4); the embedded model's perplexity in bf16, native q4 and the q4 run."""
 from __future__ import annotations
 
 from kernel_builder.gemv_q4.format import Q4Layout
@@ -50,21 +52,43 @@ def modeled_decode_s(shapes, window: int, q4: bool) -> float:
     return total
 
 
+def modeled_prefill_layer_s(shapes, rows: int, weights: str) -> tuple[float, float]:
+    """(seconds, of which dequant_q4 launches) of one layer's prefill modules for a chunk of `rows` tokens (cost
+    model, likely scenario): bf16 GEMMs, or q4 (each GEMM preceded by its weight's dequant_q4 into the scratch)."""
+    from kernel_builder.hw import analyze_module, cost
+    from llama_npu.models.llama import LlamaModel
+    from multi_launch_builder.stitcher import stitch
+
+    total = deq = 0.0
+    for decl in LlamaModel(shapes, weights).prefill(rows).decls:
+        rep = analyze_module(stitch(decl), decl.name)
+        total += cost.module_seconds([la.work for la in rep.launches])
+        deq += sum(cost.launch_cost(la.work).total_s for launch, la in zip(decl.launches, rep.launches)
+                   if launch.build.args[0] == "dequant_q4")
+    return total, deq
+
+
 def bench_q4() -> None:
+    from llama_npu.memory import plan_memory
     from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
 
-    for name, sh, tied in (("Llama-3.2-1B", LLAMA32_1B, True), ("Llama-3.1-8B", LLAMA31_8B, False)):
-        bf16 = 2 * (sum(a * b for a, b in (t[1] for t in _mats(sh))) * sh.n_layers) + 2 * sh.vocab * sh.hidden * \
-            (1 if tied else 2)
-        for group in (32, 128):
-            w = q4_weight_bytes(sh, group, True, tied)
-            kv = kv_bytes(sh, 8192)
-            print(f"[bench] q4 memory {name} (group {group}, mins): weights {w / GiB:.2f} GiB "
-                  f"(bf16 {bf16 / GiB:.2f}) + KV cache 8k {kv / GiB:.2f} GiB = {(w + kv) / GiB:.2f} GiB")
+    buckets = (64, 256, 1024, 2048)
+    for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
+        for label, w, g in (("bf16", "bf16", None), ("q4 g32", "q4", 32), ("q4 g128", "q4", 128)):
+            p = plan_memory(sh, buckets, 8192, weights=w, q4_group=g)
+            print(f"[bench] device buffers {name} {label} (buckets {list(buckets)}, context 8k): weights "
+                  f"{p.weights_bytes / GiB:.2f} + prefill scratch {p.scratch_bytes / GiB:.2f} + KV cache "
+                  f"{p.kv_cache_bytes / GiB:.2f} = {(p.weights_bytes + p.scratch_bytes + p.kv_cache_bytes) / GiB:.2f}"
+                  f" GiB, + activations {p.activation_bytes / GiB:.2f} = {p.total / GiB:.2f} GiB")
     for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
         b, q = modeled_decode_s(sh, 1024, False), modeled_decode_s(sh, 1024, True)
         print(f"[bench] modeled decode {name} at 1k context (likely): bf16 {1 / b:.1f} tok/s, "
               f"q4 GEMVs {1 / q:.1f} tok/s")
+    for rows in (256, 2048):
+        b, _ = modeled_prefill_layer_s(LLAMA32_1B, rows, "bf16")
+        q, d = modeled_prefill_layer_s(LLAMA32_1B, rows, "q4")
+        print(f"[bench] modeled prefill Llama-3.2-1B, one layer, {rows}-token chunk (likely): bf16 "
+              f"{b * 1e3:.2f} ms, q4 {q * 1e3:.2f} ms (of which dequant_q4 into the scratch {d * 1e3:.2f} ms)")
 
 
 def _mats(sh):
@@ -103,13 +127,20 @@ def bench_q4_perplexity(model_dir=None) -> dict:
     base = {n: p.detach().clone() for n, p in model.named_parameters() if n in names}
     out = {"bf16": _ppl(model, ids, torch)}
     native = quant.gguf_tensors(find_gguf(), names, cfg.num_attention_heads, cfg.num_key_value_heads)
-    for label, get in (("q4 (GGUF Q4_1, native)", lambda n: native[n].dequantize()),
+    embed = "model.embed_tokens.weight"
+    vocab = quant.gguf_tensors(find_gguf(), [embed], cfg.num_attention_heads, cfg.num_key_value_heads,
+                               keep_q8=True)[embed]
+    base[embed] = model.get_input_embeddings().weight.detach().clone()     # the tied matrix (LM head too)
+    for label, get in (("q4 (GGUF Q4_1, native)", lambda n: native[n].dequantize() if n in native else None),
+                       ("q4 native + Q8_0 vocabulary in 8 bits (bf16 scales), as run",
+                        lambda n: native[n].dequantize() if n in native else vocab.dequantize()),
                        ("q4 RTN g32", lambda n: dequantize(quantize_rtn(base[n].numpy(), 32), base[n].shape[1],
-                                                             32, True))):
+                                                             32, True) if n in native else None)):
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n in base:
-                    p.copy_(torch.from_numpy(get(n).astype("float32")))
+                    w = get(n)
+                    p.copy_(base[n] if w is None else torch.from_numpy(w.astype("float32")))
         out[label] = _ppl(model, ids, torch)
     print("[bench] perplexity of the embedded model on a fixed text (HF, f32, "
           f"{ids.shape[1]} tokens): " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()))

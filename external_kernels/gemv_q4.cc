@@ -5,6 +5,7 @@
 // w: Q4_TILE_M rows of Q4_RB bytes in the layout of kernel_builder/gemv_q4/format.py (docs/quantization.md):
 // K/2 bytes of codes (element 2i in the low nibble of byte i), K/G bf16 scales, K/G bf16 mins (if any), padding
 // to a multiple of 16 bytes. x[Q4_K] is the whole input vector (kept in L1), y[Q4_ROWS] the tile's output.
+// With -DQ4_BITS=8 the codes are one byte each (int8 without mins: GGUF Q8_0), the same layout otherwise.
 //
 // Compiled once per (K, G, mins, tile_m, rows) with -DQ4_K -DQ4_G -DQ4_MINS -DQ4_TILE_M -DQ4_ROWS -DQ4_RB
 // -DQ4_SYMBOL=mvq4_bf16_k<K>_g<G>_z<Z>_m<M>_r<R> (kernel_builder/gemv_q4/external.py).
@@ -27,13 +28,18 @@ LLAMA_NPU_REQUIRE(Q4_G);
 LLAMA_NPU_REQUIRE(Q4_TILE_M);
 LLAMA_NPU_REQUIRE(Q4_ROWS);
 LLAMA_NPU_REQUIRE(Q4_RB);
+#ifndef Q4_BITS
+#define Q4_BITS 4
+#endif
+static_assert(Q4_BITS == 4 || Q4_BITS == 8, "Q4_BITS is 4 or 8");
 static_assert(Q4_K % Q4_G == 0, "Q4_G must divide Q4_K");
 static_assert(Q4_ROWS % Q4_TILE_M == 0, "Q4_TILE_M must divide Q4_ROWS");
 static_assert(Q4_RB % 16 == 0, "rows are padded to 16 bytes");
-static_assert(Q4_RB >= Q4_K / 2 + 2 * (1 + Q4_MINS) * (Q4_K / Q4_G), "Q4_RB holds the codes, scales and mins");
+static_assert(Q4_RB >= Q4_K * Q4_BITS / 8 + 2 * (1 + Q4_MINS) * (Q4_K / Q4_G),
+              "Q4_RB holds the codes, scales and mins");
 
 static constexpr int kGroups = Q4_K / Q4_G;
-static constexpr int kScaleOff = Q4_K / 2;                 // bytes
+static constexpr int kScaleOff = Q4_K * Q4_BITS / 8;       // bytes
 static constexpr int kMinOff = kScaleOff + 2 * kGroups;    // bytes
 
 #if defined(__AIENGINE__)
@@ -42,7 +48,11 @@ static constexpr int kMinOff = kScaleOff + 2 * kGroups;    // bytes
 // to_float (exact), d * q (+ z) in accfloat, one RNE rounding to bf16, mac with x.
 static constexpr int kLanes = 32;
 static_assert(Q4_G % kLanes == 0, "Q4_G must be a multiple of 32 on AIE2P");
-#if Q4_MINS
+#if Q4_BITS == 8 && Q4_MINS
+using code_t = uint8_t;
+#elif Q4_BITS == 8
+using code_t = int8_t;
+#elif Q4_MINS
 using code_t = uint4;
 #else
 using code_t = int4;
@@ -62,7 +72,11 @@ extern "C" void Q4_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RES
       const ::aie::vector<bfloat16, kLanes> z = ::aie::broadcast<bfloat16, kLanes>(mn[g]);
 #endif
       for (int c = g * Q4_G; c < (g + 1) * Q4_G; c += kLanes) {
+#if Q4_BITS == 8
+        const auto q = ::aie::load_v<kLanes>(reinterpret_cast<const code_t *>(wr + c));
+#else
         const auto q = ::aie::unpack(::aie::load_v<kLanes>(reinterpret_cast<const code_t *>(wr + c / 2)));
+#endif
         ::aie::accum<accfloat, kLanes> t = ::aie::mul(::aie::to_float<bfloat16>(q), d);
 #if Q4_MINS
         t = ::aie::add(t, z);
@@ -77,6 +91,7 @@ extern "C" void Q4_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RES
 #else  // host scalar path: the same dequantization, sequential f32 accumulation
 
 static inline int code_at(const uint8_t *wr, int k) {
+  if (Q4_BITS == 8) return Q4_MINS ? wr[k] : static_cast<int8_t>(wr[k]);
   const int nib = (wr[k / 2] >> (4 * (k % 2))) & 0xF;
   return Q4_MINS ? nib : (nib >= 8 ? nib - 16 : nib);
 }

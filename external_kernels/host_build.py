@@ -125,9 +125,11 @@ def bind(path: Path):
     gemv = lib.llama_npu_gemv_bf16
     gemv.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
     gemv.restype = ctypes.c_int
-    q4 = lib.llama_npu_gemv_q4
-    q4.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 7
-    q4.restype = ctypes.c_int
+    for q in (lib.llama_npu_gemv_q4, lib.llama_npu_gemv_q8):
+        q.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 7
+        q.restype = ctypes.c_int
+    lib.llama_npu_dequant_q4.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 8
+    lib.llama_npu_dequant_q4.restype = ctypes.c_int
     return lib
 
 

@@ -1,9 +1,8 @@
-"""Op-level reading of the AIR module text our builders and the stitcher emit, shared by the interpreter
-(multi_launch_builder.emulator.air_interp) and the hardware model (kernel_builder.hw).
-
-Built on kernel_builder.mlir_text (tokens, balanced brackets, op spans): a block is split into `OpText`s
-(name, results, text, line), an op's trailing region is located, memref types and `air.channel`
-declarations are read. Nothing here executes or interprets an op.
+"""Op-level helpers of the one AIR reader (kernel_builder.air_module), which splits every block once with
+`iter_block`: ops as `OpText`s (name, results, text, line), memref types, `air.channel` declarations, access
+patterns and DMA operands - what the interpreter (multi_launch_builder.emulator.air_interp) and the hardware
+model (kernel_builder.hw) read of one op. Built on kernel_builder.mlir_text (tokens, balanced brackets, op
+spans). Nothing here executes or interprets an op.
 """
 from __future__ import annotations
 
@@ -93,15 +92,6 @@ def top_groups(text: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def region_span(op: OpText) -> tuple[int, int] | None:
-    """Span (inside the braces, relative to op.full) of the op's trailing region, or None."""
-    groups = [g for g in top_groups(op.full) if g[0] == "{"]
-    if not groups or op.full.rstrip()[-1] != "}":
-        return None
-    _, s, e = groups[-1]
-    return s + 1, e - 1
-
-
 class ModuleCtx:
     """The module text; ops are spans into it so errors can name their line."""
 
@@ -125,11 +115,6 @@ def iter_block(ctx: ModuleCtx, start: int, end: int) -> Iterator[OpText]:
         n = _NAME_AT.match(text, rest, e)
         name = n.group(1) if n else mt.op_name(text[rest:min(e, rest + 512)])
         yield OpText(name, results, text, s, e, rest, ctx.line_of(s))
-
-
-def split_block(ctx: ModuleCtx, start: int, end: int) -> list[OpText]:
-    """The ops of the block text[start:end] as a list (iter_block, all at once)."""
-    return list(iter_block(ctx, start, end))
 
 
 def channel_decls(others) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:

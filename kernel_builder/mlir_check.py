@@ -1,26 +1,24 @@
 """Host check of generated module text with upstream `mlir-opt-22` (non-AIR parts only).
 
-mlir-opt-22 cannot parse AIR's custom syntax, so each `air.herd` body is lifted into a plain
-`func.func` whose arguments are the herd's tile ids, sizes and operands; AIR ops without results
-(DMAs, channel puts/gets, terminators) are dropped, and module-level `air.channel` declarations are not
-copied (a herd's `air.channel.get` only fills an L1 buffer that the remaining ops already type-check).
+mlir-opt-22 cannot parse AIR's custom syntax, so each `air.herd` body (read from the one AIR reader's tree,
+kernel_builder.air_module) is lifted into a plain `func.func` whose arguments are the herd's tile ids, sizes
+and operands; AIR ops without results (DMAs, channel puts/gets, terminators; inside loops too) are dropped,
+and module-level `air.channel` declarations are not copied (a herd's `air.channel.get` only fills an L1 buffer
+that the remaining ops already type-check).
 What remains — arith/scf/memref/linalg/vector and calls to the private external kernel declarations — is
 parsed and verified for real.
 """
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MLIR_OPT = "mlir-opt-22"
+from kernel_builder import air_module
 
-_HEADER = re.compile(
-    r"air\.herd\s+(?:@[\w.$-]+\s+)?(?:async\s*(?:\[[^\]]*\]\s*)?)?tile\s*\((?P<ids>[^)]*)\)\s*in\s*\((?P<sizes>[^)]*)\)"
-    r"\s*(?:args\s*\((?P<args>[^)]*)\))?\s*(?::\s*(?P<types>.*?))?\s*(?:attributes\s*\{.*\})?\s*\{\s*$")
+MLIR_OPT = "mlir-opt-22"
 
 
 @dataclass
@@ -31,70 +29,56 @@ class CheckResult:
     stderr: str = ""
 
 
-def _split_top(s: str) -> list[str]:
-    """Split on commas that are not inside <>, (), [] or {}."""
-    out, depth, cur = [], 0, []
-    for ch in s:
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
+def _herds(tree):
+    """Every `air.herd` of the module's public func (inside launches and segments)."""
+    def rec(ops):
+        for op in ops:
+            if op.name == "air.herd":
+                yield op
+            elif op.name in ("air.launch", "air.segment", "scf.for"):
+                yield from rec(op.body)
+    return rec(tree.body)
 
 
-def _braces(line: str) -> int:
-    line = re.sub(r'"(?:[^"\\]|\\.)*"', "", line)
-    return line.count("{") - line.count("}")
+def _air_ops(ops):
+    """The AIR ops inside a herd body (at any depth: a DMA inside an scf.for too)."""
+    for op in ops:
+        if op.name.startswith("air."):
+            yield op
+        elif op.span is not None:
+            yield from _air_ops(op.body)
 
 
 def herd_functions(text: str) -> tuple[list[str], list[str]]:
-    """(func texts, notes): one upstream-parseable func per air.herd of `text`."""
+    """(func texts, notes): one upstream-parseable func per air.herd of `text` (read from the one AIR reader's
+    tree, kernel_builder.air_module). ValueError for text the reader cannot read."""
+    tree = air_module.read(text)
     lines = text.splitlines()
     funcs, notes = [], []
-    i = 0
-    n = 0
-    while i < len(lines):
-        line = lines[i]
-        if "air.herd" not in line or not line.rstrip().endswith("{"):
-            i += 1
+    for herd in _herds(tree):
+        try:
+            air = herd.air
+        except ValueError as e:
+            notes.append(f"line {herd.line}: air.herd header not understood ({e}); not checked")
             continue
-        m = _HEADER.search(line)
-        if not m:
-            notes.append(f"line {i + 1}: air.herd header not understood; not checked")
-            i += 1
+        if air.region is None:
             continue
-        ids = [x.strip() for x in m["ids"].split(",") if x.strip()]
-        sizes = [x.split("=")[0].strip() for x in m["sizes"].split(",") if x.strip()]
-        operands = [x.split("=")[0].strip() for x in _split_top(m["args"] or "")]
-        types = _split_top(m["types"] or "") if operands else []
-        depth = _braces(line)
-        body, j, bad = [], i + 1, None
-        while j < len(lines) and depth > 0:
-            d = _braces(lines[j])
-            if depth + d <= 0:  # the herd's closing brace
+        drop, bad = set(), None
+        for op in _air_ops(herd.body):
+            if op.results:
+                bad = f"line {op.line}: AIR op with results inside the herd; not checked"
                 break
-            s = lines[j].strip()
-            if re.match(r"(%[\w#:, ]+=\s*)air\.", s):
-                bad = f"line {j + 1}: AIR op with results inside the herd; not checked"
-            elif not s.startswith("air."):
-                body.append(lines[j])
-            depth += d
-            j += 1
-        i = j + 1
-        if bad or len(types) != len(operands):
-            notes.append(bad or f"herd at line {m.string and i}: operand/type count mismatch; not checked")
+            drop.update(range(op.line, tree.line_of(op.end - 1) + 1))
+        if bad:
+            notes.append(bad)
             continue
-        params = [f"{v}: index" for v in ids + sizes] + [f"{v}: {t}" for v, t in zip(operands, types)]
-        funcs.append(f"  func.func @llama_npu_herd_{n}({', '.join(params)}) {{\n"
+        first = tree.line_of(herd.start + air.region[0]) + 1           # the line after the region's `{`
+        last = tree.line_of(herd.start + air.region[1] - 1) - 1        # the line before its `}`
+        body = [lines[i - 1] for i in range(first, last + 1) if i not in drop]
+        params = [f"%{v}: index" for v in list(air.ids) + [s for s, _ in air.sizes]] + \
+            [f"%{v}: {t}" for (v, _), t in zip(air.args, air.arg_types)]
+        funcs.append(f"  func.func @llama_npu_herd_{len(funcs)}({', '.join(params)}) {{\n"
                      + "\n".join(body) + "\n    return\n  }")
-        n += 1
     return funcs, notes
 
 
@@ -103,8 +87,11 @@ def check_text(text: str, tool: str | None = None, timeout: float = 120.0) -> Ch
     tool = tool or shutil.which(MLIR_OPT)
     if not tool:
         return CheckResult(True, notes=[f"{MLIR_OPT} not found; module text not checked"])
-    decls = [l.strip() for l in text.splitlines() if re.match(r"\s*func\.func\s+private\s+@", l)]
-    funcs, notes = herd_functions(text)
+    try:
+        decls = [d.text.strip() for d in air_module.read(text).layout.private_decls()]
+        funcs, notes = herd_functions(text)
+    except ValueError as e:
+        return CheckResult(False, 0, [], f"module text not readable: {e}")
     if not funcs:
         return CheckResult(True, 0, notes + ["no air.herd bodies found to check"])
     module = "module {\n" + "\n".join("  " + d for d in decls) + "\n" + "\n".join(funcs) + "\n}\n"

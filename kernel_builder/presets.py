@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_builder import air_module
+from kernel_builder.air_module import PRESET_COMMENT  # noqa: F401 - the stitcher writes the header with it
+
 
 @dataclass(frozen=True)
 class AirccPreset:
@@ -53,12 +56,8 @@ class AirccPreset:
         return cls(**kw)
 
 
-PRESET_COMMENT = "// aircc preset:"
-
-
 def preset_of_text(text: str) -> AirccPreset:
-    """The preset a stitched module records in its header (`// aircc preset: <flags>`), else the default."""
-    for line in text.splitlines()[:4]:
-        if line.startswith(PRESET_COMMENT):
-            return AirccPreset.from_flags(line[len(PRESET_COMMENT):].split())
-    return AirccPreset()
+    """The preset a stitched module records in its header (`// aircc preset: <flags>`, read by the one AIR reader:
+    kernel_builder.air_module), else the default."""
+    flags = air_module.read(text).preset_flags
+    return AirccPreset() if flags is None else AirccPreset.from_flags(list(flags))

@@ -1,23 +1,24 @@
 """`llama-npu run | chat | serve | compile | check-lowering | profile | doctor | hw-check` (also `python -m llama_npu`).
 
-Bad input never prints a traceback: one line on stderr and exit code 2.
+Bad input never prints a traceback: one line on stderr and exit code 2. The build-side verbs (compile,
+check-lowering, hw-check, prepare-model) are llama_npu.cli_build; the argument types llama_npu.cli_args.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-from pathlib import Path
 import os
 import signal
 import sys
 import threading
 
-from .cli_args import (EXIT_BAD_INPUT, OneLineParser, _Parser, bucket_list, non_negative_float,  # noqa: F401
-                       non_negative_int, port_number, positive_float, positive_int, probability, seed_int)
+from .cli_args import (DEVICES, EXIT_BAD_INPUT, OneLineParser, _Parser, bucket_list, check_device,  # noqa: F401
+                       non_negative_float, non_negative_int, port_number, positive_float, positive_int, probability,
+                       seed_int)
+from .cli_build import cmd_check_lowering, cmd_compile, cmd_hw_check, cmd_prepare_model
 from .errors import LlamaNpuError, PromptError, UsageError
 
 EXIT_INTERRUPTED = 130
-DEVICES = ("auto", "npu", "emu", "emu-interp", "null")
 PROMPT_ENV = "LLAMA_NPU_PROMPT"    # `make run PROMPT=...` passes the prompt here, never through a shell line
 PROFILE_PROMPT = "What is the capital of France?"
 
@@ -39,8 +40,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
                    help="decode attention on the device (default: the whole layer is one dispatch) or on the "
                         "host CPU (fallback: two dispatches per layer, K/V rows mirrored to the host)")
     p.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
-                   help="q4: decode GEMVs stream 4-bit weights (a GGUF's Q4_0/Q4_1 blocks as they are, else "
-                        "round-to-nearest per group of 32 at load; docs/quantization.md)")
+                   help="q4: every linear layer in 4 bits on the device (a GGUF's Q4_0/Q4_1 blocks as they are, "
+                        "its Q8_0 vocabulary in 8 bits, an AWQ/GPTQ checkpoint's int4 tensors, else round-to-nearest "
+                        "per group of 32 at load; docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -89,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     low.add_argument("--context", type=positive_int, default=None, help="KV-cache positions (default: as compile)")
     low.add_argument("--no-progress", action="store_true", help="no progress bar")
     low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
+    low.add_argument("--weights", choices=("bf16", "q4"), default="bf16", help="q4: the 4-bit modules")
+    low.add_argument("--full-depth", action="store_true", help="lower the one-dispatch decode token modules at the "
+                     "model's full depth (default: the model cut to its first 2 layers; hours at full depth)")
     low.add_argument("--no-memo", action="store_true", help="lower every module again, even one whose text this "
                      "lowerer has judged before (verdicts are kept under $LLAMA_NPU_CACHE/lowering)")
     low.add_argument("--tool", default=None, help="a lowering tool with the $LLAMA_NPU_AIR_LOWER interface "
@@ -113,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prefill lengths the memory figure assumes (default 64,256,1024,2048)")
     doc.add_argument("--context", type=positive_int, default=None,
                      help="KV-cache positions the memory figure assumes (default: the model's context)")
+    doc.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+                     help="weight format the memory figure assumes (q4: 4-bit rows + the prefill scratch)")
     doc.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
     doc.add_argument("--json", action="store_true", help="one JSON document instead of lines")
     doc.add_argument("--timeout", type=positive_float, default=10.0,
@@ -121,16 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def check_device(name: str | None) -> None:
-    """--device, or $DEVICE when it is absent/auto, must name a device kind (checked before any work)."""
-    import os
-
-    shown = name if name not in (None, "", "auto") else os.environ.get("DEVICE") or "auto"
-    if shown.lower() not in DEVICES:
-        source = "--device" if name not in (None, "", "auto") else "DEVICE"
-        raise UsageError(f"unknown device {shown!r} ({source}); expected one of {', '.join(DEVICES)}")
-
-
 def _prompt_arg(args, default: str | None = None) -> str:
     """--prompt, else $LLAMA_NPU_PROMPT (how `make run PROMPT=...` passes it: no shell line ever holds the
     text), else `default`."""
@@ -310,46 +307,6 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def cmd_compile(args) -> int:
-    from multi_launch_builder.compile import build_modules
-    from kernel_builder.toolchain import resolve_device_kind
-
-    from .config import load_config, select_buckets
-    from .embedded import cache_root
-    from .model_source import resolve_model
-    from .models import model_for
-
-    check_device(args.device)
-    kind = resolve_device_kind(args.device, compile_only=True)   # DEVICE=npu compiles without an NPU
-    cfg = load_config(resolve_model(args.model, progress=not args.no_progress))
-    from .memory import choose_context
-    from .sizes import check_run_sizes, plan_modules
-
-    args.buckets = check_run_sizes(cfg, args.buckets, args.context)
-
-    ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context)  # the build machine's
-    buckets = select_buckets(args.buckets, ctx)                                             # memory is not the run's
-    decls = plan_modules(model_for(cfg, getattr(args, "weights", "bf16")), cfg, buckets, ctx, args.decode_attention)
-    if args.only:
-        unknown = sorted(set(args.only) - {d.name for d in decls})
-        if unknown:
-            raise UsageError(f"--only names unknown modules {unknown}; this model has "
-                             f"{', '.join(d.name for d in decls)}")
-        decls = [d for d in decls if d.name in args.only]
-    print(f"model {cfg.model_dir}: {cfg.shapes}, buckets {list(buckets)}", file=sys.stderr)
-    report = build_modules(decls, Path(args.cache_dir) if args.cache_dir else cache_root() / "kernels", kind,
-                           progress=not args.no_progress, force=args.force, check=not args.no_check,
-                           raise_on_error=False, hw_check=not args.no_hw_check)
-    print(report.table())
-    return 0 if report.ok else 1
-
-
-def cmd_hw_check(args) -> int:
-    from kernel_builder.hw import hw_check_main
-
-    return hw_check_main(list(args.files) + (["--max-mib", str(args.max_mib)] if args.max_mib else []))
-
-
 def cmd_profile(args) -> int:
     from . import profile
 
@@ -358,32 +315,6 @@ def cmd_profile(args) -> int:
     res = profile.profile_main(_engine(args, model_dir), ids, args.n_tokens, sampler)
     print(_timings(res))
     return 0
-
-
-def cmd_prepare_model(args) -> int:
-    from .config import load_config
-    from .model_source import resolve_model
-
-    from .sizes import check_model_sizes
-    from .tokenizer import Tokenizer
-    from .weights import ModelWeights
-
-    model_dir = resolve_model(args.model, progress=not args.no_progress)
-    cfg = load_config(model_dir)
-    check_model_sizes(cfg)
-    Tokenizer(model_dir)
-    ModelWeights(cfg)   # as `run`: every safetensors header against its file size and the config's shapes
-    print(f"model ready: {model_dir} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden})")
-    return 0
-
-
-def cmd_check_lowering(args) -> int:
-    from .check_lowering import check_lowering_main
-    from .engine import DEFAULT_BUCKETS
-
-    if args.buckets is None:
-        args.buckets = DEFAULT_BUCKETS
-    return check_lowering_main(args)
 
 
 def cmd_doctor(args) -> int:

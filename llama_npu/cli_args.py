@@ -1,10 +1,13 @@
-"""The CLI's argument types: each bad value is one line (`_Parser.error`) and exit code 2."""
+"""The CLI's argument types and the device-name check: each bad value is one line (`_Parser.error`) and exit code 2."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from .errors import UsageError
+
 EXIT_BAD_INPUT = 2
+DEVICES = ("auto", "npu", "emu", "emu-interp", "null")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,3 +68,13 @@ def bucket_list(text: str) -> tuple[int, ...]:
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"must be comma-separated positive integers, got {text!r}")
     return values
+
+
+def check_device(name: str | None) -> None:
+    """--device, or $DEVICE when it is absent/auto, must name a device kind (checked before any work)."""
+    import os
+
+    shown = name if name not in (None, "", "auto") else os.environ.get("DEVICE") or "auto"
+    if shown.lower() not in DEVICES:
+        source = "--device" if name not in (None, "", "auto") else "DEVICE"
+        raise UsageError(f"unknown device {shown!r} ({source}); expected one of {', '.join(DEVICES)}")

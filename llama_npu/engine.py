@@ -7,7 +7,8 @@ llama_npu/generation.py.
 Prefill runs a prompt in the smallest bucket that holds it (3 dispatches per layer: attention inputs with the
 K/V append, attention, the rest); decode feeds one token through ONE fused module per layer (attention on the
 NPU over the cache window), so a token is n_layers + 1 dispatches with the LM head (final RMSNorm +
-vocabulary GEMVs). With --decode-attention host, decode runs the attention-input and FFN modules with the CPU
+vocabulary GEMVs); a greedy (or top-k sampled) token is ONE dispatch (llama_npu/token_decode.py: the whole
+token in one module). With --decode-attention host, decode runs the attention-input and FFN modules with the CPU
 attention between them. Both phases go through `run_layers`, which binds every module input from where the plan
 says it comes from: the layer input, another module's output (a ref: on the device, or through the host when
 the executor's hand-off policy says so), or a host step (the CPU decode attention). The KV cache and the RoPE
@@ -36,6 +37,9 @@ from .sampling import Sampler
 from .states import DeviceStates
 from .tokenizer import Tokenizer
 from .walk import layer_key, run_layers  # noqa: F401 (re-exported)
+from .models.token import token_module_name
+from .token_decode import TokenDecoder, sample_logits
+from kernel_builder.topk.external import TOPK_MAX_K
 from .weights import ModelWeights
 
 from .sizes import DEFAULT_BUCKETS  # noqa: E402,F401 (re-exported: the CLI, benchmarks and tests import it here)
@@ -94,6 +98,9 @@ class Engine:
         self.host_attn_s = 0.0          # CPU decode-attention time since the last reset
         head = self.plans[HEAD_PLAN].steps[0].decl
         self._logit_names = [a.name for a in head.args if a.name.startswith("logits_")]
+        # greedy / top-k decode in one dispatch per token (llama_npu/token_decode.py), when the modules are declared
+        tok = {w: cache.decls[n] for w in self.windows if (n := token_module_name(w)) in getattr(cache, "decls", {})}
+        self.token_decode = TokenDecoder(cache, tok, self.shapes.vocab, model=self.model) if tok else None
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -248,6 +255,23 @@ class Engine:
         out_step, out_arg = last.output
         return self._lm_head(last.steps[out_step].decl.name, out_arg, None)
 
+    def decode_next(self, token_id: int, sampler: Sampler | None = None) -> int:
+        """Feed one token at the current position and return the next id in ONE dispatch (llama_npu/token_decode.py):
+        the argmax of the logits, or with a top-k `sampler` its draw from the k best; advances like decode_step."""
+        if self.pos == 0:
+            raise PromptError("decode_next before prefill: run a prompt first")
+        self._check_ids([token_id])
+        pos = self.pos
+        self._ensure_capacity(pos + 1)
+        if sampler is None or sampler.temperature <= 0:
+            nxt = self.token_decode.step(token_id, pos, self._window(pos + 1))
+        else:
+            ids, vals = self.token_decode.candidates(token_id, pos, self._window(pos + 1), sampler.top_k)
+            nxt = sampler(sample_logits(ids, vals, self.shapes.vocab))
+        self.pos = pos + 1
+        self.tokens.append(int(token_id))
+        return nxt
+
     # ------------------------------------------------------------------------------------ generate
     def check_budget(self, n_prompt: int, max_new_tokens: int) -> None:
         what = "the model's context" if self.context == self.config.max_position else "this run's --context"
@@ -309,13 +333,19 @@ class Engine:
         else:
             logits = self.prefill(ids).logits
         tokens: list[int] = []
+        one = (self.token_decode is not None and isinstance(sampler, Sampler) and not processors and not logprobs
+               and on_logits is None and (sampler.temperature <= 0 or 0 < sampler.top_k <= TOPK_MAX_K))
+        nxt = None
         while True:
-            if on_logits is not None:
-                on_logits(len(tokens), logits)
-            for proc in processors:
-                logits = proc(tokens, logits)
-            lp = log_softmax(logits) if logprobs else None
-            tok = sampler(logits)
+            if nxt is not None:
+                tok, lp = nxt, None
+            else:
+                if on_logits is not None:
+                    on_logits(len(tokens), logits)
+                for proc in processors:
+                    logits = proc(tokens, logits)
+                lp = log_softmax(logits) if logprobs else None
+                tok = sampler(logits)
             tokens.append(tok)
             if len(tokens) == 1:
                 info.t_first = time.perf_counter()
@@ -326,4 +356,7 @@ class Engine:
             if stop_event is not None and stop_event.is_set():
                 info.stop_reason = "interrupted"
                 return
-            logits = self.decode_step(tok)
+            if one:
+                nxt = self.decode_next(tok, sampler)   # one dispatch: the argmax or the top-k on the device
+            else:
+                logits = self.decode_step(tok)

@@ -11,7 +11,9 @@ from multi_launch_builder.decl import Role
 from .config import load_config, select_buckets
 from .model_source import resolve_model
 from .models.graph import HEAD_PLAN, layer_plan
+from .models.token import TOKEN_FAMILY
 from .sizes import DEFAULT_BUCKETS
+from .token_decode import write_vocab
 from .tokenizer import Tokenizer
 from .walk import layer_key
 from .weights import ModelWeights
@@ -46,7 +48,8 @@ def load_engine(cls, model: str | None = None, device: str = "auto", buckets: Se
     check_model_sizes(cfg)      # every size the kernels constrain, before the checkpoint is opened
     avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
     with kernel_sizes(cfg):     # the memory plan declares every module
-        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention)
+        ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention,
+                             weights_mode)
     bs = select_buckets(buckets, ctx)
     described = model_for(cfg, weights_mode)
     # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md; the
@@ -56,9 +59,12 @@ def load_engine(cls, model: str | None = None, device: str = "auto", buckets: Se
     decls = plan_modules(described, cfg, bs, ctx, decode_attention)   # every kernel planned (sizes past a budget)
     kind = getattr(dev, "name", "emu")
     cache_dir = Path(cache_dir) if cache_dir else cache_root() / "kernels"
-    report = build_modules(decls, cache_dir, kind, progress=progress)
+    lazy = {d.name for d in decls if d.family == TOKEN_FAMILY}   # a one-module token: built when first decoded
+    report = build_modules([d for d in decls if d.name not in lazy], cache_dir, kind, progress=progress)
     cache = KernelCache(dev, report.artifacts, decls, handoff=handoff)
     eng = cls(cfg, tokenizer, weights, cache, bs, ctx, decode_attention)
+    if eng.token_decode is not None:
+        eng.token_decode.build = lambda d: build_modules([d], cache_dir, kind, progress=False).artifacts[d.name]
     preload(eng, progress=progress)
     if warmup:
         warm_up(eng)
@@ -80,7 +86,13 @@ def preload(eng, progress: bool = True) -> None:
                            **{a: w.writer(a, layer) for a in d.names(Role.STATIC)})
     head = eng.plans[HEAD_PLAN].steps[0].decl
     c.write_static(head.name, bo_key=head.name, **{a: w.writer(a, None) for a in head.names(Role.STATIC)})
+    write_vocab(c, w, head)     # the LM-head partitions: windows of one state (the token modules' embedding)
     eng.states.ensure(min(max(eng.buckets), eng.context))
+    from .models.lowering import scratch_states
+    for name, rows in scratch_states(c.decls.values()).items():   # q4 prefill: one buffer for all layers
+        c.define_state(name, rows, per_key=False)
+    if eng.token_decode is not None:
+        eng.token_decode.preload(eng._embed)
     c.reset_counters()  # the profile counts inference traffic, not the one-time upload
 
 
@@ -88,6 +100,8 @@ def warm_up(eng) -> None:
     """One untimed prefill (smallest bucket) + decode step + LM head; then a clean state."""
     eng.prefill([eng.pad_id])
     eng.decode_step(eng.pad_id)
+    if eng.token_decode is not None:
+        eng.decode_next(eng.pad_id)
     eng.reset()
     eng.host_attn_s = 0.0
     eng.cache.reset_counters()

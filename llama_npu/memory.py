@@ -25,45 +25,65 @@ class MemoryPlan:
     weights_bytes: int      # every static device buffer: layer weights, final norm, LM-head partitions
     kv_cache_bytes: int     # device states: K and V of every layer + the RoPE table, `context` positions
     activation_bytes: int   # input / intermediate / output / scalar device buffers, one set per module
+    scratch_bytes: int = 0  # q4 prefill: the bf16 weight scratch states (one buffer per input width, all layers)
+    embed_bytes: int = 0    # of weights_bytes: the rows held as states (LM head; an untied model's embedding)
 
     @property
     def total(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes + self.scratch_bytes
 
 
-def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_attention: str = "npu") -> MemoryPlan:
+def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_attention: str = "npu",
+                weights: str = "bf16", q4_group: int | None = None) -> MemoryPlan:
     """Bytes a run of this model needs with these prefill buckets and device states of `context` positions.
 
     `cfg_or_shapes` is a ModelConfig (its family's description; buckets filtered to the model's context, as
-    Engine.load does) or bare ModelShapes (a Llama; buckets used as given)."""
+    Engine.load does) or bare ModelShapes (a Llama; buckets used as given). `weights="q4"`: the 4-bit run (every
+    linear weight and the LM head in q4 rows of `q4_group`, default the model's; the prefill scratch apart)."""
     from .config import select_buckets
+    from .models.lowering import scratch_states
 
     if isinstance(cfg_or_shapes, ModelShapes):
         shapes, bs = cfg_or_shapes, tuple(sorted({int(b) for b in buckets}))
-        model = LlamaModel(shapes)
+        model = LlamaModel(shapes, weights)
     else:
         shapes, bs = cfg_or_shapes.shapes, select_buckets(buckets, cfg_or_shapes.max_position)
-        model = model_for(cfg_or_shapes)
+        model = model_for(cfg_or_shapes, weights)
+    if q4_group:
+        model.q4_group = model.head_group = q4_group
     if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
         raise ValueError(f"context must be a positive number of positions, got {context!r}")
     if not bs or min(bs) <= 0:
         raise ValueError(f"prefill buckets must be positive integers, got {list(buckets)}")
+    from .token_decode import token_decls
+
     statics: dict[tuple, int] = {}
     activations = 0
     head = model.head().decls[0].name
-    for decl in model.modules(bs, context, decode_attention):
-        bo_keys = [head] if decl.name == head else list(range(shapes.n_layers))   # one weight set per layer
+    decls = model.modules(bs, context, decode_attention)
+    tokens = token_decls(model, model.kv_windows(context), decode_attention == "npu")   # one-dispatch decode
+    for decl in decls + tokens:
+        # one weight set per layer (the engine's bo_keys); the token modules name theirs per argument
+        bo_keys = [decl.name] if decl.name == head or decl in tokens else [f"L{i}" for i in range(shapes.n_layers)]
         for a in decl.args:
             if a.role is Role.STATIC:
-                for k in bo_keys:
-                    statics[(decl.static_group, k, a.name, a.shape, a.dtype)] = a.nbytes
+                group, name = a.shares or (decl.static_group, a.name)
+                for k in ([a.bo_key] if a.bo_key else bo_keys):
+                    statics[(group, k, name, a.shape, a.dtype)] = a.nbytes
             elif a.role is not Role.STATE:
                 activations += a.nbytes
+    # the LM head's rows (the VOCAB state), and an untied model's embedding rows for the token modules
+    from .models.llama import VOCAB
+    embed = sum(a.nbytes for a in model.head().decls[0].args if a.role is Role.STATE and a.state_name == VOCAB)
+    if tokens and not model.tied:
+        embed += shapes.vocab * shapes.hidden * BF16_BYTES
     states = 0
     for name, width in model.graph.states.items():
         per = 1 if name in model.shared_states else shapes.n_layers
         states += per * context * width * BF16_BYTES
-    return MemoryPlan(sum(statics.values()), states, activations)
+    widths = {a.state_name: a.row_nbytes for d in decls for a in d.args if a.role is Role.STATE}
+    scratch = sum(rows * widths[name] for name, rows in scratch_states(decls).items())
+    return MemoryPlan(sum(statics.values()) + embed, states, activations, scratch, embed)
 
 
 from .sizes import DEFAULT_CONTEXT_CAP  # noqa: E402 (positions the KV cache is planned for without --context)
@@ -83,7 +103,7 @@ def fmt(n: int) -> str:
 
 
 def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
-                   available: int | None = None, decode_attention: str = "npu") -> int:
+                   available: int | None = None, decode_attention: str = "npu", weights: str = "bf16") -> int:
     """The context (KV-cache positions) of a run, checked against memory before any weight is read.
 
     `requested` (--context) is validated against the model's context and the available memory; without it,
@@ -102,12 +122,12 @@ def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
     else:
         ctx = min(limit, DEFAULT_CONTEXT_CAP)
         while available is not None and ctx > 256:
-            plan = plan_memory(cfg, buckets, ctx, decode_attention)
+            plan = plan_memory(cfg, buckets, ctx, decode_attention, weights)
             if plan.kv_cache_bytes <= KV_SHARE * (available - plan.weights_bytes - plan.activation_bytes):
                 break
             ctx = 1 << ((ctx - 1).bit_length() - 1)        # the next smaller power of two
     if available is not None:
-        plan = plan_memory(cfg, buckets, ctx, decode_attention)
+        plan = plan_memory(cfg, buckets, ctx, decode_attention, weights)
         if plan.total > available:
             fixed = plan.weights_bytes + plan.activation_bytes
             fits = (available - fixed) * ctx // plan.kv_cache_bytes if available > fixed else 0

@@ -5,8 +5,10 @@
   nibble - to ours); the f16 scale d (and Q4_1's f16 min m) become bf16 (RNE: the one rounding of the load,
   <= 2^-9 relative, the same rounding the bf16 path applies to every weight). Q4_0's w = d*(q - 8) is the
   symmetric format with signed codes q - 8 (exact), Q4_1's w = d*q + m the asymmetric one.
-- GGUF Q8_0 (and F16/F32/BF16) tensors are widened to bf16 (gguf's dequantize, one RNE rounding): the bf16
-  path runs them. In the embedded SmolLM2 GGUF that is the token embedding (tied LM head), a fifth of the weights.
+- GGUF Q8_0 tensors are kept in 8 bits where the model runs them so (the vocabulary matrix: the LM head's GEMVs
+  on 8-bit codes, the tied embedding gathered from the same rows; codes exact, the f16 block scale -> bf16),
+  else widened to bf16 (gguf's dequantize, one RNE rounding) like F16/F32/BF16 tensors. In the embedded SmolLM2
+  GGUF that is the token embedding (tied LM head), a fifth of the weights.
 - AWQ (GEMM packing) and GPTQ (v1, desc_act false) int4 safetensors, group 128 (HF `quantization_config`):
   codes exact, scales f16 -> bf16; AWQ's zero point z gives the min m = bf16(-s*z); GPTQ with sym=true and
   z = 8 is the symmetric format (exact codes q - 8).
@@ -38,6 +40,7 @@ class Q4Tensor:
     k: int
     group: int
     mins: bool
+    bits: int = 4          # 8: GGUF Q8_0 codes (one byte each)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -45,28 +48,35 @@ class Q4Tensor:
 
     @property
     def layout(self) -> Q4Layout:
-        return Q4Layout(self.k, self.group, self.mins)
+        return Q4Layout(self.k, self.group, self.mins, self.bits)
 
     def dequantize(self) -> np.ndarray:
-        return dequantize(self.packed, self.k, self.group, self.mins)
+        return dequantize(self.packed, self.k, self.group, self.mins, self.bits)
 
     def asymmetric(self) -> "Q4Tensor":
-        """The same weights with unsigned codes and mins: q + 8 and m = -8 d (exact: bf16 d times 8)."""
-        if self.mins:
+        """The same 4-bit weights with unsigned codes and mins: q + 8 and m = -8 d (exact: bf16 d times 8); 8-bit
+        codes stay signed (their GEMV takes them so)."""
+        if self.mins or self.bits == 8:
             return self
         codes, s, _ = unpack(self.packed, self.k, self.group, False)
         return Q4Tensor(pack(codes.astype(np.int16) + 8, s, -8 * s, self.group), self.k, self.group, True)
 
     def rows(self, order: np.ndarray) -> "Q4Tensor":
-        return Q4Tensor(np.ascontiguousarray(self.packed[order]), self.k, self.group, self.mins)
+        return Q4Tensor(np.ascontiguousarray(self.packed[order]), self.k, self.group, self.mins, self.bits)
 
 
 # ----------------------------------------------------------------------------------------------- GGUF
-def from_gguf_blocks(raw: np.ndarray, qtype_name: str, rows: int, k: int):
-    """A Q4Tensor (Q4_0, Q4_1) or a bf16 array (Q8_0, F16, F32, BF16) from a GGUF tensor's raw data."""
+def from_gguf_blocks(raw: np.ndarray, qtype_name: str, rows: int, k: int, keep_q8: bool = False):
+    """A Q4Tensor (Q4_0, Q4_1; Q8_0 with keep_q8, 8-bit codes) or a bf16 array (Q8_0, F16, F32, BF16) from a GGUF
+    tensor's raw data."""
     import gguf
 
     qtype = gguf.GGMLQuantizationType[qtype_name]
+    if qtype_name == "Q8_0" and keep_q8:     # block: f16 d, 32 x int8 q; w = d * q
+        b = np.asarray(raw, dtype=np.uint8).reshape(rows, k // GGUF_GROUP, 34)
+        d = np.ascontiguousarray(b[:, :, 0:2]).view(np.float16)[:, :, 0]
+        q = np.ascontiguousarray(b[:, :, 2:]).view(np.int8).reshape(rows, k)
+        return Q4Tensor(pack(q, d, None, GGUF_GROUP, bits=8), k, GGUF_GROUP, False, 8)
     if qtype_name in ("Q4_0", "Q4_1"):
         bsize = 18 if qtype_name == "Q4_0" else 20
         b = np.asarray(raw, dtype=np.uint8).reshape(rows, k // GGUF_GROUP, bsize)
@@ -113,8 +123,9 @@ def gguf_tensor_type(path, hf_name: str) -> str | None:
     return t.tensor_type.name if t is not None else None
 
 
-def gguf_tensors(path, hf_names, n_heads: int, n_kv_heads: int) -> dict:
-    """{HF name: Q4Tensor or bf16 array} for the requested HF tensor names of a Llama GGUF."""
+def gguf_tensors(path, hf_names, n_heads: int, n_kv_heads: int, keep_q8: bool = False) -> dict:
+    """{HF name: Q4Tensor or bf16 array} for the requested HF tensor names of a Llama GGUF (Q8_0 tensors as 8-bit
+    Q4Tensors with keep_q8, else bf16)."""
     import gguf
 
     by_name = _reader(str(path))
@@ -129,7 +140,7 @@ def gguf_tensors(path, hf_names, n_heads: int, n_kv_heads: int) -> dict:
             raise WeightsError(f"{path}: no GGUF tensor for {hf}")
         shape = [int(s) for s in t.shape]          # GGUF lists the fastest dimension first
         k, rows = (shape[0], int(np.prod(shape[1:]))) if len(shape) > 1 else (shape[0], 1)
-        val = from_gguf_blocks(t.data, t.tensor_type.name, rows, k)
+        val = from_gguf_blocks(t.data, t.tensor_type.name, rows, k, keep_q8)
         if len(shape) == 1 and not isinstance(val, Q4Tensor):
             val = val.reshape(k)
         if ".self_attn.q_proj." in hf or ".self_attn.k_proj." in hf:
@@ -170,6 +181,34 @@ def from_gptq(qweight, qzeros, scales, group: int, sym: bool, g_idx=None) -> Q4T
         return Q4Tensor(pack(q - 8, s, None, group), n_in, group, False)
     m = -s.astype(np.float32) * z.astype(np.float32)
     return Q4Tensor(pack(q, s, m, group), n_in, group, True)
+
+
+def checkpoint_quantization(raw: dict) -> dict | None:
+    """config.json's `quantization_config` when it is a 4-bit AWQ/GPTQ one this loader reads (None when absent);
+    WeightsError, one line, for any other."""
+    qcfg = raw.get("quantization_config")
+    if not qcfg:
+        return None
+    method, bits, group = qcfg.get("quant_method"), qcfg.get("bits"), qcfg.get("group_size")
+    if method not in ("awq", "gptq"):
+        raise WeightsError(f"quantization_config: quant_method {method!r} is not supported (awq, gptq)")
+    if bits != 4 or group not in (32, 128):
+        raise WeightsError(f"quantization_config: bits={bits}, group_size={group}: 4-bit with group 32 or 128 "
+                           f"is supported")
+    if method == "awq" and str(qcfg.get("version", "gemm")).lower() != "gemm":
+        raise WeightsError(f"quantization_config: AWQ version {qcfg.get('version')!r} is not supported (gemm)")
+    return qcfg
+
+
+def check_quantized(ckpt, prefix: str, shape: tuple[int, int], qcfg: dict) -> None:
+    """The int4 tensors of a [out, in] linear layer have the shapes qcfg's packing gives (headers only)."""
+    n_out, n_in = shape
+    g = int(qcfg["group_size"])
+    if n_in % g or n_out % 8 or n_in % 8:
+        raise WeightsError(f"{prefix}: [{n_out}, {n_in}] does not split into 8-code words and groups of {g}")
+    packed = (n_in, n_out // 8) if qcfg["quant_method"] == "awq" else (n_in // 8, n_out)
+    for name, want in (("qweight", packed), ("qzeros", (n_in // g, n_out // 8)), ("scales", (n_in // g, n_out))):
+        ckpt.get(f"{prefix}.{name}", want)
 
 
 def quantized_layer(ckpt, prefix: str, qcfg: dict) -> Q4Tensor:

@@ -98,6 +98,10 @@ def kernel_sizes(cfg):
 
 
 def plan_modules(model, cfg, buckets, context: int, decode_attention: str = "npu"):
-    """model.modules(...) under kernel_sizes: no weight is needed to plan every kernel."""
+    """model.modules(...) and the one-module greedy decode tokens (llama_npu/token_decode.py) under kernel_sizes: no
+    weight is needed to plan every kernel."""
+    from .token_decode import token_decls
+
     with kernel_sizes(cfg):
-        return model.modules(buckets, context, decode_attention)
+        return model.modules(buckets, context, decode_attention) + token_decls(
+            model, model.kv_windows(context), decode_attention == "npu")

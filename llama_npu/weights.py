@@ -148,9 +148,15 @@ class ModelWeights:
         # q4: the 4-bit weights come from `gguf` (its Q4_0/Q4_1 blocks, exactly) or are quantized at load (RTN)
         untied = "lm_head.weight" in self.ckpt or not cfg.tie_embeddings
         self.lm_source = "lm_head" if untied else "embed"
+        self.model.tied = not untied
+        from .quant import checkpoint_quantization
+        self.qcfg = checkpoint_quantization(cfg.raw or {})    # an AWQ / GPTQ int4 checkpoint
+        if self.qcfg and self.model.weights != "q4":
+            raise WeightsError(f"{cfg.model_dir.name}: the checkpoint is {self.qcfg['quant_method']} 4-bit; run it "
+                               f"with --weights q4 (WEIGHTS=q4)")
         self.q4 = Q4Source(self, gguf) if self.model.weights == "q4" else None
-        if self.q4 is not None and not self.q4.head_is_q4():
-            self.model.head_weights = "bf16"
+        if self.q4 is not None:
+            self.model.head_weights = self.q4.head_format()
         self.validate()
 
     def validate(self) -> None:
@@ -162,13 +168,17 @@ class ModelWeights:
         for i in range(s.n_layers):
             wanted += [(f"model.layers.{i}.{hf}", shape) for hf, shape in self.model.checkpoint_tensors()]
         for name, shape in wanted:
-            self.ckpt.get(name, shape)
+            if self.qcfg and len(shape) == 2 and name.startswith("model.layers."):
+                from .quant import check_quantized
+                check_quantized(self.ckpt, name.removesuffix(".weight"), shape, self.qcfg)
+            else:
+                self.ckpt.get(name, shape)
 
     def embed(self):
         """The embedding rows the host gathers: the checkpoint's; with a 4-bit tied LM head, that head's rows
         dequantized (the one copy of the tied matrix)."""
         s = self.cfg.shapes
-        if self.q4 is not None and self.model.head_weights == "q4" and self.lm_source == "embed":
+        if self.q4 is not None and self.model.head_weights in ("q4", "q8") and self.lm_source == "embed":
             return self.q4.vocab_rows()
         return self.ckpt.get("model.embed_tokens.weight", (s.vocab, s.hidden))
 
@@ -179,12 +189,9 @@ class ModelWeights:
         """`fill(view)` for ModuleExecutor.write_static: the bytes of static `arg` of `layer` (None: LM head),
         in the layout its name asks for, written into `view` (the device buffer's host mapping)."""
         spec = self.spec(arg, layer)
-        if self.q4 is not None and layer is not None and len(spec.shape) == 2:
-            if spec.index or spec.rows:   # a row subset or reordering of a stored tensor (Phi-3's fused / partial-rotary)
-                raise WeightsError(f"--weights q4 does not support {spec.name}'s fused or reordered rows yet "
-                                   f"({self.cfg.family}); run this model with --weights bf16")
-            return self.q4.writer(spec.name, q4=arg.endswith("_q4"))
-        if self.q4 is not None and arg.endswith("_q4"):          # an LM-head partition in 4 bits
+        if self.q4 is not None and layer is not None and arg.endswith("_q4"):
+            return self.q4.writer(spec)
+        if self.q4 is not None and arg.endswith(("_q4", "_q8")):     # an LM-head partition in 4 or 8 bits
             return self.q4.head_writer(spec)
 
         def fill(view: np.ndarray) -> None:
@@ -204,9 +211,9 @@ class ModelWeights:
 
 class Q4Source:
     """The 4-bit layer weights of a q4 run (docs/quantization.md): from a GGUF's Q4_0/Q4_1 blocks (codes exact,
-    scales/mins rounded to bf16; a Q4_0 tensor in the asymmetric form) or round-to-nearest per group of 32 from
-    the bf16 checkpoint. Both the q4 rows (decode GEMVs) and the bf16 weights of the prefill GEMMs are these
-    weights (the bf16 copy is their dequantization), so prefill and decode run the same model."""
+    scales/mins rounded to bf16; a Q4_0 tensor in the asymmetric form), from an AWQ / GPTQ checkpoint's int4
+    tensors (codes exact) or round-to-nearest per group of 32 from the bf16 checkpoint. The device holds these
+    rows only: decode GEMVs read them, prefill GEMMs read their dequantization made on the device per layer."""
 
     def __init__(self, weights: "ModelWeights", gguf: Path | None):
         self.weights, self.gguf = weights, gguf
@@ -214,41 +221,55 @@ class Q4Source:
         self._vocab_t = None
 
     def tensor(self, name: str):
-        if self._last[0] != name:       # each weight is asked for twice: its q4 rows and its bf16 copy
+        if self._last[0] != name:       # a fused tensor (Phi-3's qkv / gate_up) is asked for once per part
             self._last = (name, self._load(name))
         return self._last[1]
 
     def _load(self, name: str):
         from kernel_builder.gemv_q4.format import quantize_rtn
 
-        from .quant import Q4Tensor, gguf_tensors
+        from .quant import Q4Tensor, gguf_tensors, quantized_layer
 
+        w = self.weights
         if self.gguf is not None:
-            s = self.weights.cfg.shapes
+            s = w.cfg.shapes
             t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
             if not isinstance(t, Q4Tensor) or t.group != 32:
                 raise WeightsError(f"{self.gguf.name}: tensor {name} is not Q4_0/Q4_1 (group 32); "
                                    f"--weights q4 runs 4-bit GGUF layers only")
             return t.asymmetric()
-        w = self.weights.ckpt.get(name)
-        return Q4Tensor(quantize_rtn(w, 32), w.shape[1], 32, True)
+        if w.qcfg:
+            return quantized_layer(w.ckpt, name.removesuffix(".weight"), w.qcfg).asymmetric()
+        a = w.ckpt.get(name)
+        return Q4Tensor(quantize_rtn(a, 32), a.shape[1], 32, True)
 
-    def writer(self, name: str, q4: bool):
+    def writer(self, spec):
+        """The q4 rows of `spec`'s tensor; with `spec.index`, those rows in that order (Phi-3's fused q/k/v and
+        gate/up parts, the partial-rotary q/k order: a row permutation moves whole packed rows, exactly)."""
         def fill(view: np.ndarray) -> None:
-            t = self.tensor(name)
-            src = t.packed if q4 else t.dequantize()
-            np.copyto(view, np.ascontiguousarray(src).view(np.uint8).reshape(view.shape))
+            t = self.tensor(spec.name)
+            if t.shape[0] != spec.shape[0] or t.k != spec.shape[1]:
+                raise WeightsError(f"{spec.name}: 4-bit tensor of shape {list(t.shape)}, expected "
+                                   f"{list(spec.shape)}")
+            packed = t.packed[np.asarray(spec.index, dtype=np.int64)] if spec.index else t.packed
+            if packed.nbytes != view.nbytes:
+                raise WeightsError(f"{spec.name}: {packed.nbytes} bytes of q4 rows (group {t.group}) do not fill "
+                                   f"its {view.nbytes}-byte device buffer")
+            np.copyto(view, np.ascontiguousarray(packed).reshape(view.shape))
         return fill
 
     # ------------------------------------------------------------------------------------------- LM head
-    def head_is_q4(self) -> bool:
-        """The LM head runs in 4 bits when its rows are 4-bit in the source: always for RTN; for a GGUF when
-        its LM-head tensor (or tied embedding) is Q4_0/Q4_1 (a Q8_0 one stays bf16: no requantization)."""
+    def head_format(self) -> str:
+        """The LM head's weights as the source keeps them (no requantization): q4 always for RTN; for a GGUF q4
+        when its LM-head tensor (or tied embedding) is Q4_0/Q4_1, q8 when Q8_0, else bf16; AWQ / GPTQ: bf16."""
+        if self.weights.qcfg:
+            return "bf16"           # AWQ / GPTQ keep the LM head in 16 bits
         if self.gguf is None:
-            return True
+            return "q4"
         from .quant import gguf_tensor_type
         name = "lm_head.weight" if self.weights.lm_source == "lm_head" else "model.embed_tokens.weight"
-        return gguf_tensor_type(self.gguf, name) in ("Q4_0", "Q4_1")
+        kind = gguf_tensor_type(self.gguf, name)
+        return "q4" if kind in ("Q4_0", "Q4_1") else "q8" if kind == "Q8_0" else "bf16"
 
     def _vocab(self):
         if self._vocab_t is None:
@@ -257,7 +278,7 @@ class Q4Source:
             if self.gguf is not None:
                 from .quant import gguf_tensors
                 s = w.cfg.shapes
-                self._vocab_t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads)[name]
+                self._vocab_t = gguf_tensors(self.gguf, [name], s.n_heads, s.n_kv_heads, keep_q8=True)[name]
             else:
                 from kernel_builder.gemv_q4.format import quantize_rtn
 
@@ -290,7 +311,7 @@ class DequantRows:
     def __getitem__(self, idx):
         ids = np.atleast_1d(np.asarray(idx))
         from kernel_builder.gemv_q4.format import dequantize
-        out = dequantize(self.t.packed[ids], self.t.k, self.t.group, self.t.mins)
+        out = dequantize(self.t.packed[ids], self.t.k, self.t.group, self.t.mins, self.t.bits)
         return out[0] if np.ndim(idx) == 0 else out
 
 

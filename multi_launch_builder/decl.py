@@ -41,14 +41,21 @@ class Arg:
 
     STATE arguments name the persistent buffer they are a window of (`state`, default: the argument's
     name) and the scalar holding the window's first row (`at`, "" = row 0). The window's shape is `shape`;
-    its rows have the shape `shape[1:]`, which every window of that state must share."""
+    its rows have the shape `shape[1:]`, which every window of that state must share.
+
+    A module spanning several buffer sets (the one-dispatch decode token: every layer's weights and KV cache)
+    names, per STATIC or STATE argument, the `bo_key` whose buffer it binds (default: the call's), and per
+    STATIC argument which other static it is (`shares` = (module family, argument name)): the same device
+    buffer, written once."""
 
     name: str
     shape: tuple[int, ...]
     role: Role
     dtype: str = "bf16"
     state: str = ""
-    at: str = ""
+    at: str | int = ""      # the scalar naming the window's first row, or a constant row
+    bo_key: str = ""
+    shares: tuple[str, str] | tuple = ()
 
     def __post_init__(self) -> None:
         _dtype(self.dtype)  # ValueError for an unknown element type
@@ -56,6 +63,10 @@ class Arg:
             raise ValueError(f"argument {self.name}: shape {self.shape} must be positive ints")
         if self.role is not Role.STATE and (self.state or self.at):
             raise ValueError(f"argument {self.name}: state=/at= are for STATE arguments only")
+        if self.role not in (Role.STATE, Role.STATIC) and self.bo_key:
+            raise ValueError(f"argument {self.name}: bo_key= is for STATE and STATIC arguments only")
+        if self.shares and (self.role is not Role.STATIC or len(self.shares) != 2):
+            raise ValueError(f"argument {self.name}: shares= is (family, name) of a STATIC argument")
         if self.role is Role.SCALAR and (self.dtype != "i32" or self.shape != (1,)):
             raise ValueError(f"argument {self.name}: a SCALAR is one i32 (shape (1,), dtype i32)")
 
@@ -117,7 +128,7 @@ class ModuleDecl:
         for a in self.args:
             if a.role is Role.SCALAR and a.name not in scalars:
                 raise ValueError(f"module {self.name}: SCALAR argument {a.name!r} is not in scalars={self.scalars}")
-            if a.role is Role.STATE and a.at and a.at not in scalars:
+            if a.role is Role.STATE and isinstance(a.at, str) and a.at and a.at not in scalars:
                 raise ValueError(f"module {self.name}: STATE argument {a.name!r} starts at scalar {a.at!r}, "
                                  f"which is not in scalars={self.scalars}")
 

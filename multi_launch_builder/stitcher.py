@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from kernel_builder import air_module
 from kernel_builder import mlir_text as mt
 from multi_launch_builder.decl import ModuleDecl, Role
 from kernel_builder.registry import signature
@@ -126,10 +127,23 @@ def stitch_modules(name: str, signature: Sequence[SigArg | tuple], slices: Seque
 
 # ------------------------------------------------------------------------------------------ loading
 
+_PARSED: dict[str, _Kernel] = {}   # kernel text -> its parse (a module repeats one kernel text per layer)
+
+
 def _load(s: Slice) -> _Kernel:
+    """The parsed slice; a text already parsed (the same kernel in another layer) is not parsed again."""
+    hit = _PARSED.get(s.text)
+    if hit is None:
+        if len(_PARSED) > 512:
+            _PARSED.clear()
+        hit = _PARSED[s.text] = _parse(s)
+    return hit if hit.slice == s else _Kernel(s, hit.module, hit.params, hit.ops, hit.kind)
+
+
+def _parse(s: Slice) -> _Kernel:
     label = f"slice {s.prefix!r}"
     try:
-        module = mt.parse_module(s.text)
+        module = air_module.read(s.text).layout   # the one AIR reader (the hardware model reads the same tree)
     except ValueError as e:
         raise ValueError(f"{label}: cannot parse the kernel module: {e}") from None
     try:

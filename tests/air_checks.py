@@ -1,10 +1,12 @@
 """Structure checks for the MLIR-AIR text our builders and the stitcher generate.
 
 mlir-opt-22 cannot parse the AIR dialect's custom syntax, so these test helpers
-  * scan the text with a small tokenizer + balanced-bracket walker and check what AIR would check
-    (SSA scoping with isolated launch/segment/herd regions, `args(...)` vs `: types`, bound value types,
-    memory spaces, external calls vs declarations and `link_with`, the `llama_npu.kernel` attribute): this
-    module, with air_tokens (tokenizer, types, attributes) and air_parse (single constructs, the Report), and
+  * walk the one AIR reader's tree of the module (kernel_builder.air_module: the module layout, the public func's
+    ops with their regions and AIR op headers - the tree the hardware model and the interpreter read) and check
+    what AIR would check (SSA scoping with isolated launch/segment/herd regions, `args(...)` vs `: types`, bound
+    value types, memory spaces, external calls vs declarations and `link_with`, the `llama_npu.kernel`
+    attribute): this module, with air_tokens (each op's tokens from the reader's lexer, aliases expanded; types,
+    attributes) and air_parse (single constructs, the Report), and
   * rewrite the AIR ops into MLIR's *generic* op form (`"air.herd"(...) ({ ^bb0(...): ... }) {...} : ...`)
     so mlir-opt-22 --allow-unregistered-dialect can parse/verify everything else (types, func.call
     signatures, linalg/scf/arith/memref ops): air_generic. `air_generic.herd_modules()` additionally extracts
@@ -15,11 +17,13 @@ Usage: `report = check_module(text)`; `report.errors` is empty for a valid modul
 """
 from __future__ import annotations
 
-from air_parse import (AirOp, Report, parse_air_header, parse_channel_access, parse_channel_decl, parse_func,
-                       result_type)
-from air_tokens import Tok, is_attr_dict, matching, memory_space, norm_type, parse_type, tokenize
+from air_parse import (AirOp, Report, parse_channel_access, parse_channel_decl, parse_func, result_type)
+from air_tokens import Tok, alias_defs, matching, memory_space, norm_type, parse_attr_dict, parse_type, tokenize
 
-AIR_REGION_OPS = ("air.launch", "air.segment", "air.herd")
+from kernel_builder import air_module
+from kernel_builder import mlir_text as mt
+
+AIR_REGION_OPS = mt.AIR_REGION_OPS
 
 
 class _Scope:
@@ -32,184 +36,243 @@ class _Scope:
 def check_module(text: str, expect_kernels: list[dict] | None = None) -> Report:
     rep = Report()
     try:
-        toks = tokenize(text)
+        layout = air_module.read(text).layout
+        checker = _Checker(text, rep, alias_defs(a.text for a in layout.aliases))
+        checker.module(layout)
     except ValueError as e:
         rep.errors.append(str(e))
         return rep
-    scopes: list[_Scope] = [_Scope(True, "module")]
-    pending: dict | None = None  # next region's block args / owner
-    calls: list[tuple[str, list[str], AirOp | None, int]] = []
-    herd_stack: list[AirOp] = []
-    air_stack: list[AirOp] = []
-    func_depth = 0
+    _check_calls(checker.calls, rep, checker.err)
+    _check_channels(rep, checker.err)
+    _check_nesting_and_kernels(rep, checker.err)
+    if expect_kernels is not None and rep.kernels != expect_kernels:
+        rep.errors.append(f"llama_npu.kernel attributes {rep.kernels} != expected {expect_kernels}")
+    return rep
 
-    def err(msg: str, off: int) -> None:
-        line = text.count("\n", 0, off) + 1
-        rep.errors.append(f"line {line}: {msg}")
 
-    def lookup(name: str) -> tuple[bool, str | None]:
-        for sc in reversed(scopes):
+class _Checker:
+    """Walks the reader's tree; each op's own tokens (its region excluded) are scanned for definitions, uses,
+    types, calls and channel ops."""
+
+    def __init__(self, text: str, rep: Report, defs: dict):
+        self.text, self.rep, self.defs = text, rep, defs
+        self.scopes: list[_Scope] = [_Scope(True, "module")]
+        self.calls: list = []
+        self.herd_stack: list[AirOp] = []
+        self.air_stack: list[AirOp] = []
+        self.in_func = False
+
+    def toks(self, start: int, end: int) -> list[Tok]:
+        return tokenize(self.text, start, end, self.defs)
+
+    def err(self, msg: str, off: int) -> None:
+        self.rep.errors.append(f"line {self.text.count(chr(10), 0, off) + 1}: {msg}")
+
+    def lookup(self, name: str) -> tuple[bool, str | None]:
+        for sc in reversed(self.scopes):
             if name in sc.types:
                 return True, sc.types[name]
             if sc.isolated:
                 return False, None
         return False, None
 
-    def use(tok: Tok) -> None:
-        found, _ = lookup(tok.text)
+    def use(self, name: str, off: int) -> None:
+        found, _ = self.lookup(name)
         if not found:
-            err(f"{tok.text} used but not defined in scope (regions of launch/segment/herd/func are "
-                f"isolated from above)", tok.start)
+            self.err(f"{name} used but not defined in scope (regions of launch/segment/herd/func are "
+                     f"isolated from above)", off)
 
-    i, n = 0, len(toks)
-    while i < n:
-        t = toks[i]
-        if t.kind == "ident" and t.text == "air.channel":
-            i = parse_channel_decl(toks, i, rep, err, at_module=(func_depth == 0 and len(scopes) <= 2))
-            continue
-        if t.kind == "ident" and t.text in ("air.channel.put", "air.channel.get"):
-            acc, i = parse_channel_access(toks, i, air_stack, err)
-            if acc is not None:
-                rep.channel_ops.append(acc)
-                for v in acc.indices + [acc.buffer] + sum(acc.lists, []):
-                    use(Tok("ssa", v, t.start, t.start))
-                found, ty = lookup(acc.buffer)
-                if found and ty is not None and ty != acc.type:
-                    err(f"{t.text} on {acc.buffer}: declared type {acc.type} != its type {ty}", t.start)
-            continue
-        if t.kind == "ident" and t.text == "func.func":
-            i = parse_func(toks, i, rep, err)
-            if rep.public and rep.public[-1][3] == i:  # has a body: next "{" is its region
-                name, args, types, _ = rep.public[-1]
-                rep.public[-1] = (name, args, types, None)
-                pending = {"args": dict(zip(args, types)), "isolated": True, "owner": "func"}
-                bad = [ty for ty in types if memory_space(ty) not in ("", None)]
-                for ty in bad:
-                    err(f"public func @{name} argument type {ty} must be an L3 memref (no memory space)",
-                        toks[i - 1].start)
-            continue
-        if t.kind == "ident" and t.text in AIR_REGION_OPS:
-            parent = air_stack[-1] if air_stack else None
-            op, i = parse_air_header(toks, i, parent, func_level=(not air_stack and func_depth > 0))
-            if op is None:
-                err(f"cannot parse {t.text} header", t.start)
-                i += 1
+    def define(self, name: str, ty: str | None, off: int) -> None:
+        if name in self.scopes[-1].types:
+            self.err(f"{name} defined twice", off)
+        self.scopes[-1].types[name] = ty
+
+    # -- module level -------------------------------------------------------------------------------------------
+    def module(self, layout: mt.ModuleText) -> None:
+        funcs, pos = iter(layout.funcs), 0
+        for op in layout.ops:
+            s = self.text.find(op, pos)
+            pos = s + len(op)
+            if mt.op_name(op) == "func.func":
+                self.func(next(funcs), s)
                 continue
-            rep.air_ops.append(op)
-            _check_air_op(op, lookup, err, rep)
-            for v in op.sizes + op.operands + op.deps:
-                use(Tok("ssa", v, t.start, t.start))
-            block = {a: "index" for a in op.ids + op.size_args}
-            block.update(zip(op.arg_names, op.types))
-            pending = {"args": block, "isolated": True, "owner": op}
-            continue
-        if t.kind == "ident" and t.text == "scf.for":
-            iv = toks[i + 1].text
-            j = i + 3  # skip "%iv ="
-            block = {iv: "index"}
-            while toks[j].text != "{":
-                tk = toks[j]
-                if tk.text == "iter_args":
-                    close = matching(toks, j + 1)
-                    k = j + 2
-                    while k < close:
-                        block[toks[k].text] = None
-                        use(toks[k + 2])
-                        k += 4 if toks[k + 3].text == "," else 3
-                    j = close + 1
-                    continue
-                if tk.kind == "ssa":
-                    use(tk)
-                j += 1
-            pending = {"args": block, "isolated": False, "owner": None}
-            i = j
-            continue
-        if t.kind == "caret":  # block label with arguments: ^bb0(%a: T, ...):
-            if i + 1 < n and toks[i + 1].text == "(":
-                close = matching(toks, i + 1)
-                k = i + 2
+            for o in air_module.read(self.text).block(s, pos):   # a channel, or the ops of a text fragment
+                if o.name == "air.channel" or o.span is None:
+                    self.scan(self.toks(o.start, o.end), at_module=True)
+                else:
+                    self.block([o])
+
+    def func(self, f: mt.FuncOp, s: int) -> None:
+        toks = self.toks(s, s + f.body[0] if f.body else s + len(f.text))
+        k = parse_func(toks, 0, self.rep, self.err)
+        if not (self.rep.public and self.rep.public[-1][3] == k):
+            return
+        name, args, types, _ = self.rep.public[-1]
+        self.rep.public[-1] = (name, args, types, None)
+        for ty in types:
+            if memory_space(ty) not in ("", None):
+                self.err(f"public func @{name} argument type {ty} must be an L3 memref (no memory space)",
+                         toks[k - 1].start)
+        tree = air_module.read(self.text)
+        if tree.func.name != f.name:
+            return
+        self.scopes.append(_Scope(True, "func", dict(zip(args, types))))
+        self.in_func = True
+        self.block(tree.body)
+        self.in_func = False
+        self.scopes.pop()
+
+    # -- ops ----------------------------------------------------------------------------------------------------
+    def block(self, ops) -> None:
+        for op in ops:
+            if op.name in AIR_REGION_OPS:
+                self.air_op(op)
+            elif op.name == "scf.for" and op.span is not None:
+                self.scf_for(op)
+            elif op.span is not None and op.name != "air.channel":
+                self.region_op(op)
+            else:
+                self.scan(self.toks(op.start, op.end), at_module=False)
+
+    def air_op(self, op) -> None:
+        for r in op.results:
+            self.define(r, None, op.start)
+        try:
+            air = op.air
+            if air.region is None:
+                raise ValueError("no region")
+        except ValueError as e:
+            self.err(f"cannot parse {op.name} header: {e}", op.text_start)
+            return
+        types = [norm_type(tokenize(t, defs=self.defs)) for t in air.arg_types]
+        attrs, attr_span = {}, None
+        if air.dict_span is not None:
+            a, b = op.start + air.dict_span[0], op.start + air.dict_span[1]
+            attrs, _ = parse_attr_dict(self.toks(a, b), 0)
+            attr_span = (a, b)
+        rec = AirOp(op.name, air.symbol, ["%" + i for i in air.ids], ["%" + s for s, _ in air.sizes],
+                    ["%" + v for _, v in air.sizes], ["%" + a for a, _ in air.args],
+                    ["%" + o for _, o in air.args], types, attrs, attr_span,
+                    (op.text_start, op.start + air.region[0] + 1), op.start + air.region[1] - 1,
+                    self.air_stack[-1] if self.air_stack else None, not self.air_stack and self.in_func,
+                    ["%" + d for d in air.deps])
+        self.rep.air_ops.append(rec)
+        _check_air_op(rec, self.lookup, self.err, self.rep)
+        for v in rec.sizes + rec.operands + rec.deps:
+            self.use(v, op.text_start)
+        block = {a: "index" for a in rec.ids + rec.size_args}
+        block.update(zip(rec.arg_names, rec.types))
+        self.scopes.append(_Scope(True, rec, block))
+        self.air_stack.append(rec)
+        if rec.kind == "air.herd":
+            self.herd_stack.append(rec)
+        self.block(op.body)
+        if rec.kind == "air.herd":
+            self.herd_stack.pop()
+        self.air_stack.pop()
+        self.scopes.pop()
+
+    def scf_for(self, op) -> None:
+        for r in op.results:
+            self.define(r, None, op.start)
+        toks = self.toks(op.text_start, op.start + op.span[0] - 1)
+        block = {toks[1].text: "index"}
+        j = 3  # skip "scf.for %iv ="
+        while j < len(toks):
+            tk = toks[j]
+            if tk.text == "iter_args":
+                close = matching(toks, j + 1)
+                k = j + 2
                 while k < close:
-                    if toks[k].kind == "ssa":
-                        ty, k2 = parse_type(toks, k + 2)
-                        scopes[-1].types[toks[k].text] = ty
-                        k = k2
-                    else:
-                        k += 1
-                i = close + 1
+                    block[toks[k].text] = None
+                    self.use(toks[k + 2].text, toks[k + 2].start)
+                    k += 4 if toks[k + 3].text == "," else 3
+                j = close + 1
                 continue
-        if t.text == "{":
-            if pending is None and is_attr_dict(toks, i):
+            if tk.kind == "ssa":
+                self.use(tk.text, tk.start)
+            j += 1
+        self.scopes.append(_Scope(False, None, block))
+        self.block(op.body)
+        self.scopes.pop()
+
+    def region_op(self, op) -> None:
+        """An op with a region that is not isolated (linalg.generic): its head, then the block header's
+        arguments and the body in a scope of their own."""
+        self.scan(self.toks(op.start, op.start + op.span[0] - 1), at_module=False)
+        self.scopes.append(_Scope(False, None, {}))
+        label = op.block_label
+        if label is not None:
+            toks = self.toks(label.start(), label.end())
+            close = matching(toks, 1)
+            k = 2
+            while k < close:
+                if toks[k].kind == "ssa":
+                    ty, k2 = parse_type(toks, k + 2)
+                    self.scopes[-1].types[toks[k].text] = ty
+                    k = k2
+                else:
+                    k += 1
+        self.block(op.body)
+        self.scopes.pop()
+
+    def scan(self, toks: list[Tok], at_module: bool) -> None:
+        """The tokens of one op without a region: definitions, uses, calls, channel ops, memref types."""
+        self.rep.op_tokens.append(toks)
+        i, n = 0, len(toks)
+        while i < n:
+            t = toks[i]
+            if t.kind == "ident" and t.text == "air.channel":
+                i = parse_channel_decl(toks, i, self.rep, self.err, at_module=at_module)
+                continue
+            if t.kind == "ident" and t.text in ("air.channel.put", "air.channel.get"):
+                acc, i = parse_channel_access(toks, i, self.air_stack, self.err)
+                if acc is not None:
+                    self.rep.channel_ops.append(acc)
+                    for v in acc.indices + [acc.buffer] + sum(acc.lists, []):
+                        self.use(v, t.start)
+                    found, ty = self.lookup(acc.buffer)
+                    if found and ty is not None and ty != acc.type:
+                        self.err(f"{t.text} on {acc.buffer}: declared type {acc.type} != its type {ty}", t.start)
+                continue
+            if t.text == "{":   # an attribute dictionary (regions are the tree's)
                 i = matching(toks, i) + 1
                 continue
-            pend = pending or {"args": {}, "isolated": False, "owner": None}
-            pending = None
-            sc = _Scope(pend["isolated"], pend["owner"], pend["args"])
-            scopes.append(sc)
-            if pend["owner"] == "func":
-                func_depth += 1
-            elif isinstance(pend["owner"], AirOp):
-                air_stack.append(pend["owner"])
-                if pend["owner"].kind == "air.herd":
-                    herd_stack.append(pend["owner"])
-            i += 1
-            continue
-        if t.text == "}":
-            if len(scopes) <= 1:
-                err("unbalanced '}'", t.start)
+            if t.kind == "ssa":
+                nxt = toks[i + 1].text if i + 1 < n else ""
+                if nxt == "=" or (nxt == ":" and i + 3 < n and toks[i + 2].kind == "num" and toks[i + 3].text == "="):
+                    k = i + 2 if nxt == "=" else i + 4
+                    self.define(t.text, result_type(toks, k) if k < n else None, t.start)
+                    if k < n and toks[k].text == "memref.alloc":
+                        _check_alloc(self.scopes[-1].types[t.text], self.air_stack, self.err, t.start)
+                    i = k
+                    continue
+                self.use(t.text, t.start)
                 i += 1
                 continue
-            sc = scopes.pop()
-            if sc.owner == "func":
-                func_depth -= 1
-            elif isinstance(sc.owner, AirOp):
-                air_stack.pop()
-                if sc.owner.kind == "air.herd":
-                    herd_stack.pop()
-            i += 1
-            continue
-        if t.kind == "ssa":
-            nxt = toks[i + 1].text if i + 1 < n else ""
-            if nxt == "=" or (nxt == ":" and i + 3 < n and toks[i + 2].kind == "num" and toks[i + 3].text == "="):
-                k = i + 2 if nxt == "=" else i + 4
-                if t.text in scopes[-1].types:
-                    err(f"{t.text} defined twice", t.start)
-                scopes[-1].types[t.text] = result_type(toks, k) if k < n else None
-                if k < n and toks[k].text == "memref.alloc":
-                    _check_alloc(scopes[-1].types[t.text], air_stack, err, t.start)
-                i = k
+            if t.kind == "ident" and t.text == "func.call":
+                i = self._call(toks, i)
                 continue
-            use(t)
+            if t.kind == "ident" and t.text == "memref" and i + 1 < n and toks[i + 1].text == "<":
+                j = matching(toks, i + 1)
+                sp = memory_space(norm_type(toks[i:j + 1]))
+                if sp not in ("", "1:i32", "2:i32"):
+                    self.err(f"memory space of {self.text[t.start:toks[j].end]} must be absent (L3), `1 : i32` "
+                             f"(L2) or `2 : i32` (L1)", t.start)
+                i = j + 1
+                continue
             i += 1
-            continue
-        if t.kind == "ident" and t.text == "func.call":
-            sym = toks[i + 1].text[1:]
-            close = matching(toks, i + 2)
-            operands = [x.text for x in toks[i + 3:close] if x.kind == "ssa"]
-            for x in toks[i + 3:close]:
-                if x.kind == "ssa":
-                    use(x)
-            ftype, k = parse_type(toks, close + 2)
-            calls.append((sym, operands, herd_stack[-1] if herd_stack else None, t.start, ftype))
-            i = k
-            continue
-        if t.kind == "ident" and t.text == "memref" and i + 1 < n and toks[i + 1].text == "<":
-            j = matching(toks, i + 1)
-            raw = text[t.start:toks[j].end]
-            sp = memory_space(norm_type(toks[i:j + 1]))
-            if sp not in ("", "1:i32", "2:i32"):
-                err(f"memory space of {raw} must be absent (L3), `1 : i32` (L2) or `2 : i32` (L1)", t.start)
-            i = j + 1
-            continue
-        i += 1
 
-    if len(scopes) != 1:
-        rep.errors.append("unbalanced braces at end of module")
-    _check_calls(calls, rep, err)
-    _check_channels(rep, err)
-    _check_nesting_and_kernels(rep, err)
-    if expect_kernels is not None and rep.kernels != expect_kernels:
-        rep.errors.append(f"llama_npu.kernel attributes {rep.kernels} != expected {expect_kernels}")
-    return rep
+    def _call(self, toks: list[Tok], i: int) -> int:
+        sym = toks[i + 1].text[1:]
+        close = matching(toks, i + 2)
+        operands = [x.text for x in toks[i + 3:close] if x.kind == "ssa"]
+        for x in toks[i + 3:close]:
+            if x.kind == "ssa":
+                self.use(x.text, x.start)
+        ftype, k = parse_type(toks, close + 2)
+        self.calls.append((sym, operands, self.herd_stack[-1] if self.herd_stack else None, toks[i].start, ftype))
+        return k
 
 
 def _check_channels(rep: Report, err) -> None:

@@ -8,8 +8,9 @@ import tempfile
 from pathlib import Path
 
 from air_checks import check_module
+from kernel_builder import air_module
 from air_parse import Report
-from air_tokens import Tok, matching, parse_type_list, tokenize
+from air_tokens import Tok, matching, parse_type_list
 
 def to_generic(text: str, keep_calls: bool = False) -> str:
     """Rewrite AIR region ops and air.dma_memcpy_nd into MLIR generic form (parsable by upstream
@@ -18,8 +19,7 @@ def to_generic(text: str, keep_calls: bool = False) -> str:
     mlir-opt stops symbol lookup at unregistered ops, so unless `keep_calls`, `func.call @f(..) : T`
     becomes `"llama_npu.extcall"(..) {callee = @f} : T` (check_module verifies calls against the
     declarations itself; herd_modules() keeps real func.calls, verified by mlir-opt)."""
-    rep = check_module(text)
-    toks = tokenize(text)
+    rep = check_module(text)   # walks the one AIR reader's tree; rep.op_tokens: each op's own tokens
     edits: list[tuple[int, int, str]] = []
     for op in rep.air_ops:
         sizes_types = ["index"] * len(op.sizes)
@@ -37,14 +37,16 @@ def to_generic(text: str, keep_calls: bool = False) -> str:
         footer = f'  "air.{term}"() : () -> ()\n}}) {{{attrs}}} : {fn_type}'
         edits.append((op.header_span[0], op.header_span[1], header))
         edits.append((op.body_close, op.body_close + 1, footer))
-    edits += _dma_edits(toks)
+    for toks in rep.op_tokens:
+        edits += _dma_edits(toks)
     edits += _channel_edits(rep)
     if not keep_calls:
-        for i, t in enumerate(toks):
-            if t.text == "func.call":
-                close = matching(toks, i + 2)
-                edits.append((t.start, toks[i + 1].end, '"llama_npu.extcall"'))
-                edits.append((toks[close].end, toks[close].end, f" {{callee = {toks[i + 1].text}}}"))
+        for toks in rep.op_tokens:
+            for i, t in enumerate(toks):
+                if t.text == "func.call":
+                    close = matching(toks, i + 2)
+                    edits.append((t.start, toks[i + 1].end, '"llama_npu.extcall"'))
+                    edits.append((toks[close].end, toks[close].end, f" {{callee = {toks[i + 1].text}}}"))
     out = text
     for s, e, rep_text in sorted(edits, key=lambda x: x[0], reverse=True):
         out = out[:s] + rep_text + out[e:]
@@ -136,17 +138,8 @@ def signature_module(text: str) -> str:
 
 
 def _decl_texts(text: str) -> list[str]:
-    toks = tokenize(text)
-    out = []
-    for i, t in enumerate(toks):
-        if t.text == "func.func" and toks[i + 1].text == "private":
-            close = matching(toks, i + 3)
-            end = toks[close].end
-            k = close + 1
-            if k < len(toks) and toks[k].text == "attributes":
-                end = toks[matching(toks, k + 1)].end
-            out.append(text[t.start:end])
-    return out
+    """The private declarations, verbatim (the one AIR reader's layout: kernel_builder.air_module)."""
+    return [d.text for d in air_module.read(text).layout.private_decls()]
 
 
 def mlir_opt_verify(mlir_opt: str, text: str, unregistered: bool = True) -> None:

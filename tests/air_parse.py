@@ -1,12 +1,13 @@
-"""Parsers of single constructs of the AIR text (air_checks.py walks the module with them): the records they
-fill (AirOp, Decl, Channel, ChannelAccess, Report), func headers, air.launch/segment/herd headers, channel
-declarations and put/get, and the result type of simple ops. Malformed input is reported through `err`."""
+"""Parsers of single constructs of the AIR text, over one op's tokens (air_checks.py walks the AIR reader's tree
+and calls them): the records they fill (AirOp - built from the reader's header -, Decl, Channel, ChannelAccess,
+Report), func headers, channel declarations and put/get, and the result type of simple ops. Malformed input is
+reported through `err`."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from air_tokens import Tok, matching, norm_type, parse_attr_dict, parse_type, parse_type_list
+from air_tokens import Tok, matching, norm_type, parse_attr_dict, parse_type
 
 @dataclass
 class AirOp:
@@ -22,7 +23,6 @@ class AirOp:
     attr_span: tuple[int, int] | None  # text span of the attribute dict
     header_span: tuple[int, int]       # op keyword .. body "{" inclusive
     body_close: int           # text offset of the body's closing "}"
-    body_tok: tuple[int, int] # token indices of body "{" and "}"
     parent: "AirOp | None"
     func_level: bool          # directly in a func body
     deps: list[str] = field(default_factory=list)  # async dependency tokens `[%t, ...]`
@@ -64,6 +64,7 @@ class Report:
     kernels: list[dict] = field(default_factory=list)  # llama_npu.kernel of launches / bare herds
     channels: dict = field(default_factory=dict)       # symbol -> Channel
     channel_ops: list = field(default_factory=list)    # ChannelAccess, in text order
+    op_tokens: list = field(default_factory=list)      # each scanned op's own tokens (air_generic rewrites them)
 
     @property
     def herds(self) -> list[AirOp]:
@@ -224,63 +225,3 @@ def parse_func(toks, i, rep, err) -> int:
     if k < len(toks) and toks[k].text == "{":
         rep.public.append((name, args, types, k))
     return k
-
-
-def parse_air_header(toks, i, parent, func_level):
-    kind = toks[i].text
-    start = toks[i].start
-    j = i + 1
-    symbol = None
-    if toks[j].kind == "sym":
-        symbol = toks[j].text[1:]
-        j += 1
-    deps = []
-    if toks[j].text == "async":  # `%t = air.launch async [%d0, %d1] (...)`: the result is a token
-        j += 1
-        if toks[j].text == "[":
-            close = matching(toks, j)
-            deps = [t.text for t in toks[j + 1:close] if t.kind == "ssa"]
-            j = close + 1
-    ids, size_args, sizes = [], [], []
-    if kind == "air.herd":
-        if toks[j].text != "tile":
-            return None, i + 1
-        j += 1
-    if kind == "air.segment" and toks[j].text == "unroll":
-        j += 1
-    if kind != "air.segment" or toks[j - 1].text == "unroll":
-        close = matching(toks, j)
-        ids = [t.text for t in toks[j + 1:close] if t.kind == "ssa"]
-        j = close + 1
-        if toks[j].text != "in":
-            return None, i + 1
-        close = matching(toks, j + 1)
-        k = j + 2
-        while k < close:
-            size_args.append(toks[k].text)
-            sizes.append(toks[k + 2].text)
-            k += 4
-        j = close + 1
-    arg_names, operands, types = [], [], []
-    if toks[j].text == "args":
-        close = matching(toks, j + 1)
-        k = j + 2
-        while k < close:
-            arg_names.append(toks[k].text)
-            operands.append(toks[k + 2].text)
-            k += 4
-        j = close + 1
-        if toks[j].text == ":":
-            types, j = parse_type_list(toks, j + 1, ("attributes", "{"))
-    attrs, attr_span = {}, None
-    if toks[j].text == "attributes":
-        a0 = toks[j + 1].start
-        attrs, j2 = parse_attr_dict(toks, j + 1)
-        attr_span = (a0, toks[j2 - 1].end)
-        j = j2
-    if toks[j].text != "{":
-        return None, i + 1
-    body_close = matching(toks, j)
-    op = AirOp(kind, symbol, ids, size_args, sizes, arg_names, operands, types, attrs, attr_span,
-               (start, toks[j].end), toks[body_close].start, (j, body_close), parent, func_level, deps)
-    return op, j

@@ -1,26 +1,17 @@
 """Tokens of the MLIR-AIR text our builders and the stitcher generate, for the structure checks
-(air_checks.py): a small tokenizer (aliases expanded), balanced brackets, types, attribute dictionaries and
-memory spaces."""
+(air_checks.py): the one AIR reader's lexer (kernel_builder.mlir_text.tokenize; aliases expanded here),
+balanced brackets, types, attribute dictionaries and memory spaces."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_TOKEN = re.compile(r"""
-    (?P<str>"(?:[^"\\]|\\.)*")
-  | (?P<ssa>%[A-Za-z0-9_$.\-]+(?:\#\d+)?)
-  | (?P<sym>@[A-Za-z0-9_$.\-]+)
-  | (?P<caret>\^[A-Za-z0-9_$.\-]+)
-  | (?P<alias>[\#!][A-Za-z_][A-Za-z0-9_$.\-]*)
-  | (?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_$.]*)
-  | (?P<arrow>->)
-  | (?P<punct>[(){}\[\]<>,:=*?+!])
-  | (?P<ws>\s+)
-  | (?P<comment>//[^\n]*)
-""", re.X)
+from kernel_builder import mlir_text as mt
 
 _CLOSE = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+# the reader's token kinds (kernel_builder.mlir_text) under the names these checks use
+_KINDS = {"string": "str", "symbol": "sym", "label": "caret", "attr_alias": "alias", "type_alias": "alias",
+          "number": "num", "ssa": "ssa", "ident": "ident", "punct": "punct"}
 
 
 @dataclass
@@ -31,23 +22,39 @@ class Tok:
     end: int
 
 
-def tokenize(text: str) -> list[Tok]:
-    out, pos = [], 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m:
-            raise ValueError(f"unexpected character {text[pos]!r} at offset {pos}")
-        kind = m.lastgroup
-        if kind not in ("ws", "comment"):
-            out.append(Tok(kind, m.group(), m.start(), m.end()))
-        pos = m.end()
-    return _expand_aliases(out)
+def tokenize(text: str, start: int = 0, end: int | None = None, defs: dict | None = None) -> list[Tok]:
+    """The reader's tokens of text[start:end] (kernel_builder.mlir_text.tokenize, whitespace and comments
+    dropped; offsets into `text`), with a minus sign joined to the number it precedes, `>=` / `<=` / `==` as two
+    punctuation tokens (brackets are counted token by token here) and aliases expanded (with `defs`, the
+    module's alias definitions from `alias_defs`; else the definitions found in the span itself)."""
+    out: list[Tok] = []
+    for t in mt.tokenize(text, start, end):
+        if t.kind == "op" and t.text == "->":
+            out.append(Tok("arrow", t.text, t.start, t.end))
+        elif t.kind == "op":
+            out += [Tok("punct", t.text[0], t.start, t.start + 1), Tok("punct", "=", t.start + 1, t.end)]
+        elif t.kind == "number" and out and out[-1].text == "-" and out[-1].end == t.start:
+            out[-1] = Tok("num", "-" + t.text, out[-1].start, t.end)
+        elif t.kind == "other" and t.text == "!":
+            out.append(Tok("punct", t.text, t.start, t.end))
+        elif t.kind in _KINDS:
+            out.append(Tok(_KINDS[t.kind], t.text, t.start, t.end))
+        else:
+            raise ValueError(f"unexpected character {t.text!r} at offset {t.start}")
+    return _expand_aliases(out, {} if defs is None else defs)
 
 
-def _expand_aliases(toks: list[Tok]) -> list[Tok]:
-    """Drop `#name = ...` / `!name = ...` definitions and replace every use by the defining tokens
-    (spans of the use), so types compare by what they mean, not by how they are spelled."""
+def alias_defs(alias_texts) -> dict[str, list[Tok]]:
+    """`#name = ...` / `!name = ...` definitions (the reader's AliasDef texts, in order) -> their tokens."""
     defs: dict[str, list[Tok]] = {}
+    for a in alias_texts:
+        tokenize(a, defs=defs)   # records the definition in defs
+    return defs
+
+
+def _expand_aliases(toks: list[Tok], defs: dict[str, list[Tok]]) -> list[Tok]:
+    """Drop `#name = ...` / `!name = ...` definitions (recorded in `defs`) and replace every use by the defining
+    tokens (spans of the use), so types compare by what they mean, not by how they are spelled."""
     out: list[Tok] = []
     i = 0
     while i < len(toks):
@@ -154,14 +161,6 @@ def parse_attr_dict(toks: list[Tok], i: int) -> tuple[dict, int]:
         if toks[i].text == ",":
             i += 1
     return out, i + 1
-
-
-def is_attr_dict(toks: list[Tok], i: int) -> bool:
-    nxt = toks[i + 1] if i + 1 < len(toks) else None
-    if nxt is None or nxt.text == "}":
-        return True
-    after = toks[i + 2].text if i + 2 < len(toks) else ""
-    return nxt.kind in ("ident", "str") and after in ("=", ",", "}")
 
 
 def memory_space(ty: str) -> str | None:

@@ -82,8 +82,9 @@ def make_hf_checkpoint(out_dir: Path, *, hidden: int, n_heads: int, n_kv_heads: 
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """Minimal safetensors writer (bf16/f32), so tests can build and damage files without torch."""
-    names = {np.dtype(BF16): "BF16", np.dtype(np.float32): "F32"}
+    """Minimal safetensors writer (bf16/f32/f16/i32), so tests can build and damage files without torch."""
+    names = {np.dtype(BF16): "BF16", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
+             np.dtype(np.int32): "I32"}
     header, offset, blobs = {}, 0, []
     for name, arr in tensors.items():
         raw = np.ascontiguousarray(arr).tobytes()

@@ -46,6 +46,12 @@ def config_dir(tmp_path_factory):
     return str(write_sparse_checkpoint(tmp_path_factory.mktemp("cfg") / "tiny", shapes, Path("/nonexistent")))
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """Verdicts of these fake tools are kept in the test's own cache, not the user's."""
+    monkeypatch.setenv("LLAMA_NPU_CACHE", str(tmp_path / "cache"))
+
+
 def _rows(out: str) -> dict[str, list[str]]:
     lines = out.splitlines()
     i = next(k for k, ln in enumerate(lines) if ln.startswith("module "))
@@ -65,7 +71,7 @@ def test_every_module_lowers_with_an_ok_tool(tmp_path, config_dir, capsys, monke
     out = capsys.readouterr().out
     rows = _rows(out)
     # both decode-attention placements: the fused decode layer and the host-attention fallback's modules
-    assert {"layer_kv256", "qkv_dec", "lm_head"} <= set(rows), out
+    assert {"layer_kv256", "qkv_dec", "lm_head", "token_kv256"} <= set(rows), out   # + the one-module decode token
     assert all(r[1] == "OK" and r[2] == "-" and int(r[0]) >= 1 for r in rows.values()), out
     assert f"{len(rows)}/{len(rows)} modules lower" in out
     assert "pinned mlir-air efeb41ce4 + mlir-aie ae8ed9d" in out and "$LLAMA_NPU_AIR_LOWER; built from commits unknown" in out
@@ -180,3 +186,20 @@ def test_verdicts_are_kept_per_text_and_tool(tmp_path, config_dir, capsys, monke
     for _ in range(2):
         assert main(["check-lowering", "--model", config_dir, "--tool", crash, "--only", "lm_head", *ARGS]) == 1
     assert len(calls.read_text().split()) == 8, "a run without a verdict was kept"
+
+
+def test_token_modules_are_probed_at_two_layers_unless_full_depth(tmp_path, capsys):
+    """A deeper model's one-dispatch token module is lowered as the model cut to 2 layers (row `<name>@2L`, fewer
+    launches); --full-depth lowers the module the engine runs."""
+    from benchmarks.null_device import write_sparse_checkpoint
+    from llama_npu.models.llama import ModelShapes
+
+    shapes = ModelShapes(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512, vocab=512, n_layers=4,
+                         rms_eps=1e-5)
+    cfg = str(write_sparse_checkpoint(tmp_path / "deep", shapes, Path("/nonexistent")))
+    tool = _tool(tmp_path)
+    assert main(["check-lowering", "--model", cfg, "--tool", tool, "--only", "token_kv256@2L", *ARGS]) == 0
+    probe = _rows(capsys.readouterr().out)["token_kv256@2L"]
+    assert main(["check-lowering", "--model", cfg, "--tool", tool, "--full-depth", "--only", "token_kv256", *ARGS]) == 0
+    full = _rows(capsys.readouterr().out)["token_kv256"]
+    assert probe[1] == full[1] == "OK" and 0 < int(probe[0]) < int(full[0]), (probe, full)

@@ -108,7 +108,11 @@ def test_roles_and_names():
         (lm,) = m.head().decls
         plan = plan_lm_head(shapes.vocab, shapes.hidden)
         assert plan.n_parts * plan.part_rows >= shapes.vocab
-        assert lm.names(Role.STATIC) == ("final_norm",) + tuple(f"lm_{p}" for p in range(plan.n_parts))
+        # the partitions are windows of the one VOCAB state at constant rows (the token module's embedding rows)
+        assert lm.names(Role.STATIC) == ("final_norm",)
+        assert lm.names(Role.STATE) == tuple(f"lm_{p}" for p in range(plan.n_parts))
+        assert [(lm.arg(f"lm_{p}").state, lm.arg(f"lm_{p}").at) for p in range(plan.n_parts)] == \
+            [("vocab", p * plan.part_rows) for p in range(plan.n_parts)]
         assert lm.names(Role.OUTPUT) == tuple(f"logits_{p}" for p in range(plan.n_parts))
         assert lm.arg("lm_0").shape == (plan.part_rows, shapes.hidden)
     names = [d.name for d in LlamaModel(SMOLLM2_135M).modules((256, 64, 64))]

@@ -8,6 +8,7 @@ import pytest
 
 from llama_npu.engine import Engine
 from llama_npu.errors import PromptError
+from llama_npu.models.graph import prefill_plan
 
 from tooling import require_module
 
@@ -108,7 +109,7 @@ def test_qk_norm_variant_matches_hf_qwen3(hf_checkpoint, kernel_cache_dir):
     description, against transformers' Qwen3ForCausalLM on a random-weight checkpoint."""
     model_dir = hf_checkpoint(**SMALL, arch="qwen3", rope_theta=1000000.0, max_position=512, seed=9)
     eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
-    assert eng.model.qk_norm and "q_norm" in [a.name for a in eng.plans[("prefill", 16, 16)].steps[0].decl.args]
+    assert eng.model.qk_norm and "q_norm" in [a.name for a in eng.plans[prefill_plan(16, 16)].steps[0].decl.args]
     check_against_hf(model_dir, eng, prompt_ids(SMALL["vocab"], 13, seed=6))
 
 

@@ -13,6 +13,7 @@ import pytest
 from llama_npu.config import load_config
 from llama_npu.errors import UnsupportedModel
 from llama_npu.models import ARCHITECTURES
+from llama_npu.models.graph import prefill_plan
 
 from test_engine_hf import check_against_hf, cosine, load_engine, prompt_ids
 from tooling import require_module
@@ -80,7 +81,7 @@ def test_qwen2_bias_is_in_the_graph_and_matters(hf_checkpoint, kernel_cache_dir)
 
     model_dir = hf_checkpoint(**TINY, **CASES["qwen2-untied"])
     eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
-    qkv = eng.plans[("prefill", 16, 16)].steps[0].decl
+    qkv = eng.plans[prefill_plan(16, 16)].steps[0].decl
     assert [a.name for a in qkv.args if a.name in ("bq", "bk", "bv")] == ["bq", "bk", "bv"]
     assert sum(1 for la in qkv.launches if "bias_add" in la.build.args) == 3
     ids = prompt_ids(TINY["vocab"], 9)
@@ -100,23 +101,23 @@ def test_mistral_window_is_attention_not_a_context_cap(hf_checkpoint):
     cache rows [kv0, kv0 + span) with kv0 = pos + rows - span, the position within them kv_pos."""
     from llama_npu.memory import choose_context
     from llama_npu.models import model_for
-    from llama_npu.models.graph import KV0, KV_POS, call_scalars
+    from llama_npu.models.graph import KV0, KV_POS, call_scalars, decode_plan, prefill_plan
 
     model_dir = hf_checkpoint(**TINY, **CASES["mistral"])
     cfg = load_config(model_dir)
     assert (cfg.sliding_window, cfg.max_position) == (WINDOW, 1024)
     assert choose_context(cfg, (16, 64), 1024) == 1024
     plans = model_for(cfg).plans((16, 64), 1024)
-    dec = plans[("decode", 1024)].decls[0]
-    assert dec.name == "layer_slide16" and {d.name for p in [plans[("decode", w)] for w in (256, 512)]
+    dec = plans[decode_plan(1024)].decls[0]
+    assert dec.name == "layer_slide16" and {d.name for p in [plans[decode_plan(w)] for w in (256, 512)]
                                              for d in p.decls} == {"layer_slide16"}
     assert [a.shape[0] for a in dec.args if a.at == KV0] == [WINDOW, WINDOW]
     assert call_scalars(dec, 15) == {"pos": 15, KV0: 0, KV_POS: 15}
     assert call_scalars(dec, 500) == {"pos": 500, KV0: 485, KV_POS: 15}
-    attn = plans[("prefill", 16, 1024)].decls[1]
+    attn = plans[prefill_plan(16, 1024)].decls[1]
     assert attn.name == "attn_s16_slide64"         # 16 queries see 16 + 15 keys: one 64-row window
     assert call_scalars(attn, 54) == {KV0: 6, KV_POS: 48}
-    assert plans[("prefill", 64, 64)].decls[1].name == "attn_s64"   # a chunk at 0 in its own window
+    assert plans[prefill_plan(64, 64)].decls[1].name == "attn_s64"   # a chunk at 0 in its own window
 
 
 def _config(tmp_path, **over):
@@ -201,21 +202,46 @@ def test_phi4_mini_style_config_transformers4_keys(tmp_path):
     assert load_config(d).rope.scaling == sc
 
 
-def test_q4_refuses_phi3_fused_tensors_in_one_line(hf_checkpoint, tmp_path):
-    """4-bit weights are read by tensor name: Phi-3's fused qkv/gate_up row ranges and partial-rotary row order
-    are not applied to them yet, so a q4 run of a Phi-3 checkpoint stops with one line instead of running a wrong
-    model."""
-    import subprocess
-    import sys
+def test_q4_phi3_fused_and_partial_rotary_rows(hf_checkpoint, tmp_path):
+    """`--weights q4` on Phi-3: the 4-bit rows of the fused qkv / gate_up tensors (RTN per row, group 32) are split
+    and put in the partial-rotary order exactly as the bf16 rows are (a row permutation of whole packed rows), so
+    the q4 engine gives bit for bit the logits of the bf16 engine on the RTN-dequantized checkpoint, and follows
+    transformers on that checkpoint."""
+    import shutil
 
-    model_dir = hf_checkpoint(**TINY, **CASES["phi3"])
-    env = {**os.environ, "LLAMA_NPU_CACHE": str(tmp_path / "cache")}
-    p = subprocess.run([sys.executable, "-m", "llama_npu", "run", "--prompt", "hi", "-n", "1", "--device", "emu",
-                        "--buckets", "16", "--weights", "q4", "--model", str(model_dir)],
-                       capture_output=True, text=True, timeout=600, env=env)
-    assert p.returncode == 2, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if "--weights q4 does not support" in ln]
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    from checkpoints import write_safetensors
+    from kernel_builder.gemv_q4.format import dequantize, quantize_rtn
+    from llama_npu.engine import Engine
+    from llama_npu.weights import Checkpoint
+    from test_engine_hf import gate, hf_greedy
+
+    src = hf_checkpoint(**TINY, **CASES["phi3"])
+    deq = tmp_path / "deq"
+    shutil.copytree(src, deq)
+    ck = Checkpoint(src)
+    untied = "lm_head.weight" in ck
+    t = {}
+    for n in ck.refs:
+        a = np.array(ck.get(n))
+        if a.ndim == 2 and not (untied and n == "model.embed_tokens.weight"):   # layers + the (tied) LM head
+            a = dequantize(quantize_rtn(a, 32), a.shape[1], 32, True)
+        t[n] = a
+    (deq / "model.safetensors").unlink()
+    write_safetensors(deq / "model.safetensors", t)
+    ids = prompt_ids(TINY["vocab"], 13, seed=4)
+    runs = {}
+    for label, path, mode in (("q4", src, "q4"), ("deq", deq, "bf16")):
+        eng = Engine.load(str(path), device="emu", buckets=(16,), cache_dir=tmp_path / "k", progress=False,
+                          context=256, weights_mode=mode, warmup=False)
+        logits = [eng.prefill(ids).logits]
+        for _ in range(4):
+            logits.append(np.asarray(eng.decode_step(int(np.argmax(logits[-1])))))
+        runs[label] = logits
+    for a, b in zip(runs["q4"], runs["deq"]):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    hf = hf_greedy(deq, ids, 5)
+    assert gate(runs["q4"], hf) >= 3
+    assert all(cosine(a, b) >= 0.99 for a, b in zip(runs["q4"], hf))
 
 
 def test_sliding_modules_equal_the_whole_window(tmp_path, monkeypatch):

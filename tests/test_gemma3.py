@@ -19,6 +19,7 @@ from llama_npu.config import parse_config
 from llama_npu.engine import Engine
 from llama_npu.errors import UnsupportedModel
 from llama_npu.models.gemma3 import GEMMA3_1B, GLOBAL, LOCAL, Gemma3Model
+from llama_npu.models.graph import prefill_plan
 
 from tooling import require_module
 
@@ -73,7 +74,7 @@ def _hf_run(model_dir, ids, steps):
 def test_gemma3_matches_transformers_prefill_and_decode(tiny, kernel_cache_dir):
     eng = Engine.load(str(tiny), device="emu", buckets=(16,), cache_dir=kernel_cache_dir, progress=False)
     assert eng.model.layer_types == (LOCAL, GLOBAL, LOCAL) and eng.model.sliding_window == 16
-    plan = eng.plans[("prefill", 16, 16)]
+    plan = eng.plans[prefill_plan(16, 16)]
     assert [p.decls[1].name for p in plan] == ["attn_s16_local", "attn_s16", "attn_s16_local"]
     assert plan[0].decls[2].name == plan[1].decls[2].name == "ffn_s16"   # the FFN module serves both kinds
     rng = np.random.default_rng(0)

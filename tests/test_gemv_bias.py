@@ -179,6 +179,7 @@ def test_qwen2_q4_engine_equals_bf16_engine_with_fused_biases(tmp_path):
     (gemv_bias) on the dequantized weights: both add the bias to the same f32 sum before the one rounding."""
     from checkpoints import write_numpy_checkpoint, write_safetensors
     from llama_npu.engine import Engine
+    from llama_npu.models.graph import decode_plan
     from llama_npu.weights import Checkpoint
     from tests.test_q4_engine import _dequantized_copy
 
@@ -197,7 +198,7 @@ def test_qwen2_q4_engine_equals_bf16_engine_with_fused_biases(tmp_path):
     for label, path, mode in (("q4", src, "q4"), ("deq", tmp_path / "deq", "bf16")):
         eng = Engine.load(str(path), device="emu", buckets=(64,), cache_dir=tmp_path / "k", progress=False,
                           context=256, weights_mode=mode, warmup=False)
-        kinds = _launch_kinds(eng.plans[("decode", 256)].decls[0])
+        kinds = _launch_kinds(eng.plans[decode_plan(256)].decls[0])
         assert kinds.count("gemv_q4_bias" if mode == "q4" else "gemv_bias") == 3
         logits = [eng.prefill([5, 17, 42, 7]).logits]
         for _ in range(3):

@@ -240,3 +240,84 @@ def test_host_q4_gemv_equals_host_bf16_gemv_on_dequantized_weights():
         x = to_bf16(rng.standard_normal(k).astype(np.float32))
         got = gemv_q4(p, x, m=m, k=k, group=group, mins=mins)
         np.testing.assert_array_equal(got, gemv(dequantize(p, k, group, bool(mins)), x, m=m, k=k))
+
+
+# ------------------------------------------------------------------------------------------ 8-bit codes (Q8_0)
+Q8 = (576, 32, 0, 4, 8, 8)       # (k, group, mins, tile_m, rows, bits): GGUF Q8_0 rows of SmolLM2's vocabulary
+
+
+def _random_q8(rng, m, k):
+    codes = rng.integers(-128, 128, size=(m, k))
+    s = to_bf16(rng.uniform(0.001, 0.01, size=(m, k // 32)).astype(np.float32))
+    return pack(codes, s, None, 32, bits=8), codes, s
+
+
+def test_q8_layout_round_trip():
+    p, codes, s = _random_q8(np.random.default_rng(12), 3, 576)
+    assert p.shape == (3, 640) and Q4Layout(576, 32, False, 8).bits_per_weight() == 8 * 640 / 576   # 576 + 36, padded to 32
+    np.testing.assert_array_equal(unpack(p, 576, 32, False, 8)[0], codes)
+    want = codes.astype(np.float32).reshape(3, -1, 32) * s.astype(np.float32)[:, :, None]
+    np.testing.assert_array_equal(dequantize(p, 576, 32, False, 8), to_bf16(want.reshape(3, 576)))
+
+
+def test_q8_scalar_and_vector_paths_match_reference(tmp_path):
+    k, group, mins, tm, rows, bits = Q8
+    kern = q4_ext.gemv_q4_kernel(*Q8)
+    assert kern.symbol.endswith("_b8") and ("Q4_BITS", "8") in kern.defines
+    rng = np.random.default_rng(13)
+    p, *_ = _random_q8(rng, rows, k)
+    x = to_bf16(rng.standard_normal(k).astype(np.float32))
+    want = gemv_q4(p, x, m=rows, k=k, group=group, mins=mins, bits=8).reshape(-1)
+    cxx = require_tool("g++")
+    cmd = compile_rules.host_compile_command(kern, tmp_path, cxx=cxx) + ["-Wall", "-Wextra"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    so = tmp_path / "libq8.so"
+    subprocess.run(compile_rules.host_link_command([tmp_path / compile_rules.host_object_name(kern)], so, cxx=cxx),
+                   check=True)
+    f = getattr(ctypes.CDLL(str(so)), kern.symbol)
+    f.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int32]
+    y = np.zeros(rows, BF16)
+    for r in range(0, rows, tm):
+        blk = np.ascontiguousarray(p[r:r + tm])
+        f(blk.ctypes.data, x.ctypes.data, y.ctypes.data, r)
+    _close(y, want, "q8 scalar")
+    lib = aie_host.load(kern)
+    xa, yv = aie_host.aligned(x), aie_host.aligned(np.zeros(rows, BF16))
+    for r in range(0, rows, tm):
+        counts = lib.call(kern.symbol, aie_host.aligned(np.ascontiguousarray(p[r:r + tm])), xa, yv, r)
+    _close(yv, want, "q8 vector")
+    assert counts.get("unpack", 0) == 0 and counts["vload_bytes"] == tm * (k + 2 * k)
+    cost = q4_ext.COSTS[0]
+    formula = cost.work(cost.pattern.fullmatch(kern.symbol), []).counts
+    assert Counts._of(formula).host() == {k2: n for k2, n in counts.items() if n}
+
+
+def test_q8_builder_on_the_interpreter_and_hardware_model():
+    from kernel_builder.hw import analyze_module
+    from multi_launch_builder.emulator import air_interp
+    from kernel_builder.registry import kernel_text
+    rng = np.random.default_rng(14)
+    p, *_ = _random_q8(rng, 64, 576)
+    x = to_bf16(rng.standard_normal((1, 576)).astype(np.float32))
+    y = np.zeros((1, 64), BF16)
+    text = kernel_text("gemv_q4", 64, 576, 32, 0, 8)
+    air_interp.compile_module(text).run([p.view(np.int8), x, y])
+    _close(y, gemv_q4(p, x, m=64, k=576, group=32, mins=0, bits=8), "q8 interp")
+    for m, k in ((6144, 576), (16384, 2048), (16384, 4096)):      # LM-head partitions: SmolLM2, Llama 1B / 8B
+        rep = analyze_module(kernel_text("gemv_q4", m, k, 32, 0, 8))
+        assert rep.ok, rep.first_violation()
+
+
+def test_host_q8_gemv_equals_host_bf16_gemv_on_dequantized_weights():
+    """The emulator's 8-bit GEMV (host C++, llama_npu_gemv_q8) gives the bits of the bf16 host GEMV on the
+    dequantized rows (the LM head of a Q8_0 GGUF, per token)."""
+    from external_kernels import host_build
+    from kernel_builder.gemv.reference import gemv
+    if host_build.library() is None:
+        pytest.skip("no host kernels")
+    rng = np.random.default_rng(15)
+    p, *_ = _random_q8(rng, 96, 576)
+    x = to_bf16(rng.standard_normal(576).astype(np.float32))
+    got = gemv_q4(p, x, m=96, k=576, group=32, mins=0, bits=8)
+    np.testing.assert_array_equal(got, gemv(dequantize(p, 576, 32, False, 8), x, m=96, k=576))

@@ -29,7 +29,7 @@ def test_plan_matches_the_kernel_cache_on_the_null_device(tiny_two_layers, kerne
     cfg = load_config(tiny_two_layers)
     plan = plan_memory(cfg, buckets, context=eng.kv_capacity)
     assert report["cache_allocated_bytes"] == report["device_allocated_bytes"] == plan.total
-    assert report["state_bytes"] == plan.kv_cache_bytes
+    assert report["state_bytes"] == plan.kv_cache_bytes + plan.embed_bytes   # + the token modules' embedding rows
     assert plan.total == plan.weights_bytes + plan.kv_cache_bytes + plan.activation_bytes
 
 
@@ -39,20 +39,28 @@ def test_weights_are_shared_across_buckets_and_counted_per_layer():
     assert two.weights_bytes == one.weights_bytes            # a layer's weights serve every bucket
     assert two.activation_bytes > one.activation_bytes
     deeper = plan_memory(ModelShapes(**{**TINY.__dict__, "n_layers": 4}), (16,), 128)
-    lm_head = (TINY.vocab + 1) * TINY.hidden * 2  # LM head + final norm: once, whatever the depth
+    # LM head + final norm + the one-module decode token's empty candidates (one window): once, whatever the depth
+    lm_head = (TINY.vocab + 1) * TINY.hidden * 2 + 8
     assert deeper.weights_bytes - lm_head == 2 * (one.weights_bytes - lm_head)
-    assert deeper.activation_bytes == one.activation_bytes
+    # the per-layer modules: one activation set per module, whatever the depth; the one-module decode token holds
+    # every layer's intermediates (host decode attention builds no token module)
+    d4 = ModelShapes(**{**TINY.__dict__, "n_layers": 4})
+    host = [plan_memory(s, (16,), 128, "host").activation_bytes for s in (d4, TINY)]
+    assert host[0] == host[1]
+    assert deeper.activation_bytes > one.activation_bytes
 
 
 def test_kv_cache_formula_and_llama_1b_figure():
     p = plan_memory(LLAMA32_1B, (64,), 2048)
     assert p.kv_cache_bytes == 2 * 16 * 8 * 2048 * 64 * 2 + 2048 * 64 * 2 == (64 << 20) + (256 << 10)
     # ONE [out, in] copy of every layer's weights (prefill GEMMs and decode GEMVs share it) + the RMSNorm
-    # weights, plus the LM head partitions (8 x 16384 rows) and the final norm
+    # weights, plus the LM head partitions (8 x 16384 rows: the VOCAB state, which the one-module decode token
+    # also reads its embedding row from) and the final norm, and the token modules' empty candidates (4 windows)
     s = LLAMA32_1B
     proj = s.q_dim * s.hidden + 2 * s.kv_dim * s.hidden + s.hidden * s.q_dim + 3 * s.ffn * s.hidden
     layer = 2 * (proj + 2 * s.hidden)
-    assert p.weights_bytes == s.n_layers * layer + 2 * (8 * 16384 * s.hidden + s.hidden) == 2483163136
+    assert p.weights_bytes == s.n_layers * layer + 2 * (8 * 16384 * s.hidden + s.hidden) + 4 * 8 == 2483163168
+    assert p.embed_bytes == 2 * 8 * 16384 * s.hidden
     assert 2.3 < (p.weights_bytes + p.activation_bytes) / 2**30 < 2.4   # was 4.2 GiB with the transposed copies
     assert isinstance(p, MemoryPlan)
 

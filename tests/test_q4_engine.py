@@ -55,7 +55,63 @@ def test_q4_decode_module_uses_gemv_q4_and_fits():
     rep = analyze_module(text, d.name)
     assert rep.ok, rep.first_violation()
     head = LlamaModel(LLAMA32_1B, "q4").head().decls[0]
-    assert {a.name: a.dtype for a in head.args if a.role.name == "STATIC"}["lm_0_q4"] == "i8"
+    assert {a.name: (a.role.name, a.dtype, a.state) for a in head.args}["lm_0_q4"] == ("STATE", "i8", "vocab")
     assert analyze_module(stitch(head), head.name).ok
     with pytest.raises(ValueError, match="weights must be one of"):
         LlamaModel(LLAMA32_1B, "q3")
+
+
+def test_q4_prefill_dequantizes_into_the_shared_scratch_and_fits():
+    """Prefill GEMMs read a window of the scratch state of their k, written by the weight's dequant_q4 launch just
+    before; the module's statics are the q4 rows only (no bf16 copy), and it passes the hardware model."""
+    from kernel_builder.hw import analyze_module
+    from llama_npu.models.llama import LLAMA32_1B, LlamaModel
+    from llama_npu.models.lowering import scratch_states
+    from multi_launch_builder.stitcher import stitch
+    m = LlamaModel(LLAMA32_1B, "q4")
+    decls = m.prefill(256).decls
+    ffn = next(d for d in decls if d.name.startswith("ffn_"))
+    roles = {a.name: (a.role.name, a.shape, a.dtype, a.state) for a in ffn.args}
+    assert roles["w_gate_q4"] == ("STATIC", (8192, 1280), "i8", "")
+    assert roles["w_down_deq"] == ("STATE", (2048, 8192), "bf16", "wdeq_k8192")
+    assert not [n for n, r in roles.items() if r[0] == "STATIC" and r[2] == "bf16" and len(r[1]) == 2]
+    kinds = [la.build.args[0] for la in ffn.launches]
+    assert kinds[kinds.index("dequant_q4") + 1] == "gemm"
+    assert [la.wiring for la in ffn.launches if la.prefix.startswith("gate")] == [("w_gate_q4", "w_gate_deq"),
+                                                                                  ("h2", "w_gate_deq", "gate")]
+    assert scratch_states(m.modules((64, 256), 1024)) == {"wdeq_k2048": 8192, "wdeq_k8192": 2048}
+    for d in decls:
+        rep = analyze_module(stitch(d), d.name)
+        assert rep.ok, rep.first_violation()
+
+
+def test_q4_device_buffers_are_below_bf16():
+    """The memory plan (the bytes the ModuleExecutor allocates: tests/test_memory_plan.py) of a q4 run is below
+    bf16's for Llama-3.2-1B and 3.1-8B shapes; the 8B's weights + scratch + 8k KV cache fit 6 GiB."""
+    from llama_npu.memory import plan_memory
+    from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
+    GiB = 2**30
+    for sh, bf16_w in ((LLAMA32_1B, 2.3), (LLAMA31_8B, 14.0)):
+        b = plan_memory(sh, (64, 256, 1024, 2048), 8192)
+        q = plan_memory(sh, (64, 256, 1024, 2048), 8192, weights="q4")
+        assert b.weights_bytes / GiB > bf16_w and b.scratch_bytes == 0
+        assert q.weights_bytes < 0.32 * b.weights_bytes and q.total < 0.5 * b.total
+        assert q.scratch_bytes == 2 * 2 * sh.ffn * sh.hidden         # [ffn, hidden] and [hidden, ffn], bf16
+    q8 = plan_memory(LLAMA31_8B, (64, 256, 1024, 2048), 8192, weights="q4")
+    assert q8.weights_bytes + q8.scratch_bytes + q8.kv_cache_bytes <= 6 * GiB
+
+
+def test_q4_plan_matches_the_null_device(tmp_path):
+    from llama_npu.config import load_config
+    from llama_npu.engine import Engine
+    from llama_npu.memory import plan_memory
+    src = write_numpy_checkpoint(tmp_path / "m", hidden=128, n_heads=4, n_kv_heads=2, ffn=256, n_layers=2,
+                                 vocab=256, max_position=256)
+    eng = Engine.load(str(src), device="null", buckets=(16,), cache_dir=tmp_path / "k", progress=False,
+                      context=256, weights_mode="q4")
+    eng.prefill(list(range(3, 13)))
+    eng.decode_step(5)
+    report = eng.cache.memory_report()
+    plan = plan_memory(load_config(src), (16,), eng.kv_capacity, weights="q4")
+    assert report["cache_allocated_bytes"] == plan.total
+    assert report["state_bytes"] == plan.kv_cache_bytes + plan.scratch_bytes + plan.embed_bytes > plan.kv_cache_bytes

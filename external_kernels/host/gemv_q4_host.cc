@@ -44,14 +44,21 @@ inline float tree(float* p, int n) {
   return p[0];
 }
 
+template <int BITS>
 inline int code(const uint8_t* q, int j, int mins) {
+  if (BITS == 8) return mins ? q[j] : static_cast<int8_t>(q[j]);
   const int nib = (q[j / 2] >> (4 * (j % 2))) & 0xF;
   return mins ? nib : (nib >= 8 ? nib - 16 : nib);
 }
 
 #ifdef LLAMA_NPU_Q4_AVX2
 // 8 codes starting at element j (j % 8 == 0) as f32 lanes
+template <int BITS>
 inline __m256 codes8(const uint8_t* q, int j, int mins) {
+  if (BITS == 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
+    return _mm256_cvtepi32_ps(mins ? _mm256_cvtepu8_epi32(b) : _mm256_cvtepi8_epi32(b));
+  }
   uint32_t packed;
   std::memcpy(&packed, q + j / 2, 4);
   const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
@@ -69,18 +76,15 @@ inline __m256 round_bf16_8(__m256 f) {
 }
 #endif
 
-}  // namespace
-
-extern "C" {
-
-// Rows [r0, r1) of y[m] = dequant(w[m, rb bytes]) . x[k] (f32). Returns 0, or -2 for bad shapes.
-int llama_npu_gemv_q4(const uint8_t* w, const float* x, float* y, int m, int k, int group, int mins, int rb,
-                      int r0, int r1) {
+// Rows [r0, r1) of y[m] = dequant(w[m, rb bytes]) . x[k] (f32), BITS-bit codes. 0, or -2 for bad shapes.
+template <int BITS>
+int gemv_rows(const uint8_t* w, const float* x, float* y, int m, int k, int group, int mins, int rb, int r0,
+              int r1) {
   if (m <= 0 || k <= 0 || group <= 0 || k % group || group % kParts || r0 < 0 || r1 > m || r0 >= r1) return -2;
   const int groups = k / group;
   for (int r = r0; r < r1; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * rb;
-    const uint8_t* sc = row + k / 2;
+    const uint8_t* sc = row + k * BITS / 8;
     const uint8_t* mn = sc + 2 * groups;
     float part[kParts];
 #ifdef LLAMA_NPU_Q4_AVX2
@@ -91,7 +95,7 @@ int llama_npu_gemv_q4(const uint8_t* w, const float* x, float* y, int m, int k, 
       for (int j = g * group; j < (g + 1) * group; j += kParts) {
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
-          __m256 wv = _mm256_mul_ps(d, codes8(row, j + 8 * c, mins));
+          __m256 wv = _mm256_mul_ps(d, codes8<BITS>(row, j + 8 * c, mins));
           if (mins) wv = _mm256_add_ps(wv, z);
           a[c] = _mm256_fmadd_ps(round_bf16_8(wv), _mm256_loadu_ps(x + j + 8 * c), a[c]);
         }
@@ -102,7 +106,7 @@ int llama_npu_gemv_q4(const uint8_t* w, const float* x, float* y, int m, int k, 
     for (int t = 0; t < kParts; ++t) part[t] = 0.0f;
     for (int j = 0; j < k; ++j) {
       const int g = j / group;
-      float wv = bf16_at(sc + 2 * g) * static_cast<float>(code(row, j, mins));
+      float wv = bf16_at(sc + 2 * g) * static_cast<float>(code<BITS>(row, j, mins));
       if (mins) wv = wv + bf16_at(mn + 2 * g);
       part[j % kParts] = std::fma(round_bf16(wv), x[j], part[j % kParts]);
     }
@@ -111,6 +115,63 @@ int llama_npu_gemv_q4(const uint8_t* w, const float* x, float* y, int m, int k, 
     y[r] = v == v ? v : std::numeric_limits<float>::quiet_NaN();
   }
   return 0;
+}
+
+// Rows [r0, r1) of y[m, k] (bf16 bits) = dequant(w[m, rb bytes]): the q4 prefill's per-layer weight.
+template <int BITS>
+int dequant_rows(const uint8_t* w, uint16_t* y, int m, int k, int group, int mins, int rb, int r0, int r1) {
+  if (m <= 0 || k <= 0 || group <= 0 || k % group || r0 < 0 || r1 > m || r0 >= r1) return -2;
+  const int groups = k / group;
+  for (int r = r0; r < r1; ++r) {
+    const uint8_t* row = w + static_cast<size_t>(r) * rb;
+    const uint8_t* sc = row + k * BITS / 8;
+    const uint8_t* mn = sc + 2 * groups;
+    uint16_t* out = y + static_cast<size_t>(r) * k;
+    for (int g = 0; g < groups; ++g) {
+      const float d = bf16_at(sc + 2 * g), z = mins ? bf16_at(mn + 2 * g) : 0.0f;
+#ifdef LLAMA_NPU_Q4_AVX2
+      const __m256 dv = _mm256_set1_ps(d), zv = _mm256_set1_ps(z);
+      for (int j = g * group; j < (g + 1) * group; j += 8) {     // the same f32 ops, 8 lanes at a time
+        __m256 wv = _mm256_mul_ps(dv, codes8<BITS>(row, j, mins));
+        if (mins) wv = _mm256_add_ps(wv, zv);
+        const __m256i u = _mm256_srli_epi32(_mm256_castps_si256(round_bf16_8(wv)), 16);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                         _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
+      }
+      continue;
+#endif
+      for (int j = g * group; j < (g + 1) * group; ++j) {
+        float wv = d * static_cast<float>(code<BITS>(row, j, mins));
+        if (mins) wv = wv + z;
+        uint32_t u;
+        const float rv = round_bf16(wv);
+        std::memcpy(&u, &rv, sizeof u);
+        out[j] = static_cast<uint16_t>(u >> 16);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int llama_npu_dequant_q4(const uint8_t* w, uint16_t* y, int m, int k, int group, int mins, int rb, int bits,
+                         int r0, int r1) {
+  return bits == 8 ? dequant_rows<8>(w, y, m, k, group, mins, rb, r0, r1)
+                   : dequant_rows<4>(w, y, m, k, group, mins, rb, r0, r1);
+}
+
+int llama_npu_gemv_q4(const uint8_t* w, const float* x, float* y, int m, int k, int group, int mins, int rb,
+                      int r0, int r1) {
+  return gemv_rows<4>(w, x, y, m, k, group, mins, rb, r0, r1);
+}
+
+// The same on 8-bit codes (a GGUF's Q8_0 vocabulary matrix).
+int llama_npu_gemv_q8(const uint8_t* w, const float* x, float* y, int m, int k, int group, int mins, int rb,
+                      int r0, int r1) {
+  return gemv_rows<8>(w, x, y, m, k, group, mins, rb, r0, r1);
 }
 
 }  // extern "C"

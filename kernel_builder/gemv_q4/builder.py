@@ -7,9 +7,6 @@ in L1), then its rows [r0, r0 + R) of w, one contiguous run of R * row_bytes byt
 row travel together), received tile_m rows per step into a ping-ponged `w_l1`; the tile keeps its R outputs in
 `y_l1` and stores them to L3 with one DMA. Like mlir-air's fused Q4 decode example, the packed weights (not a
 dequantized copy) are what crosses the shim: a quarter of the bf16 bytes plus the scales.
-
-With `bias` (the `gemv_q4_bias` kernel: arguments w, x, b [1, m], y) each tile's bias rows follow x on its stream
-and land in x's one transfer (`x_l1 [k + R]`), as in the gemv kernel's bias epilogue.
 """
 from __future__ import annotations
 
@@ -22,11 +19,13 @@ KIND = "gemv_q4"
 CHANNEL = "gemvq4_in"
 
 
-def build(m: int, k: int, group: int = 32, mins: int = 1, bias: bool = False) -> str:
-    plan = plan_gemv_q4(m, k, group, mins, bias)
+def build(m: int, k: int, group: int = 32, mins: int = 1, bits: int = 4, bias: bool = False) -> str:
+    """bits=8: the same GEMV on 8-bit codes (GGUF Q8_0's vocabulary matrix). bias: the `gemv_q4_bias` kernel
+    (arguments w, x, b [1, m], y): each tile's bias rows follow x on its stream, in x's one transfer."""
+    plan = plan_gemv_q4(m, k, group, mins, bits, bias)
     rb, rows, tm = plan.layout.row_bytes, plan.rows_per_tile, plan.tile_m
     hx, hy = plan.herd_x, plan.herd_y
-    ext = gemv_q4_kernel(k, group, mins, tm, rows, bias)
+    ext = gemv_q4_kernel(k, group, mins, tm, rows, bits, bias)
     w_ty, x_ty, y_ty, b_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m]), memref([1, m])
     wl_ty, xl_ty = memref([tm * rb], "i8", L1), memref([k + rows * bias], "bf16", L1)
     yl_ty = memref([rows], "bf16", L1)
@@ -36,7 +35,8 @@ def build(m: int, k: int, group: int = 32, mins: int = 1, bias: bool = False) ->
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, yl_ty, "i32"])
     ch = mod.channel(CHANNEL, [hx, hy])
     la = launch(mod.body, [1, 1], list(zip(mod.args, types)),
-                [attr_dict(kind, {"m": m, "k": k, "group": group, "mins": int(mins)})])
+                [attr_dict(kind, {"m": m, "k": k, "group": group, "mins": int(mins),
+                                  **({"bits": bits} if bits != 4 else {})})])
     lw, lxv, ly = la.args[0], la.args[1], la.args[-1]
     lb = la.body
     put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, rb), (la.args[2], b_ty, m) if bias else None)

@@ -21,11 +21,12 @@ class GemvQ4Plan:
     herd_x: int
     herd_y: int
     tile_m: int
+    bits: int = 4
     bias: bool = False   # gemv_q4_bias: the tile's bias rows after x, in x's buffer
 
     @property
     def layout(self) -> Q4Layout:
-        return Q4Layout(self.k, self.group, bool(self.mins))
+        return Q4Layout(self.k, self.group, bool(self.mins), self.bits)
 
     @property
     def tiles(self) -> int:
@@ -55,22 +56,22 @@ class GemvQ4Plan:
         return BF16 * (self.k + self.rows_per_tile * self.bias) + self.rows_per_tile * self.layout.row_bytes
 
 
-def plan_gemv_q4(m: int, k: int, group: int, mins: int, bias: bool = False) -> GemvQ4Plan:
+def plan_gemv_q4(m: int, k: int, group: int, mins: int, bits: int = 4, bias: bool = False) -> GemvQ4Plan:
     check_positive("gemv_q4", m=m, k=k)
     if k % Q4_K_MULTIPLE:
         raise ValueError(f"gemv_q4: k={k} must be a multiple of {Q4_K_MULTIPLE} (one int4 vector of 32 lanes)")
-    Q4Layout(k, group, bool(mins))
+    Q4Layout(k, group, bool(mins), bits)
     counts = gemv_tile_counts("gemv_q4", m)
 
     def candidates(hx, hy, rows):
         for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
-            plan = GemvQ4Plan(m, k, group, int(mins), hx, hy, tile_m, bias)
+            plan = GemvQ4Plan(m, k, group, int(mins), hx, hy, tile_m, bits, bias)
             if plan.l1_bytes() <= L1_BUDGET and plan.core_task_repeats <= CORE_TASK_MAX_REPEATS:
                 yield plan, (even_or_one(plan.steps), tile_m)
 
     best = first_best(m, counts, candidates)
     if best is not None:
         return best
-    need = GemvQ4Plan(m, k, group, int(mins), *gemv_herd_shape(counts[0]), 1, bias).l1_bytes()
+    need = GemvQ4Plan(m, k, group, int(mins), *gemv_herd_shape(counts[0]), 1, bits, bias).l1_bytes()
     raise ValueError(f"gemv_q4: m={m}, k={k} needs {kib(need)} of L1 per tile (x and whole q4 rows); the NPU2 "
                      f"limit is {kib(L1_BUDGET)}: split m into partitions")

@@ -9,10 +9,10 @@ from kernel_builder.gemv_q4.format import Q4Layout, dequantize
 from kernel_builder.numerics import check_dims
 
 
-def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int) -> np.ndarray:
-    """y[1, m] from w: u8 [m, row_bytes] (the q4 row layout) and x[k]."""
+def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int, bits: int = 4) -> np.ndarray:
+    """y[1, m] from w: u8 [m, row_bytes] (the q4 row layout; `bits` 4 or 8) and x[k]."""
     check_dims("gemv_q4", m=m, k=k)
-    lay = Q4Layout(k, group, bool(mins))
+    lay = Q4Layout(k, group, bool(mins), bits)
     wa = np.asarray(w)
     wa = wa.view(np.uint8) if wa.dtype.itemsize == 1 else wa.astype(np.int8).view(np.uint8)   # bytes (i8 on device)
     if wa.size != m * lay.row_bytes:
@@ -23,6 +23,6 @@ def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int) -> np.ndarray:
         from kernel_builder.gemv_q4 import host
         from kernel_builder.numerics import f32_input, to_bf16
         y = host.run(lib, wa, f32_input("gemv_q4", "x", x, (k,)), m=m, k=k, group=group, mins=mins,
-                     row_bytes=lay.row_bytes)
+                     row_bytes=lay.row_bytes, bits=bits)
         return to_bf16(y).reshape(1, m)
-    return gemv(dequantize(wa, k, group, bool(mins)), x, m=m, k=k)
+    return gemv(dequantize(wa, k, group, bool(mins), bits), x, m=m, k=k)

@@ -10,8 +10,8 @@ from kernel_builder.external_costs import DEFAULT_STACK, ExternalCost
 from kernel_builder.externals import ExternalFamily
 from kernel_builder.gemv_q4.external import _gemv_q4, gemv_q4_kernel, gemv_q4_model
 
-FAMILY = ExternalFamily("gemv_q4_bias", "gemv_q4.cc", r"mvq4b_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)\.o",
-                        r"mvq4b_bf16_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)",
+FAMILY = ExternalFamily("gemv_q4_bias", "gemv_q4.cc", r"mvq4b_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)(?:_b(8))?\.o",
+                        r"mvq4b_bf16_k(\d+)_g(\d+)_z(\d)_m(\d+)_r(\d+)(?:_b(8))?",
                         functools.partial(gemv_q4_kernel, bias=True), functools.partial(gemv_q4_model, bias=True))
 COSTS = (
     # gemv_q4_bias(w, x + b, y, row): writes y only

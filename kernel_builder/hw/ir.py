@@ -2,8 +2,8 @@
 allocations, transfers (DMAs and channel put/get), external calls and compute ops, with every index value
 kept symbolic (kernel_builder.hw.symbolic). Nothing is executed.
 
-Parsing reuses kernel_builder.mlir_text (module layout, AIR op headers) and kernel_builder.air_ops (op
-splitting, memref types, channel declarations, access patterns) - the same reading the interpreter uses.
+It is built from the one AIR reader's tree (kernel_builder.air_module: module layout, ops split once, AIR op
+headers, channel declarations) and air_ops' access patterns and memref types - the tree the interpreter reads.
 `parse(text)` raises HwParseError (one line naming the op and its line) for text outside that subset.
 """
 from __future__ import annotations
@@ -12,9 +12,10 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from kernel_builder import air_ops
+from kernel_builder import air_module, air_ops
 from kernel_builder import mlir_text as mt
-from kernel_builder.air_ops import MemRefType, OpText
+from kernel_builder.air_module import Op
+from kernel_builder.air_ops import MemRefType
 from kernel_builder.hw import symbolic as sym
 from kernel_builder.hw.symbolic import Expr
 
@@ -156,9 +157,7 @@ _RANGE_RE = re.compile(r"\{[^}]*llama_npu\.range\s*=\s*\[\s*(-?\d+)\s*,\s*(-?\d+
 
 
 class _Parser:
-    def __init__(self, text: str):
-        self.ctx = air_ops.ModuleCtx(text)
-        self.text = text
+    def __init__(self):
         self.counter = itertools.count()
         self.ranges: dict[str, tuple[int, int]] = {}
 
@@ -167,7 +166,7 @@ class _Parser:
 
     # -- values
     @staticmethod
-    def value(env: dict, tok: str, op: OpText):
+    def value(env: dict, tok: str, op: Op):
         tok = tok.strip()
         if _INT_RE.fullmatch(tok):
             return sym.const(int(tok))
@@ -175,19 +174,19 @@ class _Parser:
             raise HwParseError(f"{op.where()}: value {tok} is not defined in this region")
         return env[tok]
 
-    def index(self, env: dict, tok: str, op: OpText) -> Expr:
+    def index(self, env: dict, tok: str, op: Op) -> Expr:
         v = self.value(env, tok, op)
         if not isinstance(v, Expr):
             raise HwParseError(f"{op.where()}: {tok} is not an index value")
         return v
 
-    def constant(self, env: dict, tok: str, op: OpText, what: str) -> int:
+    def constant(self, env: dict, tok: str, op: Op, what: str) -> int:
         v = self.index(env, tok, op).value
         if v is None:
             raise HwParseError(f"{op.where()}: {what} {tok} must be a constant")
         return v
 
-    def access(self, env: dict, text: str, op: OpText) -> Access:
+    def access(self, env: dict, text: str, op: Op) -> Access:
         parts = air_ops.access_pattern(text)
         if parts is None:
             raise HwParseError(f"{op.where()}: cannot read access pattern {text.strip()!r}")
@@ -204,9 +203,9 @@ class _Parser:
                       [self.constant(env, s, op, "DMA stride") for s in strides])
 
     # -- blocks
-    def block(self, start: int, end: int, env: dict) -> Block:
+    def block(self, ops: air_module.Block, env: dict) -> Block:
         blk = Block()
-        for op in air_ops.iter_block(self.ctx, start, end):
+        for op in ops:
             if op.name in _TERMINATORS or not op.name:
                 continue
             try:
@@ -219,7 +218,7 @@ class _Parser:
                 blk.nodes.append(node)
         return blk
 
-    def op(self, op: OpText, env: dict) -> Node | None:
+    def op(self, op: Op, env: dict) -> Node | None:
         name = op.name
         if name == "scf.for":        # region ops first: no copy of their text is held while the body is read
             return self.loop(op, env)
@@ -311,7 +310,7 @@ class _Parser:
             env[r] = sym.opaque(deps)
         return None
 
-    def linalg(self, op: OpText, env: dict) -> Compute:
+    def linalg(self, op: Op, env: dict) -> Compute:
         text = op.text
         ins = re.search(r"\bins\(([^:)]*)", text)
         outs = re.search(r"\bouts\(([^:)]*)", text)
@@ -326,17 +325,15 @@ class _Parser:
         elems = writes[0].type.size if writes else 0
         if op.name == "linalg.fill":
             return Compute(op.line, "fill", elems, reads, writes)
-        span = air_ops.region_span(op)
-        body = op.full[span[0]:span[1]] if span else ""
-        n_ops = sum(1 for n in re.findall(r"=\s*(arith\.\w+|math\.\w+)", body) if n in _FLOAT_OPS)
-        divf = any(n in _SOFT_FLOAT_CALLS for n in re.findall(r"=\s*(arith\.\w+|math\.\w+)", body))
+        names = [o.name for o in op.body if o.results]
+        n_ops = sum(1 for n in names if n in _FLOAT_OPS)
+        divf = any(n in _SOFT_FLOAT_CALLS for n in names)
         return Compute(op.line, "generic", elems * max(1, n_ops), reads, writes, divf=divf)
 
-    def loop(self, op: OpText, env: dict) -> Loop:
-        span = air_ops.region_span(op)
-        if span is None:
+    def loop(self, op: Op, env: dict) -> Loop:
+        if op.span is None:
             raise HwParseError(f"{op.where()}: scf.for without a region")
-        head = op.text[:len(op.text) - (len(op.full) - span[0]) - 1].strip()
+        head = op.head
         m = re.fullmatch(rf"scf\.for\s+({air_ops.SSA})\s*=\s*(\S+)\s+to\s+(\S+)\s+step\s+(\S+)"
                          rf"(?:\s+iter_args\((.*?)\)\s*->\s*\((.*?)\))?(?:\s*:\s*\w+)?", head, re.DOTALL)
         if m is None:
@@ -350,11 +347,11 @@ class _Parser:
                 inner[pair.split("=")[0].strip()] = None
         for r in op.results:
             env[r] = None
-        body = self.block(op.start + span[0], op.start + span[1], inner)
+        body = self.block(op.body, inner)
         return Loop(op.line, iv, lb, ub, step, body)
 
-    def region(self, op: OpText, env: dict) -> Region:
-        air = mt.parse_air_op(op.full)
+    def region(self, op: Op, env: dict) -> Region:
+        air = op.air
         if air.is_async or air.deps:
             raise HwParseError(f"{op.where()}: async {air.name} is not supported")
         if air.region is None:
@@ -372,27 +369,22 @@ class _Parser:
             inner["%" + id_name] = sym.var(v)
         for a, operand in air.args:
             inner["%" + a] = self.value(env, "%" + operand, op)
+        body = self.block(op.body, inner)
         attrs, symbol = air.attributes, air.symbol
-        lo, hi = op.start + air.region[0] + 1, op.start + air.region[1] - 1
-        del air   # it holds the op's text
-        body = self.block(lo, hi, inner)
         return Region(op.line, kind, symbol, ids, sizes, body, attrs)
 
 
 def parse(text: str) -> Module:
     """The module's single public func as a tree of launches (a bare herd is treated as a launch holding one
     segment holding the herd, as the stitcher and air-insert-launch-around-herd wrap it)."""
+    tree = air_module.read(text)
     try:
-        module = mt.parse_module(text)
-        func = module.the_public_func()
-        channels = air_ops.channel_decls(module.others)
+        fname, params = tree.func.name, tree.func.params
+        channels = tree.channels
+        externals = dict(tree.externals)
     except ValueError as e:
         raise HwParseError(str(e)) from None
-    base = text.find(func.text)
-    externals = {d.name: d.attributes.get("link_with") for d in module.private_decls()}
-    fname, params, fbody = func.name, func.params, func.body
-    del module, func   # they hold copies of the module's text; the body is read from `text` itself
-    p = _Parser(text)
+    p = _Parser()
     env: dict = {}
     args = []
     for i, (name, ty) in enumerate(params):
@@ -404,7 +396,11 @@ def parse(text: str) -> Module:
             raise HwParseError(f"func.func @{fname}: argument %{name}: {e}") from None
         env["%" + name] = b
         args.append(b)
-    body = p.block(base + fbody[0], base + fbody[1], env)
+    try:
+        ops = tree.body
+    except ValueError as e:
+        raise HwParseError(str(e)) from None
+    body = p.block(ops, env)
     launches = []
     for node in body.nodes:
         if isinstance(node, Region) and node.kind == "launch":

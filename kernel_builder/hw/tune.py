@@ -23,30 +23,33 @@ result is what the module needs; whether it then fits is the model's verdict on 
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import replace
 
+from kernel_builder import air_module
 from kernel_builder.external_costs import external_cost
 from kernel_builder.hw.facts import NPU2
-from kernel_builder.hw.ir import _SOFT_FLOAT_CALLS
+from kernel_builder.hw.ir import _SOFT_FLOAT_CALLS, HwParseError
 from kernel_builder.presets import AirccPreset
 
 STACK_STEP = 256
-_CALL_RE = re.compile(r"func\.call @([\w$.]+)\(")
-_SOFT_RE = re.compile(r"=\s*(" + "|".join(re.escape(op) for op in sorted(_SOFT_FLOAT_CALLS)) + r")\s")
 
 
 def stack_need(texts) -> int:
     """Bytes of stack the core code of these kernel (or module) texts needs: the most any external kernel they
     call needs, and soft-float stack for a scalar division / square root in codegen core code; at least the
-    default stack."""
+    default stack. HwParseError for a text the AIR reader cannot read."""
     need = NPU2.default_stack_bytes
     for text in texts:
-        for sym in set(_CALL_RE.findall(text)):
+        tree = air_module.read(text)   # the one AIR reader: its calls and op names
+        try:
+            calls, names = tree.called_symbols, tree.result_op_names
+        except ValueError as e:
+            raise HwParseError(str(e)) from None
+        for sym in calls:
             found = external_cost(sym)
             if found is not None:
                 need = max(need, found[0].stack_bytes)
-        if _SOFT_RE.search(text):
+        if names & _SOFT_FLOAT_CALLS:
             need = max(need, NPU2.soft_float_div_stack_bytes)
     return need
 

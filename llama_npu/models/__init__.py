@@ -27,8 +27,15 @@ def family_model(name: str, n_layers: int | None = None) -> LlamaModel:
 
 
 def model_for(cfg, weights: str = "bf16") -> LlamaModel:
-    """The description of a validated ModelConfig's family (`weights`: bf16, or q4 decode GEMVs)."""
-    return FAMILIES[cfg.family].from_config(cfg, weights)
+    """The description of a validated ModelConfig's family (`weights`: bf16, or q4: linear layers in 4 bits, in
+    groups of the checkpoint's `quantization_config.group_size` for an AWQ/GPTQ one, else 32)."""
+    from ..quant import checkpoint_quantization
+
+    model = FAMILIES[cfg.family].from_config(cfg, weights)
+    qcfg = checkpoint_quantization(getattr(cfg, "raw", {}) or {}) if weights == "q4" else None
+    if qcfg:                 # AWQ / GPTQ: the layers' group; their LM head is 16-bit
+        model.q4_group, model.head_weights = int(qcfg["group_size"]), "bf16"
+    return model
 
 
 __all__ = ["ARCHITECTURES", "FAMILIES", "FAMILY_SHAPES", "family_model", "Family", "LlamaModel", "ModelShapes", "QKNormLlama", "model_for"]

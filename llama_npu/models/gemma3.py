@@ -29,7 +29,7 @@ from kernel_builder.numerics import F32, to_bf16
 
 from ..errors import UnsupportedModel
 from .family import Family
-from .graph import LayerGraph, Op
+from .graph import LayerGraph, Op, State, Weight
 from .llama import K_CACHE, ROPE_TABLE, V_CACHE, LlamaModel, ModelShapes
 
 ROPE_LOCAL = "rope_local"        # the sliding layers' RoPE table (a shared state beside `rope`)
@@ -138,36 +138,37 @@ class Gemma3Model(LlamaModel):
                 "window": self.sliding_window if variant == LOCAL else None,
                 "scale_dim": self.scale_dim if self.scale_dim != hd else None}
         ops = [
-            Op("rmsnorm", ("x", "w:attn_norm"), "h", s.hidden, norm),
-            Op("linear", ("h", "w:wq"), "q", s.q_dim),
-            Op("linear", ("h", "w:wk"), "k", s.kv_dim),
-            Op("linear", ("h", "w:wv"), "v_new", s.kv_dim, into=V_CACHE),
-            Op("rmsnorm", ("q", "w:q_norm"), "q_n", s.q_dim, head_norm),
-            Op("rmsnorm", ("k", "w:k_norm"), "k_n", s.kv_dim, head_norm),
-            Op("rope", ("q_n", f"s:{table}"), "q_roped", s.q_dim),
-            Op("rope", ("k_n", f"s:{table}"), "k_new", s.kv_dim, into=K_CACHE),
-            Op("attention", ("q_roped", f"s:{K_CACHE}", f"s:{V_CACHE}"), "attn", s.q_dim, attn),
-            Op("linear", ("attn", "w:wo"), "proj", s.hidden),
-            Op("rmsnorm", ("proj", "w:post_attn_norm"), "proj_n", s.hidden, norm),
+            Op("rmsnorm", ("x", Weight("attn_norm")), "h", s.hidden, norm),
+            Op("linear", ("h", Weight("wq")), "q", s.q_dim),
+            Op("linear", ("h", Weight("wk")), "k", s.kv_dim),
+            Op("linear", ("h", Weight("wv")), "v_new", s.kv_dim, into=V_CACHE),
+            Op("rmsnorm", ("q", Weight("q_norm")), "q_n", s.q_dim, head_norm),
+            Op("rmsnorm", ("k", Weight("k_norm")), "k_n", s.kv_dim, head_norm),
+            Op("rope", ("q_n", State(table)), "q_roped", s.q_dim),
+            Op("rope", ("k_n", State(table)), "k_new", s.kv_dim, into=K_CACHE),
+            Op("attention", ("q_roped", State(K_CACHE), State(V_CACHE)), "attn", s.q_dim, attn),
+            Op("linear", ("attn", Weight("wo")), "proj", s.hidden),
+            Op("rmsnorm", ("proj", Weight("post_attn_norm")), "proj_n", s.hidden, norm),
             Op("add", ("x", "proj_n"), "res1", s.hidden),
-            Op("rmsnorm", ("res1", "w:ffn_norm"), "h2", s.hidden, norm),
-            Op("linear", ("h2", "w:w_gate"), "gate", s.ffn),
-            Op("linear", ("h2", "w:w_up"), "up", s.ffn),
+            Op("rmsnorm", ("res1", Weight("ffn_norm")), "h2", s.hidden, norm),
+            Op("linear", ("h2", Weight("w_gate")), "gate", s.ffn),
+            Op("linear", ("h2", Weight("w_up")), "up", s.ffn),
             Op("geglu", ("gate", "up"), "act", s.ffn),
-            Op("linear", ("act", "w:w_down"), "down", s.hidden),
-            Op("rmsnorm", ("down", "w:post_ffn_norm"), "down_n", s.hidden, norm),
+            Op("linear", ("act", Weight("w_down")), "down", s.hidden),
+            Op("rmsnorm", ("down", Weight("post_ffn_norm")), "down_n", s.hidden, norm),
             Op("add", ("res1", "down_n"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd, ROPE_LOCAL: hd}, weights=self.weights)
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd, ROPE_LOCAL: hd}, weights=self.weights,
+                          q4_group=self.q4_group)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
         s = self.shapes
-        ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps, "offset": 1})]
-        ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
+        ops = [Op("rmsnorm", ("x", Weight("final_norm")), "x_norm", s.hidden, {"eps": s.rms_eps, "offset": 1})]
+        ops += [Op("linear", ("x_norm", Weight(f"lm_{p}")), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
-                          weights=self.head_weights)
+                          weights=self.head_weights, q4_group=self.head_group)
 
 
 # ---------------------------------------------------------------------------------------------- config.json

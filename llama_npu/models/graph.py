@@ -1,9 +1,9 @@
 """A layer graph, written once per model family, and its lowering to multi-launch module declarations.
 
-A model description (llama_npu.models.llama) lists the ops of ONE decoder layer on named tensors: the layer
-input, activations, weights (`w:<name>`) and persistent states (`s:<name>`: the KV cache, the RoPE table).
-A *phase* (prefill of `rows` tokens, or decode of one token against a KV window of `kv_rows` positions)
-cuts that list into segments; `lower()` turns each segment into a `ModuleDecl` and records where each of
+A model description (llama_npu.models.llama) lists the ops of ONE decoder layer on typed operands: activations
+(the layer input and op outputs, by tensor name), weights (`Weight(name)`) and persistent states (`State(name)`:
+the KV cache, the RoPE table). A *phase* (prefill of `rows` tokens, or decode of one token against a KV window of
+`kv_rows` positions; its `Stage`) cuts that list into segments; `lower()` turns each segment into a `ModuleDecl` and records where each of
 its inputs comes from, so the engine walks every phase with one loop:
 
   - roles follow from the cut: a tensor produced and consumed inside a segment is INTERMEDIATE, one that
@@ -18,8 +18,9 @@ description.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Union
 
 from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from kernel_builder.presets import AirccPreset
@@ -31,27 +32,73 @@ KV0, KV_POS = "kv0", "kv_pos"
 
 
 @dataclass(frozen=True)
+class Weight:
+    """An op operand that is a static weight of the layer: `name` is its key in the family's tensor map."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class State:
+    """An op operand that is a persistent state (a `LayerGraph.states` entry: the KV cache, a RoPE table)."""
+
+    name: str
+
+
+# An op operand: an activation (the layer input or an op's output, by tensor name), a Weight or a State.
+Operand = Union[str, Weight, State]
+_LEGACY = {"w:": Weight, "s:": State}   # the old string spelling, accepted in declarations only (Op.__post_init__)
+
+
+def is_activation(t: Operand) -> bool:
+    return isinstance(t, str)
+
+
+@dataclass(frozen=True)
 class Op:
-    """`out = kind(*ins)`. `ins` name activations, `w:<weight>` or `s:<state>`. With `into`, the output is
-    written into that state's window at the call's position instead of an activation (a KV-cache append)."""
+    """`out = kind(*ins)`. `ins` are activations (tensor names), Weight or State operands. With `into`, the
+    output is written into that state's window at the call's position instead of an activation (a KV-cache
+    append)."""
 
     kind: str
-    ins: tuple[str, ...]
+    ins: tuple[Operand, ...]
     out: str
     width: int                     # columns of the output ([rows, width])
     params: dict = field(default_factory=dict, compare=False)
     into: str = ""
 
+    def __post_init__(self) -> None:
+        # compatibility: a declaration may still spell an operand "w:<weight>" / "s:<state>"; it is typed here,
+        # once, so nothing downstream reads a prefix
+        ins = tuple(_LEGACY[t[:2]](t[2:]) if isinstance(t, str) and t[:2] in _LEGACY else t for t in self.ins)
+        object.__setattr__(self, "ins", ins)
+
+
+class Stage(str, enum.Enum):
+    """What a phase computes: a prefill chunk, one decode token, or the LM head."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    HEAD = "head"
+
 
 @dataclass(frozen=True)
 class Phase:
     """`rows` tokens per call at the call's position `pos` (a scalar); an attention op reads the KV-cache
-    window of positions [0, kv_rows)."""
+    window of positions [0, kv_rows) (0: no device attention). A Phase also keys its plan in
+    LlamaModel.plans() (prefill_plan, decode_plan, HEAD_PLAN)."""
 
-    name: str                      # "prefill" | "decode"
+    stage: Stage
     rows: int
     kv_rows: int
     slide: bool = False            # the KV window is cache rows [KV0, KV0 + kv_rows), not [0, kv_rows)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stage", Stage(self.stage))   # Stage("prefill") is Stage.PREFILL
+
+    @property
+    def name(self) -> str:
+        return self.stage.value
 
 
 def call_scalars(decl: ModuleDecl, pos: int) -> dict[str, int]:
@@ -97,18 +144,19 @@ class PhasePlan:
         return [s.decl for s in self.steps if s.decl is not None]
 
 
-# The keys of LlamaModel.plans(), spelled once for the model description and the runtime.
-HEAD_PLAN = ("head",)
+# The keys of LlamaModel.plans(): each plan's own Phase, spelled once for the model description and the runtime.
+HEAD_PLAN = Phase(Stage.HEAD, 1, 0)
 
 
-def prefill_plan(rows: int, window: int) -> tuple:
-    """The key of the prefill plan of `rows` rows attending over a KV window of `window` rows."""
-    return ("prefill", rows, window)
+def prefill_plan(rows: int, window: int) -> Phase:
+    """The key (and phase) of the prefill plan of `rows` rows attending over a KV window of `window` rows."""
+    return Phase(Stage.PREFILL, rows, window)
 
 
-def decode_plan(window: int | None) -> tuple:
-    """The key of the decode plan over a KV window of `window` rows (None: the CPU decode attention)."""
-    return ("decode", window)
+def decode_plan(window: int | None) -> Phase:
+    """The key (and phase) of the decode plan over a KV window of `window` rows (None: the CPU decode
+    attention, kv_rows 0)."""
+    return Phase(Stage.DECODE, 1, window or 0)
 
 
 # A phase's plan for the whole model: one PhasePlan every layer runs, or (a family with layer variants: Gemma 3's
@@ -138,7 +186,8 @@ class LayerGraph:
     ops: list[Op]
     states: dict[str, int]
     dtype: str = "bf16"
-    weights: str = "bf16"    # "q4": decode GEMVs read the 4-bit row format (docs/quantization.md)
+    weights: str = "bf16"    # "q4": linear layers read the 4-bit row format (docs/quantization.md)
+    q4_group: int = 32       # its group size (32: GGUF Q4_0/Q4_1 and RTN; 128: AWQ/GPTQ checkpoints)
 
     def width(self, tensor: str) -> int:
         if tensor == self.input:
@@ -150,7 +199,8 @@ class LayerGraph:
 
 
 # A lowering rule: (op, phase, graph) -> (kernel text factory, wiring in the kernel's canonical order, the
-# Args the op adds beyond its activations: weights, state windows, scalars).
+# Args the op adds beyond its activations: weights, state windows, scalars[, launches run before it: (suffix,
+# kernel text factory, wiring), e.g. the q4 prefill's weight dequantization]).
 Rule = Callable[[Op, Phase, LayerGraph], tuple[Callable[[], str], tuple[str, ...], list[Arg]]]
 
 
@@ -179,7 +229,7 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
             if len(ops) != 1:
                 raise ValueError(f"phase {phase.name}: host segment {seg} must hold one op")
             op = ops[0]
-            srcs = {t: _source(t, graph, producer, taken, steps, i) for t in op.ins if t[:2] not in ("w:", "s:")}
+            srcs = {t: _source(t, graph, producer, taken, steps, i) for t in op.ins if is_activation(t)}
             steps.append(Step(None, srcs, host_op=op))
             continue
         if kinds != {False}:
@@ -242,13 +292,15 @@ def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules
 
     for op in ops:
         for t in op.ins:
-            if t[:2] in ("w:", "s:") or t in local or t in args:
+            if not is_activation(t) or t in local or t in args:
                 continue
             add(Arg(t, (rows, graph.width(t)), Role.INPUT, graph.dtype))
             inputs[t] = _source(t, graph, producer, taken, steps, i)
-        build, wiring, extra = rules[op.kind](op, phase, graph)
+        build, wiring, extra, *pre = rules[op.kind](op, phase, graph)
         for a in extra:
             add(a)
+        for suffix, pre_build, pre_wiring in (pre[0] if pre else ()):
+            launches.append(Launch(f"{op.out}_{suffix}", pre_build, pre_wiring))
         if op.into:
             add(Arg(op.out, (rows, op.width), Role.STATE, graph.dtype, state=op.into, at=POS))
         else:
@@ -256,7 +308,7 @@ def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules
             add(Arg(op.out, (rows, op.width), Role.OUTPUT if later else Role.INTERMEDIATE, graph.dtype))
         launches.append(Launch(op.out, build, wiring))
     scalars = sorted({a.name for a in args.values() if a.role is Role.SCALAR}
-                     | {a.at for a in args.values() if a.role is Role.STATE and a.at})
+                     | {a.at for a in args.values() if a.role is Role.STATE and a.at and isinstance(a.at, str)})
     decl = ModuleDecl(name=name, args=tuple(args.values()), launches=tuple(launches), family=family,
                       scalars=tuple(scalars), preset=preset)
     return Step(decl, inputs)

@@ -7,15 +7,15 @@ RoPE) adds two ops and two weights; nothing else in the code base changes for it
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from multi_launch_builder.decl import ModuleDecl
+from multi_launch_builder.decl import Arg, ModuleDecl, Role
 from kernel_builder.attention.external import ATTN_LK_MULTIPLE
 from kernel_builder.gemv.plan import plan_lm_head
 
-from .graph import (HEAD_PLAN, LayerGraph, Op, Phase, PhasePlan, decode_plan, lower, plan_decls,
+from .graph import (HEAD_PLAN, LayerGraph, Op, PhasePlan, State, Weight, decode_plan, lower, plan_decls,
                     prefill_plan)
-from .lowering import Q4_SUFFIX, RULES
+from .lowering import Q4_GROUP, Q4_SUFFIX, Q8_SUFFIX, RULES
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ GLOBAL_TENSORS = {"embed": "model.embed_tokens.weight", "final_norm": "model.nor
                   "lm_head": "lm_head.weight"}
 
 K_CACHE, V_CACHE, ROPE_TABLE = "k_cache", "v_cache", "rope"
+VOCAB = "vocab"   # the LM head's rows (tied: the embedding), one state: its partitions are windows of it
 LAYER_FAMILY = "layer"     # every per-layer module shares its bo_key's weights through this family
 HEAD_FAMILY = "lm_head"
 
@@ -118,7 +119,9 @@ class LlamaModel:
         self.shapes = shapes
         self.weights = weights
         self.sliding_window = sliding_window   # a query sees its last sliding_window keys (None: all, causal)
-        self.head_weights = weights   # the LM head's: bf16 when a q4 source has no 4-bit LM head (ModelWeights)
+        self.head_weights = weights   # the LM head's: bf16 / q8 when a q4 source keeps it so (ModelWeights)
+        self.q4_group = self.head_group = Q4_GROUP   # group sizes of the layers' / LM head's 4-bit weights
+        self.tied = True              # the LM head is the embedding (ModelWeights says from the checkpoint)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
@@ -126,7 +129,9 @@ class LlamaModel:
     def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
         w = cfg.sliding_window   # a window no shorter than the model's context masks nothing (Phi-4-mini: 262144)
-        return cls(cfg.shapes, weights, w if w and w < cfg.max_position else None)
+        m = cls(cfg.shapes, weights, w if w and w < cfg.max_position else None)
+        m.tied = bool(cfg.tie_embeddings)
+        return m
 
     # ------------------------------------------------------------------------------ tensor map
     def layer_tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -159,7 +164,7 @@ class LlamaModel:
             if arg == "final_norm":
                 return TensorSpec(GLOBAL_TENSORS["final_norm"], (self.shapes.hidden,))
             if arg.startswith("lm_"):
-                p = int(arg[3:].removesuffix(Q4_SUFFIX))
+                p = int(arg[3:].removesuffix(Q4_SUFFIX).removesuffix(Q8_SUFFIX))
                 name = GLOBAL_TENSORS["embed" if lm_source == "embed" else "lm_head"]
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
@@ -199,42 +204,43 @@ class LlamaModel:
         eps, hd = s.rms_eps, s.head_dim
         attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd, "window": self.sliding_window}
         q, k = "q", "k"
-        ops = [Op("rmsnorm", ("x", "w:attn_norm"), "h", s.hidden, {"eps": eps})]
+        ops = [Op("rmsnorm", ("x", Weight("attn_norm")), "h", s.hidden, {"eps": eps})]
         for w, out, width, into in (("wq", "q", s.q_dim, ""), ("wk", "k", s.kv_dim, ""),
                                     ("wv", "v_new", s.kv_dim, V_CACHE)):
             if self.qkv_bias:    # the projection, then its bias row added (into the cache for v)
-                ops += [Op("linear", ("h", f"w:{w}"), f"{out}_nb", width),
-                        Op("bias_add", (f"{out}_nb", f"w:b{w[1]}"), out, width, into=into)]
+                ops += [Op("linear", ("h", Weight(w)), f"{out}_nb", width),
+                        Op("bias_add", (f"{out}_nb", Weight(f"b{w[1]}")), out, width, into=into)]
             else:
-                ops.append(Op("linear", ("h", f"w:{w}"), out, width, into=into))
+                ops.append(Op("linear", ("h", Weight(w)), out, width, into=into))
         if self.qk_norm:
-            ops += [Op("rmsnorm", ("q", "w:q_norm"), "q_n", s.q_dim, {"eps": eps, "group": hd}),
-                    Op("rmsnorm", ("k", "w:k_norm"), "k_n", s.kv_dim, {"eps": eps, "group": hd})]
+            ops += [Op("rmsnorm", ("q", Weight("q_norm")), "q_n", s.q_dim, {"eps": eps, "group": hd}),
+                    Op("rmsnorm", ("k", Weight("k_norm")), "k_n", s.kv_dim, {"eps": eps, "group": hd})]
             q, k = "q_n", "k_n"
         ops += [
-            Op("rope", (q, f"s:{ROPE_TABLE}"), "q_roped", s.q_dim),
-            Op("rope", (k, f"s:{ROPE_TABLE}"), "k_new", s.kv_dim, into=K_CACHE),
-            Op("attention", ("q_roped", f"s:{K_CACHE}", f"s:{V_CACHE}"), "attn", s.q_dim, attn),
-            Op("linear", ("attn", "w:wo"), "proj", s.hidden),
+            Op("rope", (q, State(ROPE_TABLE)), "q_roped", s.q_dim),
+            Op("rope", (k, State(ROPE_TABLE)), "k_new", s.kv_dim, into=K_CACHE),
+            Op("attention", ("q_roped", State(K_CACHE), State(V_CACHE)), "attn", s.q_dim, attn),
+            Op("linear", ("attn", Weight("wo")), "proj", s.hidden),
             Op("add", ("x", "proj"), "res1", s.hidden),
-            Op("rmsnorm", ("res1", "w:ffn_norm"), "h2", s.hidden, {"eps": eps}),
-            Op("linear", ("h2", "w:w_gate"), "gate", s.ffn),
-            Op("linear", ("h2", "w:w_up"), "up", s.ffn),
+            Op("rmsnorm", ("res1", Weight("ffn_norm")), "h2", s.hidden, {"eps": eps}),
+            Op("linear", ("h2", Weight("w_gate")), "gate", s.ffn),
+            Op("linear", ("h2", Weight("w_up")), "up", s.ffn),
             Op("swiglu", ("gate", "up"), "act", s.ffn),
-            Op("linear", ("act", "w:w_down"), "down", s.hidden),
+            Op("linear", ("act", Weight("w_down")), "down", s.hidden),
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
         return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights)
+                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights,
+                          q4_group=self.q4_group)
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
         """Final RMSNorm + the LM head as one GEMV per vocabulary partition (planner.plan_lm_head)."""
         s = self.shapes
-        ops = [Op("rmsnorm", ("x", "w:final_norm"), "x_norm", s.hidden, {"eps": s.rms_eps})]
-        ops += [Op("linear", ("x_norm", f"w:lm_{p}"), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
+        ops = [Op("rmsnorm", ("x", Weight("final_norm")), "x_norm", s.hidden, {"eps": s.rms_eps})]
+        ops += [Op("linear", ("x_norm", Weight(f"lm_{p}")), f"logits_{p}", self.lm_rows) for p in range(self.lm_parts)]
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
-                          weights=self.head_weights)
+                          weights=self.head_weights, q4_group=self.head_group)
 
     def _segments(self, *groups: tuple[str, str, str | None], variant: str = "") -> list[tuple[str, str, list[str]]]:
         """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""
@@ -257,8 +263,9 @@ class LlamaModel:
         kv = f"_slide{span}" if span else ("" if window == rows else f"_kv{window}")
         segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"), ("attn", f"attn_s{rows}{kv}{v}", "attn"),
                               ("ffn", f"ffn_s{rows}", None), variant=variant)
-        phase = Phase("prefill", rows, span or window, slide=bool(span))
-        return lower(self.layer_graph(variant), phase, RULES, segs, LAYER_FAMILY)
+        phase = prefill_plan(rows, window)
+        return lower(self.layer_graph(variant), replace(phase, kv_rows=span, slide=True) if span else phase, RULES,
+                     segs, LAYER_FAMILY)
 
     def decode(self, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
@@ -271,11 +278,12 @@ class LlamaModel:
             span = self.slide_rows(1, kv_rows, variant)
             name = f"layer_slide{span}{v}" if span else f"layer_kv{kv_rows}{v}"
             segs = self._segments(("layer", name, None), variant=variant)
-            return lower(graph, Phase("decode", 1, span or kv_rows, slide=bool(span)), RULES, segs, LAYER_FAMILY)
+            phase = decode_plan(kv_rows)
+            return lower(graph, replace(phase, kv_rows=span, slide=True) if span else phase, RULES, segs,
+                         LAYER_FAMILY)
         segs = self._segments(("qkv", f"qkv_dec{v}", "k_new"), ("attn", f"attn_host{v}", "attn"),
                               ("ffn", "ffn_dec", None), variant=variant)
-        phase = Phase("decode", 1, 0)
-        return lower(graph, phase, RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
+        return lower(graph, decode_plan(None), RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
 
     def slide_rows(self, rows: int, kv_rows: int, variant: str = "") -> int:
         """With a sliding window W: the KV rows a call of `rows` queries reads in place of the window [0, kv_rows)
@@ -298,8 +306,13 @@ class LlamaModel:
 
     def head(self) -> PhasePlan:
         outs = [op.out for op in self.head_graph.ops]
-        phase = Phase("decode", 1, 0)
-        return lower(self.head_graph, phase, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
+        plan = lower(self.head_graph, HEAD_PLAN, RULES, [("lm_head", "lm_head", outs)], HEAD_FAMILY)
+        # the partitions are windows of the one VOCAB state (the token module reads the embedding row from it)
+        d = plan.steps[0].decl
+        args = tuple(Arg(a.name, a.shape, Role.STATE, a.dtype, state=VOCAB,
+                         at=int(a.name[3:].removesuffix(Q4_SUFFIX).removesuffix(Q8_SUFFIX)) * self.lm_rows)
+                     if a.role is Role.STATIC and a.name.startswith("lm_") else a for a in d.args)
+        return replace(plan, steps=(replace(plan.steps[0], decl=replace(d, args=args)),))
 
     WINDOW_ALIGN = 64   # attention streams K/V windows in tiles; every window is a multiple of this
 
@@ -319,7 +332,7 @@ class LlamaModel:
         """Every phase plan a run with these prefill buckets and this context needs:
         prefill_plan(rows, window) for every bucket and every window that can hold a chunk of it,
         decode_plan(window) per window (NPU attention) or decode_plan(None) (host attention), HEAD_PLAN
-        (the keys of graph.py: ("prefill", rows, window), ("decode", window), ("head",)).
+        (graph.py: each key is its plan's Phase).
         The context defaults to the largest bucket."""
         context = context or max(int(b) for b in buckets)
         windows = self.kv_windows(context)

@@ -15,7 +15,11 @@ from kernel_builder.gemv_q4.format import Q4Layout
 from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
-Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group)
+Q8_SUFFIX = "_q8"    # the same layout with 8-bit codes (a GGUF's Q8_0 LM head)
+Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group); AWQ/GPTQ: 128
+DEQ_SUFFIX = "_deq"  # a q4 prefill GEMM's bf16 weight: a window of the scratch state of its k
+SCRATCH_PREFIX = "wdeq_k"   # the scratch states (one per input width k), each ONE buffer for every layer
+
 
 def _static(name: str, shape, graph: LayerGraph) -> Arg:
     return Arg(name, tuple(shape), Role.STATIC, graph.dtype)
@@ -26,36 +30,56 @@ def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
     group, offset = op.params.get("group", 0), op.params.get("offset", 0)
     extra = {**({"group": group} if group else {}), **({"offset": offset} if offset else {})}
     build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **extra)
-    return build, (x, w[2:], op.out), [_static(w[2:], (group or op.width,), graph)]
+    return build, (x, w.name, op.out), [_static(w.name, (group or op.width,), graph)]
 
 
 def linear(op: Op, phase: Phase, graph: LayerGraph):
     """One row: GEMV, more rows: GEMM, both on the HF [out, in] weight (one buffer for both phases). With q4
-    weights the GEMV reads `<w>_q4`, the weight in the 4-bit row format (group 32, mins; docs/quantization.md)
-    and the GEMM the bf16 weight dequantized at load."""
+    weights both read `<w>_q4`, the weight in the 4-bit row format (group graph.q4_group, mins;
+    docs/quantization.md): the GEMV dequantizes in the core; a GEMM is preceded by a `dequant_q4` launch writing
+    the bf16 weight into rows [0, n) of the scratch state `wdeq_k<k>` (one buffer shared by every layer, module
+    and bucket), which it then reads, so the device holds no bf16 copy of the weights."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
-    weight = [_static(w[2:], (n, k), graph)]
-    if phase.rows == 1 and graph.weights == "q4":
-        rb = Q4Layout(k, Q4_GROUP, True).row_bytes
-        name = w[2:] + Q4_SUFFIX
-        return (kernel("gemv_q4", n, k, Q4_GROUP, 1), (name, x, op.out),
-                [Arg(name, (n, rb), Role.STATIC, "i8")])
+    weight = [_static(w.name, (n, k), graph)]
+    if graph.weights == "q8" and phase.rows == 1:    # a GGUF's Q8_0 vocabulary matrix: 8-bit codes, no mins
+        name = w.name + Q8_SUFFIX
+        q8 = Arg(name, (n, Q4Layout(k, Q4_GROUP, False, 8).row_bytes), Role.STATIC, "i8")
+        return kernel("gemv_q4", n, k, Q4_GROUP, 0, 8), (name, x, op.out), [q8]
+    if graph.weights == "q4":
+        g = graph.q4_group
+        name = w.name + Q4_SUFFIX
+        q4 = Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8")
+        if phase.rows == 1:
+            return kernel("gemv_q4", n, k, g, 1), (name, x, op.out), [q4]
+        deq = Arg(w.name + DEQ_SUFFIX, (n, k), Role.STATE, graph.dtype, state=f"{SCRATCH_PREFIX}{k}")
+        return (kernel("gemm", phase.rows, k, n), (x, deq.name, op.out), [q4, deq],
+                (("deq", kernel("dequant_q4", n, k, g, 1), (name, deq.name)),))
     if phase.rows == 1:
-        return kernel("gemv", n, k), (w[2:], x, op.out), weight
-    return kernel("gemm", phase.rows, k, n), (x, w[2:], op.out), weight
+        return kernel("gemv", n, k), (w.name, x, op.out), weight
+    return kernel("gemm", phase.rows, k, n), (x, w.name, op.out), weight
+
+
+def scratch_states(decls) -> dict[str, int]:
+    """The q4 prefill's scratch states of these modules: state name -> rows (the most any window needs)."""
+    out: dict[str, int] = {}
+    for d in decls:
+        for a in d.args:
+            if a.role is Role.STATE and a.state_name.startswith(SCRATCH_PREFIX):
+                out[a.state_name] = max(out.get(a.state_name, 0), a.shape[0])
+    return out
 
 
 def bias_add(op: Op, phase: Phase, graph: LayerGraph):
     """A projection's bias (the HF [out] vector, a [1, out] static) added to each of the call's rows."""
     x, b = op.ins
-    return kernel("bias_add", phase.rows, op.width), (x, b[2:], op.out), [_static(b[2:], (1, op.width), graph)]
+    return kernel("bias_add", phase.rows, op.width), (x, b.name, op.out), [_static(b.name, (1, op.width), graph)]
 
 
 def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | None:
     """A decode projection (GEMV, bf16 or 4-bit) and its bias_add: one `linear_bias` op (the GEMV with the bias
     epilogue); prefill (GEMM) keeps the two launches."""
-    if phase.rows != 1:
+    if phase.rows != 1 or graph.weights not in ("bf16", "q4"):
         return None
     return Op("linear_bias", (*lin.ins, add.ins[1]), add.out, add.width, into=add.into)
 
@@ -67,20 +91,21 @@ def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
         raise ValueError(f"linear_bias {op.out}: the GEMV bias epilogue takes one row, the phase has {phase.rows}")
     x, w, b = op.ins
     n, k = op.width, graph.width(x)
-    bias = _static(b[2:], (1, n), graph)
+    bias = _static(b.name, (1, n), graph)
     if graph.weights == "q4":
-        name = w[2:] + Q4_SUFFIX
-        return (kernel("gemv_q4_bias", n, k, Q4_GROUP, 1), (name, x, b[2:], op.out),
-                [Arg(name, (n, Q4Layout(k, Q4_GROUP, True).row_bytes), Role.STATIC, "i8"), bias])
-    return kernel("gemv_bias", n, k), (w[2:], x, b[2:], op.out), [_static(w[2:], (n, k), graph), bias]
+        g = graph.q4_group
+        name = w.name + Q4_SUFFIX
+        return (kernel("gemv_q4_bias", n, k, g, 1), (name, x, b.name, op.out),
+                [Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8"), bias])
+    return kernel("gemv_bias", n, k), (w.name, x, b.name, op.out), [_static(w.name, (n, k), graph), bias]
 
 
 def rope(op: Op, phase: Phase, graph: LayerGraph):
     """The RoPE table is a state (one row per position, written once); the call reads its rows [pos, pos+rows)."""
     x, table = op.ins
-    hd = graph.states[table[2:]]
+    hd = graph.states[table.name]
     heads = op.width // hd
-    lut = Arg("lut", (phase.rows, hd), Role.STATE, graph.dtype, state=table[2:], at=POS)
+    lut = Arg("lut", (phase.rows, hd), Role.STATE, graph.dtype, state=table.name, at=POS)
     return kernel("rope", phase.rows, heads, hd), (x, "lut", op.out), [lut]
 
 
@@ -96,8 +121,8 @@ def attention(op: Op, phase: Phase, graph: LayerGraph):
     extra = {k: op.params[k] for k in ("window", "scale_dim") if op.params.get(k)}
     # a sliding phase: the window is cache rows [KV0, KV0 + kv_rows) and the kernel's position is KV_POS in it
     at, p = (KV0, KV_POS) if phase.slide else ("", POS)
-    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc[2:], at=at)
-    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc[2:], at=at)
+    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc.name, at=at)
+    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc.name, at=at)
     pos = Arg(p, (1,), Role.SCALAR, "i32")
     return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", p, op.out),
             [k, v, pos])

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import UnsupportedModel
 from .family import Family, sliding_window_option
 from .llama import LlamaModel, ModelShapes, TensorSpec
+from .lowering import Q4_SUFFIX
 
 # Phi-4-mini-instruct config.json: partial_rotary_factor 0.75 (96 of 128 dims), longrope, tied embeddings
 PHI4_MINI = ModelShapes(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192, vocab=200064, n_layers=32,
@@ -40,10 +41,11 @@ class Phi3Model(LlamaModel):
         return list(dict.fromkeys(plain + [self._fused_rows(w)[:2] for w in FUSED]))
 
     def static_tensor(self, arg: str, layer: int | None, lm_source: str = "lm_head") -> TensorSpec:
-        if layer is None or arg not in FUSED:
+        base = arg.removesuffix(Q4_SUFFIX)      # a q4 weight's rows: the same rows of the same tensor
+        if layer is None or base not in FUSED:
             return super().static_tensor(arg, layer, lm_source)
-        hf, shape, first, rows = self._fused_rows(arg)
-        order = self._rotary_index(arg, rows) or tuple(range(rows))
+        hf, shape, first, rows = self._fused_rows(base)
+        order = self._rotary_index(base, rows) or tuple(range(rows))
         return TensorSpec(f"model.layers.{layer}.{hf}", shape, index=tuple(first + r for r in order))
 
 

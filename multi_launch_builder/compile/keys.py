@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 
+from kernel_builder import air_module
 from kernel_builder.toolchain import DEVICE_KINDS
 
 BUILD_FORMAT = 1
-_LINK_WITH = re.compile(r'link_with\s*=\s*"([^"]+)"')
 
 
 @dataclass(frozen=True)
@@ -39,10 +38,11 @@ def _fallback_fingerprint(obj: str) -> str:
 
 
 def externals_for_text(text: str) -> list[ExternalRef]:
-    """Every distinct `link_with = "x.o"` object in a module text, with its kernel and fingerprint."""
+    """Every distinct `link_with = "x.o"` object of a module text's declarations (the one AIR reader's tree:
+    kernel_builder.air_module), with its kernel and fingerprint."""
     from external_kernels.compile_rules import kernel_fingerprint
     refs = []
-    for obj in sorted(set(_LINK_WITH.findall(text))):
+    for obj in air_module.read(text).link_objects:
         try:
             kernel = _kernel_for_object(obj)
         except ValueError:

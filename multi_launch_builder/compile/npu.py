@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -12,8 +11,6 @@ from pathlib import Path
 from kernel_builder.toolchain import Toolchain
 from .keys import ExternalRef
 from multi_launch_builder.compile.build_report import BuildError
-
-_PUBLIC_FUNC = re.compile(r"func\.func\s+@([\w.$-]+)\s*\(")
 
 
 def _run_logged(cmd: list[str], log: Path, cwd: Path, what: str, module: str) -> None:
@@ -81,6 +78,9 @@ def compile_npu(name: str, text: str, refs: list[ExternalRef], work: Path, out: 
 
 
 def elf_kernel(name: str, text: str) -> str:
-    """The kernel name an ELF artifact is run by: `main:<the module's public func>`."""
-    m = _PUBLIC_FUNC.search(text.replace("func.func private", "func.func_private"))
-    return f"main:{m[1] if m else name}"
+    """The kernel name an ELF artifact is run by: `main:<the module's public func>` (the one AIR reader's tree)."""
+    from kernel_builder import air_module
+    try:
+        return f"main:{air_module.read(text).func.name}"
+    except ValueError:
+        return f"main:{name}"

@@ -8,7 +8,8 @@ produced it, so a wiring bug in a builder or in the stitcher changes what emu co
   operands of `args(%x=%argN, ...)` mapped to function-argument indices; which operands the launch writes
   comes from the kind's signature (kernel_builder.registry.SIGNATURES; default: the last one).
 
-Parse once (`read_launch_program`) at load time; `run_program` then only indexes lists.
+Read once (`read_launch_program`, from the one AIR reader's tree: kernel_builder.air_module) at load time;
+`run_program` then only indexes lists.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Callable, MutableSequence, Protocol
 
 import numpy as np
 
+from kernel_builder import air_module
 from kernel_builder import mlir_text as mt
 from kernel_builder.dtypes import from_mlir
 from kernel_builder.registry import signature
@@ -59,8 +61,8 @@ class LaunchProgram:
 
 def read_launch_program(text: str) -> LaunchProgram:
     """Parse a module's text into its LaunchProgram. ValueError names the launch and operand at fault."""
-    module = mt.parse_module(text)
-    func = module.the_public_func()
+    tree = air_module.read(text)
+    func = tree.func
     where = f"func.func @{func.name}"
     index: dict[str, int] = {}
     shapes, dtypes = [], []
@@ -74,14 +76,12 @@ def read_launch_program(text: str) -> LaunchProgram:
             raise ValueError(f"{where}: argument %{name}: {e}") from None
         index[name] = i
         shapes.append(shape)
-    ops, _ = mt.body_ops(func)
+    if not tree.body or tree.body[-1].name not in ("return", "func.return"):
+        raise ValueError(f"func.func @{func.name}: body does not end with `return`")
     launches = []
-    for op in ops:
-        kind = mt.op_name(op)
-        if kind not in ("air.launch", "air.herd"):  # a bare herd: an unstitched single-kernel module
-            continue
+    for op in tree.top_regions:   # air.launch, or a bare herd: an unstitched single-kernel module
         n = len(launches)
-        air = mt.parse_air_op(op)
+        air = op.air
         attr = air.attributes.get(KERNEL_ATTR)
         if not isinstance(attr, dict) or not isinstance(attr.get("kind"), str):
             raise ValueError(f"{where}: launch {n} has no `{KERNEL_ATTR} = {{kind = \"...\"}}` attribute")

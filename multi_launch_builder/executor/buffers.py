@@ -33,7 +33,10 @@ class BufferSet:
 
 
 def static_key(decl: ModuleDecl, bo_key: str, a: Arg) -> tuple:
-    return (decl.static_group, bo_key, a.name, a.shape, a.dtype)
+    """The pool key of a static: (family, bo_key, name, shape, dtype); an argument naming its own bo_key or the
+    static it shares (decl.Arg) keys that buffer instead."""
+    group, name = a.shares if a.shares else (decl.static_group, a.name)
+    return (group, a.bo_key or bo_key, name, a.shape, a.dtype)
 
 
 class DeviceMemory:

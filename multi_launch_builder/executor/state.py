@@ -67,12 +67,12 @@ class StateStore:
         if st.rows == 0:
             raise ValueError(f"module {decl.name} arg {arg.name}: state {st.name!r} has no capacity yet "
                              f"(ModuleExecutor.define_state({st.name!r}, rows))")
-        row0 = scalars[arg.at] if arg.at else 0
+        row0 = (scalars[arg.at] if arg.at else 0) if isinstance(arg.at, str) else arg.at
         rows = arg.shape[0]
         if row0 < 0 or row0 + rows > st.rows:
             raise ValueError(f"module {decl.name} arg {arg.name}: window rows [{row0}, {row0 + rows}) of state "
                              f"{st.name!r} are outside its {st.rows} rows")
-        return self._mem.view(self._buffer(st, bo_key), row0 * st.row_nbytes, arg.nbytes)
+        return self._mem.view(self._buffer(st, arg.bo_key or bo_key), row0 * st.row_nbytes, arg.nbytes)
 
     def define(self, name: str, rows: int, per_key: bool = True) -> None:
         st = self.states.get(name)

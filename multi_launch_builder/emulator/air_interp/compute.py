@@ -85,17 +85,14 @@ class ComputeOps:
         if mi is None or mo is None:
             raise InterpError(f"{op.where()}: linalg.generic without ins/outs")
         ins, outs = _operands(mi.group(1)), _operands(mo.group(1))
-        rs, re_ = _region_span(op)
-        region = op.full[rs:re_]
-        mb = re.search(r"\^bb\d*\(([^)]*)\)\s*:", region)
+        mb = op.block_label
         if mb is None:
             raise InterpError(f"{op.where()}: linalg.generic: expected a `^bb0(...)` block header")
         bargs = [p.split(":")[0].strip() for p in mb.group(1).split(",")]
         if len(bargs) != len(ins) + len(outs):
             raise InterpError(f"{op.where()}: linalg.generic block has {len(bargs)} args for "
                               f"{len(ins) + len(outs)} operands")
-        base = op.start + rs + mb.end()
-        fns, term = self.block(base, op.start + re_, terminators=("linalg.yield",))
+        fns, term = self.block(op.body, terminators=("linalg.yield",))
         if term is None:
             raise InterpError(f"{op.where()}: linalg.generic without linalg.yield")
         ym = re.fullmatch(r"linalg\.yield\s+(.*?)\s*:\s*(.*)", term.text.strip(), re.DOTALL)

@@ -8,28 +8,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernel_builder import air_ops
+from kernel_builder import air_module
 from kernel_builder import mlir_text as mt
-from kernel_builder.air_ops import MemRefType, OpText
+from kernel_builder.air_module import Op
+from kernel_builder.air_ops import MemRefType
 from multi_launch_builder.emulator.air_interp.channels import ChannelOps
 from multi_launch_builder.emulator.air_interp.compute import ComputeOps
 from multi_launch_builder.emulator.air_interp.memref_ops import MemoryOps
 from multi_launch_builder.emulator.air_interp.scalars import _FLOAT_BINARY, _INT_BINARY, _MATH_UNARY, ScalarOps
-from multi_launch_builder.emulator.air_interp.values import (DTYPES, Env, Fn, InterpError, MemRef, Stats, _Ctx, _SSA,
-                                                             _State, _operand, _operands, _region_span, _split_block,
-                                                             parse_memref_type)
+from multi_launch_builder.emulator.air_interp.values import (DTYPES, Env, Fn, InterpError, MemRef, Stats, _SSA, _State,
+                                                             _operand, _operands, _region_span, parse_memref_type)
 
 
 class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
-    def __init__(self, ctx: _Ctx, channels: dict | None = None):
-        self.ctx = ctx
+    def __init__(self, channels: dict | None = None):
         self.state: _State | None = None  # bound at run time
         self.channels: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = channels or {}  # sym -> (size, bcast)
 
     # -- blocks ---------------------------------------------------------------------------------------------
-    def block(self, start: int, end: int, terminators=()) -> tuple[list[Fn], OpText | None]:
+    def block(self, ops: air_module.Block, terminators=()) -> tuple[list[Fn], Op | None]:
+        """Compile the ops of a block (the reader's tree: kernel_builder.air_module)."""
         fns, term = [], None
-        for op in _split_block(self.ctx, start, end):
+        for op in ops:
             if op.name in terminators:
                 term = op
                 continue
@@ -37,7 +37,7 @@ class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
         return fns, term
 
     @staticmethod
-    def _wrap(op: OpText, fn: Fn) -> Fn:
+    def _wrap(op: Op, fn: Fn) -> Fn:
         def run(env, _fn=fn, _op=op):
             try:
                 _fn(env)
@@ -47,7 +47,7 @@ class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
                 raise InterpError(f"{_op.where()}: {type(e).__name__}: {e}") from e
         return run
 
-    def op(self, op: OpText) -> Fn:
+    def op(self, op: Op) -> Fn:
         name = op.name
         try:
             if name == "arith.constant":
@@ -97,8 +97,8 @@ class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
 
     # -- scf.for --------------------------------------------------------------------------------------------
     def _for(self, op):
-        rs, re_ = _region_span(op)
-        head = op.text[:len(op.text) - (len(op.full) - rs) - 1].strip()
+        _region_span(op)   # refuses an scf.for without a region
+        head = op.head
         m = re.fullmatch(rf"scf\.for\s+({_SSA})\s*=\s*(\S+)\s+to\s+(\S+)\s+step\s+(\S+)"
                          rf"(?:\s+iter_args\((.*?)\)\s*->\s*\((.*?)\))?(?:\s*:\s*\w+)?", head, re.DOTALL)
         if m is None:
@@ -113,7 +113,7 @@ class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
                 inits.append(_operand(b))
         if len(op.results) != len(carried):
             raise InterpError(f"{op.where()}: {len(op.results)} results for {len(carried)} iter_args")
-        fns, term = self.block(op.start + rs, op.start + re_, terminators=("scf.yield",))
+        fns, term = self.block(op.body, terminators=("scf.yield",))
         yields = []
         if term is not None:
             ym = re.fullmatch(r"scf\.yield(?:\s+(.*?)\s*:\s*(.*))?", term.text.strip(), re.DOTALL)
@@ -141,15 +141,13 @@ class _Compiler(ScalarOps, MemoryOps, ChannelOps, ComputeOps):
 
     # -- AIR regions ----------------------------------------------------------------------------------------
     def _air_region(self, op):
-        air = mt.parse_air_op(op.full)
+        air = op.air
         if air.is_async or air.deps:
             raise InterpError(f"{op.where()}: async {air.name} is not supported")
         if air.region is None:
             raise InterpError(f"{op.where()}: {air.name} without a region")
-        rs, re_ = air.region
-        fns, _ = self.block(op.start + rs + 1, op.start + re_ - 1,
-                            terminators=("air.launch_terminator", "air.segment_terminator",
-                                         "air.herd_terminator"))
+        fns, _ = self.block(op.body, terminators=("air.launch_terminator", "air.segment_terminator",
+                                                  "air.herd_terminator"))
         ids = ["%" + i for i in air.ids]
         sizes = [("%" + s, _operand("%" + v)) for s, v in air.sizes]
         args = [("%" + inner, _operand("%" + outer)) for inner, outer in air.args]
@@ -225,23 +223,16 @@ class Program:
         return mems, state.stats
 
 
-def _channel_decls(others) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
-    try:
-        return air_ops.channel_decls(others)
-    except ValueError as e:
-        raise InterpError(str(e)) from None
-
-
 def compile_module(text: str) -> Program:
-    """Parse a module's text (exactly one public func.func) into a runnable Program."""
-    module = mt.parse_module(text)
+    """Compile a module's text (exactly one public func.func; read once: kernel_builder.air_module) into a
+    runnable Program."""
+    tree = air_module.read(text)
     try:
-        func = module.the_public_func()
+        func = tree.func
+        channels = tree.channels
+        body = tree.body
     except ValueError as e:
         raise InterpError(str(e)) from None
-    base = text.find(func.text)
-    if base < 0:
-        raise InterpError(f"func.func @{func.name}: cannot locate its text")
     names, types = [], []
     for i, (name, ty) in enumerate(func.params):
         if name is None:
@@ -251,7 +242,6 @@ def compile_module(text: str) -> Program:
         except ValueError as e:
             raise InterpError(f"func.func @{func.name}: argument %{name}: {e}") from None
         names.append("%" + name)
-    ctx = _Ctx(text)
-    comp = _Compiler(ctx, _channel_decls(module.others))
-    fns, _ = comp.block(base + func.body[0], base + func.body[1], terminators=("return", "func.return"))
+    comp = _Compiler(channels)
+    fns, _ = comp.block(body, terminators=("return", "func.return"))
     return Program(func.name, names, types, fns, comp)

@@ -12,7 +12,8 @@ import numpy as np
 
 from kernel_builder import air_ops
 from kernel_builder.dtypes import DTYPES as _DTYPE_TABLE
-from kernel_builder.air_ops import MemRefType, OpText
+from kernel_builder.air_module import Op
+from kernel_builder.air_ops import MemRefType
 
 F32 = np.float32
 # memref element type -> numpy dtype, from the one dtype table (packed sub-byte types are not interpreted)
@@ -53,17 +54,15 @@ def parse_memref_type(text: str) -> MemRefType:
 
 
 # ------------------------------------------------------------------------------------------------ parsing
-# Op splitting is shared with the hardware model (kernel_builder.air_ops).
+# The ops come from the one AIR reader's tree (kernel_builder.air_module), shared with the hardware model.
 
 _SSA = air_ops.SSA
 _top_groups = air_ops.top_groups
-_Ctx = air_ops.ModuleCtx
-_split_block = air_ops.split_block
 
 
-def _region_span(op: OpText) -> tuple[int, int]:
+def _region_span(op: Op) -> tuple[int, int]:
     """Span (inside the braces, relative to op.full) of the op's trailing region."""
-    span = air_ops.region_span(op)
+    span = op.span
     if span is None:
         raise InterpError(f"{op.where()}: expected a region")
     return span
