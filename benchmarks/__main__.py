@@ -13,7 +13,9 @@
    time in three scenarios (likely, optimistic, pessimistic), and the out-of-sample calibration errors
    (benchmarks/hw_scenarios.py); the other families (Qwen2.5, Qwen3, Mistral, Phi-4-mini) at real widths:
    modeled prefill and decode (benchmarks/hw_model.bench_families); the modeled prefill and decode of Gemma-3-1B
-   (benchmarks/gemma3.py).
+   (benchmarks/gemma3.py); Llama-3.2-1B prefill of 2048 / 4096 tokens against issue 25's targets (likely and
+   pessimistic) and each prefill GEMM's TFLOPS beside the kernel registry's bf16-out GEMM of the same shape
+   (benchmarks/prefill_targets.py).
 6. Long context (benchmarks/long_context.py): TTFT of 1k-8k-token prompts and a 10-turn chat on emu; dispatches
    and bytes of long prefills and decode at depth at Llama-3.2-1B shapes on the null device.
 7. 4-bit weights (benchmarks/q4.py): device buffers of Llama-3.2-1B / Llama-3.1-8B in q4 with an 8k KV cache,
@@ -112,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.hw_model import bench_families, bench_hw_model
 
         bench_hw_model(host_times=host, **({"seq": 256} if q else {}))
+        from benchmarks.prefill_targets import bench_prefill_targets
+
+        bench_prefill_targets(host["host_s_per_prefill"] if host else None, **({"tokens": (256,)} if q else {}))
         bench_families(**({"seq": 256, "window": 256} if q else {}))
         from benchmarks.gemma3 import bench_gemma3_1b
 

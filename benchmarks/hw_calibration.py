@@ -14,7 +14,7 @@ design's kernel calls are charged the instruction counts of OUR kernel of the sa
 assumption the calibration errors measure):
 - GEMM: the upstream L2-staged broadcast design; tiles from kernel_builder.gemm.plan.plan_gemm (the reference's
   own tile configs are not published), per tile and output block zero + k/64 block-float mac calls + out
-  (gemm.cc's counts); A and B streamed over the 8 columns (n/BN and m/BM times, two MM2S per column), C drained
+  (gemm.cc's counts; the mac without gemm.cc's block-float A scratch, as mm_aie2p.cc converts per register block); A and B streamed over the 8 columns (n/BN and m/BM times, two MM2S per column), C drained
   through L2 over herd_m channels.
 - GEMV: W rows split over 8 tiles and 8 shim channels, x broadcast once; gemv.cc's counts, 4 rows per call.
 - RMSNorm / add / SwiGLU / RoPE / the f32 -> bf16 cast: rmsnorm.cc / add.cc / swiglu.cc / rope.cc / gemm.cc out
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from kernel_builder.external_costs import external_cost
 from kernel_builder.gemm import plan as gemm_plan
+from kernel_builder.gemm.external import gemm_mac_counts
 from kernel_builder.hw.results import Flow
 from kernel_builder.hw.cost import Point
 from kernel_builder.instr_counts import Counts
@@ -85,8 +86,11 @@ def gemm(m: int, k: int, n: int, tile_m: int | None = None, tile_n: int | None =
              + _flows("MM2S", COLUMNS, 2 * k * n * (m // bm), iters, "B panels")
              + _flows("S2MM", herd_m, out_bytes * m * n, iters, "C"))
     tag = f"m{tile_m}_k64_n{tile_n}"
-    return _work([calls(f"gemm_zero_bf16_{tag}", iters), calls(f"gemm_mac_bf16_{tag}", iters * k // 64),
-                  calls(f"gemm_out_bf16_{tag}", iters)],
+    # the reference's micro-kernel (mm_aie2p.cc, 2x2 register blocks) converts its operand blocks per register
+    # block: gemm.cc's loop counts without the block-float A scratch (gemm_mac_counts(a_scratch=False))
+    mac = gemm_mac_counts(tile_m, 64, tile_n, a_scratch=False)
+    macs = (Counts(**mac) * (iters * k // 64) + Counts(calls=iters * k // 64), 0.0)
+    return _work([calls(f"gemm_zero_bf16_{tag}", iters), macs, calls(f"gemm_out_bf16_{tag}", iters)],
                  flows=flows, tile_l1_in_bytes=2 * k * max(tile_m, tile_n) * iters)
 
 

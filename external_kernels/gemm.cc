@@ -1,19 +1,28 @@
 // GEMM micro-kernel of one compute tile: acc[TM x TN] (f32) += a[TM x TK] . w[TN x TK]^T, bf16 operands.
 //
 // The weight arrives in the Hugging Face [out, in] layout (rows of w are output columns), so the product is
-// a . w^T and no transposed copy of any weight exists. All three L1 buffers hold 8x8 blocks, each block
-// row-major (64 contiguous elements); the memory-tile DMAs of kernel_builder/gemm/builder.py build them:
+// a . w^T and no transposed copy of any weight exists. All L1 buffers hold 8x8 blocks, each block row-major
+// (64 contiguous elements); the memory-tile DMAs of kernel_builder/gemm/builder.py build them:
 //   a   [TM/8][TK/8][8][8]  block (mb, kb) = a[8mb .. 8mb+7][8kb .. 8kb+7]
 //   w   [TN/8][TK/8][8][8]  block (nb, kb) = w[8nb .. 8nb+7][8kb .. 8kb+7]   (rows along n, columns along k)
-//   acc [TM/8][TN/8][8][8]  block (mb, nb) = acc[8mb .. 8mb+7][8nb .. 8nb+7]; the bf16 output tile likewise.
-// Three entry points share one object (one compile per tile shape):
+//   acc [TM/8][TN/8][8][8]  block (mb, nb) = acc[8mb .. 8mb+7][8nb .. 8nb+7], f32
+// The accumulator buffer is declared as 2*TM*TN bf16 (the bytes of TM*TN f32): every epilogue writes its bf16
+// output tile IN PLACE over the front of it (output element i at bf16 offset i, never beyond f32 element i/2,
+// which the ascending loops have already read), so no separate output buffer takes L1.
+// Entry points sharing one object (one compile per tile shape):
 //   zero(acc)      acc = 0
-//   mac(a, w, acc) acc += a . w^T over this K slice (f32 accumulation, called once per K step)
-//   out(acc, c)    c = bf16(acc), round-to-nearest-even, same blocked layout
+//   mac(a, w, acc, scratch)  acc += a . w^T over this K slice (f32 accumulation, called once per K step);
+//                  scratch: TM*TK*9/16 bf16 of L1 (TM*TK/64 block-float blocks of 72 bytes) where the vector path
+//                  keeps this slice's a blocks converted once
+//   out(acc)       c = bf16(acc) in place, round-to-nearest-even, layout [TM/8][TN/8][8][8]
+//   glu(acc)       gated epilogue: the tile's first TN/2 columns are the gate, the last TN/2 the up projection of
+//                  the same TN/2 outputs; c = silu(bf16(gate)) * bf16(up) in place, layout [TM/8][TN/16][8][8]
+//                  (the arithmetic of swiglu.cc on the rounded accumulators: the fused and unfused paths agree)
+//   bias(acc, b)   c = bf16(acc + b[column]) in place (b: TN bf16, this tile's slice of the bias row)
 #include "kernel_common.h"
 
 #if !defined(GEMM_TILE_M) || !defined(GEMM_TILE_K) || !defined(GEMM_TILE_N) || !defined(GEMM_ZERO_SYMBOL) || \
-    !defined(GEMM_MAC_SYMBOL) || !defined(GEMM_OUT_SYMBOL)
+    !defined(GEMM_MAC_SYMBOL) || !defined(GEMM_OUT_SYMBOL) || !defined(GEMM_GLU_SYMBOL) || !defined(GEMM_BIAS_SYMBOL)
 #error "compile with the -DGEMM_* defines from kernel_builder/externals.py"
 #endif
 LLAMA_NPU_REQUIRE(GEMM_TILE_M);
@@ -26,6 +35,7 @@ static constexpr int kMB = GEMM_TILE_M / kBlock;    // row blocks of a / acc
 static constexpr int kKB = GEMM_TILE_K / kBlock;    // K blocks of a / w
 static constexpr int kNB = GEMM_TILE_N / kBlock;    // row blocks of w = column blocks of acc
 static constexpr int kElems = GEMM_TILE_M * GEMM_TILE_N;
+static constexpr int kHalfNB = kNB / 2;            // column blocks of the gate (and of the up) half
 static_assert(GEMM_TILE_M % kBlock == 0 && GEMM_TILE_K % kBlock == 0, "GEMM_TILE_M/K must be multiples of 8");
 static_assert(GEMM_TILE_N % (2 * kBlock) == 0, "GEMM_TILE_N must be a multiple of 16 (two w blocks per step)");
 
@@ -41,8 +51,10 @@ static_assert(GEMM_TILE_N % (2 * kBlock) == 0, "GEMM_TILE_N must be a multiple o
 // that flag's (operands share an exponent per 8 values along K; the vector path's deviation from the f32 contract
 // of the scalar path), so the object is still compiled with the flag, which declares them to the cost model.
 // Two output column blocks (and two row blocks when TM/8 is even) are computed together: 2-4 accumulators stay
-// in registers over this call's whole K slice (one load and one store per 8x8 output block per call), and every
-// converted block feeds two macs.
+// in registers over this call's whole K slice (one load and one store per 8x8 output block per call). Each a block
+// is converted once per call into the block-float scratch (aie_api's block_vector buffer streams, as mlir-aie's
+// aie2p mm_bfp.cc reads its operands) and re-read for every column-block pair; each w block is converted once per
+// row-block pair and feeds two macs.
 #if AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 != 1
 #error "gemm.cc's vector path is block-float: compile with -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1"
 #endif
@@ -59,28 +71,40 @@ static inline Bfp to_bfp(const bfloat16 *LLAMA_NPU_RESTRICT p) {
   return wide.template to_vector<bfp16ebs8>();
 }
 
-extern "C" void GEMM_ZERO_SYMBOL(float *LLAMA_NPU_RESTRICT acc) {
+extern "C" void GEMM_ZERO_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
+  float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
   for (int i = 0; i < kElems; i += kLanes) ::aie::store_v(acc + i, ::aie::zeros<float, kLanes>());
 }
 
+using BfpOut = ::aie::block_vector_output_buffer_stream<bfp16ebs8, kBlockElems>;
+using BfpIn = ::aie::block_vector_input_buffer_stream<bfp16ebs8, kBlockElems>;
+
 extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                float *LLAMA_NPU_RESTRICT acc) {
+                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
+  float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
+  bfp16ebs8 *bfp_a = reinterpret_cast<bfp16ebs8 *>(scratch);
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  {  // every a block converted once per call into the block-float scratch, in its [mb][kb] order
+    BfpOut out(bfp_a);
+    for (int i = 0; i < kMB * kKB; ++i) out << to_bfp(a + i * kBlockElems);
+  }
   for (int mb = 0; mb < kMB; mb += kUM) {
     for (int nb = 0; nb < kNB; nb += 2) {
       float *LLAMA_NPU_RESTRICT c00 = acc + (mb * kNB + nb) * kBlockElems;
       float *LLAMA_NPU_RESTRICT c10 = c00 + kNB * kBlockElems;  // next row block (used when kUM == 2)
-      const bfloat16 *LLAMA_NPU_RESTRICT a0 = a + mb * kKB * kBlockElems;
-      const bfloat16 *LLAMA_NPU_RESTRICT a1 = a0 + kKB * kBlockElems;
       const bfloat16 *LLAMA_NPU_RESTRICT w0 = w + nb * kKB * kBlockElems;
       const bfloat16 *LLAMA_NPU_RESTRICT w1 = w0 + kKB * kBlockElems;
+      BfpIn x0s(bfp_a);
+      x0s.seek(mb * kKB);
       Mmul m00(::aie::load_v<kBlockElems>(c00));
       Mmul m01(::aie::load_v<kBlockElems>(c00 + kBlockElems));
       if constexpr (kUM == 2) {
+        BfpIn x1s(bfp_a);
+        x1s.seek((mb + 1) * kKB);
         Mmul m10(::aie::load_v<kBlockElems>(c10));
         Mmul m11(::aie::load_v<kBlockElems>(c10 + kBlockElems));
         for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = to_bfp(a0 + kb * kBlockElems), x1 = to_bfp(a1 + kb * kBlockElems);
+          const Bfp x0 = x0s.pop(), x1 = x1s.pop();
           const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
           m00.mac(x0, y0);
           m01.mac(x0, y1);
@@ -91,7 +115,7 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         ::aie::store_v(c10 + kBlockElems, m11.template to_vector<float>());
       } else {
         for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = to_bfp(a0 + kb * kBlockElems);
+          const Bfp x0 = x0s.pop();
           const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
           m00.mac(x0, y0);
           m01.mac(x0, y1);
@@ -103,23 +127,72 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
   }
 }
 
-extern "C" void GEMM_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT acc, bfloat16 *LLAMA_NPU_RESTRICT c) {
+// f32 lanes [i, i + 32) of the accumulator as bf16 (RNE)
+static inline ::aie::vector<bfloat16, kLanes> acc_bf16(const float *acc, int i) {
+  ::aie::accum<accfloat, kLanes> v;
+  v.from_vector(::aie::load_v<kLanes>(acc + i));
+  return v.template to_vector<bfloat16>();
+}
+
+extern "C" void GEMM_OUT_SYMBOL(bfloat16 *acc_bytes) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  for (int i = 0; i < kElems; i += kLanes) {
-    ::aie::accum<accfloat, kLanes> v;
-    v.from_vector(::aie::load_v<kLanes>(acc + i));
-    ::aie::store_v(c + i, v.template to_vector<bfloat16>());
-  }
+  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+  for (int i = 0; i < kElems; i += kLanes) ::aie::store_v(acc_bytes + i, acc_bf16(acc, i));
+}
+
+// silu(g) * u on bf16 lanes, as swiglu.cc computes it: sigmoid(g) = 1 / (1 + 2^(-g * log2e)) with -g * log2e from a
+// bf16 pair of log2e, exp2 and inv in bf16, silu rounded to bf16 before the product with u.
+extern "C" void GEMM_GLU_SYMBOL(bfloat16 *acc_bytes) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+  constexpr float kLog2e = 1.4426950408889634f;
+  const bfloat16 nl_hi = static_cast<bfloat16>(-kLog2e);
+  const bfloat16 nl_lo = static_cast<bfloat16>(-kLog2e - static_cast<float>(nl_hi));
+  const ::aie::accum<accfloat, kLanes> one(::aie::broadcast<bfloat16, kLanes>(static_cast<bfloat16>(1.0f)));
+  for (int mb = 0; mb < kMB; ++mb)
+    for (int nb = 0; nb < kHalfNB; ++nb)
+      for (int h = 0; h < kBlockElems; h += kLanes) {
+        const int gi = (mb * kNB + nb) * kBlockElems + h;
+        const ::aie::vector<bfloat16, kLanes> g = acc_bf16(acc, gi);
+        const ::aie::vector<bfloat16, kLanes> u = acc_bf16(acc, gi + kHalfNB * kBlockElems);
+        ::aie::accum<accfloat, kLanes> t = ::aie::mac(::aie::mul(g, nl_hi), g, nl_lo);  // -g * log2e
+        ::aie::vector<bfloat16, kLanes> e = ::aie::exp2<bfloat16>(t.template to_vector<float>());
+        ::aie::vector<bfloat16, kLanes> sig = ::aie::inv(::aie::add(one, e).template to_vector<bfloat16>());
+        ::aie::accum<accfloat, kLanes> silu = ::aie::mul(g, sig);
+        ::aie::accum<accfloat, kLanes> y = ::aie::mul(silu.template to_vector<bfloat16>(), u);
+        ::aie::store_v(acc_bytes + (mb * kHalfNB + nb) * kBlockElems + h, y.template to_vector<bfloat16>());
+      }
+}
+
+// acc + b[column], one rounding: a 32-lane step covers 4 rows of an 8x8 block, so the block's 8 bias values
+// repeat 4 times along the lanes. Blocks in ascending order (the in-place writes trail the reads).
+extern "C" void GEMM_BIAS_SYMBOL(bfloat16 *acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT b) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+  for (int mb = 0; mb < kMB; ++mb)
+    for (int nb = 0; nb < kNB; ++nb) {
+      const ::aie::vector<bfloat16, kBlock> b8 = ::aie::load_v<kBlock>(b + nb * kBlock);
+      const ::aie::vector<bfloat16, kLanes> pat = ::aie::concat(b8, b8, b8, b8);
+      for (int h = 0; h < kBlockElems; h += kLanes) {
+        const int i = (mb * kNB + nb) * kBlockElems + h;
+        ::aie::accum<accfloat, kLanes> v;
+        v.from_vector(::aie::load_v<kLanes>(acc + i));
+        ::aie::store_v(acc_bytes + i, ::aie::add(v, pat).template to_vector<bfloat16>());
+      }
+    }
 }
 
 #else  // host scalar path: the same blocked layouts, f32 accumulation in ascending k order
 
-extern "C" void GEMM_ZERO_SYMBOL(float *LLAMA_NPU_RESTRICT acc) {
+extern "C" void GEMM_ZERO_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
+  float *acc = reinterpret_cast<float *>(acc_bytes);
   for (int i = 0; i < kElems; ++i) acc[i] = 0.0f;
 }
 
 extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                float *LLAMA_NPU_RESTRICT acc) {
+                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
+  (void)scratch;  // the vector path's block-float copy of a; the scalar path reads a directly
+  float *acc = reinterpret_cast<float *>(acc_bytes);
   for (int mb = 0; mb < kMB; ++mb)
     for (int nb = 0; nb < kNB; ++nb)
       for (int r = 0; r < kBlock; ++r)
@@ -135,8 +208,35 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         }
 }
 
-extern "C" void GEMM_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT acc, bfloat16 *LLAMA_NPU_RESTRICT c) {
-  for (int i = 0; i < kElems; ++i) c[i] = f32_to_bf16(acc[i]);
+// in place: output element i (bf16 offset i) overwrites bytes of f32 elements < i/2 + 1, all read already
+extern "C" void GEMM_OUT_SYMBOL(bfloat16 *acc_bytes) {
+  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+  for (int i = 0; i < kElems; ++i) {
+    const float v = acc[i];
+    acc_bytes[i] = f32_to_bf16(v);
+  }
+}
+
+extern "C" void GEMM_GLU_SYMBOL(bfloat16 *acc_bytes) {
+  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+  for (int mb = 0; mb < kMB; ++mb)
+    for (int nb = 0; nb < kHalfNB; ++nb)
+      for (int e = 0; e < kBlockElems; ++e) {
+        const int gi = (mb * kNB + nb) * kBlockElems + e;
+        const float g = bf16_to_f32(f32_to_bf16(acc[gi]));
+        const float u = bf16_to_f32(f32_to_bf16(acc[gi + kHalfNB * kBlockElems]));
+        const float silu = g / (1.0f + std::exp(-g));
+        acc_bytes[(mb * kHalfNB + nb) * kBlockElems + e] = f32_to_bf16(silu * u);
+      }
+}
+
+extern "C" void GEMM_BIAS_SYMBOL(bfloat16 *acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT b) {
+  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+  for (int i = 0; i < kElems; ++i) {
+    const int col = ((i / kBlockElems) % kNB) * kBlock + i % kBlock;
+    const float v = acc[i] + bf16_to_f32(b[col]);
+    acc_bytes[i] = f32_to_bf16(v);
+  }
 }
 
 #endif

@@ -14,7 +14,9 @@ Tolerances (why, per family):
 - rmsnorm: r = invsqrt as a bf16 pair (hi + lo) -> within one bf16 ulp: 2^-7 |ref|.
 - swiglu, geglu: exp2 and inv in bf16 and two intermediate bf16 roundings -> 2^-6 |ref| + 2^-9 (about 2-4 bf16 ulps).
 - gemm (block-float flag): against the block-float reference (both operands through numerics.to_bfp16ebs8, f64
-  dot products): 2^-8 |ref| + 2^-12 max|ref| (one bf16 rounding, f32 accumulation of 8-term blocks).
+  dot products): 2^-8 |ref| + 2^-12 max|ref| (one bf16 rounding, f32 accumulation of 8-term blocks); the bias
+  epilogue likewise (the bias added in f64 before the rounding); the glu epilogue: swiglu's bound plus one bf16
+  ulp of each of its two block-float inputs.
 - attention: probabilities carry bf16 precision (exp2 returns bf16; P is a bf16 mmul operand), 1/l is a bf16
   reciprocal refined by one f32 Newton step: 2^-6 |ref| + 2^-8 max|ref|.
 """
@@ -34,7 +36,7 @@ from kernel_builder.add.external import add_kernel
 from kernel_builder.attention.external import attention_decode_kernels
 from kernel_builder.attention.external import attention_prefill_kernels
 from kernel_builder.geglu.external import geglu_kernel
-from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.gemm.external import gemm_kernels, scratch_elems
 from kernel_builder.gemv.external import gemv_kernel
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
 from kernel_builder.rope.external import rope_kernel
@@ -189,21 +191,52 @@ def gemm_bfp_reference(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return to_bf16(qa.astype(np.float64) @ qw.astype(np.float64).T)
 
 
-def _gemm(lib, rng, tm, tk, tn, steps=2):
-    ks = gemm_kernels(tm, tk, tn)
-    a, w = rand(rng, (tm, steps * tk)), rand(rng, (tn, steps * tk))
-    acc = A(np.full(tm * tn, np.nan, np.float32))
+def _gemm_acc(lib, ks, a, w, tk, steps):
+    """zero + `steps` mac calls on a fresh accumulator (2*tm*tn bf16 = the f32 bytes); returns it and the first
+    mac's counts."""
+    acc = A(np.full(2 * a.shape[0] * w.shape[0], np.nan, BF16))
+    scratch = A(np.full(scratch_elems(a.shape[0], tk), np.nan, BF16))
     lib.call(ks.zero.symbol, acc)
     counts = None
     for s in range(steps):
         sl = slice(s * tk, (s + 1) * tk)
-        c = lib.call(ks.mac.symbol, A(block(a[:, sl])), A(block(w[:, sl])), acc)
+        c = lib.call(ks.mac.symbol, A(block(a[:, sl])), A(block(w[:, sl])), acc, scratch)
         counts = counts or c
-    out = A(np.zeros(tm * tn, BF16))
-    lib.call(ks.out.symbol, acc, out)
+    return acc, counts
+
+
+def _gemm(lib, rng, tm, tk, tn, steps=2):
+    """The three epilogues on one tile, each on its own accumulator: out (bf16 in place), glu (the tile's column
+    halves as gate and up: silu(gate) * up in place, [tm, tn/2]) and bias (acc + b[col]); got/want concatenated."""
+    ks = gemm_kernels(tm, tk, tn)
+    a, w = rand(rng, (tm, steps * tk)), rand(rng, (tn, steps * tk))
+    acc, counts = _gemm_acc(lib, ks, a, w, tk, steps)
+    lib.call(ks.out.symbol, acc)
     # the block-float path's products are per 8-element K block: the reference quantizes the same blocks
     want = gemm_bfp_reference(a, w)
-    return Run(unblock(out, tm, tn), want, _close(want, 2.0**-8, 2.0**-12), counts)
+    got = [unblock(acc[:tm * tn], tm, tn)]
+    bounds = [_close(want, 2.0**-8, 2.0**-12)]
+    wants = [want]
+    acc, _ = _gemm_acc(lib, ks, a, w, tk, steps)
+    lib.call(ks.glu.symbol, acc)
+    h = tn // 2
+    g, u = want[:, :h].astype(np.float32), want[:, h:].astype(np.float32)
+    with np.errstate(over="ignore"):
+        glu = to_bf16(g / (np.float32(1.0) + np.exp(-g)) * u)
+    got.append(unblock(acc[:tm * h], tm, h))
+    wants.append(glu)
+    # swiglu.cc's bound on bf16 inputs, plus the gate / up inputs' own block-float error (one bf16 ulp each)
+    bounds.append(_close(glu, 2.0**-6, 2.0**-9) + 2 * _close(glu, 2.0**-8, 2.0**-10))
+    acc, _ = _gemm_acc(lib, ks, a, w, tk, steps)
+    b = rand(rng, (tn,))
+    lib.call(ks.bias.symbol, acc, A(b))
+    qa, qw = to_bfp16ebs8(a.astype(np.float32)), to_bfp16ebs8(w.astype(np.float32))
+    biased = to_bf16(qa.astype(np.float64) @ qw.astype(np.float64).T + b.astype(np.float64)[None, :])
+    got.append(unblock(acc[:tm * tn], tm, tn))
+    wants.append(biased)
+    bounds.append(_close(biased, 2.0**-8, 2.0**-12))
+    flat = lambda xs: np.concatenate([x.reshape(-1) for x in xs])   # noqa: E731
+    return Run(flat(got), flat(wants), flat(bounds), counts)
 
 
 # -------------------------------------------------------------------------------------------- attention

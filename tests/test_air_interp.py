@@ -195,6 +195,10 @@ def _kernel_cases():
         ("bias-add", lambda: bias_add.build(16, 96), {"rows": 16, "dim": 96}),
         ("bias-add_row", lambda: bias_add.build(1, 256), {"rows": 1, "dim": 256}),
         ("gemm", lambda: gemm.build(32, 128, 64), {"m": 32, "k": 128, "n": 64}),
+        ("gemm-swiglu", lambda: gemm.build(32, 128, 64, "swiglu"), {"m": 32, "k": 128, "n": 64}),
+        ("gemm-swiglu_wide", lambda: gemm.build(16, 192, 256, "swiglu"), {"m": 16, "k": 192, "n": 256}),
+        ("gemm-bias", lambda: gemm.build(32, 128, 64, "bias"), {"m": 32, "k": 128, "n": 64}),
+        ("gemm-bias_wide", lambda: gemm.build(16, 192, 256, "bias"), {"m": 16, "k": 192, "n": 256}),
         ("gemv", lambda: gemv.build(64, 96), {"m": 64, "k": 96}),
         ("rope", lambda: rope.build(8, 4, 32), {"rows": 8, "heads": 4, "head_dim": 32}),
         ("swiglu", lambda: swiglu.build(4, 128), {"rows": 4, "dim": 128}),
@@ -230,7 +234,7 @@ def _gemm_inputs(m, k, n, seed=3):
     return a, w, np.zeros((m, n), BF16)
 
 
-@pytest.mark.parametrize("m,k,n", [(64, 256, 256), (16, 192, 96), (32, 1024, 64)])
+@pytest.mark.parametrize("m,k,n", [(64, 256, 256), (16, 192, 96), (32, 1024, 64), (64, 8192, 512)])
 def test_gemm_channel_traffic_and_result(m, k, n):
     """Per K step the segment puts one slice per herd row (A) and column (W), each reaching the whole
     row/column; every tile gets exactly its two tiles per step and puts its C tile once; the segment gets the
@@ -243,9 +247,10 @@ def test_gemm_channel_traffic_and_result(m, k, n):
     a, w, c = _gemm_inputs(m, k, n)
     stats = air_interp.compile_module(text).run([a, w, c])
     assert stats.tiles == launches * tiles
+    w_loads = p.herd_n * p.w_parts     # a herd column's W panel arrives in w_parts row parts (one DMA each)
     assert stats.channel_puts == launches * (steps * (p.herd_m + p.herd_n) + tiles)
     assert stats.channel_gets == launches * tiles * (2 * steps + 1)
-    assert stats.dmas == launches * (l2_steps * (p.herd_m + p.herd_n) + p.herd_m)
+    assert stats.dmas == launches * (l2_steps * (p.herd_m + w_loads) + p.herd_m)
     assert stats.dma_bytes == p.ddr_read_bytes(m, k, n) + 2 * m * n
     assert stats.calls_by_symbol == {f"gemm_{part}_bf16_m{p.tile_m}_k{p.tile_k}_n{p.tile_n}": launches * tiles * times
                                      for part, times in (("zero", 1), ("mac", steps), ("out", 1))}

@@ -231,33 +231,48 @@ def _unblock(x: np.ndarray, r: int, c: int) -> np.ndarray:
 
 @pytest.mark.parametrize("tm,tk,tn", GEMM_VARIANTS)
 def test_gemm_micro_kernel_matches_reference_and_its_numpy_model(lib, rng, tm, tk, tn):
-    """zero, one mac per K step on 8x8-blocked tiles (w in the HF [n, k] layout), out: the reference's
-    a @ w^T within 2 bf16 ulps, and the interpreter's numpy model (kernel_builder.external_models) bit for bit
-    at every step (f32 accumulator included)."""
+    """zero, one mac per K step on 8x8-blocked tiles (w in the HF [n, k] layout), then each in-place epilogue (out,
+    glu, bias) on a copy of the accumulator (2*tm*tn bf16 = the f32 bytes): the references within 2 bf16 ulps,
+    and the interpreter's numpy model (kernel_builder.external_models) bit for bit at every step."""
     from kernel_builder.externals import external_model
     from multi_launch_builder.emulator.air_interp import MemRef
     ks = gemm_ext.gemm_kernels(tm, tk, tn)
-    zero, mac, out = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3), fn(lib, ks.out.symbol, 2)
-    models = {part: external_model(getattr(ks, part).symbol) for part in ("zero", "mac", "out")}
+    zero, mac = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 4)
+    models = {part: external_model(getattr(ks, part).symbol) for part in ("zero", "mac", "out", "glu", "bias")}
+    scratch = np.zeros(gemm_ext.scratch_elems(tm, tk), BF16)
+    mscratch = MemRef(scratch.copy(), scratch.shape, "bf16")
     steps = 3
     a, w = rand_bf16(rng, (tm, steps * tk)), rand_bf16(rng, (tn, steps * tk), 0.1)
-    acc = np.full(tm * tn, np.nan, np.float32)
-    macc = MemRef(np.full(tm * tn, np.nan, np.float32), (tm * tn,), "f32")
+    acc = np.full(2 * tm * tn, np.nan, BF16)
+    macc = MemRef(np.full(2 * tm * tn, np.nan, BF16), (2 * tm * tn,), "bf16")
     zero(ptr(acc))
     models["zero"](macc)
     for s in range(steps):
         at, wt = _block(a[:, s * tk:(s + 1) * tk]), _block(w[:, s * tk:(s + 1) * tk])
-        mac(ptr(at), ptr(wt), ptr(acc))
-        models["mac"](MemRef(at.copy(), at.shape, "bf16"), MemRef(wt.copy(), wt.shape, "bf16"), macc)
-        np.testing.assert_array_equal(acc.view(np.uint32), macc.data.view(np.uint32))
-    c = np.zeros(tm * tn, BF16)
-    mc = MemRef(np.zeros(tm * tn, BF16), (tm * tn,), "bf16")
-    out(ptr(acc), ptr(c))
-    models["out"](macc, mc)
-    np.testing.assert_array_equal(c.view(np.uint16), mc.data.view(np.uint16))
-    got = _unblock(c, tm, tn)
-    assert_close(got, ref.gemm(a, w, m=tm, k=steps * tk, n=tn), ks.mac.symbol)
+        mac(ptr(at), ptr(wt), ptr(acc), ptr(scratch))
+        models["mac"](MemRef(at.copy(), at.shape, "bf16"), MemRef(wt.copy(), wt.shape, "bf16"), macc, mscratch)
+        np.testing.assert_array_equal(acc.view(np.uint16), macc.data.view(np.uint16))
+    want = ref.gemm(a, w, m=tm, k=steps * tk, n=tn)
+    b = rand_bf16(rng, (1, tn))
+    h = tn // 2
+    cases = (("out", [], tm * tn, tn, want),
+             ("glu", [], tm * tn // 2, h, ref.swiglu(want[:, :h], want[:, h:], rows=tm, dim=h)),
+             ("bias", [b.reshape(-1)], tm * tn, tn, ref.KERNELS["gemm_bias"](a, w, b, m=tm, k=steps * tk, n=tn)))
+    for part, extra, size, cols, expect in cases:
+        c, mc = acc.copy(), MemRef(macc.data.copy(), macc.data.shape, "bf16")
+        fn(lib, getattr(ks, part).symbol, 1 + len(extra))(ptr(c), *(ptr(e) for e in extra))
+        models[part](mc, *(MemRef(e.copy(), e.shape, "bf16") for e in extra))
+        np.testing.assert_array_equal(c[:size].view(np.uint16), mc.data[:size].view(np.uint16))
+        got = _unblock(c[:size], tm, cols)
+        assert_close(got, expect, getattr(ks, part).symbol)
+    got = _unblock(_epilogue(lib, ks, acc, "out"), tm, tn)
     assert_close(got, to_bf16(a.astype(np.float64) @ w.astype(np.float64).T), ks.mac.symbol + " vs f64")
+
+
+def _epilogue(lib, ks, acc, part):
+    c = acc.copy()
+    fn(lib, getattr(ks, part).symbol, 1)(ptr(c))
+    return c[:c.size // 2]
 
 
 def test_gemm_micro_kernel_reads_w_rows_as_output_columns(lib):
@@ -265,15 +280,15 @@ def test_gemm_micro_kernel_reads_w_rows_as_output_columns(lib):
     w as [k, n] or swaps the block order)."""
     tm, tk, tn = GEMM_VARIANTS[0]
     ks = gemm_ext.gemm_kernels(tm, tk, tn)
-    zero, mac, out = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 3), fn(lib, ks.out.symbol, 2)
+    zero, mac = fn(lib, ks.zero.symbol, 1), fn(lib, ks.mac.symbol, 4)
     a = to_bf16(np.arange(tm * tk, dtype=np.float32).reshape(tm, tk) / 64)
     w = np.zeros((tn, tk), BF16)
     for j in range(tn):
         w[j, (5 * j) % tk] = 1.0
-    acc, c = np.zeros(tm * tn, np.float32), np.zeros(tm * tn, BF16)
+    acc = np.zeros(2 * tm * tn, BF16)
     zero(ptr(acc))
-    mac(ptr(_block(a)), ptr(_block(w)), ptr(acc))
-    out(ptr(acc), ptr(c))
+    mac(ptr(_block(a)), ptr(_block(w)), ptr(acc), ptr(np.zeros(gemm_ext.scratch_elems(tm, tk), BF16)))
+    c = _epilogue(lib, ks, acc, "out")
     want = np.stack([a[:, (5 * j) % tk] for j in range(tn)], axis=1)
     np.testing.assert_array_equal(_unblock(c, tm, tn).view(np.uint16), want.view(np.uint16))
 
@@ -340,10 +355,11 @@ def test_registry_names_and_validation():
                      (lambda: add_ext.add_kernel(100), "add: n=100 must be a multiple of 32")):
         with pytest.raises(ValueError, match=msg):
             bad()
-    zero, mac, out = gemm_ext.gemm_kernels(64, 64, 32)
-    assert zero.obj == mac.obj == out.obj == "gemm_m64_k64_n32.o" and mac.source == "gemm.cc"
-    assert (zero.symbol, mac.symbol, out.symbol) == ("gemm_zero_bf16_m64_k64_n32", "gemm_mac_bf16_m64_k64_n32",
-                                                     "gemm_out_bf16_m64_k64_n32")
+    zero, mac, out, glu, bias = gemm_ext.gemm_kernels(64, 64, 32)
+    assert zero.obj == mac.obj == out.obj == glu.obj == bias.obj == "gemm_m64_k64_n32.o" and mac.source == "gemm.cc"
+    assert (zero.symbol, mac.symbol, out.symbol, glu.symbol, bias.symbol) == (
+        "gemm_zero_bf16_m64_k64_n32", "gemm_mac_bf16_m64_k64_n32", "gemm_out_bf16_m64_k64_n32",
+        "gemm_glu_bf16_m64_k64_n32", "gemm_bias_bf16_m64_k64_n32")
     assert ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1") in mac.defines
     with pytest.raises(ValueError, match="gemm: tile_n=24 must be a multiple of 16"):
         gemm_ext.gemm_kernels(64, 64, 24)

@@ -135,14 +135,16 @@ GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072
                (256, 2048, 512)]
 
 
+@pytest.mark.parametrize("epilogue", ["none", "swiglu"])
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
-def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n):
-    p = gemm_plan.plan_gemm(m, k, n)
-    k2, tm, tn, tk = p.tile_k_l2, p.tile_m, p.tile_n, p.tile_k
-    text = gemm.build(m, k, n)
+def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n, epilogue):
+    p = gemm_plan.plan_gemm(m, k, n, epilogue)
+    k2, tm, tn, tk, parts, rows = p.tile_k_l2, p.tile_m, p.tile_n, p.tile_k, p.w_parts, p.part_rows
+    text = gemm.build(m, k, n, epilogue)
     rep = air_checks.check_module(text)
     assert rep.errors == []
-    assert rep.public[0][2] == [f"memref<{m}x{k}xbf16>", f"memref<{n}x{k}xbf16>", f"memref<{m}x{n}xbf16>"]
+    weights = [f"memref<{n}x{k}xbf16>"] * (2 if epilogue == "swiglu" else 1)
+    assert rep.public[0][2] == [f"memref<{m}x{k}xbf16>", *weights, f"memref<{m}x{n}xbf16>"]
     launch, seg, herd = rep.air_ops
     seg_body, herd_body = _body(text, seg), _body(text, herd)
     seg_outside_herd = seg_body.replace(herd_body, "")
@@ -151,11 +153,11 @@ def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n):
     assert "air.dma_memcpy_nd" not in herd_body
     # no linalg op is left anywhere (aircc would lower it to scalar loops): the micro-kernel does the math
     assert "linalg." not in text
-    # L2: one A panel per herd row, one W panel per herd column, one C row panel per herd row; each its own
-    # allocation, each within one memory tile
+    # L2: one A panel per herd row, w_parts W panel parts per herd column, one C row panel per herd row; each its
+    # own allocation, each within one memory tile
     l2 = re.findall(r"memref\.alloc\(\) : memref<(\d+)x(\d+)xbf16, 1 : i32>", text)
     assert sorted(l2) == sorted([(str(tm), str(k2))] * p.herd_m + [(str(tn), str(k2))] * p.herd_n
-                                + [(str(tm), str(p.bn))] * p.herd_m)
+                                + [(str(tm), str(p.bn_out))] * p.herd_m)
     assert all(2 * 2 * int(r) * int(c) <= planner.MEMTILE_BYTES for r, c in l2)
     # channels: A per herd row fans out over the herd's columns, W per column over its rows, C per tile
     ch = rep.channels
@@ -164,45 +166,62 @@ def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n):
     assert (ch["gemm_b"].size, ch["gemm_b"].broadcast_shape) == \
         ([1, p.herd_n], None if p.herd_m == 1 else [p.herd_m, p.herd_n])
     assert (ch["gemm_c"].size, ch["gemm_c"].broadcast_shape) == ([p.herd_m, p.herd_n], None)
-    # segment: K loop over [0, k) in K2 steps with herd_m + herd_n panel DMAs from L3, a slice loop over the
-    # panel in tile_k steps (in 8-element blocks) with one put per panel; after the herd, one DMA per C row
+    # segment: K loop over [0, k) in K2 steps with herd_m + herd_n * w_parts panel DMAs from L3, a slice loop over
+    # the panel in tile_k steps (in 8-element blocks) with one put per panel; after the herd, one DMA per C row
     consts = {n_: int(v) for n_, v in re.findall(r"(%\S+) = arith\.constant (-?\d+) : index", text)}
     seg_loops = re.findall(r"scf\.for %\S+ = %\S+ to (%\S+) step (%\S+) \{", seg_outside_herd)
     assert [(consts[a], consts[b]) for a, b in seg_loops] == [(k, k2), (k2 // 8, tk // 8)]
-    assert seg_outside_herd.count("air.dma_memcpy_nd") == 2 * p.herd_m + p.herd_n
+    assert seg_outside_herd.count("air.dma_memcpy_nd") == 2 * p.herd_m + p.herd_n * parts
     puts = [a for a in rep.channel_ops if a.kind == "put"]
     assert {a.symbol: a.region for a in puts} == {"gemm_a": "air.segment", "gemm_b": "air.segment",
                                                   "gemm_c": "air.herd"}
     a_puts = sorted(tuple(consts[v] for v in a.indices) for a in puts if a.symbol == "gemm_a")
     b_puts = sorted(tuple(consts[v] for v in a.indices) for a in puts if a.symbol == "gemm_b")
-    assert a_puts == [(i, 0) for i in range(p.herd_m)] and b_puts == [(0, j) for j in range(p.herd_n)]
+    assert a_puts == [(i, 0) for i in range(p.herd_m)]
+    assert b_puts == [(0, j) for j in range(p.herd_n)]
     for a in puts:
         if a.symbol != "gemm_c":  # 8x8 re-blocking of a [rows, tile_k] slice; innermost run 8 contiguous bf16
-            rows = tm if a.symbol == "gemm_a" else tn
-            assert [consts[v] for v in a.lists[1]] == [rows // 8, tk // 8, 8, 8]
+            r = tm if a.symbol == "gemm_a" else tn
+            assert [consts[v] for v in a.lists[1]] == [r // 8, tk // 8, 8, 8]
             assert [consts[v] for v in a.lists[2]] == [8 * k2, 8, k2, 1]
-    # herd: zero, the whole K reduction in one loop (two gets + one mac call), out, one C put
+    # herd: zero, the whole K reduction in one loop (two gets + one mac call), the epilogue, one C put
+    # of the bf16 tile the epilogue wrote in place over the accumulator's front
     loops = re.findall(r"scf\.for %\S+ = %\S+ to (%\S+) step (%\S+) \{", herd_body)
     assert [(consts[a], consts[b]) for a, b in loops] == [(k, tk)]
     calls = re.findall(r"func\.call @(\w+)\(", herd_body)
     tag = f"m{tm}_k{tk}_n{tn}"
-    assert calls == [f"gemm_zero_bf16_{tag}", f"gemm_mac_bf16_{tag}", f"gemm_out_bf16_{tag}"]
-    loop_body = herd_body[herd_body.index("scf.for"):herd_body.index("func.call @gemm_out")]
+    epi = "glu" if epilogue == "swiglu" else "out"
+    assert calls == [f"gemm_zero_bf16_{tag}", f"gemm_mac_bf16_{tag}", f"gemm_{epi}_bf16_{tag}"]
+    loop_body = herd_body[herd_body.index("scf.for"):herd_body.index(f"func.call @gemm_{epi}")]
     assert f"func.call @gemm_mac_bf16_{tag}" in loop_body and "gemm_zero" not in loop_body
     gets = [a for a in rep.channel_ops if a.kind == "get"]
     assert [(a.symbol, a.indices, a.type) for a in gets if a.region == "air.herd"] == \
         [("gemm_a", herd.ids, f"memref<{tm * tk}xbf16,2:i32>"), ("gemm_b", herd.ids, f"memref<{tn * tk}xbf16,2:i32>")]
+    (c_put,) = [a for a in puts if a.symbol == "gemm_c"]
+    assert [consts[v] for v in c_put.lists[1]] == [tm * p.out_n]
     assert herd.attrs["link_with"] == f"gemm_{tag}.o"
-    # drain: the segment gets tile (i, j) into row panel i at column block j*tile_n/8, un-blocking 8x8
+    # W panel loads: w_parts DMAs per panel, part q into rows [q*rows, +rows)
+    w_dmas = re.findall(r"air\.dma_memcpy_nd \((%w_l2\w*)\[([^\]]*)\]", seg_outside_herd)
+    assert len(w_dmas) == p.herd_n * parts
+    if parts > 1:
+        assert sorted(consts[o.split(", ")[0]] for _, o in w_dmas) == sorted([q * rows for q in range(parts)] * p.herd_n)
+    # drain: the segment gets tile (i, j) into row panel i at column block j*out_n/8, un-blocking 8x8
     drains = [a for a in gets if a.symbol == "gemm_c"]
     assert sorted(tuple(consts[v] for v in a.indices) for a in drains) == \
         [(i, j) for i in range(p.herd_m) for j in range(p.herd_n)]
     for a in drains:
         assert a.region == "air.segment"
-        assert [consts[v] for v in a.lists[0]] == [0, consts[a.indices[1]] * tn // 8, 0, 0]
-        assert [consts[v] for v in a.lists[2]] == [8 * p.bn, 8, p.bn, 1]
-    out = re.findall(r"air\.dma_memcpy_nd \((%sa_2)\[[^\]]*\] \[(%\w+), (%\w+)\] \[(%\w+), %\w+\], %c_l2", text)
-    assert [(consts[r], consts[c], consts[st]) for _, r, c, st in out] == [(tm, p.bn, n)] * p.herd_m
+        assert [consts[v] for v in a.lists[0]] == [0, consts[a.indices[1]] * p.out_n // 8, 0, 0]
+        assert [consts[v] for v in a.lists[2]] == [8 * p.bn_out, 8, p.bn_out, 1]
+    c_arg = "%sa_3" if epilogue == "swiglu" else "%sa_2"
+    if p.spread:   # herd column j's piece at column j*n/herd_n
+        out = re.findall(rf"air\.dma_memcpy_nd \(({c_arg})\[[^\]]*\] \[(%\w+), (%\w+), (%\w+)\] "
+                         rf"\[(%\w+), (%\w+), %\w+\], %c_l2", text)
+        assert [tuple(consts[v] for v in o[1:]) for o in out] == [(tm, p.herd_n, p.out_n, n, n // p.herd_n)] * p.herd_m
+    else:
+        out = re.findall(rf"air\.dma_memcpy_nd \(({c_arg})\[[^\]]*\] \[(%\w+), (%\w+)\] \[(%\w+), %\w+\], %c_l2",
+                         text)
+        assert [(consts[r], consts[c], consts[st]) for _, r, c, st in out] == [(tm, p.bn_out, n)] * p.herd_m
 
 
 def test_gemm_panels_cut_ddr_reads():
@@ -210,6 +229,8 @@ def test_gemm_panels_cut_ddr_reads():
     m, k, n = 2048, 2048, 8192
     p = gemm_plan.plan_gemm(m, k, n)
     assert p.ddr_read_bytes(m, k, n) == 2 * (m * k * (n // p.bn) + k * n * (m // p.bm))
+    g = gemm_plan.plan_gemm(m, k, n, "swiglu")   # two weights, each read m/BM times; A n/bn_out times
+    assert g.ddr_read_bytes(m, k, n) == 2 * (m * k * (n // g.bn_out) + 2 * k * n * (m // g.bm))
     per_tile = 2 * (m * k * (n // p.tile_n) + k * n * (m // p.tile_m))
     assert p.ddr_read_bytes(m, k, n) * min(p.herd_m, p.herd_n) <= per_tile
 
@@ -289,8 +310,8 @@ def test_checker_catches_errors():
 
 def test_mlir_opt_catches_type_errors(mlir_opt):
     good = gemm.build(64, 576, 192)
-    bad = _mutate(good, "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<384xf32",
-                  "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<380xf32")
+    bad = _mutate(good, "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<768xbf16",
+                  "func.call @gemm_zero_bf16_m8_k64_n48(%acc_l1) : (memref<760xbf16")
     with pytest.raises(AssertionError):
         _generic_parse(mlir_opt, bad)
 

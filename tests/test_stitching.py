@@ -323,7 +323,7 @@ def test_stitched_gemms_get_distinct_channels_and_use_their_own():
     assert rep.errors == []
     declared = re.findall(r"^\s*air\.channel @(\S+) ", text, re.M)
     assert len(declared) == len(set(declared)) == len(rep.channels)
-    n_gemms = len(re.findall(r'kind = "gemm"', text))
+    n_gemms = len(re.findall(r'kind = "gemm(_swiglu)?"', text))   # o, gate, up, down (or gemm_swiglu for both)
     assert n_gemms >= 3 and len(declared) == 3 * n_gemms
     # each launch's put/get only name channels of its own slice prefix
     launches = text.split("    // launch ")[1:]
@@ -331,7 +331,7 @@ def test_stitched_gemms_get_distinct_channels_and_use_their_own():
     for body in launches:
         prefix = body.split(" = ", 1)[0].split(": ", 1)[1]
         used = set(re.findall(r"air\.channel\.(?:put|get) @(\S+?)\[", body))
-        if 'kind = "gemm"' in body:
+        if re.search(r'kind = "gemm(_swiglu)?"', body):
             assert used == {f"{prefix}_gemm_a", f"{prefix}_gemm_b", f"{prefix}_gemm_c"}, (prefix, used)
             assert not used & seen
             seen |= used

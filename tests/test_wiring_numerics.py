@@ -135,8 +135,14 @@ def test_decode_layer_equals_hand_composed_layer(tmp_path, variant):
     assert _same(k_rows[:pos], hist[0][:pos])                  # the history is untouched
 
 
-def _swap(decl: ModuleDecl, prefix_a: str, prefix_b: str, pos: int) -> ModuleDecl:
-    """Swap argument `pos` between the wirings of two launches."""
+def _swap(decl: ModuleDecl, prefix_a: str, prefix_b: str, pos) -> ModuleDecl:
+    """Swap argument `pos` between the wirings of two launches (or, pos = (i, j), two arguments of one launch)."""
+    if isinstance(pos, tuple):
+        la = next(l for l in decl.launches if l.prefix == prefix_a)
+        w = list(la.wiring)
+        w[pos[0]], w[pos[1]] = w[pos[1]], w[pos[0]]
+        return dataclasses.replace(decl, launches=tuple(dataclasses.replace(l, wiring=tuple(w)) if l is la else l
+                                                        for l in decl.launches))
     la = next(l for l in decl.launches if l.prefix == prefix_a)
     lb = next(l for l in decl.launches if l.prefix == prefix_b)
     wa, wb = list(la.wiring), list(lb.wiring)

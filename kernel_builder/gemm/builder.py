@@ -1,5 +1,8 @@
 """GEMM: c[m, n] = a[m, k] @ w[n, k]^T   (w in the Hugging Face [out, in] layout; bf16 in, f32 accumulate,
-bf16 RNE out). The same weight buffer serves the decode GEMV, so no transposed copy exists.
+bf16 RNE out). The same weight buffer serves the decode GEMV, so no transposed copy exists. Epilogues (the tile's
+last call, in place over its accumulator): "none"; "swiglu" (kind gemm_swiglu: c = silu(a.wg^T) * (a.wu^T), the
+two weights as the two parts of each W panel, one launch instead of two GEMMs + a swiglu launch); "bias" (kind
+gemm_bias: c = a.w^T + b, the bias slice of a herd column sent once down its W channel before the K slices).
 
 MLIR + external C++ micro-kernel (kernel_builder.gemm.external.gemm_kernels: zero / mac / out on 8x8-blocked L1
 tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_n*tile_n, K2 = tile_k_l2):
@@ -9,12 +12,14 @@ tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_
     air.segment @gemm_seg:
       scf.for kp over K in K2 steps:
         one L2 A panel per herd row i:     a_l2_i [tile_m, K2] <- a[m0 + i*tile_m, kp]      (L3 -> L2 DMA)
-        one L2 W panel per herd column j:  w_l2_j [tile_n, K2] <- w[n0 + j*tile_n, kp]      (L3 -> L2 DMA)
+        one L2 W panel per herd column j:  w_l2_j [tile_n, K2] <- w[n0 + j*tile_n, kp]      (L3 -> L2 DMA; in
+          w_parts row parts, one DMA each: two shim streams per panel, or the gate and the up rows)
         scf.for kb over the panel in tile_k steps: air.channel.put @gemm_a[i, 0] / @gemm_b[0, j] of the
           [*, tile_k] slice, re-blocked by the memory-tile DMA into 8x8 blocks [rows/8][tile_k/8][8][8]
       air.herd @gemm_herd [herd_m, herd_n] (no L3 operand): f32 accumulator in L1, zero(acc); scf.for over K
-        in tile_k steps: get the A and W tiles (@gemm_a[tx, ty], @gemm_b[tx, ty]), mac(a, w, acc); then
-        out(acc, c_l1) (bf16 RNE) and air.channel.put @gemm_c[tx, ty] of the whole tile
+        in tile_k steps: get the A and W tiles (@gemm_a[tx, ty], @gemm_b[tx, ty]), mac(a, w, acc); then the
+        epilogue writes the bf16 tile in place over the front of acc and air.channel.put @gemm_c[tx, ty] sends
+        that front
       per herd row i: c_l2_i [tile_m, BN]; air.channel.get @gemm_c[i, j] for each herd column j, un-blocking
         the tile into columns [j*tile_n, +tile_n); then ONE DMA c_l2_i -> c[m0 + i*tile_m, n0]
 
@@ -30,39 +35,48 @@ from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 from kernel_builder.gemm import plan as gemm_plan
-from kernel_builder.gemm.external import gemm_kernels
+from kernel_builder.gemm.external import gemm_kernels, scratch_elems
 
 KIND = "gemm"
 BLOCK = 8   # edge of the micro-kernel's L1 blocks
+KINDS = {"none": "gemm", "swiglu": "gemm_swiglu", "bias": "gemm_bias"}   # epilogue -> registered kernel kind
 
 
-def build(m: int, k: int, n: int) -> str:
-
-    p = gemm_plan.plan_gemm(m, k, n)
+def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
+    """The module of c[m, n]: arguments (a, w, c); (a, w_gate, w_up, c) with the swiglu epilogue; (a, w, b, c)
+    with the bias epilogue (b: [1, n])."""
+    p = gemm_plan.plan_gemm(m, k, n, epilogue)
     ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
+    epi = ext.epilogue(epilogue)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
-    types = [a_ty, w_ty, c_ty]
-    acc_ty = memref([p.tile_m * p.tile_n], "f32", L1)
+    weights = 2 if epilogue == "swiglu" else 1
+    types = [a_ty] + [w_ty] * weights + ([memref([1, n])] if epilogue == "bias" else []) + [c_ty]
+    acc_ty = memref([2 * p.tile_m * p.tile_n], "bf16", L1)   # the f32 accumulator's bytes
     a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
-    out_ty = memref([p.tile_m * p.tile_n], "bf16", L1)
+    b1_ty = memref([p.tile_n], "bf16", L1)
+    s1_ty = memref([scratch_elems(p.tile_m, p.tile_k)], "bf16", L1)   # the mac's block-float copy of a
 
-    mod = Module(KIND, types)
+    kind = KINDS[epilogue]
+    mod = Module(kind, types)
     mod.declare(ext.zero.symbol, ext.obj, [acc_ty])
-    mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty])
-    mod.declare(ext.out.symbol, ext.obj, [acc_ty, out_ty])
+    mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty, s1_ty])
+    mod.declare(epi.symbol, ext.obj, [acc_ty] + ([b1_ty] if epilogue == "bias" else []))
     grid = [p.herd_m, p.herd_n]
     ch_a = mod.channel("gemm_a", [p.herd_m, 1], grid)   # herd row i: one put, herd_n gets
-    ch_b = mod.channel("gemm_b", [1, p.herd_n], grid)   # herd column j: one put, herd_m gets
+    ch_b = mod.channel("gemm_b", [1, p.herd_n], grid)   # herd column j: one put per W part, herd_m gets
     ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
-    la = launch(mod.body, [m // p.bm, n // p.bn], list(zip(mod.args, types)),
-                [attr_dict(KIND, {"m": m, "k": k, "n": n})])
+    la = launch(mod.body, [m // p.bm, n // p.bn_out], list(zip(mod.args, types)),
+                [attr_dict(kind, {"m": m, "k": k, "n": n})])
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body
-    a, w, c, bi, bj = seg.args
-    m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.bn)
-    _stage_panels(s, p, k, a, a_ty, w, w_ty, m0, n0, ch_a, ch_b)
+    a, *ws, c, bi, bj = seg.args
+    bias = ws.pop() if epilogue == "bias" else None
+    m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.launch_n())
+    if bias is not None:
+        _stage_bias(s, p, n, bias, n0, ch_b)
+    _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, n0, ch_a, ch_b)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
-    _herd_body(h, p, k, ext, acc_ty, a1_ty, w1_ty, out_ty, ch_a, ch_b, ch_c)
+    _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
     _drain(s, p, n, c, c_ty, m0, n0, ch_c)
     return mod.text()
 
@@ -79,25 +93,45 @@ def _plus(b, base: str, offset: int) -> str:
     return base if offset == 0 else b.addi(base, offset)
 
 
-def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, a: str, a_ty: str, w: str, w_ty: str, m0: str, n0: str,
-                  ch_a: str, ch_b: str) -> None:
-    """Per L2 K step: one A panel per herd row and one W panel per herd column L3 -> L2, then one put per
-    panel for each tile_k slice."""
+def _col0(p: gemm_plan.GemmPlan, j: int, n: int) -> int:
+    """First output column of herd column j relative to the launch point's n0 (spread: its own quarter of n)."""
+    return j * (n // p.herd_n if p.spread else p.out_n)
+
+
+def _w_rows(p: gemm_plan.GemmPlan, j: int, part: int, n_weights: int, n: int) -> int:
+    """First row (of its weight, relative to n0) of W part `part` of herd column j: one weight split in row parts,
+    or (two weights) part q from weight q at the tile's output rows."""
+    return _col0(p, j, n) + (part * p.part_rows if n_weights == 1 else 0)
+
+
+def _stage_bias(s, p: gemm_plan.GemmPlan, n: int, b: str, n0: str, ch_b: str) -> None:
+    """Per herd column: its [tile_n] slice of the bias row L3 -> L2, put once down the W channel (before the K
+    slices: channels are FIFOs)."""
+    b_ty, b2_ty = memref([1, n]), memref([p.tile_n], "bf16", L2)
+    for j in range(p.herd_n):
+        b2 = s.alloc("b_l2", b2_ty)
+        s.dma(b2, b2_ty, None, b, b_ty, ([0, _plus(s, n0, _col0(p, j, n))], [1, p.tile_n], [n, 1]))
+        s.channel_put(ch_b, [0, j], b2, b2_ty, None)
+        s.dealloc(b2, b2_ty)
+
+
+def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, ws: list[str], w_ty: str, m0: str,
+                  n0: str, ch_a: str, ch_b: str) -> None:
+    """Per L2 K step: one A panel per herd row and one W panel per herd column L3 -> L2, a W panel in w_parts
+    row parts (one DMA each, in plan.load_order), then one put per panel for each tile_k slice."""
     k2 = p.tile_k_l2
     a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), memref([p.tile_n, k2], "bf16", L2)
     kl, kp = s.for_(0, k, k2, "kp")
     a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
-    # the L3 loads in program order A0, W0, A1, W1, ...: the shim allocator walks the columns two channels at a
-    # time in that order (kernel_builder.hw.flows), so each column pairs an A panel with a W panel while both last
-    loads = [("a", i) for i in range(p.herd_m)]
-    for j in range(p.herd_n):
-        loads.insert(2 * j + 1, ("w", j))
-    for kind, i in loads:
+    for kind, i, q in gemm_plan.load_order(p):
         if kind == "a":
             kl.dma(a2[i], a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
-        else:
-            kl.dma(w2[i], w2_ty, None, w, w_ty, ([_plus(kl, n0, i * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
+        else:   # W part q: rows [q*part_rows, +part_rows) of herd column i's panel
+            w = ws[q] if len(ws) > 1 else ws[0]
+            row = _plus(kl, n0, _w_rows(p, i, q, len(ws), n))
+            dst = None if p.w_parts == 1 else ([q * p.part_rows, 0], [p.part_rows, k2], [k2, 1])
+            kl.dma(w2[i], w2_ty, dst, w, w_ty, ([row, kp], [p.part_rows, k2], [k, 1]))
     sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))
@@ -109,33 +143,42 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, a: str, a_ty: str, w: str, w
         kl.dealloc(buf, w2_ty)
 
 
-def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, acc_ty: str, a1_ty: str, w1_ty: str, out_ty: str,
-               ch_a: str, ch_b: str, ch_c: str) -> None:
+def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: str, ch_b: str, ch_c: str) -> None:
+    acc_ty, a1_ty, w1_ty, b1_ty, s1_ty = types
     body = h.body
     tx, ty = h.ids
     acc = body.alloc("acc_l1", acc_ty)
+    scratch = body.alloc("bfp_l1", s1_ty)
+    bias = None
+    if epi is ext.bias:
+        bias = body.alloc("b_l1", b1_ty)
+        body.channel_get(ch_b, [tx, ty], bias, b1_ty, None)
     body.call(ext.zero.symbol, [(acc, acc_ty)])
     kl, _ = body.for_(0, k, p.tile_k, "k")
     a1, w1 = kl.alloc("a_l1", a1_ty), kl.alloc("w_l1", w1_ty)
     kl.channel_get(ch_a, [tx, ty], a1, a1_ty, None)
     kl.channel_get(ch_b, [tx, ty], w1, w1_ty, None)
-    kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty)])
+    kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty), (scratch, s1_ty)])
     kl.dealloc(a1, a1_ty)
     kl.dealloc(w1, w1_ty)
-    out = body.alloc("c_l1", out_ty)
-    body.call(ext.out.symbol, [(acc, acc_ty), (out, out_ty)])
-    body.channel_put(ch_c, [tx, ty], out, out_ty, None)
+    body.call(epi.symbol, [(acc, acc_ty)] + ([(bias, b1_ty)] if bias else []))
+    body.channel_put(ch_c, [tx, ty], acc, acc_ty, ([0], [p.tile_m * p.out_n], [1]))
     body.dealloc(acc, acc_ty)
-    body.dealloc(out, out_ty)
+    body.dealloc(scratch, s1_ty)
+    if bias:
+        body.dealloc(bias, b1_ty)
 
 
 def _drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, m0: str, n0: str, ch_c: str) -> None:
-    """Per herd row: gather its herd_n tiles into one L2 row panel [tile_m, BN] (un-blocking each 8x8-blocked
-    tile into its columns), then write the panel to L3 with one DMA."""
-    c2_ty = memref([p.tile_m, p.bn], "bf16", L2)
+    """Per herd row: gather its herd_n tiles into one L2 row panel [tile_m, bn_out] (un-blocking each 8x8-blocked
+    tile into its columns), then write the panel to L3 with one DMA (spread: its herd_n pieces n/herd_n apart)."""
+    c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     for i in range(p.herd_m):
         c2 = s.alloc("c_l2", c2_ty)
         for j in range(p.herd_n):
-            s.channel_get(ch_c, [i, j], c2, c2_ty, _blocked(p.tile_m, p.tile_n, p.bn, j * p.tile_n // BLOCK))
-        s.dma(c, c_ty, ([_plus(s, m0, i * p.tile_m), n0], [p.tile_m, p.bn], [n, 1]), c2, c2_ty, None)
+            s.channel_get(ch_c, [i, j], c2, c2_ty, _blocked(p.tile_m, p.out_n, p.bn_out, j * p.out_n // BLOCK))
+        row = _plus(s, m0, i * p.tile_m)
+        dst = (([row, 0, n0], [p.tile_m, p.herd_n, p.out_n], [n, n // p.herd_n, 1]) if p.spread
+               else ([row, n0], [p.tile_m, p.bn_out], [n, 1]))
+        s.dma(c, c_ty, dst, c2, c2_ty, None)
         s.dealloc(c2, c2_ty)

@@ -11,7 +11,7 @@ import numpy as np
 
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, bfp16_mmul
-from kernel_builder.instr_counts import Counts, conv, load, store
+from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, scalar_bf16, store, vmac
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -23,11 +23,17 @@ GEMM_N_MULTIPLE = 2 * _GEMM_N_BLOCK   # two 8-column blocks per mmul step
 
 
 class GemmKernels(NamedTuple):
-    """The GEMM micro-kernel's three entry points; they share one object file (one compile per tile)."""
+    """The GEMM micro-kernel's entry points; they share one object file (one compile per tile)."""
 
     zero: ExternalKernel
     mac: ExternalKernel
     out: ExternalKernel
+    glu: ExternalKernel
+    bias: ExternalKernel
+
+    def epilogue(self, name: str) -> ExternalKernel:
+        """The epilogue entry point `name` (EPILOGUES)."""
+        return {"none": self.out, "swiglu": self.glu, "bias": self.bias}[name]
 
     @property
     def obj(self) -> str:
@@ -35,25 +41,29 @@ class GemmKernels(NamedTuple):
 
 
 def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
-    """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc):
+    """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc). The
+    accumulator is 2*tile_m*tile_n bf16 (the bytes of tile_m*tile_n f32); every epilogue writes its bf16 tile in
+    place over the front of it:
 
-    zero(acc[tile_m*tile_n] f32)
-    mac(a[tile_m*tile_k] bf16, w[tile_n*tile_k] bf16, acc)   acc += a . w^T (w rows = output columns)
-    out(acc, c[tile_m*tile_n] bf16)                           RNE
+    zero(acc)
+    mac(a[tile_m*tile_k] bf16, w[tile_n*tile_k] bf16, acc, scratch[scratch_elems(tile_m, tile_k)] bf16)
+                                                              acc += a . w^T (w rows = output columns)
+    out(acc)                                                  c[tile_m*tile_n] = bf16(acc), RNE
+    glu(acc)                                                  c[tile_m*tile_n/2] = silu(gate) * up (column halves)
+    bias(acc, b[tile_n] bf16)                                 c[tile_m*tile_n] = bf16(acc + b[col])
     """
     check_positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
     check_multiple("gemm", "tile_m", tile_m, GEMM_M_MULTIPLE)
     check_multiple("gemm", "tile_k", tile_k, GEMM_K_MULTIPLE)
     check_multiple("gemm", "tile_n", tile_n, GEMM_N_MULTIPLE)
     tag = f"m{tile_m}_k{tile_k}_n{tile_n}"
-    zero_sym, mac_sym, out_sym = (f"gemm_{part}_bf16_{tag}" for part in ("zero", "mac", "out"))
+    parts = ("zero", "mac", "out", "glu", "bias")
+    syms = {part: f"gemm_{part}_bf16_{tag}" for part in parts}
     defines = (
         ("GEMM_TILE_M", str(tile_m)),
         ("GEMM_TILE_K", str(tile_k)),
         ("GEMM_TILE_N", str(tile_n)),
-        ("GEMM_ZERO_SYMBOL", zero_sym),
-        ("GEMM_MAC_SYMBOL", mac_sym),
-        ("GEMM_OUT_SYMBOL", out_sym),
+        *((f"GEMM_{part.upper()}_SYMBOL", syms[part]) for part in parts),
         # aie_api's block-float mode for the 8x8x8 bf16 mmul on AIE2P (as mlir-air's bf16 GEMM examples
         # build mm_aie2p.cc); the host scalar path ignores it.
         ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1"),
@@ -63,7 +73,13 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
     def make(symbol: str) -> ExternalKernel:
         return ExternalKernel(symbol=symbol, obj=obj, source="gemm.cc", defines=defines)
 
-    return GemmKernels(make(zero_sym), make(mac_sym), make(out_sym))
+    return GemmKernels(*(make(syms[part]) for part in parts))
+
+
+def scratch_elems(tile_m: int, tile_k: int) -> int:
+    """bf16 elements of the mac's block-float scratch: tile_m*tile_k/64 blocks of 72 bytes (64 8-bit mantissas
+    + 8 exponents), i.e. 9/16 of the a tile's elements."""
+    return tile_m * tile_k * 9 // 16
 
 
 def _unblock(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -77,28 +93,69 @@ def _block(x: np.ndarray) -> np.ndarray:
     return x.reshape(rows // 8, 8, cols // 8, 8).transpose(0, 2, 1, 3).reshape(-1)
 
 
+def _acc(acc, tm: int, tn: int) -> np.ndarray:
+    """The accumulator memref (2*tm*tn bf16) as its tm*tn f32 values (a view: writes go to the same bytes)."""
+    return need_memref(acc, "acc", 2 * tm * tn).view(F32)
+
+
 def gemm_model(part: str, tm: int, tk: int, tn: int):
-    """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / out (bf16 RNE)."""
+    """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / the in-place
+    epilogues out (bf16 RNE), glu (silu(gate) * up of the column halves), bias (acc + b[col])."""
 
     def zero(acc):
-        need_memref(acc, "acc", tm * tn, "f32")[:] = 0.0
+        _acc(acc, tm, tn)[:] = 0.0
         acc.written = True
 
-    def mac(a, w, acc):
+    def mac(a, w, acc, scratch):
+        need_memref(scratch, "scratch", scratch_elems(tm, tk))   # the vector path's; the scalar path ignores it
         af = _unblock(need_memref(a, "a", tm * tk), tm, tk).astype(F32)
         wf = _unblock(need_memref(w, "w", tn * tk), tn, tk).astype(F32)
-        cf = _unblock(need_memref(acc, "acc", tm * tn, "f32"), tm, tn)
+        view = _acc(acc, tm, tn)
+        cf = _unblock(view, tm, tn)
         # bf16 x bf16 products are exact in f32; the host loop adds them to acc one k at a time, in
         # ascending k: a float32 cumsum starting from acc is that order, bit for bit.
         terms = np.concatenate([cf[:, :, None], af[:, None, :] * wf[None, :, :]], axis=2)
-        acc.data[:] = _block(np.cumsum(terms, axis=2, dtype=F32)[:, :, -1])
+        view[:] = _block(np.cumsum(terms, axis=2, dtype=F32)[:, :, -1])
         acc.written = True
 
-    def out(acc, c):
-        need_memref(c, "c", tm * tn)[:] = to_bf16(need_memref(acc, "acc", tm * tn, "f32"))
-        c.written = True
+    def out(acc):
+        c = to_bf16(_acc(acc, tm, tn))
+        acc.data[:tm * tn] = c
+        acc.written = True
 
-    return {"zero": zero, "mac": mac, "out": out}[part]
+    def glu(acc):
+        blocks = _acc(acc, tm, tn).reshape(tm // 8, tn // 8, 64)
+        g = to_bf16(blocks[:, :tn // 16]).astype(F32)
+        u = to_bf16(blocks[:, tn // 16:]).astype(F32)
+        with np.errstate(over="ignore"):
+            y = to_bf16(g / (F32(1.0) + np.exp(-g)) * u)
+        acc.data[:tm * tn // 2] = y.reshape(-1)
+        acc.written = True
+
+    def bias(acc, b):
+        bv = need_memref(b, "b", tn).astype(F32)
+        cf = _unblock(_acc(acc, tm, tn), tm, tn) + bv[None, :]
+        acc.data[:tm * tn] = _block(to_bf16(cf))
+        acc.written = True
+
+    return {"zero": zero, "mac": mac, "out": out, "glu": glu, "bias": bias}[part]
+
+
+def gemm_work(m, args) -> CallWork:
+    """The cost descriptor's work of one call of any gemm.cc entry point (symbol groups: part, m, k, n); the
+    gemm_swiglu and gemm_bias packages register their epilogue's rows with it."""
+    return _gemm(m, args)
+
+
+def epilogue_family(kind: str, part: str) -> ExternalFamily:
+    """The ExternalFamily of one gemm.cc epilogue entry point registered by another kind (same object)."""
+    return ExternalFamily(kind, "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
+                          rf"gemm_({part})_bf16_m(\d+)_k(\d+)_n(\d+)",
+                          lambda m, k, n: getattr(gemm_kernels(m, k, n), part), gemm_model)
+
+
+def epilogue_costs(kind: str, part: str) -> tuple:
+    return (ExternalCost(kind, re.compile(rf"gemm_({part})_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,)),)
 
 
 def _gemm(m, args):
@@ -108,14 +165,23 @@ def _gemm(m, args):
         return CallWork(0, 0, store(32, 4) * steps)
     if part == "out":    # load f32, widen, round to bf16, store
         return CallWork(0, 0, (load(32, 4) + conv(2) + store(32, 2)) * steps)
+    if part == "glu":    # per 32 outputs: gate and up lanes to bf16, then swiglu.cc's step
+        step = ((load(32, 4) + conv(2)) * 2 + vmac(32) * 4 + exp2(32) + inv(32) + add_acc() + conv(5)
+                + store(32, 2))
+        return CallWork(4 * tm * tn // 2, 0, step * (steps // 2) + scalar_bf16(3) + Counts(broadcast=1) + conv(1))
+    if part == "bias":   # per 8x8 block one 8-lane bias load; per 32 lanes load, widen, add, round, store
+        return CallWork(0, 0, load(8, 2) * (tm * tn // 64) + (load(32, 4) + conv(3) + add_acc() + store(32, 2)) * steps)
     return CallWork(tm * tk * tn, 0, gemm_mac_counts(tm, tk, tn, bfp16_mmul(_gemm_defines(tm, tk, tn))))
 
 
-def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True) -> Counts:
-    """One mac call (gemm.cc): per (row-block pair or single, column-block pair) the 2 x um f32 C blocks are loaded
-    (one widen each); then per K block um A blocks and two W blocks are loaded, each widened and converted to
-    bfp16ebs8 once (no transpose: a W block is mac_8x8_8x8T's [n][k] operand as stored), and 2 x um block-float
-    8x8x8 mmuls run; the C blocks are stored. gemm.cc compiles only with the block-float flag."""
+def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scratch: bool = True) -> Counts:
+    """One mac call (gemm.cc): every A block loaded, widened, converted to bfp16ebs8 and stored (72 bytes) once; then
+    per (row-block pair or single, column-block pair) the 2 x um f32 C blocks are loaded (one widen each); per K
+    block um block-float A blocks are reloaded and two W blocks loaded, widened and converted (no transpose: a W
+    block is mac_8x8_8x8T's [n][k] operand as stored), and 2 x um block-float 8x8x8 mmuls run; the C blocks are
+    stored. gemm.cc compiles only with the block-float flag. `a_scratch=False`: the same loops converting the A
+    blocks per register block instead (gemm.cc before its block-float scratch; mlir-air's mm_aie2p.cc 2x2 kernel,
+    which benchmarks/hw_calibration.py models the reference design's GEMMs with, converts at least that much)."""
     if not block_float:
         raise ValueError("gemm.cc's vector path is block-float only (it requires "
                          "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1)")
@@ -123,9 +189,15 @@ def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True) -> Coun
     um = 2 if mb % 2 == 0 else 1
     iters = (mb // um) * (nb // 2)
     blk = 64
-    per_k = (load(blk, 2) + Counts(vconvert=1, bfp16_convert=1)) * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
+    convert = load(blk, 2) + Counts(vconvert=1, bfp16_convert=1)
+    bfp = 72   # bytes of one stored v64bfp16ebs8 (a 576-bit access: two 512-bit instructions)
+    if not a_scratch:
+        per_k = convert * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
+        return ((load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb) * iters
+    a_once = (convert + Counts(vstore=2, vstore_bytes=bfp)) * (mb * kb)
+    per_k = Counts(vload=2, vload_bytes=bfp) * um + convert * 2 + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
     per_iter = (load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb
-    return per_iter * iters
+    return a_once + per_iter * iters
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,6 +210,6 @@ FAMILY = ExternalFamily("gemm", "gemm.cc", r"gemm_m(\d+)_k(\d+)_n(\d+)\.o",
                         lambda m, k, n: gemm_kernels(m, k, n).zero, gemm_model)
 COSTS = (
     ExternalCost("gemm_zero", re.compile(r"gemm_(zero)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,), (0,)),
-    ExternalCost("gemm_mac", re.compile(r"gemm_(mac)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (2,)),
-    ExternalCost("gemm_out", re.compile(r"gemm_(out)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (1,), (1,)),
+    ExternalCost("gemm_mac", re.compile(r"gemm_(mac)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (2, 3)),
+    ExternalCost("gemm_out", re.compile(r"gemm_(out)_bf16_m(\d+)_k(\d+)_n(\d+)"), _gemm, DEFAULT_STACK, (0,)),
 )

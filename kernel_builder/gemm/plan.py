@@ -1,12 +1,13 @@
 """The GEMM's tiling plan: c[m, n] = a[m, k] @ w[n, k]^T on the 8x4 herd (kernel_builder/gemm/builder.py).
 
-`plan_gemm(m, k, n)` returns the `GemmPlan` the hardware model's cost model times fastest (`modeled_seconds`: the
+`plan_gemm(m, k, n, epilogue)` returns the `GemmPlan` the hardware model's cost model times fastest (`modeled_seconds`: the
 busiest tile's micro-kernel calls, the shim columns' DDR streams in the allocator's order, the L2 -> L1 streams),
 then the most busy tiles, then the deepest tile_k (fewer accumulator loads and stores per MAC in the
 micro-kernel), then the fewest bytes streamed into a tile per MAC, then the most MACs per tile, with the deepest
 L2 panel that still fits; or raises ValueError naming the limit. "Fits" = L1 with the ping-pong copies aircc
 makes, the memory tiles (bytes, DMA channels, BDs), the shim channels and the shim stride of the folded W load
-(docs/kernels.md "gemm"). The NPU2 limits it shares with the other plans come from kernel_builder.planner.
+(docs/kernels.md "gemm"; where BN*k rows exceed that stride, `spread` gives each herd column a contiguous quarter of
+the output columns so the launch steps through W tile_n rows at a time). The NPU2 limits it shares with the other plans come from kernel_builder.planner.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kernel_builder.external_costs import external_cost
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels, scratch_elems
 from kernel_builder.hw import cost
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
@@ -23,6 +24,7 @@ from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K,
                                     NPU2_ROWS, check_positive, kib, widest_herd)
 
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
+EPILOGUES = ("none", "swiglu", "bias")   # what the tile's epilogue does (external_kernels/gemm.cc out / glu / bias)
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
 MEMTILE_DMA_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile
 SHIM_DMA_PER_COL = NPU2.shim_mm2s  # MM2S (and S2MM) DMA channels of one shim tile
@@ -50,12 +52,40 @@ class GemmPlan:
     herd_n: int      # herd extent over N (rows of the array)
     tile_k_l2: int = 0   # K depth of one L2 panel (a multiple of tile_k); 0 = tile_k
     k: int = 0           # the reduction length (0: unknown, ping-pong budgeted as two copies)
+    w_parts: int = 1     # L3 -> L2 loads (shim streams) filling a herd column's W panel, one per row part
+    epilogue: str = "none"   # EPILOGUES: "swiglu" = gate rows in the first W part, up rows in the second
+    spread: bool = False     # herd column j owns the output columns [j*n/herd_n, (j+1)*n/herd_n), the launch
+                             # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
             object.__setattr__(self, "tile_k_l2", self.tile_k)
         if self.tile_k_l2 % self.tile_k:
             raise ValueError(f"gemm plan: tile_k_l2={self.tile_k_l2} is not a multiple of tile_k={self.tile_k}")
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"gemm plan: unknown epilogue {self.epilogue!r} (known: {', '.join(EPILOGUES)})")
+        if self.epilogue == "swiglu" and self.w_parts != 2:
+            raise ValueError("gemm plan: the swiglu epilogue takes its W panel in two parts (gate, up)")
+        if self.tile_n % (8 * self.w_parts):
+            raise ValueError(f"gemm plan: tile_n={self.tile_n} does not split into {self.w_parts} 8-row W parts")
+
+    @property
+    def out_n(self) -> int:
+        """Output columns of one compute tile (the swiglu epilogue halves the tile: gate and up columns)."""
+        return self.tile_n // 2 if self.epilogue == "swiglu" else self.tile_n
+
+    @property
+    def bn_out(self) -> int:
+        """Output columns of one launch point."""
+        return self.herd_n * self.out_n
+
+    def launch_n(self) -> int:
+        """Output columns between consecutive launch points along n (the W panel loads' launch stride in rows)."""
+        return self.out_n if self.spread else self.bn_out
+
+    @property
+    def part_rows(self) -> int:
+        return self.tile_n // self.w_parts
 
     def copies(self, step: int) -> int:
         """Copies aircc's ping-pong transform makes of a buffer allocated in a K loop of `step`: 1 for a single
@@ -73,25 +103,31 @@ class GemmPlan:
         return self.herd_n * self.tile_n
 
     def l1_buffers(self) -> dict[str, int]:
+        """The f32 accumulator (the epilogue writes the bf16 tile in place over it), the ping-pong A and W tiles,
+        the mac's block-float copy of the A tile and, with the bias epilogue, the tile's bias slice."""
         c = self.copies(self.tile_k)   # ping-pong copies of the tiles of the herd's K loop
         return {"acc_f32": F32 * self.tile_m * self.tile_n,
                 "a_tiles": c * BF16 * self.tile_m * self.tile_k,
                 "w_tiles": c * BF16 * self.tile_k * self.tile_n,
-                "out_bf16": BF16 * self.tile_m * self.tile_n}
+                "a_bfp16": BF16 * scratch_elems(self.tile_m, self.tile_k),
+                "bias": BF16 * self.tile_n if self.epilogue == "bias" else 0}
 
     def l1_bytes(self) -> int:
         return sum(self.l1_buffers().values())
 
     def l2_buffers(self) -> dict[str, int]:
         """Bytes of ONE L2 buffer of each kind (the panels with their ping-pong copies): herd_m A panels,
-        herd_n W panels and herd_m C row panels, each its own allocation (so each fits one memory tile)."""
+        herd_n x w_parts W panel parts and herd_m C row panels (and herd_n bias slices), each its own allocation
+        (so each fits one memory tile)."""
         c = self.copies(self.tile_k_l2)
-        return {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
-                "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
-                "c_panel": BF16 * self.tile_m * self.bn}
+        sizes = {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
+                 "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
+                 "c_panel": BF16 * self.tile_m * self.bn_out}
+        return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
     def l2_counts(self) -> dict[str, int]:
-        return {"a_panel": self.herd_m, "w_panel": self.herd_n, "c_panel": self.herd_m}
+        counts = {"a_panel": self.herd_m, "w_panel": self.herd_n, "c_panel": self.herd_m}
+        return {**counts, "bias": self.herd_n} if self.epilogue == "bias" else counts
 
     def l2_bytes(self) -> int:
         """All L2 bytes of one launch point (spread over the memory tiles)."""
@@ -121,17 +157,47 @@ class GemmPlan:
         b = self.memtile_bds()
         return b["a_put"] + b["w_put"] + 2 * b["panel_load"] + self.herd_n * b["drain"] + b["c_write"]
 
+    def l2_order(self) -> list[str]:
+        """The L2 buffers of one launch point in the program order of their first transfer (the builder's: the
+        bias slices, the panel loads in load_order, the C row panels): the order AIR deals them round-robin over
+        the memory tiles (kernel_builder.hw.flows, mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap)."""
+        loads = [kind for kind, _, q in load_order(self) if q == 0]
+        return ["bias"] * (self.herd_n if self.epilogue == "bias" else 0) + loads + ["c"] * self.herd_m
+
+    def memtile_channels(self) -> tuple[int, int]:
+        """(S2MM, MM2S) DMA channels of the busiest memory tile under that round-robin placement: an A panel or a
+        bias slice takes one of each, a W panel w_parts S2MM (its loads) and one MM2S, a C row panel herd_n S2MM
+        (its drains) and one MM2S (its write to L3)."""
+        tiles = [[0, 0] for _ in range(N_MEMTILES)]
+        s2mm = {"c": self.herd_n, "w": self.w_parts}
+        for i, kind in enumerate(self.l2_order()):
+            t = tiles[i % N_MEMTILES]
+            t[0] += s2mm.get(kind, 1)
+            t[1] += 1
+        return max(t[0] for t in tiles), max(t[1] for t in tiles)
+
     def channels(self) -> dict[str, int]:
-        """DMA channels of one launch point. Shim: one MM2S per A / W panel buffer, one S2MM per C row panel.
-        Memory tile (worst): the A panel in (1) + a W panel in (1) + the herd_n drains of its C row panel
-        (S2MM); A broadcast, W broadcast and the C write to L3 out (MM2S). Core: A and W in, C out."""
-        return {"shim_mm2s": self.herd_m + self.herd_n, "shim_s2mm": self.herd_m,
-                "memtile_s2mm": 2 + self.herd_n, "memtile_mm2s": 3, "core_s2mm": 2, "core_mm2s": 1}
+        """DMA channels of one launch point. Shim: one MM2S per A panel, W panel part and bias slice, one S2MM per C
+        row panel. Memory tile: the busiest under round-robin placement (memtile_channels). Core: A and W in
+        (the bias slice arrives on the W channel), C out."""
+        bias = self.epilogue == "bias"
+        s2mm, mm2s = self.memtile_channels()
+        return {"shim_mm2s": self.herd_m + self.herd_n * (self.w_parts + bias), "shim_s2mm": self.herd_m,
+                "memtile_s2mm": s2mm, "memtile_mm2s": mm2s, "core_s2mm": 2, "core_mm2s": 1}
 
     def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
-        """DDR bytes read by one GEMM: each launch block [BM, BN] reads its A row block and W row block once
-        (the panels are broadcast on chip), so A is read n/BN times and W m/BM times."""
-        return BF16 * (m * k * (n // self.bn) + k * n * (m // self.bm))
+        """DDR bytes read by one GEMM of n output columns: each launch block reads its A row block and W row
+        block(s) once (the panels are broadcast on chip), so A is read n/bn_out times and each W m/BM times."""
+        weights = 2 if self.epilogue == "swiglu" else 1
+        return BF16 * (m * k * (n // self.bn_out) + weights * k * n * (m // self.bm))
+
+
+def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
+    """Whether the A panel load's BD stays within the shim stride once the launch grid folds into it: the output
+    column dim (A's offset does not move) folds first as a repeat, and when the runtime loop tiling leaves it an
+    even tile that fourth dim stops the fold before the row dim, whose stride is BM rows of a (BM * k elements);
+    an odd or single column extent lets the row dim fold (kernel_builder.hw.dma.shim_fold)."""
+    return p.bm * k <= SHIM_MAX_STRIDE_BF16 or (n // p.bn_out) % 2 == 0
 
 
 def _gemm_fits(p: GemmPlan, k: int) -> bool:
@@ -139,21 +205,27 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements)."""
     ch = p.channels()
     bds = p.memtile_bds()
-    return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES and p.bn * k <= SHIM_MAX_STRIDE_BF16
+    return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
+            and p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
             and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
 
 
-def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
+def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
+    """The fastest fitting plan for c[m, n] (n output columns; with the swiglu epilogue each tile computes the
+    gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs)."""
     check_positive("gemm", m=m, k=k, n=n)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
             raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul micro-kernel on "
                              f"{MMUL_M}x{MMUL_K}x{MMUL_N} blocks, two column blocks per step); use gemv for "
                              f"single-row products")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"gemm: unknown epilogue {epilogue!r} (known: {', '.join(EPILOGUES)})")
+    glu = epilogue == "swiglu"
     m_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_M_MULTIPLE) if m % t == 0]
-    n_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_N_MULTIPLE) if n % t == 0]
+    n_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_N_MULTIPLE) if n % (t // 2 if glu else t) == 0]
     best, best_key = None, None
     for tile_k in (64, 32, 16, 8):
         if k % tile_k:
@@ -161,22 +233,31 @@ def plan_gemm(m: int, k: int, n: int) -> GemmPlan:
         for tile_m in m_tiles:
             herd_m = widest_herd(m // tile_m, NPU2_COLS)
             for tile_n in n_tiles:
-                plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // tile_n, NPU2_ROWS), k=k)
-                if not _gemm_fits(plan, k):
-                    continue
-                # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy tiles
-                # (compute slack), then deeper tile_k (one accumulator load + store per output block per K step),
-                # then fewer bytes streamed into each tile per MAC ((tile_m + tile_n) / (tile_m * tile_n)), then
-                # more MACs per tile
-                key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), plan.herd_m * plan.herd_n, tile_k,
-                       Fraction(tile_m * tile_n, tile_m + tile_n), tile_m * tile_n)
-                if best_key is None or key > best_key:
-                    best, best_key = plan, key
+                out_n = tile_n // 2 if glu else tile_n
+                # W in two row parts only where the epilogue needs it (gate + up): the real lowering's placement
+                # put a two-load W panel beside two A panels and a C row panel (8 S2MM on one memory tile:
+                # aie-create-pathfinder-flows failed), which the round-robin model does not see
+                for parts, spread in ((q, sp) for q in ((2,) if glu else (1,)) for sp in (False, True)):
+                    if tile_n % (8 * parts):
+                        continue
+                    plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
+                                    w_parts=parts, epilogue=epilogue, spread=spread)
+                    if (spread and plan.herd_n == 1) or not _gemm_fits(plan, k) or not _a_folds(plan, k, n):
+                        continue
+                    # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy
+                    # tiles (compute slack), then fewer DDR bytes (slack on the shim side), then deeper tile_k (one
+                    # accumulator load + store per output block per K step), then fewer bytes streamed into each
+                    # tile per MAC, then more MACs per tile, then fewer W parts
+                    key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), plan.herd_m * plan.herd_n,
+                           -plan.ddr_read_bytes(m, k, n), tile_k, Fraction(tile_m * tile_n, tile_m + tile_n),
+                           tile_m * tile_n, -parts, -spread)
+                    if best_key is None or key > best_key:
+                        best, best_key = plan, key
     if best is not None:
         return _deepest_l2_panel(best, k)
-    raise ValueError(f"gemm: m={m}, k={k}, n={n} has no tiling whose L1 buffers (f32 accumulator, 2x A and "
-                     f"2x W bf16 tiles, bf16 output tile) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
-                     f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride (BN*k) fits a shim BD")
+    raise ValueError(f"gemm: m={m}, k={k}, n={n} (epilogue {epilogue}) has no tiling whose L1 buffers (f32 "
+                     f"accumulator, 2x A and 2x W bf16 tiles) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
+                     f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride fits a shim BD")
 
 
 def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
@@ -186,24 +267,41 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
     for d in sorted((d for d in range(1, steps + 1) if steps % d == 0), reverse=True):
         if p.tile_k * d > MAX_GEMM_L2_K:
             continue
-        q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k)
+        q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
+                     p.spread)
         if _gemm_fits(q, k):
             return q
     return p
 
 
+def load_order(p: GemmPlan) -> list[tuple[str, int, int]]:
+    """The L3 -> L2 panel loads of one L2 K step in program order: ("a", i, 0) per herd row, ("w", j, part)
+    per herd column and W row part. One part: A0, W0, A1, W1, ... (the shim allocator walks the columns two
+    channels at a time in program order, kernel_builder.hw.flows: each column pairs an A panel with a W panel).
+    Two parts: the first half of the A panels, then each W panel's two loads, then the other A panels: each
+    column streams two A panels or one W panel's two halves, and AIR's round-robin placement of the L2 buffers
+    puts no W panel (two loads in) on a memory tile with an A panel and a C row panel (GemmPlan.memtile_channels)."""
+    ws = [("w", j, q) for j in range(p.herd_n) for q in range(p.w_parts)]
+    if p.w_parts == 1:
+        loads = [("a", i, 0) for i in range(p.herd_m)]
+        for t, w in enumerate(ws):
+            loads.insert(2 * t + 1, w)
+        return loads
+    half = p.herd_m // 2
+    return [("a", i, 0) for i in range(half)] + ws + [("a", i, 0) for i in range(half, p.herd_m)]
+
+
 def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
-    """The shim streams of the whole GEMM as the builder emits them: per launch point and L2 K step the A and W
-    panel loads in program order A0, W0, A1, W1, ... (the shim allocator deals them two per column in that
-    order: kernel_builder.hw.flows), and one C row panel write per herd row; one DMA task each (runtime loop
-    tiling folds the launch and K loops into the BDs)."""
-    points = (m // p.bm) * (n // p.bn)
-    loads = [("a", i) for i in range(p.herd_m)]
-    for j in range(p.herd_n):
-        loads.insert(2 * j + 1, ("w", j))
-    flows = [Flow("MM2S", i, kind, BF16 * (p.tile_m if kind == "a" else p.tile_n) * k * points, 1, 1,
-                  column=i // SHIM_DMA_PER_COL) for i, (kind, _) in enumerate(loads)]
-    flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn * points, 1, 1, column=i // SHIM_DMA_PER_COL)
+    """The shim streams of the whole GEMM (n output columns) as the builder emits them: per launch point and L2
+    K step the panel loads in load_order, the bias slices, and one C row panel write per herd row; one DMA task
+    each (runtime loop tiling folds the launch and K loops into the BDs)."""
+    points = (m // p.bm) * (n // p.bn_out)
+    # the bias slices' loads come first in program order (before the K loop), then the panel loads
+    kinds = ["b"] * (p.herd_n if p.epilogue == "bias" else 0) + [kind for kind, _, _ in load_order(p)]
+    rows = {"a": p.tile_m, "w": p.part_rows}
+    flows = [Flow("MM2S", i, kind, BF16 * (rows[kind] * k if kind in rows else p.tile_n) * points, 1, 1,
+                  column=i // SHIM_DMA_PER_COL) for i, kind in enumerate(kinds)]
+    flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
     return flows
 
@@ -213,7 +311,7 @@ def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams
     busiest tile's micro-kernel calls as the kernel's cost descriptor counts them (tile_counts), against the shim
     streams (gemm_flows) and the busiest core's L2 -> L1 stream (its A and W tiles). Without the per-launch
     overhead and the ELF factor (the same for every plan of one shape); the planner ranks plans by it."""
-    points = (m // p.bm) * (n // p.bn)
+    points = (m // p.bm) * (n // p.bn_out)
     compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
     l1 = BF16 * (p.tile_m + p.tile_n) * k * points / params.l2_l1_bytes_per_s
     return max(compute, cost.shim_seconds(gemm_flows(p, m, k, n), params), l1)
@@ -225,7 +323,7 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
     hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
     ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
     counts: dict = {}
-    for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.out, 1)):
+    for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.epilogue(p.epilogue), 1)):
         desc, match = external_cost(kernel.symbol)
         w = desc.work(match, [])
         for kind, v in list(w.counts.items()) + [("calls", 1), ("scalar_ops", w.scalar_ops)]:

@@ -13,6 +13,10 @@ _GEMM_PARALLEL_MIN_MACS = 1 << 24   # below this a GEMM runs on the calling thre
 
 
 def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
+    return to_bf16(gemm_f32(a, w, m=m, k=k, n=n))
+
+
+def gemm_f32(a, w, *, m: int, k: int, n: int) -> np.ndarray:
     """c[m, n] = a[m, k] @ w[n, k]^T (w in the Hugging Face [out, in] layout, like gemv), f32 accumulation,
     one bf16 rounding.
 
@@ -35,4 +39,4 @@ def gemm(a, w, *, m: int, k: int, n: int) -> np.ndarray:
         np.matmul(af[r:r + blk], wt, out=c[r:r + blk])
     # the blocks are independent calls of one shape: on the emulator's pool they give the same bits
     run_items(block, range(0, padded, blk), parallel=padded * k * n >= _GEMM_PARALLEL_MIN_MACS)
-    return to_bf16(c[:m])
+    return c[:m]

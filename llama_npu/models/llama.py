@@ -13,6 +13,7 @@ from multi_launch_builder.decl import Arg, ModuleDecl, Role
 from kernel_builder.attention.external import ATTN_LK_MULTIPLE
 from kernel_builder.gemv.plan import plan_lm_head
 
+from .fusion import fuse_epilogues
 from .graph import (HEAD_PLAN, LayerGraph, Op, PhasePlan, State, Weight, decode_plan, lower, plan_decls,
                     prefill_plan)
 from .lowering import Q4_GROUP, Q4_SUFFIX, Q8_SUFFIX, RULES
@@ -242,9 +243,16 @@ class LlamaModel:
         return LayerGraph("x", s.hidden, tuple(f"logits_{p}" for p in range(self.lm_parts)), ops, {},
                           weights=self.head_weights, q4_group=self.head_group)
 
-    def _segments(self, *groups: tuple[str, str, str | None], variant: str = "") -> list[tuple[str, str, list[str]]]:
+    def phase_graph(self, rows: int, variant: str = "") -> LayerGraph:
+        """The layer graph a phase of `rows` rows lowers: with more than one row (GEMMs) the GEMM epilogues of
+        models/fusion.py DEFAULT fused (none today: neither fused kernel passes the real lowering yet)."""
+        graph = self.layer_graph(variant)
+        return fuse_epilogues(graph) if rows > 1 else graph
+
+    def _segments(self, *groups: tuple[str, str, str | None], variant: str = "",
+                  graph: LayerGraph | None = None) -> list[tuple[str, str, list[str]]]:
         """Cut the op list after the named op outputs: (segment, module name, last op of the segment)."""
-        outs = [op.out for op in self.layer_graph(variant).ops]
+        outs = [op.out for op in (graph or self.layer_graph(variant)).ops]
         segs, start = [], 0
         for seg, name, last in groups:
             end = len(outs) if last is None else outs.index(last) + 1
@@ -259,13 +267,13 @@ class LlamaModel:
         A layer variant's modules carry its name (`_<variant>`) where they differ from the plain layer's."""
         window = kv_rows or rows
         v = f"_{variant}" if variant else ""
+        graph = self.phase_graph(rows, variant)
         span = self.slide_rows(rows, window, variant)
         kv = f"_slide{span}" if span else ("" if window == rows else f"_kv{window}")
         segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"), ("attn", f"attn_s{rows}{kv}{v}", "attn"),
-                              ("ffn", f"ffn_s{rows}", None), variant=variant)
+                              ("ffn", f"ffn_s{rows}", None), graph=graph)
         phase = prefill_plan(rows, window)
-        return lower(self.layer_graph(variant), replace(phase, kv_rows=span, slide=True) if span else phase, RULES,
-                     segs, LAYER_FAMILY)
+        return lower(graph, replace(phase, kv_rows=span, slide=True) if span else phase, RULES, segs, LAYER_FAMILY)
 
     def decode(self, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window

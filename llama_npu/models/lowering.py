@@ -60,6 +60,22 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
     return kernel("gemm", phase.rows, k, n), (x, w.name, op.out), weight
 
 
+def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
+    """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only)."""
+    x, wg, wu = op.ins
+    n, k = op.width, graph.width(x)
+    return (kernel("gemm_swiglu", phase.rows, k, n), (x, wg.name, wu.name, op.out),
+            [_static(wg.name, (n, k), graph), _static(wu.name, (n, k), graph)])
+
+
+def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
+    """x . w^T + b in one GEMM launch (models/fusion.py; GEMM phases only)."""
+    x, w, b = op.ins
+    n, k = op.width, graph.width(x)
+    return (kernel("gemm_bias", phase.rows, k, n), (x, w.name, b.name, op.out),
+            [_static(w.name, (n, k), graph), _static(b.name, (1, n), graph)])
+
+
 def scratch_states(decls) -> dict[str, int]:
     """The q4 prefill's scratch states of these modules: state name -> rows (the most any window needs)."""
     out: dict[str, int] = {}
@@ -85,10 +101,11 @@ def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | 
 
 
 def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
-    """A `linear_bias` op (y = x·wᵀ + b) of one row: the GEMV with the bias epilogue, reading the same weight as
-    `linear` (the HF [out, in] tensor, or its 4-bit rows `<w>_q4`), the bias a [1, out] static."""
-    if phase.rows != 1:
-        raise ValueError(f"linear_bias {op.out}: the GEMV bias epilogue takes one row, the phase has {phase.rows}")
+    """A `linear_bias` op (y = x·wᵀ + b): of one row, the GEMV with the bias epilogue, reading the same weight as
+    `linear` (the HF [out, in] tensor, or its 4-bit rows `<w>_q4`), the bias a [1, out] static; of more rows,
+    the GEMM's (`linear_bias`)."""
+    if phase.rows != 1:     # a GEMM phase's linear_bias (models/fusion.py): gemm_bias
+        return linear_bias(op, phase, graph)
     x, w, b = op.ins
     n, k = op.width, graph.width(x)
     bias = _static(b.name, (1, n), graph)
@@ -138,7 +155,8 @@ def swiglu(op: Op, phase: Phase, graph: LayerGraph):
     return kernel(op.kind, phase.rows, op.width), (g, u, op.out), []
 
 
-RULES = {"rmsnorm": rmsnorm, "linear": linear, "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
-         "swiglu": swiglu, "geglu": swiglu, "linear_bias": linear_bias_row,
+RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "linear_bias": linear_bias_row,
+         "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
+         "swiglu": swiglu, "geglu": swiglu,
          # epilogue fusions (graph._fuse): (first op kind, second op kind) -> the fused op, or None in a phase
          ("linear", "bias_add"): fuse_linear_bias}

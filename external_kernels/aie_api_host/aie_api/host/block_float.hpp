@@ -1,7 +1,9 @@
 // Host aie_api, part 2b: the block-float element type bfp16ebs8 and aie::block_vector (aie_api aie2p
 // block_vector / bfp16ebs8; a v64bfp16ebs8 register holds 64 values as 8 blocks of 8 sharing one exponent each).
-// Only what external_kernels/gemm.cc uses: accum<accfloat, 64>::to_vector<bfp16ebs8>() makes one, and
-// aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> (host/mmul.hpp) consumes two. See docs/aie-api-host.md ("Block float").
+// Only what external_kernels/gemm.cc uses: accum<accfloat, 64>::to_vector<bfp16ebs8>() makes one,
+// aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> (host/mmul.hpp) consumes two, and the block-vector buffer streams
+// (aie_api block_vector_output_buffer_stream / block_vector_input_buffer_stream, as mlir-aie's aie2p mm_bfp.cc
+// uses them) store and reload one in memory. See docs/aie-api-host.md ("Block float").
 #pragma once
 
 #include "core.hpp"
@@ -61,5 +63,79 @@ block_vector<bfp16ebs8, N> to_block_vector(const float *d) {  // accfloat -> bfp
   return r;
 }
 }  // namespace detail_host
+
+// A v64bfp16ebs8 in memory: 72 bytes (64 signed 8-bit mantissas + one 8-bit exponent per block of 8). The byte
+// layout here is the host model's own (mantissas, then exponents as e + 128); a kernel only reads back what it wrote
+// through these streams. One push is one 576-bit store, one pop one 576-bit load (counted as two 512-bit
+// instructions and 72 bytes).
+namespace detail_host {
+constexpr unsigned kBfpBlockBytes = 72;
+
+inline void encode_bfp(const float *q, unsigned char *out) {
+  for (unsigned b = 0; b < 8; ++b) {
+    float amax = 0.0f;
+    for (unsigned i = 0; i < 8; ++i) amax = std::fabs(q[b * 8 + i]) > amax ? std::fabs(q[b * 8 + i]) : amax;
+    // the block's exponent from its largest quantized magnitude; a block whose largest value is -128 * 2^(e-6) reads
+    // as 2^(e+1): then the exponent one lower makes every mantissa an integer in [-128, 127] again
+    int shift = amax == 0.0f ? 0 : std::ilogb(amax);
+    for (unsigned i = 0; i < 8; ++i) {
+      const float m = std::ldexp(q[b * 8 + i], 6 - shift);
+      if (m != std::nearbyint(m) || m > 127.0f || m < -128.0f) {
+        --shift;
+        break;
+      }
+    }
+    for (unsigned i = 0; i < 8; ++i)   // mantissas m = q / 2^(e-6): exact integers in [-128, 127]
+      out[b * 8 + i] = static_cast<unsigned char>(static_cast<signed char>(std::ldexp(q[b * 8 + i], 6 - shift)));
+    out[64 + b] = static_cast<unsigned char>(shift + 128);
+  }
+}
+
+inline void decode_bfp(const unsigned char *in, float *q) {
+  for (unsigned b = 0; b < 8; ++b) {
+    const int e = static_cast<int>(in[64 + b]) - 128;   // e - 6: the scale of the mantissas
+    for (unsigned i = 0; i < 8; ++i)
+      q[b * 8 + i] = std::ldexp(static_cast<float>(static_cast<signed char>(in[b * 8 + i])), e - 6);
+  }
+}
+}  // namespace detail_host
+
+template <typename T, unsigned N>
+struct block_vector_output_buffer_stream {
+  static_assert(std::is_same_v<T, bfp16ebs8> && N == 64, "aie_api_host: only v64bfp16ebs8 streams are modelled");
+  explicit block_vector_output_buffer_stream(T *p) : ptr(reinterpret_cast<unsigned char *>(p)) {}
+  void seek(int blocks) { ptr += blocks * static_cast<int>(detail_host::kBfpBlockBytes); }
+  void push(const block_vector<T, N> &v) {
+    aie_host::count(aie_host::k_vstore, 2);
+    aie_host::count(aie_host::k_vstore_bytes, detail_host::kBfpBlockBytes);
+    detail_host::encode_bfp(v.q, ptr);
+    ptr += detail_host::kBfpBlockBytes;
+  }
+  block_vector_output_buffer_stream &operator<<(const block_vector<T, N> &v) {
+    push(v);
+    return *this;
+  }
+
+ private:
+  unsigned char *ptr;
+};
+
+template <typename T, unsigned N>
+struct block_vector_input_buffer_stream {
+  static_assert(std::is_same_v<T, bfp16ebs8> && N == 64, "aie_api_host: only v64bfp16ebs8 streams are modelled");
+  explicit block_vector_input_buffer_stream(const T *p) : ptr(reinterpret_cast<const unsigned char *>(p)) {}
+  void seek(int blocks) { ptr += blocks * static_cast<int>(detail_host::kBfpBlockBytes); }
+  block_vector<T, N> pop() {
+    aie_host::count(aie_host::k_vload, 2);
+    aie_host::count(aie_host::k_vload_bytes, detail_host::kBfpBlockBytes);
+    block_vector<T, N> v;
+    detail_host::decode_bfp(ptr, v.q);
+    ptr += detail_host::kBfpBlockBytes;
+    return v;
+  }
+
+ private:
+  const unsigned char *ptr;
+};
 
 }  // namespace aie

@@ -1,0 +1,66 @@
+"""GEMM epilogue fusion: a rewrite of a layer graph for the phases whose linear ops are GEMMs (more than one row).
+
+Where a family's graph has a linear op whose only consumer is an elementwise op a GEMM epilogue performs, the two
+(or three) ops become one fused op, so one launch does the work and the intermediate never travels through DDR:
+
+- `swiglu(linear(x, w_gate), linear(x, w_up))` -> `linear_swiglu(x, w_gate, w_up)` (kernel gemm_swiglu: each tile
+  computes its gate and up columns side by side and writes silu(gate) * up). NOT applied by default: its W panel
+  is filled by two L3 DMAs (gate rows, up rows), and the real lowering (mlir-air efeb41ce4) placed such a panel
+  on a memory tile with two A panels and a C row panel: 8 S2MM, aie-create-pathfinder-flows failed, while the
+  hardware model's round-robin placement accepted it;
+- `bias_add(linear(x, w), b)` -> `linear_bias(x, w, b)` (kernel gemm_bias: the bias row added to the f32
+  accumulator before the one bf16 rounding; Qwen2's q/k/v projections, also when the result goes into a state).
+  NOT applied by default: the bias slice reaches each core as a second get on its W channel, a third stream into
+  the core (2 S2MM channels) for the hardware model, and the real lowering rejects the module too; Qwen2's
+  prefill keeps its bias_add launches.
+
+The fused op takes the consumer's place and output name (and `into`), so the phase's segment cuts and every
+other op are unchanged. Nothing here names a model: the families' graphs decide what is fused.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .graph import LayerGraph, Op
+
+
+DEFAULT: tuple[str, ...] = ()   # the consumer kinds fused by default (of "swiglu", "bias_add"): none lowers yet
+
+
+def fuse_epilogues(graph: LayerGraph, kinds: tuple[str, ...] = DEFAULT) -> LayerGraph:
+    """The graph with every fusible (linear -> `kinds` op) chain replaced by its fused op (bf16 weights only: a
+    q4 GEMM reads its weight through a dequant_q4 scratch, which the fused rules do not wire)."""
+    if graph.weights != "bf16":
+        return graph
+    ops = list(graph.ops)
+    by_out = {op.out: op for op in ops if not op.into}
+    readers: dict[str, int] = {}
+    for op in ops:
+        for t in op.ins:
+            readers[t] = readers.get(t, 0) + 1
+
+    def private_linear(t: str, op: Op) -> Op | None:
+        """The linear op producing `t` when `op` is its only reader and nobody else needs it."""
+        src = by_out.get(t)
+        if src is None or src.kind != "linear" or readers.get(t) != 1 or t in graph.outputs:
+            return None
+        return src
+
+    dropped: set[str] = set()
+    out: list[Op] = []
+    for op in ops:
+        fused = None
+        if op.kind not in kinds:
+            pass
+        elif op.kind == "swiglu":
+            g, u = (private_linear(t, op) for t in op.ins)
+            if g and u and g.ins[0] == u.ins[0] and g.width == u.width == op.width:
+                fused = Op("linear_swiglu", (g.ins[0], g.ins[1], u.ins[1]), op.out, op.width, op.params, op.into)
+                dropped |= {g.out, u.out}
+        elif op.kind == "bias_add":
+            lin = private_linear(op.ins[0], op)
+            if lin and lin.width == op.width:
+                fused = Op("linear_bias", (lin.ins[0], lin.ins[1], op.ins[1]), op.out, op.width, op.params, op.into)
+                dropped.add(lin.out)
+        out.append(fused or op)
+    return replace(graph, ops=[op for op in out if op.out not in dropped])
