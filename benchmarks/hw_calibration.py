@@ -157,10 +157,24 @@ def flash_attn(seq: int, heads: int, kv_heads: int, head_dim: int, tiles: int = 
     kv_bytes = 2 * 2 * seq * head_dim * heads * (seq // lqp)
     flows = (_flows("MM2S", 16, 2 * seq * heads * head_dim + kv_bytes, (seq // lqp) * heads // 2, "Q, K, V")
              + _flows("S2MM", 2, 2 * seq * heads * head_dim, (seq // lqp) * heads // 2, "O"))
-    from kernel_builder.attention import counts as ac
     items = scores / tiles / (64 * 64)       # 64 x 64 items, every key visible, block-float (mlir-air's flag)
-    item = ac.prefill_item(head_dim, 64, 64, 1, 1, 0, 128, block_float=True)
-    return _work([(item * items + Counts(calls=items), 0)], flows=flows)
+    return _work([(_reference_attention_item(head_dim, 64, 64) * items + Counts(calls=items), 0)], flows=flows)
+
+
+def _reference_attention_item(hd: int, lq: int, lk: int) -> Counts:
+    """One fully visible lq x lk item of the reference's flash attention (mlir-air attn_npu2.cc: aie_api's bf16 mmul
+    under the block-float flag, which converts both operands and transposes B on every mac; K transposed in
+    software, f32 score scaling), counted as attention.cc's former prefill path compiled with that flag: per
+    4-row block, Q.K^T and P.V in 4x8x8 steps (each one block-float MAC, 2 conversions, 1 shuffle) on operands
+    gathered with 128-bit loads, and the row softmax with its f32 scaling."""
+    from kernel_builder.attention import counts as ac
+    from kernel_builder.instr_counts import conv, fmul, load, store
+
+    mm = Counts(mmul_bfp16_8x8x8=1, bfp16_convert=2, shuffle=1, vconvert=2)
+    qk = (lk // 8) * ((hd // 8) * (load(8, 2) * 12 + Counts(shuffle=1) + mm) + conv() + store(8, 4) * 4)
+    pv = (hd // 8) * ((load(8, 4) + fmul(8) + conv()) * 4 + (lk // 8) * (load(8, 2) * 12 + mm) + conv()
+                      + store(8, 4) * 4)
+    return (qk + pv + ac.softmax_rows([lk] * 4, lk)) * (lq // 4)   # softmax_rows scales the scores in f32
 
 
 def reference_points() -> list[Point]:

@@ -77,6 +77,7 @@ def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: b
             f"{la.name.split(' ')[0]} {la.modeled_ms:.3f} {la.work.scalar_share * 100:.0f}%"
             for la in reps[n].launches))
     _print_tflops(reps, pre)
+    _print_attention(m, seq)
     errs = cost.errors(all_points())
     print(f"[bench] cost model calibration ({len(errs)} published/measured points, |error| mean "
           f"{sum(abs(e) for *_, e in errs) / len(errs) * 100:.0f}%, max {max(abs(e) for *_, e in errs) * 100:.0f}%):")
@@ -139,6 +140,38 @@ def _print_tflops(reps: dict, names) -> None:
     print(f"[bench]   beside: registry GEMM TFLOPS measured (kernel_registry GEMM_bf16_in_fp32_out): {reg}; "
           f"reference flash attention {seq} rows: {flops / REFERENCE_FLASH_ATTN_S / 1e12:.2f} TFLOPS (causal "
           f"flops / its measured {REFERENCE_FLASH_ATTN_S * 1e3:.1f} ms)")
+
+
+def _print_attention(m, seq: int) -> None:
+    """The prefill attention launch per layer at `seq` and 2 x `seq` tokens (chunks of `seq`, each costed at its own
+    position), likely and pessimistic scenarios: modeled ms, achieved TFLOPS (causal useful flops / time, and the
+    block-float MACs the busiest tile issues x tiles / time) and the plan's causal balance (busiest core / mean)."""
+    import re
+
+    from kernel_builder.attention.plan import plan_attention
+    from kernel_builder.hw import analyze_module, cost
+    from kernel_builder.hw.scenarios import all_scenarios
+    from multi_launch_builder.stitcher import stitch
+
+    sh, sc = m.shapes, all_scenarios()
+    for total in (seq, 2 * seq):
+        windows = m.kv_windows(total)
+        t, issued, bal = {s: 0.0 for s in sc}, 0, []
+        for pos in range(0, total, seq):
+            win = _window(seq, pos, windows)
+            (d,) = [d for d in m.prefill(seq, win).decls if "llama_npu.range" in stitch(d)]
+            text = re.sub(r"llama_npu\.range = \[\d+, \d+\]", f"llama_npu.range = [{pos}, {pos}]", stitch(d))
+            la = next(la for la in analyze_module(text, d.name).launches if la.name.startswith("attention"))
+            for s, p in sc.items():
+                t[s] += cost.module_seconds([la.work], p)
+            plan = plan_attention(seq, win, sh.n_heads, sh.n_kv_heads, sh.head_dim)
+            issued += 2 * la.work.tile_mmul_macs * plan.cores
+            bal.append(f"{plan.balance():.3f}")
+        useful = 4 * sh.n_heads * sh.head_dim * total * (total + 1) / 2
+        print(f"[bench]   attention, prefill {total} tokens: {t['likely'] * 1e3:.2f} ms/layer likely "
+              f"({t['pessimistic'] * 1e3:.2f} pessimistic); achieved {useful / t['likely'] / 1e12:.2f} TFLOPS causal "
+              f"({issued / t['likely'] / 1e12:.2f} issued by the block-float mmuls); busiest core / mean "
+              f"{', '.join(bal)} (attention plan, per chunk)")
 
 
 def _chunked_prefill(m, total: int, rows: int, head_s: float) -> tuple[float, list[tuple[int, int]]]:

@@ -9,18 +9,17 @@
 // keys j, s_j = (q_i . k_j) * ATTN_SCALE, m' = max(m, max_j s_j), alpha = exp(m - m'),
 // acc = alpha * acc + sum_j exp(s_j - m') v_j, l = alpha * l + sum_j exp(s_j - m'), m = m'.
 //
-// ATTN_MODE 1 (prefill; a core's input stream is a sequence of "items" of 2*ATTN_LK rows):
+// ATTN_MODE 1 (prefill; a core's input stream is a sequence of "items" of 2*ATTN_LK rows, each 8x8-blocked by the
+// data movement: [2*ATTN_LK/8][ATTN_HEAD_DIM/8][8][8], every block row-major):
 //   init(state, q): empty state, q = 0 (once per launch iteration)
-//   item(item, q, state, t, n_q, slot, q_pos0): items t < n_q carry the Q tiles of the cores sharing the
-//       stream; slot = 2 * (the item holding this core's tile) + (the half it starts in). A tile starting in
-//       half 0 takes item rows [0, ATTN_LK) as Q rows [0, ATTN_LK) and item rows [2*ATTN_LK - (ATTN_LQ -
-//       ATTN_LK), 2*ATTN_LK) as Q rows [ATTN_LK, ATTN_LQ) (ATTN_LK <= ATTN_LQ <= 2*ATTN_LK); when ATTN_LQ ==
-//       ATTN_LK an item carries two tiles, one per half, and a tile may start in half 1. The core copies its
-//       tile when t == slot / 2.
-//       Item t >= n_q is the K/V tile (t - n_q): K = rows [0, ATTN_LK), V = rows
-//       [ATTN_LK, 2*ATTN_LK), keys at (t - n_q)*ATTN_LK; one update of the rows at q_pos0 + i.
-//   finish(state, out): out = acc / l in bf16 (rows with l == 0 -> 0); out may be the q buffer; the state is
-//       emptied again for the next query block.
+//   item(item, q, state, t, n_q, slot, q_pos0): items t < n_q carry the "Q stream": the 8-row blocks of the Q
+//       tiles of every core sharing the stream; item t holds stream blocks [t, t + 1) * 2*ATTN_LK/8. This core's
+//       tile (ATTN_LQ/8 row blocks, kept 8x8-blocked in q) is stream blocks slot + i * ATTN_QCYCLE.
+//       Item t >= n_q is the K/V tile (t - n_q): K = row blocks [0, ATTN_LK/8), V = the next ATTN_LK/8, keys at
+//       (t - n_q)*ATTN_LK; one update of the tile's rows: row r of block i is at q_pos0 + i*8*ATTN_QCYCLE + r
+//       (the herd's ATTN_QCYCLE cores interleave their 8-row blocks: causal work balanced among them).
+//   finish(state, out): out = acc / l in bf16, row-major [ATTN_LQ][ATTN_HEAD_DIM] (rows with l == 0 -> 0); out
+//       may be the q buffer; the state is emptied again for the next query block.
 // ATTN_MODE 2 (decode; items of 2*ATTN_LK + ATTN_LQ rows: K, V, then the query rows of one GQA group):
 //   init(state)
 //   step(item, state, pos, k_pos0): one update of all ATTN_LQ rows at position pos.
@@ -40,7 +39,8 @@ LLAMA_NPU_REQUIRE(ATTN_HEAD_DIM);
 LLAMA_NPU_REQUIRE(ATTN_LQ);
 LLAMA_NPU_REQUIRE(ATTN_LK);
 #if ATTN_MODE == 1
-static_assert(ATTN_LK <= ATTN_LQ && ATTN_LQ <= 2 * ATTN_LK, "a Q tile travels in one item as two ATTN_LK-row halves");
+LLAMA_NPU_REQUIRE(ATTN_QCYCLE);
+static_assert(ATTN_LQ % 8 == 0 && ATTN_LK % 8 == 0, "prefill tiles are whole 8-row blocks");
 #elif ATTN_MODE == 2
 LLAMA_NPU_REQUIRE(ATTN_NPARTS);
 #else
@@ -78,12 +78,10 @@ static inline int first_key(int32_t q_pos, int32_t k_pos0) {
 #if defined(__AIENGINE__)
 
 // ---------------------------------------------------------------------------------------- AIE2P vector path
-// Prefill: q.K^T and p.V run on the bf16 matrix unit (aie::mmul<4, 8, 8>, f32 accumulation); the softmax runs
-// on 16-lane f32/bf16 vectors (aie::exp2 returns bf16, so probabilities carry bf16 precision, as the mmul
-// operands must anyway). Scores are scaled once by scale * log2(e) (one f32 constant) into log2 units, so exp2
-// takes them with no second multiply (aie_api's f32 multiplies are emulated); m, in the state, is kept in those
-// log2 units by this path. (Folding the constant into the bf16 Q instead would drop that multiply too, but the
-// bf16 rounding of q * c triples the output error: measured with the host aie_api, docs/aie-api-host.md.)
+// Prefill: Q.K^T and P.V on the block-float matrix unit (below, at ATTN_MODE 1); the softmax runs on 16-lane
+// f32/bf16 vectors (aie::exp2 returns bf16, so probabilities carry bf16 precision) in log2 units: m, in the state,
+// is kept in those units by this path (prefill: Q arrives scaled by scale * log2(e); decode: the scores are
+// scaled by that one f32 constant).
 // Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
 // Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core); the per-row
 // softmax statistics (max, sum, alpha) are computed in 16-lane vectors, one lane per row (no scalar float
@@ -96,8 +94,6 @@ static constexpr float kScaleLog2e = kScale * kLog2e;  // scores -> log2 units i
 static constexpr float kMaskedArg = -80.0f;  // exp2 argument of a masked key: ~1e-24, keeps exp2 normal
 static_assert(kHd % kDotLanes == 0, "ATTN_HEAD_DIM must be a multiple of 32 on AIE2P");
 static_assert(kLk % kLanes == 0, "ATTN_LK must be a multiple of 16 on AIE2P");
-
-using MMul = ::aie::mmul<4, 8, 8, bfloat16, bfloat16>;
 
 // 1/x for 16 lanes of positive x: bf16 reciprocal, refined once in f32 (r = r0 * (2 - x * r0)).
 static inline ::aie::vector<float, kLanes> reciprocal16(::aie::vector<float, kLanes> x) {
@@ -214,117 +210,7 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
 }
 
 #if ATTN_MODE == 1
-static_assert(kLq % 4 == 0 && kLk % 8 == 0 && kHd % 8 == 0, "prefill tiles must be whole 4x8x8 mmul blocks");
-
-extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
-  reset_state(state);
-  for (int i = 0; i < kLq * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::zeros<bfloat16, kDotLanes>());
-}
-
-// Loads a [rows x 8] block (row stride `stride` elements) as one row-major vector.
-static inline ::aie::vector<bfloat16, 32> load_4x8(const bfloat16 *p, int stride) {
-  return ::aie::concat(::aie::load_v<8>(p), ::aie::load_v<8>(p + stride), ::aie::load_v<8>(p + 2 * stride),
-                       ::aie::load_v<8>(p + 3 * stride));
-}
-static inline ::aie::vector<bfloat16, 64> load_8x8(const bfloat16 *p, int stride) {
-  return ::aie::concat(load_4x8(p, stride), load_4x8(p + 4 * stride, stride));
-}
-
-static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA_NPU_RESTRICT v,
-                           const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int32_t q_pos0,
-                           int32_t k_pos0) {
-  ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  if (k_pos0 > q_pos0 + kLq - 1) return;  // every key after every query of the tile
-  if (kWindow && k_pos0 + kLk - 1 <= q_pos0 - kWindow) return;  // every key before every query's window
-  alignas(::aie::vector_decl_align) static float s[4 * kLk];
-  alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
-  float *m = state_m(state), *l = state_l(state);
-  // keys no row of the tile sees may hold anything (a KV window past the chunk): zero their V rows so that
-  // p = 0 never meets a NaN/inf in the p.V product (their scores are replaced before the softmax)
-  const int vis_max = visible_keys(q_pos0 + kLq - 1, k_pos0);
-  for (int j = vis_max; j < kLk; ++j)
-    for (int d = 0; d < kHd; d += kDotLanes)
-      ::aie::store_v(v + j * kHd + d, ::aie::zeros<bfloat16, kDotLanes>());
-  for (int i0 = 0; i0 < kLq; i0 += 4) {
-    if (k_pos0 > q_pos0 + i0 + 3) continue;  // no row of this block sees a key of the tile
-    if (kWindow && k_pos0 + kLk - 1 <= q_pos0 + i0 - kWindow) continue;  // ... or the tile is before every window
-    // scores of 4 query rows x kLk keys: S = Q . K^T, K^T blocks transposed in registers
-    for (int j0 = 0; j0 < kLk; j0 += 8) {
-      MMul mm;
-      for (int d = 0; d < kHd; d += 8) {
-        const ::aie::vector<bfloat16, 64> kt = ::aie::transpose(load_8x8(k + j0 * kHd + d, kHd), 8, 8);
-        if (d == 0)
-          mm.mul(load_4x8(q + i0 * kHd + d, kHd), kt);
-        else
-          mm.mac(load_4x8(q + i0 * kHd + d, kHd), kt);
-      }
-      const ::aie::vector<float, 32> c = mm.template to_vector<float>();
-      for (int r = 0; r < 4; ++r) ::aie::store_v(s + r * kLk + j0, c.template extract<8>(r));
-    }
-    alignas(::aie::vector_decl_align) float alpha[4];
-    int vis[4], first[4], live[4], n_live = 0;
-    for (int r = 0; r < 4; ++r) {
-      vis[r] = visible_keys(q_pos0 + i0 + r, k_pos0);
-      first[r] = first_key(q_pos0 + i0 + r, k_pos0);
-      if (first[r] >= vis[r]) {  // row unchanged: zero probabilities, alpha 1
-        for (int j = 0; j < kLk; j += kLanes) ::aie::store_v(p + r * kLk + j, ::aie::zeros<bfloat16, kLanes>());
-        alpha[r] = 1.0f;
-      } else {
-        live[n_live++] = r;
-      }
-    }
-    // the rows that see keys are consecutive (positions grow with the row: the causal edge leaves the first
-    // rows without keys, the sliding window the last ones)
-    const int r0 = live[0];
-    softmax_rows(s + r0 * kLk, p + r0 * kLk, n_live, vis + r0, first + r0, m + i0 + r0, l + i0 + r0, alpha + r0);
-    // acc (4 rows x 8 dims blocks) = alpha * acc + P . V
-    for (int d = 0; d < kHd; d += 8) {
-      float *a = state + i0 * kHd + d;
-      ::aie::vector<float, 32> a0 = ::aie::concat(
-          ::aie::mul(::aie::load_v<8>(a), alpha[0]).template to_vector<float>(),
-          ::aie::mul(::aie::load_v<8>(a + kHd), alpha[1]).template to_vector<float>(),
-          ::aie::mul(::aie::load_v<8>(a + 2 * kHd), alpha[2]).template to_vector<float>(),
-          ::aie::mul(::aie::load_v<8>(a + 3 * kHd), alpha[3]).template to_vector<float>());
-      MMul mm(a0);
-      for (int j0 = 0; j0 < kLk; j0 += 8) mm.mac(load_4x8(p + j0, kLk), load_8x8(v + j0 * kHd + d, kHd));
-      const ::aie::vector<float, 32> c = mm.template to_vector<float>();
-      for (int r = 0; r < 4; ++r) ::aie::store_v(a + r * kHd, c.template extract<8>(r));
-    }
-  }
-}
-
-extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
-                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
-                                   int32_t q_pos0) {
-  if (t < n_q) {  // a Q item: keep the tile of this core (slot = 2 * item + half)
-    if (t == (slot >> 1)) {
-      const bfloat16 *src = item + (kLq == kLk ? (slot & 1) * kLk * kHd : 0);
-      for (int i = 0; i < kLk * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(src + i));
-      for (int i = kLk * kHd; i < kLq * kHd; i += kDotLanes)
-        ::aie::store_v(q + i, ::aie::load_v<kDotLanes>(item + i + (2 * kLk - kLq) * kHd));
-    }
-    return;
-  }
-  update_prefill(item, item + kLk * kHd, q, state, q_pos0, (t - n_q) * kLk);
-}
-
-extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT out) {
-  ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  const float *l = state_l(state);
-  alignas(::aie::vector_decl_align) float inv[kLanes];
-  for (int i0 = 0; i0 < kLq; i0 += kLanes) {
-    alignas(::aie::vector_decl_align) float lv[kLanes];
-    for (int r = 0; r < kLanes; ++r) lv[r] = i0 + r < kLq && positive(l[i0 + r]) ? l[i0 + r] : 1.0f;
-    ::aie::store_v(inv, reciprocal16(::aie::load_v<kLanes>(lv)));
-    for (int r = 0; r < kLanes && i0 + r < kLq; ++r) {
-      const float w = positive(l[i0 + r]) ? inv[r] : 0.0f;
-      for (int d = 0; d < kHd; d += kLanes)
-        ::aie::store_v(out + (i0 + r) * kHd + d,
-                       ::aie::mul(::aie::load_v<kLanes>(state + (i0 + r) * kHd + d), w).template to_vector<bfloat16>());
-    }
-  }
-  reset_state(state);  // ready for the next query block
-}
+#include "attention_prefill.h"  // the block-float prefill path
 
 #else  // ATTN_MODE == 2
 
@@ -420,7 +306,7 @@ static void reset_state(float *state) {
 
 // One online-softmax update of the rows at q_pos0 + i*q_pos_step with a K/V tile at k_pos0. The numpy model
 // kernel_builder.external_models.attention_model follows this order of f32 operations.
-static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, float *state, int32_t q_pos0,
+[[maybe_unused]] static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, float *state, int32_t q_pos0,
                    int32_t q_pos_step, int32_t k_pos0) {
   float s[kLk];
   float *m = state_m(state), *l = state_l(state);
@@ -454,35 +340,7 @@ static void update(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, floa
 }
 
 #if ATTN_MODE == 1
-
-extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
-  reset_state(state);
-  for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i) q[i] = bfloat16{0};
-}
-
-extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
-                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
-                                   int32_t q_pos0) {
-  if (t < n_q) {  // slot = 2 * item + half
-    if (t == (slot >> 1)) {
-      const bfloat16 *src = item + (kLq == kLk ? static_cast<long>(slot & 1) * kLk * kHd : 0);
-      for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i)
-        q[i] = src[i < static_cast<long>(kLk) * kHd ? i : i + static_cast<long>(2 * kLk - kLq) * kHd];
-    }
-    return;
-  }
-  update(item, item + kLk * kHd, q, state, q_pos0, 1, (t - n_q) * kLk);
-}
-
-extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT out) {
-  const float *l = state_l(state);
-  for (int i = 0; i < kLq; ++i)
-    for (int d = 0; d < kHd; ++d) {
-      const long idx = static_cast<long>(i) * kHd + d;
-      out[idx] = f32_to_bf16(l[i] > 0.0f ? state[idx] / l[i] : 0.0f);
-    }
-  reset_state(state);  // ready for the next query block
-}
+#include "attention_prefill.h"  // the scalar prefill path
 
 #else  // ATTN_MODE == 2
 

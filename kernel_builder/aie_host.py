@@ -48,8 +48,11 @@ def compile_flags(kernel: ExternalKernel | None, defines: tuple[str, ...] = ()) 
     return [*FLAGS, f"-I{API_DIR}", f"-I{SOURCE_DIR}", *own, *defines]
 
 
-def _inputs() -> bytes:
-    paths = [*sorted(SOURCE_DIR.glob("*.h")), *api_headers()]
+def _inputs(source_dir: Path = SOURCE_DIR) -> bytes:
+    """The headers a build reads besides its source: the shared ones, aie_api's, and those beside a source
+    outside external_kernels (a mutated copy's `#include "..."` finds them first)."""
+    beside = sorted(source_dir.glob("*.h")) if source_dir.resolve() != SOURCE_DIR.resolve() else []
+    paths = [*sorted(SOURCE_DIR.glob("*.h")), *api_headers(), *beside]
     return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in paths)
 
 
@@ -60,7 +63,8 @@ def build(kernel: ExternalKernel, source: Path | None = None, defines: tuple[str
         raise HostKernelsUnavailable("no C++ compiler (g++/c++/clang++, or $CXX) found")
     src = Path(source) if source is not None else kernel.source_path
     stem = kernel.obj[:-2] if kernel.obj.endswith(".o") else kernel.obj
-    return build_library(cxx, cache_root() / "aie_host", stem, [src], [compile_flags(kernel, defines)], _inputs())
+    return build_library(cxx, cache_root() / "aie_host", stem, [src], [compile_flags(kernel, defines)],
+                         _inputs(src.parent))
 
 
 def compile_errors(kernel: ExternalKernel | None, source: Path, defines: tuple[str, ...] = ()) -> str:

@@ -240,39 +240,53 @@ def _gemm(lib, rng, tm, tk, tn, steps=2):
 
 
 # -------------------------------------------------------------------------------------------- attention
-def _prefill(lib, rng, hd, lq, lk, pos=None, cores=2, window=None, scale_dim=None):
-    """`cores` cores share the Q stream (this is core 1); one query block of lq rows at `pos`, a KV window one tile
-    longer than the causal bound (that tile holds inf/NaN: never read)."""
-    ks = attention_prefill_kernels(hd, lq, lk, window, scale_dim)
+def prefill_case(rng, hd, lq, lk, qcycle=1, pos=None, heads=2):
+    """The data of one prefill launch iteration as the builder streams it: a Q super tile of qcycle * lq rows for
+    `heads` query heads at `pos` (this core: the last of the qcycle interleaved ones, the last head), a KV window
+    one tile longer than the causal bound (that tile holds inf/NaN: never read)."""
     pos = 3 * lk + 5 if pos is None else pos
-    kv_rows = -(-(pos + lq) // lk) * lk + lk
-    q = rand(rng, (lq, cores * hd), 1.5)
+    span = qcycle * lq
+    kv_rows = -(-(pos + span) // lk) * lk + lk
+    q = rand(rng, (span, heads * hd), 1.5)
     k, v = rand(rng, (kv_rows, hd), 1.5), rand(rng, (kv_rows, hd))
-    k[pos + lq:], v[pos + lq:] = np.inf, np.nan
-    tiles = [q[:, y * hd:(y + 1) * hd] for y in range(cores)]
-    if lq == lk:   # two tiles per Q item
-        tiles += [np.zeros_like(tiles[0])] * (len(tiles) % 2)
-        items = [np.concatenate(tiles[i:i + 2]) for i in range(0, len(tiles), 2)]
-        slot = 1
-    else:
-        items = [np.concatenate([t[:lk], t[lq - lk:]]) for t in tiles]
-        slot = 2
+    k[pos + span:], v[pos + span:] = np.inf, np.nan
+    x, y = qcycle - 1, heads - 1
+    rows = np.array([(x + i * qcycle) * 8 + r for i in range(lq // 8) for r in range(8)])   # this core's rows
+    return pos, kv_rows, q, k, v, x, y, rows
+
+
+def _prefill(lib, rng, hd, lq, lk, n=None, window=None, scale_dim=None, pos=None, bfp_want=True):
+    """One core of a herd of `n` (qcycle) interleaved query-block cores x 2 heads: the Q stream (every core's 8-row
+    blocks, head-major, 8x8-blocked items of 2*lk rows), then the K/V items; against the exact reference (or, with
+    bfp_want, the block-float model of the kernel's arithmetic, reference.attention_block_float)."""
+    qcycle = n or 1
+    ks = attention_prefill_kernels(hd, lq, lk, window, scale_dim, qcycle)
+    pos, kv_rows, q, k, v, x, y, rows = prefill_case(rng, hd, lq, lk, qcycle, pos)
+    heads = q.shape[1] // hd
+    per_head = -(-len(q) // (2 * lk))                # items per head (the builder's plan: X*lq/(2lk), or 1)
+    pad = np.zeros((per_head * 2 * lk - len(q), hd), BF16)
+    stream = np.concatenate([np.concatenate([q[:, h * hd:(h + 1) * hd], pad]) for h in range(heads)])  # head-major
+    items = [block(stream[i:i + 2 * lk]) for i in range(0, len(stream), 2 * lk)]
+    slot = y * (per_head * 2 * lk // 8) + x
     state, qbuf = A(np.empty(lq * (hd + 2), np.float32)), A(np.empty((lq, hd), BF16))
     lib.call(ks.init.symbol, state, qbuf)
-    n_q = len(items)
+    n_q, q_pos0 = len(items), pos + 8 * x
     for t, it in enumerate(items):
-        lib.call(ks.update.symbol, A(it), qbuf, state, t, n_q, slot, pos)
+        lib.call(ks.update.symbol, A(it), qbuf, state, t, n_q, slot, q_pos0)
     counts = None
     for t in range(kv_rows // lk):
-        it = A(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
-        c = lib.call(ks.update.symbol, it, qbuf, state, n_q + t, n_q, slot, pos)
+        it = A(block(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]])))
+        c = lib.call(ks.update.symbol, it, qbuf, state, n_q + t, n_q, slot, q_pos0)
         if (t + 1) * lk <= pos + 1:
             counts = c                        # the last tile every query row sees whole
-    out = A(np.empty((lq, hd), BF16))
+    out = A(np.full((lq, hd), np.nan, BF16))     # NaN: an element finish does not write shows
     lib.call(ks.out.symbol, state, out)
-    want = ref.attention(q, k, v, pos, rows=lq, kv_rows=kv_rows, heads=cores, kv_heads=1, head_dim=hd,
-                         window=window, scale_dim=scale_dim)[:, hd:2 * hd]
-    return Run(out, want, _close(want, 2.0**-6, 2.0**-8), counts)
+    kw = dict(rows=len(q), kv_rows=kv_rows, heads=heads, kv_heads=1, head_dim=hd, window=window, scale_dim=scale_dim)
+    if bfp_want:
+        want = ref.attention_block_float(q, k, v, pos, lk=lk, **kw)[rows, y * hd:(y + 1) * hd]
+        return Run(out, want, _close(want, 2.0**-6, 2.0**-7), counts)
+    want = ref.attention(q, k, v, pos, **kw)[rows, y * hd:(y + 1) * hd]
+    return Run(out, want, _close(want, 2.0**-3, 2.0**-5), counts)
 
 
 def _decode(lib, rng, hd, g, lk, parts, pos=None, window=None, scale_dim=None):
@@ -302,7 +316,7 @@ def _decode(lib, rng, hd, g, lk, parts, pos=None, window=None, scale_dim=None):
 
 def _attention(lib, rng, mode, hd, lq, lk, n, window=None, scale_dim=None):
     if mode == "p":
-        return _prefill(lib, rng, hd, lq, lk, window=window, scale_dim=scale_dim)
+        return _prefill(lib, rng, hd, lq, lk, n, window=window, scale_dim=scale_dim)
     return _decode(lib, rng, hd, lq, lk, n, window=window, scale_dim=scale_dim)
 
 

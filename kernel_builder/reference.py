@@ -15,7 +15,8 @@ import numpy as np
 
 from kernel_builder.add.reference import add
 from kernel_builder.bias_add.reference import bias_add
-from kernel_builder.attention.reference import attention, attention_numpy, attention_scale, decode_attn, flash_attn
+from kernel_builder.attention.reference import (attention, attention_block_float, attention_numpy, attention_scale,
+                                               decode_attn, flash_attn)
 from kernel_builder.geglu.reference import geglu
 from kernel_builder.gemm.reference import gemm
 from kernel_builder.gemv.reference import gemv
@@ -29,6 +30,6 @@ from kernel_builder.swiglu.reference import swiglu
 # kind -> reference, one per registered kernel (a dict: tests swap an entry to see the emulator use it)
 KERNELS: dict[str, Callable[..., np.ndarray]] = {s.kind: s.reference for s in specs()}
 
-__all__ = ["KERNELS", "add", "attention", "bias_add", "attention_numpy", "attention_scale", "decode_attn", "flash_attn", "geglu",
+__all__ = ["KERNELS", "add", "attention", "attention_block_float", "bias_add", "attention_numpy", "attention_scale", "decode_attn", "flash_attn", "geglu",
            "gemm",
            "gemv", "gemv_bias", "gemv_q4_bias", "rmsnorm", "rope", "swiglu"]

@@ -20,8 +20,8 @@ BUCKETS, CONTEXT = (64, 256, 1024, 2048), 8192
 # The external objects linked by the stitched modules (regenerate: test_listed_objects_are_the_builders').
 BUILDER_OBJECTS = {
     "smollm2-135m": [
-        'add_n2304.o', 'add_n288.o', 'add_n3072.o', 'add_n4096.o', 'attnd_hd64_q3_k64_n4.o', 'attnp_hd64_q16_k16.o',
-        'attnp_hd64_q32_k32.o', 'attnp_hd64_q64_k64.o', 'gemm_m128_k32_n48.o', 'gemm_m32_k32_n128.o',
+        'add_n2304.o', 'add_n288.o', 'add_n3072.o', 'add_n4096.o', 'attnd_hd64_q3_k64_n4.o', 'attnp_hd64_q16_k16_n4.o',
+        'attnp_hd64_q32_k32_n8.o', 'attnp_hd64_q64_k32_n8.o', 'gemm_m128_k32_n48.o', 'gemm_m32_k32_n128.o',
         'gemm_m32_k64_n48.o', 'gemm_m64_k32_n128.o', 'gemm_m64_k32_n96.o', 'gemm_m8_k64_n128.o', 'gemm_m8_k64_n48.o',
         'mv_k1536_c1536_m9_r36.o', 'mv_k576_c576_m12_r12.o', 'mv_k576_c576_m16_r384.o', 'mv_k576_c576_m16_r96.o',
         'mv_k576_c576_m9_r36.o', 'rmsnorm_g576_u1.o', 'rmsnorm_g576_u4.o', 'rope_hd64_h3_r1.o', 'rope_hd64_h3_r16.o',
@@ -29,15 +29,15 @@ BUILDER_OBJECTS = {
         'swiglu_n4096.o',
     ],
     "llama32-1b": [
-        'add_n256.o', 'add_n4096.o', 'attnd_hd64_q4_k64_n4.o', 'attnp_hd64_q16_k16.o', 'attnp_hd64_q32_k32.o',
-        'attnp_hd64_q64_k64.o', 'gemm_m32_k64_n128.o', 'gemm_m64_k32_n128.o', 'gemm_m8_k64_n128.o',
+        'add_n256.o', 'add_n4096.o', 'attnd_hd64_q4_k64_n4.o', 'attnp_hd64_q16_k16_n4.o', 'attnp_hd64_q32_k32_n8.o',
+        'attnp_hd64_q64_k32_n8.o', 'gemm_m32_k64_n128.o', 'gemm_m64_k32_n128.o', 'gemm_m8_k64_n128.o',
         'mv_k2048_c2048_m4_r1024.o', 'mv_k2048_c2048_m4_r128.o', 'mv_k2048_c2048_m4_r32.o',
         'mv_k2048_c2048_m4_r512.o', 'mv_k8192_c8192_m1_r128.o', 'rmsnorm_g2048_u1.o', 'rmsnorm_g2048_u2.o',
         'rope_hd64_h32_r2.o', 'rope_hd64_h4_r1.o', 'rope_hd64_h8_r8.o', 'swiglu_n1024.o', 'swiglu_n4096.o',
     ],
     "llama32-3b": [
-        'add_n384.o', 'add_n4096.o', 'attnd_hd128_q3_k32_n4.o', 'attnd_hd128_q3_k64_n4.o', 'attnp_hd128_q16_k16.o',
-        'attnp_hd128_q32_k32.o', 'gemm_m32_k64_n128.o', 'gemm_m64_k32_n128.o', 'gemm_m8_k64_n128.o',
+        'add_n384.o', 'add_n4096.o', 'attnd_hd128_q3_k32_n4.o', 'attnd_hd128_q3_k64_n4.o', 'attnp_hd128_q16_k16_n4.o',
+        'attnp_hd128_q32_k32_n8.o', 'gemm_m32_k64_n128.o', 'gemm_m64_k32_n128.o', 'gemm_m8_k64_n128.o',
         'mv_k3072_c3072_m4_r1024.o', 'mv_k3072_c3072_m4_r192.o', 'mv_k3072_c3072_m4_r512.o',
         'mv_k3072_c3072_m4_r64.o', 'mv_k8192_c8192_m1_r192.o', 'rmsnorm_g3072_u1.o', 'rope_hd128_h24_r1.o',
         'rope_hd128_h2_r1.o', 'rope_hd128_h3_r1.o', 'rope_hd128_h8_r4.o', 'swiglu_n1024.o', 'swiglu_n4096.o',
@@ -89,11 +89,15 @@ def test_counts_follow_the_loops():
     c = _one("mv_k2048_c2048_m4_r128.o")             # one 4-row step: 4 x 2048/32 bf16 MACs, 2 loads each
     assert c["vmac_bf16"] == 4 * 64 and c["vload"] == 2 * 4 * 64 and c["reduce_add"] == 4
     assert c["vmul_f32_emulated"] == 0
-    c = _one("attnp_hd64_q32_k32.o")                 # a fully visible K/V tile: Q.K^T and P.V, 4x8x8 blocks
-    blocks = 2 * (32 // 4) * (32 // 8) * (64 // 8)
-    assert c["mmul_bf16_4x8x8_emulated"] == blocks and c["mmul_bfp16_8x8x8"] == 0
-    assert c["shuffle"] >= 9 * blocks and c["broadcast"] >= 16 * blocks
-    assert c["exp2"] > 0 and c["vmul_f32_emulated"] > 0
+    c = _one("attnp_hd64_q32_k32_n8.o")              # a fully visible K/V tile: Q.K^T and P.V, 8x8x8 blocks
+    blocks = 2 * (32 // 8) * (32 // 8) * (64 // 8)
+    assert c["mmul_bfp16_8x8x8"] == blocks and c["mmul_bf16_4x8x8_emulated"] == 0
+    # the only shuffles: one transpose per V block per item (K/V arrive 8x8-blocked; K needs none)
+    assert c["shuffle"] == (32 // 8) * (64 // 8) and c["vmac_bf16"] == (32 // 16) * 32   # probability sums
+    # 3 block conversions per 2 mmuls; no f32 multiply in the softmax (Q arrives scaled by scale * log2e): the
+    # only f32 multiplies are the accumulators' rescale (4 per 8x8 block) and l = alpha * l + sum (1 per row block)
+    assert c["bfp16_convert"] == 3 * blocks // 2
+    assert c["vmul_f32_emulated"] == 4 * (32 // 8) * (64 // 8) + 32 // 8 and c["exp2"] > 0
     c = _one("rmsnorm_g2048_u1.o")
     assert c["invsqrt_scalar"] == 1 and c["vmac_bf16"] == 2048 // 32 * 5
 
@@ -103,23 +107,32 @@ def _mean_rel(r):
     return np.abs(g - w).mean() / np.abs(w).mean()
 
 
-def test_attention_block_float_tradeoff():
-    """Why attention does not use the block-float flag (docs/aie-api-host.md): compiled with it, a prefill item's
-    emulated 4x8x8 blocks become as many block-float MACs and the data movement of the emulation goes away, but the
-    output error against the exact reference grows ~20x (bfp16ebs8 model)."""
-    obj = "attnp_hd64_q64_k64.o"
-    bfp = aie_host.load(runs.kernel_of(obj), defines=("-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1",))
-    base = [runs.run(obj, np.random.default_rng(s)) for s in range(3)]
-    flag = [runs.run(obj, np.random.default_rng(s), bfp) for s in range(3)]
-    c0, c1 = base[0].counts, flag[0].counts
-    assert c1["mmul_bfp16_8x8x8"] == c0["mmul_bf16_4x8x8_emulated"] == 2048 and c1["mmul_bf16_4x8x8_emulated"] == 0
-    assert c0["shuffle"] + c0["broadcast"] > 50_000 > 10 * (c1["shuffle"] + c1["broadcast"])
-    e0, e1 = np.mean([_mean_rel(r) for r in base]), np.mean([_mean_rel(r) for r in flag])
-    assert e0 < 2e-3 and 1e-2 < e1 < 3e-2, (e0, e1)
+def test_attention_block_float_numerics():
+    """The prefill vector path against the numpy model of its block-float arithmetic (the driver's default:
+    reference.attention_block_float, bound 2^-7 |ref| + 2^-9 max|ref|) and against the exact f32 reference: the
+    error the block-float format costs (docs/hardware-model.md, "Attention numerics": ~2 % mean relative at
+    these random scores, std 3 in log2 units; the verify gate passes with it, tests/test_attention_block_float.py)."""
+    obj = "attnp_hd64_q64_k32_n8.o"
+    lib = aie_host.load(runs.kernel_of(obj))
+    bfp = [runs._prefill(lib, np.random.default_rng(s), 64, 64, 32, 8) for s in range(3)]
+    exact = [runs._prefill(lib, np.random.default_rng(s), 64, 64, 32, 8, bfp_want=False) for s in range(3)]
+    assert not any(runs.mismatch(r) for r in bfp)
+    e_bfp, e_exact = np.mean([_mean_rel(r) for r in bfp]), np.mean([_mean_rel(r) for r in exact])
+    assert e_bfp < 1e-3 and 1e-2 < e_exact < 3e-2, (e_bfp, e_exact)
 
 
-@pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32.o", "attnp_hd128_q16_k16.o", "attnd_hd64_q3_k64_n4.o",
-                                 "attnp_hd64_q32_k32_w40.o", "attnd_hd64_q3_k64_n4_w100.o"])
+def test_attention_prefill_needs_the_block_float_flag():
+    """The prefill vector path is block-float only: without aie_api's flag the object does not compile."""
+    from external_kernels.paths import SOURCE_DIR
+
+    kernel = runs.kernel_of("attnp_hd64_q16_k16_n4.o")
+    src = SOURCE_DIR / "attention.cc"
+    assert aie_host.compile_errors(kernel, src) == ""
+    assert "block-float" in aie_host.compile_errors(kernel, src, ("-UAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16",))
+
+
+@pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32_n8.o", "attnp_hd128_q16_k16_n4.o", "attnd_hd64_q3_k64_n4.o",
+                                 "attnp_hd64_q32_k32_n2_w40.o", "attnd_hd64_q3_k64_n4_w100.o"])
 def test_attention_causal_edges(obj):
     """Positions where the causal bound cuts the first tile, lands on a tile edge, or leaves whole decode shares
     (partials) empty; with a sliding window (_w), also where the window's start does."""
@@ -128,7 +141,7 @@ def test_attention_causal_edges(obj):
     extra = {"window": w, "scale_dim": sd}
     for pos in (0, 1, lk - 1, lk, lk + 1, 5 * lk - 3):
         rng = np.random.default_rng(pos)
-        r = runs._prefill(lib, rng, hd, lq, lk, pos=pos, **extra) if mode == "p" else runs._decode(
+        r = runs._prefill(lib, rng, hd, lq, lk, n, pos=pos, **extra) if mode == "p" else runs._decode(
             lib, rng, hd, lq, lk, n, pos=pos % (2 * lk * n), **extra)
         assert not runs.mismatch(r), f"{obj} pos {pos}: {runs.mismatch(r)}"
 

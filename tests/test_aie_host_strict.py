@@ -88,13 +88,26 @@ MUTATIONS = [
     ("mv_k576_c576_m12_r12.o", "gemv.cc", r"m < GEMV_TILE_M; \+\+m\) \{\n    const bfloat16 \*LLAMA_NPU_RESTRICT",
      "m < GEMV_TILE_M - 1; ++m) {\n    const bfloat16 *LLAMA_NPU_RESTRICT"),
     ("bias_add_n1536.o", "add.cc", r"i < ADD_N; i \+= kLanes\)", "i < ADD_N - kLanes; i += kLanes)"),
-    ("attnp_hd64_q32_k32.o", "attention.cc", r"j0 < kLk; j0 \+= 8\) mm\.mac", "j0 < kLk - 8; j0 += 8) mm.mac"),
-    ("attnp_hd128_q16_k16.o", "attention.cc", r"d < kHd; d \+= 8\) \{\n        const",
-     "d < kHd - 8; d += 8) {\n        const"),
+    # attention's block-float prefill (attention_prefill.h, ATTN_MODE 1): every loop of its vector path one short
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"jb < kKB; jb \+= 2\) \{\n    Mmul8", "jb < kKB - 2; jb += 2) {\n    Mmul8"),
+    ("attnp_hd128_q16_k16_n4.o", "attention_prefill.h", r"d < kDB; \+\+d\) \{\n      const Bfp a",
+     "d < kDB - 1; ++d) {\n      const Bfp a"),
+    ("attnp_hd64_q64_k32_n8.o", "attention_prefill.h", r"jb < kKB; \+\+jb\) \{\n      const Bfp a = to_bfp\(p",
+     "jb < kKB - 1; ++jb) {\n      const Bfp a = to_bfp(p"),
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"db < kDB; db \+= 2\)", "db < kDB - 2; db += 2)"),
+    ("attnp_hd64_q64_k32_n8.o", "attention_prefill.h", r"i < kQB; \+\+i\) \{\n    const int32_t qp",
+     "i < kQB - 1; ++i) {\n    const int32_t qp"),
+    ("attnp_hd64_q16_k16_n4.o", "attention_prefill.h", r"b < kKB \* kDB; \+\+b\)", "b < kKB * kDB - 1; ++b)"),
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"e < kDB \* kBlk; e \+= kBlk\)", "e < kDB * kBlk - kBlk; e += kBlk)"),
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"d >= kQB \* kCycle \|\|", "d >= kQB * kCycle - kCycle ||"),
+    ("attnp_hd128_q16_k16_n4.o", "attention_prefill.h", r"r < 8; \+\+r\) ::aie::store_v\(out",
+     "r < 7; ++r) ::aie::store_v(out"),
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"for \(int j = visible_keys\(q_last, k_pos0\);",
+     "for (int j = visible_keys(q_last, k_pos0) + 1;"),
     ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"d < kHd; d \+= kDotLanes\)\n          dot",
      "d < kHd - kDotLanes; d += kDotLanes)\n          dot"),
     # the sliding window one key too wide (prefill and decode; Gemma 3's local layers, head_dim 256)
-    ("attnp_hd64_q32_k32_w40.o", "attention.cc", r"q_pos - kWindow \+ 1 - k_pos0", "q_pos - kWindow - k_pos0"),
+    ("attnp_hd64_q32_k32_n8_w40.o", "attention.cc", r"q_pos - kWindow \+ 1 - k_pos0", "q_pos - kWindow - k_pos0"),
     ("attnd_hd256_q4_k16_n2_w24_s128.o", "attention.cc", r"q_pos - kWindow \+ 1 - k_pos0",
      "q_pos - kWindow - k_pos0"),
     ("geglu_n256.o", "geglu.cc", r"i < GEGLU_N; i \+= kLanes\) \{\n    const Vb g",
@@ -108,7 +121,11 @@ def _mutant(tmp_path, obj, source, pattern, repl) -> aie_host.AieHostLibrary:
     assert n >= 1, f"{source}: the loop bound {pattern!r} is gone; update the mutation"
     path = tmp_path / source
     path.write_text(mutated)
-    return aie_host.load(runs.kernel_of(obj), source=path)
+    kernel = runs.kernel_of(obj)
+    if source != kernel.source:   # a header the kernel's source includes: "..." finds the mutated copy beside it
+        path = tmp_path / kernel.source
+        path.write_text((SOURCE_DIR / kernel.source).read_text())
+    return aie_host.load(kernel, source=path)
 
 
 @pytest.mark.parametrize("obj,source,pattern,repl", MUTATIONS, ids=[f"{m[1]}:{m[0]}" for m in MUTATIONS])

@@ -166,10 +166,10 @@ def test_prefill_wrong_item_half_is_caught():
 def test_prefill_wrong_q_slice_is_caught():
     shape = (64, 64, 4, 2, 32)
     p = planner.plan_attention(*shape)
-    assert p.q_per_item == 2 and p.lq == 16
+    assert p.lq == p.lk == 16 and p.herd_x == 4 and p.q_items_per_head == 2
     text = attention.build(*shape)
-    # the second feed carries the first query block's rows again (its row offset lq dropped): the odd query
-    # blocks attend with the even blocks' queries
+    # the second feed carries the first lk rows of each Q chunk again (its row offset lk dropped): half of the
+    # interleaved 8-row blocks attend with the wrong queries
     mutated = _sub(text, r"(air\.channel\.put @attn_fv\[%c0, %c0\] \(%la\[%\w+, %\w+, )%c16\b",
                    lambda m: m.group(1) + "%c0")
     _mutated_fails(shape, 0, text, mutated)
@@ -178,8 +178,18 @@ def test_prefill_wrong_q_slice_is_caught():
 def test_prefill_wrong_q_capture_slot_is_caught():
     shape = (64, 64, 4, 2, 32)
     text = attention.build(*shape)
-    # a core takes the half of its Q item by its head (ty) instead of its query block (tx)
-    mutated = _sub(text, r"arith\.remui %tx,", "arith.remui %ty,")
+    # a core keeps the Q blocks of its head's first core (slot without its tx: the interleave lost)
+    mutated = _sub(text, r"(%t_\d+) = arith\.addi (%t_\d+), %tx : index", lambda m: f"{m.group(1)} = arith.addi "
+                   f"{m.group(2)}, %c0_1 : index")
+    _mutated_fails(shape, 0, text, mutated)
+
+
+def test_prefill_unblocked_items_are_caught():
+    shape = (64, 64, 4, 2, 32)
+    text = attention.build(*shape)
+    # the memory tile writes the K/Q rows of the first feed unblocked: the kernel reads rows as 8x8 blocks
+    mutated = _sub(text, r"(air\.channel\.get @attn_fk\[%c0_1, %c0_1\] \(%item_l2)\[[^]]*\] \[[^]]*\] \[[^]]*\]",
+                   lambda m: m.group(1) + "[] [] []")
     _mutated_fails(shape, 0, text, mutated)
 
 
@@ -204,10 +214,10 @@ def test_prefill_wrong_drain_column_is_caught():
 def test_prefill_wrong_drain_row_is_caught():
     shape = (64, 64, 4, 2, 32)
     text = attention.build(*shape)
-    # query block 1's L2 buffer is written over block 0's rows of o
-    rows = re.findall(r"air\.dma_memcpy_nd \(%sa_4\[(%\w+), ", text)
+    # query block 1's L2 buffer is written over block 0's rows of o (its interleaved row offset 8 dropped)
+    rows = re.findall(r"air\.dma_memcpy_nd \(%sa_4\[%\w+, (%\w+), ", text)
     assert len(rows) == planner.plan_attention(*shape).herd_x
-    mutated = _sub(text, rf"(air\.dma_memcpy_nd \(%sa_4\[){re.escape(rows[1])}\b", lambda m: m.group(1) + rows[0])
+    mutated = _sub(text, rf"(air\.dma_memcpy_nd \(%sa_4\[%\w+, ){re.escape(rows[1])}\b", lambda m: m.group(1) + rows[0])
     _mutated_fails(shape, 0, text, mutated)
 
 
@@ -326,16 +336,16 @@ def _mmul_macs(text: str) -> int:
 
 @pytest.mark.parametrize("shape", [(2048, 2048, 32, 8, 64), (256, 1024, 32, 8, 64), (64, 64, 9, 3, 64)])
 def test_hw_model_charges_the_tiles_the_cores_compute(shape):
-    """The prefill cores skip K/V tiles (and 4-row blocks) past the causal bound; the model evaluates each
+    """The prefill cores skip K/V tiles (and 8-row blocks) past the causal bound; the model evaluates each
     item call's operands (tile index, query position at the top of the position's llama_npu.range) and
     charges the busiest core per item: the plan's busiest_blocks. Without the range (the position unknown)
     every item is a full tile, the Q items included - what the model charged before."""
     p = planner.plan_attention(*shape)
     text = attention.build(*shape)
-    per_block = 2 * 4 * p.lk * p.head_dim
+    per_block = 2 * 8 * p.lk * p.head_dim
     assert _mmul_macs(text) == p.busiest_blocks() * per_block
     unknown = _sub(text, r" \{llama_npu\.range = \[\d+, \d+\]\}", "")
-    full = p.iterations * p.steps * (p.lq // 4) * per_block
+    full = p.iterations * p.steps * (p.lq // 8) * per_block
     assert _mmul_macs(unknown) == full
     # causal: at most about half the full work (plus the diagonal tiles) at the top position of the window
     assert p.busiest_blocks() * per_block < (0.75 if shape[0] == shape[1] and shape[0] >= 256 else 1.0) * full

@@ -23,12 +23,12 @@ from kernel_builder.attention import external as attention_ext
 from kernel_builder.attention.external import attention_model
 from kernel_builder.numerics import BF16, to_bf16
 
-PREFILL = [(64, 64, 32), (64, 32, 32), (128, 16, 16), (128, 24, 16)]   # head_dim, lq, lk (lk <= lq <= 2 lk)
+PREFILL = [(64, 64, 32, 1), (64, 32, 32, 2), (128, 16, 16, 4), (128, 24, 16, 2)]   # head_dim, lq, lk, qcycle
 DECODE = [(64, 4, 32, 4), (32, 3, 16, 2)]        # head_dim, group rows, lk, parts
 
 
 def _kernels():
-    return ([attention_ext.attention_prefill_kernels(*c) for c in PREFILL]
+    return ([attention_ext.attention_prefill_kernels(*c[:3], qcycle=c[3]) for c in PREFILL]
             + [attention_ext.attention_decode_kernels(*c) for c in DECODE])
 
 
@@ -78,70 +78,104 @@ def _assert_close(got, want, what):
     assert np.all(err <= bound), f"{what}: max err {err.max()}"
 
 
-class Prefill:
-    """One core's schedule: init, the Q items of the cores sharing the stream, then the K/V items of the window.
-    A Q item is two lk-row halves: when lq == lk each half is one core's tile (two tiles per item), else one
-    tile per item (rows [0, lk) then rows [lq - lk, lq)); a core's slot = 2 * item + half."""
+def _block(x: np.ndarray) -> np.ndarray:
+    """[rows, cols] -> 8x8 blocks, each row-major (the L1 layout the builder's memory-tile put makes)."""
+    r, c = x.shape
+    return np.ascontiguousarray(x.reshape(r // 8, 8, c // 8, 8).transpose(0, 2, 1, 3)).reshape(r, c)
 
-    def __init__(self, lib, hd, lq, lk):
-        ks = attention_ext.attention_prefill_kernels(hd, lq, lk)
-        self.hd, self.lq, self.lk = hd, lq, lk
+
+class Prefill:
+    """One core's schedule (kernel_builder/attention/builder.py): init, the Q stream (each head's qcycle * lq rows of
+    the round, padded to whole items of 2 lk rows, head-major), then the K/V items of the window; every item
+    8x8-blocked. Core (x, y) keeps head y's 8-row blocks x, x + qcycle, ...: slot = y * (blocks per head) + x."""
+
+    def __init__(self, lib, hd, lq, lk, qcycle):
+        ks = attention_ext.attention_prefill_kernels(hd, lq, lk, qcycle=qcycle)
+        self.hd, self.lq, self.lk, self.qcycle = hd, lq, lk, qcycle
         self.init, self.item, self.finish = _fn(lib, ks.init.symbol, 2), _fn(lib, ks.update.symbol, 3, 4), \
             _fn(lib, ks.out.symbol, 2)
 
-    def q_items(self, tiles):
-        lq, lk = self.lq, self.lk
-        if lq == lk:   # two tiles per item (a zero half pads an odd count)
-            tiles = list(tiles) + [np.zeros_like(tiles[0])] * (len(tiles) % 2)
-            return [np.ascontiguousarray(np.concatenate(tiles[i:i + 2])) for i in range(0, len(tiles), 2)]
-        return [np.ascontiguousarray(np.concatenate([t[:lk], t[lq - lk:]])) for t in tiles]
+    def rows_of(self, x):
+        """The round's rows core x computes (its interleaved 8-row blocks)."""
+        return np.array([(x + i * self.qcycle) * 8 + r for i in range(self.lq // 8) for r in range(8)])
 
-    def slot(self, core):
-        return core if self.lq == self.lk else 2 * core
+    def q_items(self, span):
+        hd, lk = self.hd, self.lk
+        per_head = -(-len(span) // (2 * lk))
+        pad = np.zeros((per_head * 2 * lk - len(span), hd), BF16)
+        stream = np.concatenate([np.concatenate([span[:, y * hd:(y + 1) * hd], pad])
+                                 for y in range(span.shape[1] // hd)])
+        return [_block(stream[i:i + 2 * lk]) for i in range(0, len(stream), 2 * lk)], per_head * 2 * lk // 8
 
-    def run(self, q_tiles, core, k, v, q_pos0, state=None, q=None):
-        """q_tiles: the Q tiles of the cores sharing the stream; this core is number `core`. state/q: reuse the
-        buffers of an earlier query block (finish empties the state) instead of a fresh init."""
+    def run(self, span, x, y, k, v, pos, state=None, q=None):
+        """span: the round's Q rows [qcycle * lq, heads * hd] at pos; this core is (x, y). state/q: reuse the
+        buffers of an earlier round (finish empties the state) instead of a fresh init."""
         hd, lq, lk = self.hd, self.lq, self.lk
         if state is None:
             state, q = np.empty(lq * (hd + 2), np.float32), np.empty((lq, hd), BF16)
             self.init(_ptr(state), _ptr(q))
-        items = self.q_items(q_tiles)
-        n_q = len(items)
+        items, per_head = self.q_items(span)
+        n_q, slot, q_pos0 = len(items), y * per_head + x, pos + 8 * x
         for t, it in enumerate(items):
-            self.item(_ptr(it), _ptr(q), _ptr(state), t, n_q, self.slot(core), q_pos0)
+            self.item(_ptr(it), _ptr(q), _ptr(state), t, n_q, slot, q_pos0)
         for t in range(k.shape[0] // lk):
-            it = np.ascontiguousarray(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
-            self.item(_ptr(it), _ptr(q), _ptr(state), n_q + t, n_q, self.slot(core), q_pos0)
+            it = _block(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
+            self.item(_ptr(it), _ptr(q), _ptr(state), n_q + t, n_q, slot, q_pos0)
         self.finish(_ptr(state), _ptr(q))
         return q.copy(), state, q
 
 
-@pytest.mark.parametrize("cfg", PREFILL, ids=lambda c: f"hd{c[0]}_q{c[1]}_k{c[2]}")
+@pytest.mark.parametrize("cfg", PREFILL, ids=lambda c: f"hd{c[0]}_q{c[1]}_k{c[2]}_n{c[3]}")
 @pytest.mark.parametrize("pos", [0, 40, 77])
 def test_prefill_schedule_matches_reference(lib, rng, cfg, pos):
-    """Three cores share a stream; each one's output is the reference's rows for its head. Query blocks
-    follow each other on the same buffers (finish leaves an empty state). Keys past the last query hold
-    NaN/inf (a KV window beyond the chunk): never read."""
+    """qcycle interleaved cores x three heads share a stream; each one's output is the reference's rows for its
+    blocks and head. Rounds follow each other on the same buffers (finish leaves an empty state). Keys past the
+    last query hold NaN/inf (a KV window beyond the chunk): never read."""
     p = Prefill(lib, *cfg)
-    hd, lq = p.hd, p.lq
-    rows, heads = 2 * lq, 3
-    window = -(-(8 * p.lk + 2 * lq + pos) // p.lk) * p.lk
+    hd, lq, span = p.hd, p.lq, p.qcycle * p.lq
+    rows, heads = 2 * span, 3
+    window = -(-(8 * p.lk + rows + pos) // p.lk) * p.lk
     q = _rand(rng, (rows, heads * hd), 1.5)
     k, v = _rand(rng, (window, hd), 1.5), _rand(rng, (window, hd))
     k[pos + rows:], v[pos + rows:] = np.inf, np.nan
     want = ref.attention(q, k, v, pos, rows=rows, kv_rows=window, heads=heads, kv_heads=1, head_dim=hd)
-    for h in range(heads):
-        state = buf = None
-        for qb in range(rows // lq):
-            tiles = [q[qb * lq:(qb + 1) * lq, y * hd:(y + 1) * hd] for y in range(heads)]
-            got, state, buf = p.run(tiles, h, k, v, pos + qb * lq, state, buf)
-            _assert_close(got, want[qb * lq:(qb + 1) * lq, h * hd:(h + 1) * hd], f"pos {pos} block {qb} head {h}")
+    for y in range(heads):
+        for x in range(p.qcycle):
+            state = buf = None
+            for rd in range(2):
+                got, state, buf = p.run(q[rd * span:(rd + 1) * span], x, y, k, v, pos + rd * span, state, buf)
+                rows_x = rd * span + p.rows_of(x)
+                _assert_close(got, want[rows_x, y * hd:(y + 1) * hd], f"pos {pos} round {rd} core {x} head {y}")
+
+
+def test_numpy_model_agrees_with_compiled_prefill(lib, rng):
+    """The interpreter's model of the prefill item (blocked items, interleaved blocks) gives the compiled state."""
+    hd, lq, lk, qcycle = PREFILL[1]
+    p = Prefill(lib, hd, lq, lk, qcycle)
+    span, pos = qcycle * lq, 21
+    window = -(-(span + pos) // lk) * lk
+    q = _rand(rng, (span, 2 * hd), 1.5)
+    k, v = _rand(rng, (window, hd), 1.5), _rand(rng, (window, hd))
+    _, state, _ = p.run(q, 1, 1, k, v, pos)   # finish empties the state: compare the output instead
+    init, item, finish = (attention_model("p", part, hd, lq, lk, qcycle) for part in ("init", "item", "finish"))
+    st, qb = _Buf(np.empty(lq * (hd + 2), np.float32), "f32"), _Buf(np.empty(lq * hd, BF16), "bf16")
+    init(st, qb)
+    items, per_head = p.q_items(q)
+    for t, it in enumerate(items):
+        item(_Buf(it.copy(), "bf16"), qb, st, t, len(items), per_head + 1, pos + 8)
+    for t in range(window // lk):
+        it = _block(np.concatenate([k[t * lk:(t + 1) * lk], v[t * lk:(t + 1) * lk]]))
+        item(_Buf(it, "bf16"), qb, st, len(items) + t, len(items), per_head + 1, pos + 8)
+    out = _Buf(np.empty(lq * hd, BF16), "bf16")
+    finish(st, out)
+    got, _, _ = p.run(q, 1, 1, k, v, pos)
+    ulps = np.abs(out.data.view(np.int16).astype(np.int32) - got.reshape(-1).view(np.int16).astype(np.int32))
+    assert ulps.max() <= 1 and np.mean(ulps == 0) > 0.95
 
 
 def test_prefill_init_and_finish_leave_an_empty_state(lib, rng):
-    hd, lq, lk = PREFILL[0]
-    p = Prefill(lib, hd, lq, lk)
+    p = Prefill(lib, *PREFILL[0])
+    hd, lq, lk = p.hd, p.lq, p.lk
     state, q = np.full(lq * (hd + 2), 7.0, np.float32), _rand(rng, (lq, hd))
     p.init(_ptr(state), _ptr(q))
     empty = state.copy()
@@ -158,8 +192,8 @@ def test_prefill_init_and_finish_leave_an_empty_state(lib, rng):
 
 
 def test_prefill_tile_past_the_queries_leaves_state_unchanged(lib, rng):
-    hd, lq, lk = PREFILL[0]
-    p = Prefill(lib, hd, lq, lk)
+    p = Prefill(lib, *PREFILL[0])
+    hd, lq, lk = p.hd, p.lq, p.lk
     state, q = np.empty(lq * (hd + 2), np.float32), np.empty((lq, hd), BF16)
     p.init(_ptr(state), _ptr(q))
     q[:] = _rand(rng, (lq, hd))

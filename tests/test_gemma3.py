@@ -304,7 +304,8 @@ def test_gemma3_1b_widths_pass_the_verify_gate(tmp_path_factory, capsys, kernel_
 # The objects of Gemma's own kernel variants the Gemma-3-1B-width modules link (buckets 64, context 1024; the rest
 # are the Llama kernels' objects at other shapes): their AIE2P paths on the host aie_api against the reference
 GEMMA3_1B_OBJECTS = [
-    "attnd_hd256_q4_k16_n4_w512.o", "attnp_hd256_q16_k16_w512.o", "attnd_hd256_q4_k16_n4.o", "attnp_hd256_q16_k16.o",
+    "attnd_hd256_q4_k16_n4_w512.o", "attnp_hd256_q16_k16_n4_w512.o", "attnd_hd256_q4_k16_n4.o",
+    "attnp_hd256_q16_k16_n4.o",
     "geglu_n3456.o", "geglu_n864.o", "rmsnorm_g1152_u1_o1.o", "rmsnorm_g1152_u2_o1.o", "rmsnorm_g256_u16_o1.o",
     "rmsnorm_g256_u1_o1.o", "rmsnorm_g256_u8_o1.o",
 ]

@@ -112,34 +112,17 @@ def test_compute_seam_takes_counts_by_kind():
         cost.compute_cycles({"mmul_8x8x8": 1})
 
 
-def test_emulated_mmul_charge_follows_the_kernels_compile_defines(monkeypatch):
-    """attention.cc's item is compiled without the block-float flag today: its MACs are charged at the
-    emulated rate; the same kernel with the flag in its defines is charged at the block-float mmul rate."""
+def test_attention_is_charged_at_the_block_float_rate():
+    """attention.cc's prefill item is compiled with the block-float flag (its vector path requires it: gemm.cc's
+    way): its MACs are charged at the block-float mmul rate, none at the emulated one; the decode step uses no
+    mmul."""
     from kernel_builder.attention import external as attention_ext
-    from kernel_builder.gemm import external as gemm_ext
 
-    assert ec.bfp16_mmul(gemm_ext.gemm_kernels(64, 64, 64).mac.defines)
-    sym = "attnp_item_bf16_hd64_q64_k64"
-    c, m = ec.external_cost(sym)
-    plain = c.work(m, [])
-    assert plain.emulated_mmul_macs > 0 and plain.mmul_macs == 0
-    orig = attention_ext.attention_prefill_kernels
-
-    def flagged(hd, lq, lk, *variant):      # variant: the sliding window and scale dimension
-        k = orig(hd, lq, lk, *variant)
-        upd = dataclasses.replace(k.update, defines=k.update.defines + ((ec.BFP16_FLAG, "1"),))
-        return k._replace(update=upd)
-
-    monkeypatch.setattr(attention_ext, "attention_prefill_kernels", flagged)
-    attention_ext._attn_prefill_defines.cache_clear()
-    try:
-        fast = c.work(m, [])
-    finally:
-        attention_ext._attn_prefill_defines.cache_clear()
-    assert fast.counts["mmul_bfp16_8x8x8"] == plain.counts["mmul_bf16_4x8x8_emulated"] > 0
-    assert not fast.emulated_mmul_macs
-    for p in all_scenarios().values():   # the emulation's shuffles and broadcasts cost cycles the flag saves
-        assert cost.compute_cycles(fast.counts, p) < 0.7 * cost.compute_cycles(plain.counts, p)
+    assert ec.bfp16_mmul(attention_ext.attention_prefill_kernels(64, 64, 32, qcycle=8).update.defines)
+    c, m = ec.external_cost("attnp_item_bf16_hd64_q64_k32_n8")
+    w = c.work(m, [])
+    assert w.mmul_macs == 2 * 64 * 32 * 64 and not w.emulated_mmul_macs
+    assert w.counts["mmul_bfp16_8x8x8"] * 512 == w.mmul_macs
 
 
 def test_bench_prints_like_for_like_figures(capsys):

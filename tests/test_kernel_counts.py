@@ -36,7 +36,7 @@ def recorded_calls(obj: str, lib=None, pos=None) -> list[tuple[str, list, dict]]
         if pos is not None and name == "attention":
             mode, hd, lq, lk, n, window, scale_dim = params
             if mode == "p":
-                runs._prefill(lib, rng, hd, lq, lk, pos=pos, window=window, scale_dim=scale_dim)
+                runs._prefill(lib, rng, hd, lq, lk, n, pos=pos, window=window, scale_dim=scale_dim)
             else:
                 runs._decode(lib, rng, hd, lq, lk, n, pos=pos, window=window, scale_dim=scale_dim)
         else:
@@ -79,7 +79,7 @@ def test_descriptor_counts_equal_host_counts(obj):
     _check(obj, calls)
 
 
-@pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32.o", "attnp_hd128_q16_k16.o", "attnp_hd64_q64_k64.o",
+@pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32_n8.o", "attnp_hd128_q16_k16_n4.o", "attnp_hd64_q64_k32_n8.o",
                                  "attnd_hd64_q3_k64_n4.o", "attnd_hd128_q3_k32_n4.o", "attnd_hd64_q3_k64_n4_w100.o",
                                  "attnd_hd64_q4_k16_n2_w24.o"])
 def test_attention_counts_at_causal_edges(obj):
@@ -90,14 +90,3 @@ def test_attention_counts_at_causal_edges(obj):
     extra = (window + 7, window + 16, window + lk, 2 * window + 3) if window else ()
     for pos in (0, 1, lk - 1, lk + 1, 3 * lk - 5, *extra):
         _check(f"{obj} pos {pos}", recorded_calls(obj, pos=pos % (2 * lk * n) if mode == "d" else pos))
-
-
-def test_block_float_attention_counts():
-    """The descriptor's mmul path follows the compile flag: attention built with it counts block-float MACs."""
-    obj = "attnp_hd64_q32_k32.o"
-    lib = aie_host.load(runs.kernel_of(obj), defines=("-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1",))
-    from kernel_builder.attention import counts as ac
-    for symbol, ops, host in recorded_calls(obj, lib):
-        if "_item_" in symbol:
-            got = ac.prefill_item(64, 32, 32, *ops[3:7], block_float=True).host()
-            assert got == {k: v for k, v in host.items() if v}, symbol

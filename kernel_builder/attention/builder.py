@@ -14,15 +14,16 @@ reads to count the tiles the cores compute (docs/hardware-model.md).
 
 Prefill: a herd of herd_x query blocks x herd_y query heads of the kv head's group, up to all 32 cores. Launch
 grid [kv heads, rounds, head passes]; per launch iteration
-  - launch level: two feed channels (@attn_fk, @attn_fv: one shim stream each) get one put of the Q tiles of
-    every core (q_per_item per item; the pad item when the item count would be odd) and one put of the whole
-    K (V) window of the kv head, straight from L3;
+  - launch level: two feed channels (@attn_fk, @attn_fv: one shim stream each) get one put of the round's Q
+    stream (its herd_x * lq rows of each of the herd_y heads, head-major; the pad item when the item count
+    would be odd) and one put of the whole K (V) window of the kv head, straight from L3;
   - segment: pos L3 -> @attn_pos (broadcast from the shim); one uniform loop of q_items + kv_tiles items: two gets
-    (K rows / V rows, or Q tiles) into an L2 item, one put on @attn_in (broadcast to every core); then per
-    query block x, the herd_y output tiles from @attn_o[x, y] side by side into one L2 buffer, written to o
-    with ONE DMA (the memory-tile drain of mlir-air's GEMM and flash attention);
-  - herd: init; per item: the Q tile kept by core `slot`, else an online-softmax update; finish; the output tile
-    put on @attn_o.
+    (K rows / V rows, or Q rows) that write them 8x8-blocked (for the block-float kernel) into an L2 item, one put
+    on @attn_in (broadcast to every core); then per query block x, the herd_y output tiles from @attn_o[x, y] side
+    by side into one L2 buffer, written to o with ONE DMA (the memory-tile drain of mlir-air's GEMM and flash
+    attention);
+  - herd: init; per item: core (x, y) keeps its head's 8-row Q blocks x, x + herd_x, ... (interleaved: the causal
+    work is balanced among the cores), else an online-softmax update; finish; the output tile put on @attn_o.
 Decode: herd_x splits of the window x herd_y kv heads, and a merge herd [1, herd_y]; launch grid
 [kv heads / herd_y]. Per K/V tile step the segment DMAs, per split x, the K and V rows of the herd_y kv heads
 and their groups' query rows into one L2 item and puts each core (x, y) its kv head's columns on
@@ -90,9 +91,9 @@ def _i32(b, v: str) -> str:
 def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
-    X, Y, G, per = p.herd_x, p.herd_y, p.group, p.q_per_item
+    X, Y, G = p.herd_x, p.herd_y, p.group
     qw, kw = p.heads * hd, p.kv_heads * hd
-    ext = attention_prefill_kernels(hd, lq, lk, p.window, scale_dim)
+    ext = attention_prefill_kernels(hd, lq, lk, p.window, scale_dim, p.qcycle)
     mod, types, la = _module(p, scale_dim)
     q_ty, kv_ty = types[0], types[1]
     item_ty, qt_ty = memref([ir, hd], "bf16", L1), memref([lq, hd], "bf16", L1)
@@ -100,32 +101,33 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     mod.declare(ext.init.symbol, ext.obj, [st_ty, qt_ty])
     mod.declare(ext.update.symbol, ext.obj, [item_ty, qt_ty, st_ty, "i32", "i32", "i32", "i32"])
     mod.declare(ext.out.symbol, ext.obj, [st_ty, qt_ty])
-    ch_fk = mod.channel("attn_fk", [1, 1])             # feed of item rows [0, lk): Q tiles, then K
-    ch_fv = mod.channel("attn_fv", [1, 1])             # ... of item rows [lk, 2lk): Q tiles, then V
+    ch_fk = mod.channel("attn_fk", [1, 1])             # feed of item rows [0, lk): the Q stream, then K
+    ch_fv = mod.channel("attn_fv", [1, 1])             # ... of item rows [lk, 2lk): the Q stream, then V
     ch_pos = mod.channel("attn_pos", [1, 1], [X, Y])
     ch_in = mod.channel("attn_in", [1, 1], [X, Y])     # the item stream reaches every core
     ch_o = mod.channel("attn_o", [X, Y])               # core (x, y)'s output tile -> query block x's L2 buffer
 
     # ---- launch (iteration = kv head g, round rd, head pass hs): on each feed channel (one shim stream each),
-    # one put of the Q tiles of every core and one put of the whole K (V) window; the segment's gets take
-    # them an item half at a time. No loops here: each put is one shim BD (air-opt-shim-dma-bds folds a loop
-    # into a BD only when the loop variable is an offset by itself).
+    # one put of the round's Q stream and one put of the whole K (V) window; the segment's gets take them an
+    # item half at a time. The Q stream is the round's X*lq rows of each of the Y heads, head-major: item rows
+    # [0, lk) of every item on feed k, [lk, 2lk) on feed v (X*lq is a multiple of 2lk: the plan). No loops here:
+    # each put is one shim BD (air-opt-shim-dma-bds folds a loop into a BD only when the loop variable is an
+    # offset by itself).
     rl = la.body
     q, k, v, pos, o = la.args
     g, rd, hs = la.ids
     head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # the query head of core y = 0
-    if per == 2:   # item i*Y + y: half 0 = block 2i's tile (feed k), half 1 = block 2i + 1's (feed v)
-        pair0 = rl.muli(rd, X // 2)                      # rows (rd*X + 2i + f) * lq = (pair0 + i)*2lq + f*lq
-        q_puts = [(rl, [pair0, head0, f * lq, 0], [X // 2, Y, lq, hd], [2 * lq * qw, hd, qw, 1]) for f in (0, 1)]
-    else:          # item x*Y + y: block x's rows [0, lk) on feed k, [lq - lk, lq) on feed v
-        blk0 = rl.muli(rd, X)
-        q_puts = [(rl, [blk0, head0, f * (lq - lk), 0], [X, Y, lk, hd], [lq * qw, hd, qw, 1]) for f in (0, 1)]
-    n_real = X * Y // per
-    for (b, offs, sizes, strides), ch, src in zip(q_puts, (ch_fk, ch_fv), (k, v)):
-        b.channel_put(ch, [0, 0], q, q_ty, (offs, sizes, strides))
-        if p.q_items > n_real:   # the pad item (no core keeps it): the item loops get an even trip count
-            b.channel_put(ch, [0, 0], q, q_ty, (offs, [1, 1] + sizes[2:], strides))
-        b.channel_put(ch, [0, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
+    per_head = p.q_items_per_head
+    for f, ch, src in ((0, ch_fk, k), (1, ch_fv, v)):
+        if X * lq == lk:   # one item per head: both halves carry the head's rows (the second is never kept)
+            offs, sizes, strides = [head0, rd, 0, 0], [Y, 1, lk, hd], [hd, lk * qw, qw, 1]
+        else:
+            offs, sizes, strides = [head0, rl.muli(rd, per_head), f * lk, 0], [Y, per_head, lk, hd], \
+                [hd, 2 * lk * qw, qw, 1]
+        rl.channel_put(ch, [0, 0], q, q_ty, (offs, sizes, strides))
+        if p.q_items > Y * per_head:   # the pad item (no core keeps it): the item loops get an even trip count
+            rl.channel_put(ch, [0, 0], q, q_ty, (offs, [1, 1] + sizes[2:], strides))
+        rl.channel_put(ch, [0, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
 
     # ---- segment: one uniform item loop: both halves from the feeds into one L2 item, one broadcast put
     seg = _segment(la, types)
@@ -135,8 +137,12 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     item2_ty = memref([ir, hd], "bf16", L2)
     sl, _ = s.for_(0, p.steps, 1, "t")
     it2 = sl.alloc("item_l2", item2_ty)
-    sl.channel_get(ch_fk, [0, 0], it2, item2_ty, ([0, 0], [lk, hd], [hd, 1]))
-    sl.channel_get(ch_fv, [0, 0], it2, item2_ty, ([lk, 0], [lk, hd], [hd, 1]))
+    # the memory tile writes each incoming half 8x8-blocked into the item ([2lk/8][hd/8][8][8], each block
+    # row-major: the layout attention.cc's block-float path reads; as mlir-air's npu2 attention blocks K and V by
+    # DMA): row r, column c of the half at (r/8)*8hd + (c/8)*64 + (r%8)*8 + c%8. (The same blocking on the
+    # broadcast put's side made air-to-aie run for hours at 96 items per loop.)
+    for ch, r0 in ((ch_fk, 0), (ch_fv, lk)):
+        sl.channel_get(ch, [0, 0], it2, item2_ty, ([r0 // 8, 0, 0, 0], [lk // 8, 8, hd // 8, 8], [8 * hd, 8, 64, 1]))
     sl.channel_put(ch_in, [0, 0], it2, item2_ty, None)
     sl.dealloc(it2, item2_ty)
     # ---- herd: per launch iteration, Q capture, the window's tiles, finish, the output tile to L2
@@ -145,18 +151,14 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     tx, ty = h.ids
     (hrd,) = h.args
     pos_i32 = _receive_position(hb, ch_pos, tx, ty, p)
-    if per == 2:   # core (x, y) keeps half x % 2 of item (x / 2)*Y + y: slot = 2*item + half
-        pair = hb.value("t", f"arith.divui {tx}, {hb.idx(2)} : index")
-        half = hb.value("t", f"arith.remui {tx}, {hb.idx(2)} : index")
-        slot = _i32(hb, hb.addi(hb.muli(hb.addi(hb.muli(pair, Y), ty), 2), half))
-    else:          # core (x, y) keeps item x*Y + y, from half 0
-        slot = _i32(hb, hb.muli(hb.addi(hb.muli(tx, Y), ty), 2))
+    # core (x, y) keeps the Q stream's 8-row blocks y*(per_head*2lk/8) + x + i*X (head y's rows, every X-th block)
+    slot = _i32(hb, hb.addi(hb.muli(ty, p.q_items_per_head * 2 * lk // 8), tx))
     n_q = hb.i32(p.q_items)
     # the Q/output tile and the state live outside the item loop (the only loop aircc should ping-pong)
     qt, st = hb.alloc("q_l1", qt_ty), hb.alloc("state_l1", st_ty)
     hb.call(ext.init.symbol, [(st, st_ty), (qt, qt_ty)])
-    qb = hb.addi(hb.muli(hrd, X), tx)                    # this core's query block
-    q_pos0 = hb.value("i", f"arith.addi {pos_i32}, {_i32(hb, hb.muli(qb, lq))} : i32")
+    first_row = hb.addi(hb.muli(hrd, X * lq), hb.muli(tx, 8))   # this core's first row in the chunk
+    q_pos0 = hb.value("i", f"arith.addi {pos_i32}, {_i32(hb, first_row)} : i32")
     il, it = hb.for_(0, p.steps, 1, "t")
     item = il.alloc("item_l1", item_ty)
     il.channel_get(ch_in, [tx, ty], item, item_ty, None)
@@ -169,7 +171,7 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     hb.dealloc(st, st_ty)
 
     # ---- segment, after the herd: per query block x, its herd_y output tiles side by side in one L2 buffer, then
-    # ONE DMA to o (the memory-tile drain of kernels/gemm.py)
+    # ONE DMA to o (the memory-tile drain of kernels/gemm.py): its row blocks go to rows rd*X*lq + (x + i*X)*8
     out2_ty = memref([lq, Y * hd], "bf16", L2)
     shead0 = s.addi(s.muli(sg, G), s.muli(shs, Y))
     for x in range(X):
@@ -178,8 +180,9 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
             # tile y at columns y*hd: a 3-d pattern whose stepping dimension (stride hd) is no dimension of the
             # buffer, so air-split-l2-memref does not cut the buffer into herd_y pieces with an L3 write each
             s.channel_get(ch_o, [x, y], o2, out2_ty, ([0, y, 0], [lq, 1, hd], [Y * hd, hd, 1]))
-        row = s.muli(s.addi(s.muli(srd, X), x), lq)
-        s.dma(so, q_ty, ([row, s.muli(shead0, hd)], [lq, Y * hd], [qw, 1]), o2, out2_ty, None)
+        blk0 = s.muli(srd, lq // 8)                      # rd*X*lq rows = (rd*lq/8) strides of 8X rows
+        s.dma(so, q_ty, ([blk0, 8 * x, s.muli(shead0, hd)], [lq // 8, 8, Y * hd], [8 * X * qw, qw, 1]),
+              o2, out2_ty, None)
         s.dealloc(o2, out2_ty)
     return mod.text()
 

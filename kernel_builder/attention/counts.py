@@ -19,13 +19,6 @@ def visible_keys(q_pos: int, k_pos0: int, lk: int) -> int:
     return max(0, min(lk, q_pos - k_pos0 + 1))
 
 
-def _mmul(block_float: bool) -> Counts:
-    """One mmul<4, 8, 8> mul/mac step (docs/aie-api-host.md, "Counts")."""
-    if block_float:
-        return Counts(mmul_bfp16_8x8x8=1, bfp16_convert=2, shuffle=1, vconvert=2)
-    return Counts(mmul_bf16_4x8x8_emulated=1, shuffle=9, broadcast=16, vmac_bf16=8)
-
-
 def _vsub() -> Counts:          # vsub / vadd: both operands widened, one accumulator add, back to f32
     return conv(3) + add_acc()
 
@@ -77,43 +70,85 @@ def prefill_init(hd: int, lq: int) -> Counts:
     return _reset_state(lq, hd) + store(DOT, 2) * (lq * hd // DOT)
 
 
+BLK = 64   # elements of an 8x8 block
+
+
+def _to_bfp() -> Counts:        # a bf16 8x8 block loaded, widened, converted to bfp16ebs8
+    return load(BLK, 2) + Counts(vconvert=1, bfp16_convert=1)
+
+
+def q_blocks_taken(lk: int, lq: int, t: int, slot: int, qcycle: int) -> int:
+    """Row blocks of Q item t that the core whose first block is stream block `slot` keeps."""
+    taken = 0
+    for u in range(2 * lk // 8):
+        d = t * (2 * lk // 8) + u - slot
+        taken += 0 <= d < (lq // 8) * qcycle and d % qcycle == 0
+    return taken
+
+
 @functools.lru_cache(maxsize=4096)
-def prefill_item(hd: int, lq: int, lk: int, t: int, n_q: int, slot: int, q_pos0: int,
-                 block_float: bool = False) -> Counts:
-    if t < n_q:   # a Q item: this core copies its tile once
-        return (load(DOT, 2) + store(DOT, 2)) * (lq * hd // DOT) if t == slot >> 1 else Counts()
+def prefill_item(hd: int, lq: int, lk: int, t: int, n_q: int, slot: int, q_pos0: int, qcycle: int = 1) -> Counts:
+    """One prefill item call (attention.cc ATTN_MODE 1, AIE2P path): a Q item copies (scaled) the row blocks it
+    holds of this core's tile; a K/V item zeroes the V rows no row sees, transposes the V blocks in place, then
+    runs each 8-row block that sees a key of the tile (`continue`s as in the kernel)."""
+    db, kb = hd // 8, lk // 8
+    if t < n_q:
+        return scalar_bf16(2) + q_blocks_taken(lk, lq, t, slot, qcycle) * db * (
+            load(BLK, 2) + vmac(BLK) * 2 + conv() + store(BLK, 2))
     k_pos0 = (t - n_q) * lk
-    if k_pos0 > q_pos0 + lq - 1:
+    step = 8 * qcycle
+    q_last = q_pos0 + (lq // 8 - 1) * step + 7
+    if k_pos0 > q_last:
         return Counts()
-    c = store(DOT, 2) * ((lk - visible_keys(q_pos0 + lq - 1, k_pos0, lk)) * (hd // DOT))   # zeroed V rows
+    c = store(8, 2) * ((lk - visible_keys(q_last, k_pos0, lk)) * db)                  # zeroed V rows
+    c += (load(BLK, 2) + Counts(shuffle=1) + store(BLK, 2)) * (kb * db)              # V^T blocks
     blocks = Counter()
-    for i0 in range(0, lq, 4):
-        if k_pos0 > q_pos0 + i0 + 3:
+    for i in range(lq // 8):
+        qp = q_pos0 + i * step
+        if k_pos0 > qp + 7:
             continue
-        blocks[tuple(visible_keys(q_pos0 + i0 + r, k_pos0, lk) for r in range(4))] += 1
+        blocks[tuple(visible_keys(qp + r, k_pos0, lk) for r in range(8))] += 1
     for vis, n in blocks.items():
-        c += n * _row_block(hd, lk, vis, block_float)
+        c += n * _row_block8(hd, lk, vis)
     return c
 
 
 @functools.lru_cache(maxsize=None)
-def _row_block(hd: int, lk: int, vis: tuple, block_float: bool) -> Counts:
-    """One 4-row block: S = Q.K^T (K blocks transposed in registers), rows that see no key zeroed, the softmax of
-    the others, acc = alpha * acc + P.V."""
-    mm = _mmul(block_float)
-    qk = (lk // 8) * ((hd // 8) * (load(8, 2) * 12 + Counts(shuffle=1) + mm) + conv() + store(8, 4) * 4)
-    pv = (hd // 8) * ((load(8, 4) + fmul(8) + conv()) * 4 + (lk // 8) * (load(8, 2) * 12 + mm) + conv()
-                      + store(8, 4) * 4)
-    return (qk + store(LANES, 2) * ((lk // LANES) * sum(v == 0 for v in vis))
-            + softmax_rows([v for v in vis if v], lk) + pv)
+def _row_block8(hd: int, lk: int, vis: tuple) -> Counts:
+    """One 8-row block: S = Q.K^T (two key blocks per converted Q block), the softmax of its rows, acc = alpha *
+    acc + P.V (two dim blocks per converted P block)."""
+    db, kb = hd // 8, lk // 8
+    scores = (kb // 2) * (db * (_to_bfp() * 3 + Counts(mmul_bfp16_8x8x8=2)) + conv(2) + store(LANES, 4) * 8)
+    pv = load(BLK, 4) + (db // 2) * ((load(BLK, 4) + fmul(BLK)) * 2 + kb * (_to_bfp() * 3 + Counts(
+        mmul_bfp16_8x8x8=2)) + (conv() + store(BLK, 4)) * 2)
+    return scores + softmax8(vis, lk) + pv
+
+
+@functools.lru_cache(maxsize=None)
+def softmax8(vis: tuple, lk: int) -> Counts:
+    """attention.cc softmax8 over 8 rows, row r seeing keys [0, vis[r]) (full causal)."""
+    c = _softmax_fixed(lk) + (Counts(broadcast=1) + store(8, 4)) * 8
+    for v in vis:
+        if v == 0:
+            c += store(8, 2) * (lk // 8)
+            continue
+        chunks = lk // LANES
+        c += load(LANES, 4) + (chunks - 1) * (Counts(vmax=1) + load(LANES, 4)) + Counts(reduce_max=1)
+        c += Counts(broadcast=1) + conv() + Counts(reduce_add=1)
+        for j in range(0, lk, LANES):
+            c += load(LANES, 4) + _vsub() + exp2(LANES) + store(8, 2) * 2 + vmac(LANES)
+            if j + LANES > v:   # the chunk holding the causal edge: masked probabilities zeroed through memory
+                c += store(LANES, 2) + scalar_bf16(LANES - max(v - j, 0)) + load(LANES, 2)
+    return c
 
 
 def prefill_finish(hd: int, lq: int) -> Counts:
     c = Counts()
-    for i0 in range(0, lq, LANES):
+    for _ in range(0, lq, LANES):
         c += load(LANES, 4) + _reciprocal16() + store(LANES, 4)
-        c += min(LANES, lq - i0) * (hd // LANES) * (load(LANES, 4) + fmul(LANES) + conv() + store(LANES, 2))
-    return c + _reset_state(lq, hd)
+    per_block = (Counts(broadcast=1) + store(8, 4)) * 8 + load(BLK, 4) + (hd // 8) * (
+        load(BLK, 4) + fmul(BLK) + conv() + store(8, 2) * 8)
+    return c + per_block * (lq // 8) + _reset_state(lq, hd)
 
 
 def first_key(q_pos: int, k_pos0: int, lk: int, window: int) -> int:

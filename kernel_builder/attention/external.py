@@ -12,7 +12,7 @@ import numpy as np
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.attention.reference import attention_scale
 from kernel_builder.attention import counts as ac
-from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, bfp16_mmul
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import F32, ModelError, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
@@ -57,9 +57,9 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0, win
     if mode == "p":
         check_multiple("attention", "lq", lq, ATTN_LQ_MULTIPLE)
         if not lk <= lq <= 2 * lk:
-            raise ValueError(f"attention: lq={lq} must lie in [lk, 2*lk] = [{lk}, {2 * lk}] (a Q tile travels in "
-                             f"one item as two lk-row halves)")
-        parts, tag = ("init", "item", "finish"), f"hd{head_dim}_q{lq}_k{lk}"
+            raise ValueError(f"attention: lq={lq} must lie in [lk, 2*lk] = [{lk}, {2 * lk}] (the planner's tiles)")
+        qcycle = n_parts or 1    # prefill: cores whose 8-row query blocks interleave (ATTN_QCYCLE)
+        parts, tag = ("init", "item", "finish"), f"hd{head_dim}_q{lq}_k{lk}" + (f"_n{qcycle}" if qcycle > 1 else "")
     else:
         check_positive("attention decode", n_parts=n_parts)
         if n_parts > ATTN_MAX_PARTS:
@@ -74,6 +74,10 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0, win
         ("ATTN_LQ", str(lq)),
         ("ATTN_LK", str(lk)),
         *((("ATTN_NPARTS", str(n_parts)),) if mode == "d" else ()),
+        # prefill: the block-float matrix path (aie_api's flag, as gemm.cc and mlir-air's attention are built; the
+        # vector path requires it) and the interleave of the herd's 8-row query blocks
+        *((("ATTN_QCYCLE", str(n_parts or 1)), ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1")) if mode == "p"
+          else ()),
         # f32 bits of 1/sqrt(head_dim) as a C hex-float literal: the C++ and the numpy reference use the same scale.
         ("ATTN_SCALE", float.hex(attention_scale(scale_dim)) + "f"),
         *((("ATTN_WINDOW", str(window)),) if window else ()),
@@ -87,15 +91,17 @@ def _attention(mode: str, head_dim: int, lq: int, lk: int, n_parts: int = 0, win
 
 
 def attention_prefill_kernels(head_dim: int, lq: int, lk: int, window: int | None = None,
-                              scale_dim: int | None = None) -> AttentionKernels:
-    """Prefill tile primitives for [lq, head_dim] query tiles and items of 2*lk rows (kernels/attention.py):
+                              scale_dim: int | None = None, qcycle: int = 1) -> AttentionKernels:
+    """Prefill tile primitives for [lq, head_dim] query tiles and 8x8-blocked items of 2*lk rows
+    (external_kernels/attention.cc; `qcycle` cores interleave their 8-row query blocks, object suffix _n<qcycle>):
 
-    init(state f32[lq*(hd+2)])
-    item(item bf16[2*lk*hd], q bf16[lq*hd], state, int32 t, int32 n_q, int32 slot, int32 q_pos0)
-        (slot = 2 * the Q item holding the core's tile + the half it starts in)
+    init(state f32[lq*(hd+2)], q bf16[lq*hd])
+    item(item bf16[2*lk*hd], q, state, int32 t, int32 n_q, int32 slot, int32 q_pos0)
+        (slot = the Q stream's block holding the core's first row block)
     finish(state, out bf16[lq*hd])
     """
-    return _attention("p", head_dim, lq, lk, 0, window, scale_dim)
+    check_positive("attention prefill", qcycle=qcycle)
+    return _attention("p", head_dim, lq, lk, qcycle, window, scale_dim)
 
 
 def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int, window: int | None = None,
@@ -139,9 +145,9 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         elif q is not None:
             raise ModelError("decode init takes (state)")
 
-    def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int):
+    def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int, qpos=None):
         acc, m, l_ = parts_of(state)
-        qpos = q_pos0 + q_step * np.arange(lq)
+        qpos = q_pos0 + q_step * np.arange(lq) if qpos is None else qpos
         vis = np.clip(qpos - k_pos0 + 1, 0, lk)                       # visible keys: a range per row
         first = np.clip(qpos - window + 1 - k_pos0, 0, lk) if window else np.zeros_like(vis)
         rows = vis > first
@@ -167,21 +173,26 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
         m[rows] = m_new[rows]
         state.written = True
 
+    qcycle = n_parts or 1                                 # prefill: the herd's interleaved 8-row blocks
+    row_pos = (np.arange(lq) // 8) * 8 * qcycle + np.arange(lq) % 8   # local row -> position - q_pos0
+
+    def unblock(x, rows):
+        """8x8-blocked [rows/8][hd/8][8][8] -> [rows, hd] (the L1 layout the builder's DMA makes)."""
+        return x.reshape(rows // 8, hd // 8, 8, 8).transpose(0, 2, 1, 3).reshape(rows, hd)
+
     def item(it, q, state, t, n_q, slot, q_pos0):
         t, n_q, slot, q_pos0 = int(t), int(n_q), int(slot), int(q_pos0)
-        data = need_memref(it, "item", 2 * lk * hd).reshape(2 * lk, hd)
-        qd = need_memref(q, "q", lq * hd).reshape(lq, hd)
-        if t < n_q:      # slot = 2 * (the item holding this core's Q tile) + (the half it starts in)
-            if t == slot >> 1:
-                half = slot & 1
-                if half and lq != lk:
-                    raise ModelError(f"attention item: slot {slot} starts a Q tile of {lq} rows in the second "
-                                     f"half of an item of 2x{lk} rows")
-                qd[:lk] = data[half * lk:half * lk + lk]          # rows [0, lk)
-                qd[lk:] = data[2 * lk - (lq - lk):]               # rows [lk, lq) (none when lq == lk)
-                q.written = True
+        data = need_memref(it, "item", 2 * lk * hd).reshape(2 * lk // 8, hd * 8)
+        qd = need_memref(q, "q", lq * hd).reshape(lq // 8, hd * 8)
+        if t < n_q:      # stream block slot + i * qcycle is this core's row block i
+            for u in range(2 * lk // 8):
+                d = t * (2 * lk // 8) + u - slot
+                if 0 <= d < (lq // 8) * qcycle and d % qcycle == 0:
+                    qd[d // qcycle] = data[u]
+                    q.written = True
             return
-        update(data[:lk], data[lk:], qd, state, q_pos0, 1, (t - n_q) * lk)
+        rows = unblock(data, 2 * lk)
+        update(rows[:lk], rows[lk:], unblock(qd, lq), state, q_pos0, 1, (t - n_q) * lk, q_pos0 + row_pos)
 
     def step(it, state, pos, k_pos0):
         data = need_memref(it, "item", (2 * lk + lq) * hd).reshape(2 * lk + lq, hd)
@@ -219,23 +230,20 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
     if (mode, part) not in table:
         raise ModelError(f"attention: no {part!r} primitive in mode {mode!r}")
     return table[(mode, part)]
-ATTN_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # query rows per bf16 mmul<4, 8, 8> block of the prefill item
+ATTN_ROW_BLOCK = NPU2.bfp16_mmul_shape[0]   # query rows per block-float mmul<8, 8, 8> block of the prefill item
 
 
-def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int, window: int = 0) -> int:
-    """Row blocks (4 query rows at q_pos0 + i) that attention.cc's prefill `item` computes against the K/V
-    tile at k_pos0 (AIE2P `update_prefill`): none when every key lies after every query of the tile (the early
-    return) or, with a sliding window, before every query's window, else the blocks whose last row sees the
-    tile's first key and whose first row's window reaches the tile (the `continue`s skip the others)."""
-    if k_pos0 > q_pos0 + lq - 1 or (window and k_pos0 + lk - 1 <= q_pos0 - window):
+def attn_prefill_blocks(lq: int, lk: int, q_pos0: int, k_pos0: int, window: int = 0, qcycle: int = 1) -> int:
+    """Row blocks (8 query rows, block i at q_pos0 + i * 8 * qcycle) that attention.cc's prefill `item` computes
+    against the K/V tile at k_pos0 (AIE2P `update_prefill`): none when every key lies after every query of the
+    tile (the early return) or, with a sliding window, before every query's window, else the blocks whose last row
+    sees the tile's first key and whose first row's window reaches the tile (the `continue`s skip the others)."""
+    step = ATTN_ROW_BLOCK * qcycle
+    last = q_pos0 + (lq // ATTN_ROW_BLOCK - 1) * step + ATTN_ROW_BLOCK - 1
+    if k_pos0 > last or (window and k_pos0 + lk - 1 <= q_pos0 - window):
         return 0
-    return sum(1 for i0 in range(0, lq, ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i0 + ATTN_ROW_BLOCK - 1
-               and not (window and k_pos0 + lk - 1 <= q_pos0 + i0 - window))
-
-
-@functools.lru_cache(maxsize=None)
-def _attn_prefill_defines(hd: int, lq: int, lk: int, window: int = 0, scale_dim: int = 0) -> tuple:
-    return attention_prefill_kernels(hd, lq, lk, window, scale_dim).update.defines
+    return sum(1 for i in range(lq // ATTN_ROW_BLOCK) if k_pos0 <= q_pos0 + i * step + ATTN_ROW_BLOCK - 1
+               and not (window and k_pos0 + lk - 1 <= q_pos0 + i * step - window))
 
 
 def _attn(m, args):
@@ -255,15 +263,13 @@ def _attn(m, args):
         return CallWork(0, 0, ac.prefill_init(hd, lq) if mode == "p" else ac._reset_state(lq, hd))
     if part == "item":
         # the counts are the full-causal ones: a sliding window's skipped tiles are not subtracted (an upper bound)
-        bf = bfp16_mmul(_attn_prefill_defines(hd, lq, lk, window, scale_dim))
         t, n_q, slot, q_pos0 = (get(i) for i in (3, 4, 5, 6))
         if t is None or n_q is None or q_pos0 is None:   # a full K/V tile, every key visible to every row
-            t, n_q, slot, q_pos0 = 1, 1, 0, lq + lk
+            t, n_q, slot, q_pos0 = 1, 1, 0, lq * n + lk
         elif slot is None:
-            slot = 2 * t if t < n_q else 0
-        c = ac.prefill_item(hd, lq, lk, t, n_q, slot, q_pos0, bf)
-        # each 4x8x8 step (emulated, or half of a block-float 8x8x8 instruction) is 256 MACs
-        return CallWork(256 * (c.get("mmul_bfp16_8x8x8", 0) + c.get("mmul_bf16_4x8x8_emulated", 0)), 0, c)
+            slot = 0
+        c = ac.prefill_item(hd, lq, lk, t, n_q, slot, q_pos0, n)
+        return CallWork(512 * c.get("mmul_bfp16_8x8x8", 0), 0, c)   # one block-float 8x8x8 = 512 MACs
     if part == "step":
         pos, k0 = get(2), get(3)
         if pos is None or k0 is None:
@@ -281,13 +287,13 @@ FAMILY = ExternalFamily("attention", "attention.cc",
                         lambda mode, hd, lq, lk, n, w=None, sd=None: _attention(mode, hd, lq, lk, n or 0, w, sd).init,
                         attention_model)
 COSTS = (
-    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+    ExternalCost("attn_init", re.compile(r"attn(p)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT), _attn,
                  DEFAULT_STACK, (0, 1), (0, 1)),
     ExternalCost("attn_init", re.compile(r"attn(d)_(init)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
                  DEFAULT_STACK, (0,), (0,)),
-    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+    ExternalCost("attn_item", re.compile(r"attn(p)_(item)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT), _attn,
                  DEFAULT_STACK, (1, 2), valued=(3, 4, 6)),
-    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)()" + _VARIANT), _attn,
+    ExternalCost("attn_finish", re.compile(r"attn(p)_(finish)_bf16_hd(\d+)_q(\d+)_k(\d+)(?:_n(\d+))?" + _VARIANT), _attn,
                  DEFAULT_STACK, (1,), (1,)),
     ExternalCost("attn_step", re.compile(r"attn(d)_(step)_bf16_hd(\d+)_q(\d+)_k(\d+)_n(\d+)" + _VARIANT), _attn,
                  DEFAULT_STACK, (1,)),

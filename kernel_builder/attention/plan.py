@@ -8,10 +8,13 @@ one memory tile per L2 buffer and the shim's DMA channels, or raises ValueError 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from kernel_builder.attention.external import (ATTN_HEAD_DIM_MULTIPLE, ATTN_LK_MULTIPLE, ATTN_LQ_MULTIPLE,
                                                ATTN_ROW_BLOCK, attn_prefill_blocks)
+from kernel_builder.attention import counts as ac
+from kernel_builder.hw import cost
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, L2_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS,
                                     check_positive, divisors_desc, kib)
@@ -25,6 +28,7 @@ MEMTILE_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memo
                                       # at most this many core streams
 N_CORES = NPU2.core_tiles
 NPU2_MEMTILES = NPU2.memtiles      # one memory tile per column
+DECODE_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # decode step: query rows per block (attention.cc ATTN_MODE 2)
 
 
 def _round_up(n: int, m: int) -> int:
@@ -36,9 +40,10 @@ class AttentionPlan:
     """Tiling of the `attention` kernel (kernel_builder/attention/builder.py) for one shape.
 
     Prefill (rows > 1): a herd of `herd_x` query blocks x `herd_y` query heads of one GQA group; all its cores
-    share ONE item stream per launch iteration (an L2 item buffer broadcast to every core), fed from L3 by two
-    channels (item rows [0, lk) and [lk, 2lk)): first the Q tiles of every core (`q_per_item` per item), then
-    the K/V tiles of the whole window of the kv head. Each core's output tile goes to its group's L2 buffer
+    share ONE item stream per launch iteration (an L2 item buffer broadcast to every core, 8x8-blocked by the
+    L2 -> L1 DMA), fed from L3 by two channels (item rows [0, lk) and [lk, 2lk)): first the Q stream (the round's
+    herd_x * lq rows of each head; core x keeps the 8-row blocks x, x + herd_x, ...: `qcycle`), then the K/V
+    tiles of the whole window of the kv head. Each core's output tile goes to its group's L2 buffer
     (one per query block x: the herd_y heads side by side), written to L3 with one DMA per launch iteration.
     Launch grid [kv heads, rounds, head passes] (the runtime loop tiling of the first two dims bounds the
     output writes in flight per shim column; head passes, usually 1, stay whole in a tile).
@@ -95,22 +100,28 @@ class AttentionPlan:
         return 1 if self.decode else self.rows // self.lq // self.herd_x
 
     @property
-    def q_per_item(self) -> int:
-        """Prefill: Q tiles per Q item. An item is two lk-row halves; when lq == lk (and the query blocks pair
-        up) each half is the Q tile of one core: the core of query block 2i on the first feed, 2i + 1 on the
-        second. Otherwise one Q tile per item (rows [0, lk) and [lq - lk, lq), overlapping when lq < 2 lk)."""
-        return 2 if not self.decode and self.lq == self.lk and self.herd_x % 2 == 0 else 1
+    def qcycle(self) -> int:
+        """Prefill: cores whose 8-row query blocks interleave (block i of core x is the round's block x + i * herd_x):
+        each K/V tile then meets nearly the same number of computing row blocks on every core (causal balance)."""
+        return 1 if self.decode else self.herd_x
 
     @property
     def q_items(self) -> int:
-        """Prefill: items carrying the Q tiles of the herd's cores, plus one pad item (a copy of the first, which
-        no core keeps) when that count + kv_tiles would be odd: the item loops then have an even trip count, so
-        aircc's ping-pong transform makes two copies of their buffers, not three (mlir-air's unroll epilogue;
-        PR #2000 later refuses odd trip counts)."""
+        """Prefill: items carrying the Q stream (the round's herd_x * lq rows of each of the herd_y heads, head-major,
+        2 lk rows per item), plus one pad item (a copy of the first, which no core keeps) when that count +
+        kv_tiles would be odd: the item loops then have an even trip count, so aircc's ping-pong transform makes
+        two copies of their buffers, not three (mlir-air's unroll epilogue; PR #2000 later refuses odd trip
+        counts)."""
         if self.decode:
             return 0
-        n = self.herd_x * self.herd_y // self.q_per_item
+        n = self.herd_y * self.q_items_per_head
         return n + (n + self.kv_tiles) % 2
+
+    @property
+    def q_items_per_head(self) -> int:
+        """Prefill: items of one head's rows in the Q stream: herd_x * lq / (2 lk), or 1 when herd_x * lq == lk (the
+        item's second half then repeats the first, which no core keeps)."""
+        return max(1, self.herd_x * self.lq // (2 * self.lk))
 
     @property
     def steps(self) -> int:
@@ -148,6 +159,9 @@ class AttentionPlan:
         out = {"items": self.item_copies * BF16 * self.item_rows * hd, "state": F32 * self.state_floats, "pos": 4}
         if not self.decode:
             out["q_out"] = BF16 * self.lq * hd   # the core's Q tile, then its output tile
+            # attention.cc's static prefill scratch: scores f32 [8][lk], probabilities bf16 [8][lk], the 8-row
+            # statistics and alpha / 1/l vectors (beyond the planner's stack reserve)
+            out["scratch"] = 48 * self.lk + 1120 + F32 * _round_up(self.lq, 16)
         return out
 
     def l1_merge_buffers(self) -> dict[str, int]:
@@ -194,23 +208,32 @@ class AttentionPlan:
         return 4
 
     # ---- modeled work (what the kernel computes; the same rule as kernel_builder.external_costs)
+    def _core_blocks(self, rd: int, x: int, t: int) -> int:
+        """Row blocks core x computes against K/V tile t in round rd, with the chunk at the last position its
+        window allows (pos = kv_rows - rows: the most work)."""
+        q0 = self.kv_rows - self.rows + rd * self.herd_x * self.lq + ATTN_ROW_BLOCK * x
+        return attn_prefill_blocks(self.lq, self.lk, q0, t * self.lk, self.window, self.qcycle)
+
     def busiest_blocks(self) -> int:
-        """Prefill: the (4 query rows x lk keys) blocks the busiest core computes over the launch, with the chunk
-        at the last position its window allows (pos = kv_rows - rows: the most work). Per launch iteration
-        every core runs one query block; the broadcast item stream moves at the pace of the slowest core, so a
-        launch iteration costs its busiest core (the last query block of the round) - summed over the
-        iterations. A tile past every query of the block is skipped, and inside a computed tile a 4-row block
-        that sees none of its keys."""
+        """Prefill: the (8 query rows x lk keys) blocks charged to the herd over the launch: all cores share the
+        broadcast item stream, which moves at the pace of its slowest consumer, so each K/V item costs the core
+        with the most computing row blocks on it - summed over the items, rounds, kv heads and head passes. A tile
+        past every query of a core's tile is skipped, and inside a computed tile an 8-row block that sees none of
+        its keys (attention.cc)."""
         if self.decode:
-            return self.iterations * self.kv_tiles * _round_up(self.lq, ATTN_ROW_BLOCK) // ATTN_ROW_BLOCK
-        pos = self.kv_rows - self.rows
-        total = 0
-        for rd in range(self.rounds):
-            qb = rd * self.herd_x + self.herd_x - 1        # the last (busiest) query block of the round
-            q0 = pos + qb * self.lq
-            total += sum(attn_prefill_blocks(self.lq, self.lk, q0, t * self.lk, self.window)
-                         for t in range(self.kv_tiles))
+            return self.iterations * self.kv_tiles * _round_up(self.lq, DECODE_ROW_BLOCK) // DECODE_ROW_BLOCK
+        total = sum(max(self._core_blocks(rd, x, t) for x in range(self.herd_x))
+                    for rd in range(self.rounds) for t in range(self.kv_tiles))
         return total * self.kv_heads * self.head_passes
+
+    def balance(self) -> float:
+        """Prefill: busiest_blocks over the blocks a core computes on average (1.0: every core equally busy on
+        every item)."""
+        if self.decode:
+            return 1.0
+        mean = sum(self._core_blocks(rd, x, t) for x in range(self.herd_x) for rd in range(self.rounds)
+                   for t in range(self.kv_tiles)) / self.herd_x * self.kv_heads * self.head_passes
+        return self.busiest_blocks() / mean if mean else 1.0
 
 
 def _attention_checks(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int) -> None:
@@ -265,21 +288,31 @@ def _prefill_plans(args, group: int, window: int = 0):
         if lq % ATTN_LQ_MULTIPLE:
             continue
         for lk in ATTN_PREFILL_LK:
-            if kv_rows % lk or not lk <= lq <= 2 * lk:   # a Q tile travels in one item: two lk-row halves
+            if kv_rows % lk or not lk <= lq <= 2 * lk:
                 continue
-            # query blocks side by side (all cores share the one item stream; one output buffer per block)
+            # query blocks side by side (all cores share the one item stream; one output buffer per block); the
+            # round's Q rows of a head fill whole items (the Q stream's puts stay one 4-d pattern per feed)
             for herd_x in divisors_desc(rows // lq, NPU2_COLS):
-                if herd_y > MEMTILE_CHANNELS:
+                if herd_y > MEMTILE_CHANNELS or ((herd_x * lq) % (2 * lk) and herd_x * lq != lk):
                     continue
                 yield AttentionPlan(*args, lq=lq, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
 
 
+@functools.lru_cache(maxsize=None)
+def _prefill_cycles(hd: int, lk: int) -> tuple[float, float]:
+    """Counted cycles (kernel_builder.hw.cost) of one fully visible 8-row block and of an item's fixed work (the
+    V blocks' transposes) of attention.cc's prefill path."""
+    block = cost.compute_cycles(ac._row_block8(hd, lk, (lk,) * ATTN_ROW_BLOCK))
+    return block, cost.compute_cycles(ac.prefill_item(hd, ATTN_ROW_BLOCK, lk, 1, 1, 0, 2 * lk)) - block
+
+
 def _work_key(p: AttentionPlan) -> tuple:
-    """Preference among fitting plans: most cores, then the least work of the busiest core - its computed
-    row blocks, each weighing its lk scores (the softmax bookkeeping and the mmuls grow with the keys) plus
-    the rescale of its 4 accumulator rows (hd / 4: a fixed cost per block, which favours long K/V tiles) -
-    then the fewest items."""
-    return (p.cores, -p.busiest_blocks() * (p.lk + p.head_dim // 4), -p.iterations * p.steps)
+    """Preference among fitting plans: most cores, then the least counted compute of the item stream (each item
+    costs its busiest core: busiest_blocks full blocks, plus every K/V item's fixed work), then the fewest
+    items."""
+    block, fixed = _prefill_cycles(p.head_dim, p.lk)
+    stream = p.rounds * p.kv_tiles * p.kv_heads * p.head_passes
+    return (p.cores, -(p.busiest_blocks() * block + stream * fixed), -p.iterations * p.steps)
 
 
 def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int,

@@ -154,3 +154,61 @@ def decode_attn(q, k, v, pos, *, kv_rows: int, heads: int, kv_heads: int, head_d
     `attention` with rows=1."""
     return attention(q, k, v, pos, rows=1, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                      window=window, scale_dim=scale_dim)
+
+
+def attention_block_float(q, k, v, pos, *, rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int,
+                          window: int | None = None, scale_dim: int | None = None, lk: int = 64) -> np.ndarray:
+    """`attention` with the arithmetic of attention.cc's AIE2P prefill path (block-float matrix unit): Q scaled by
+    scale*log2(e) (a bf16 pair of the constant, exact products) and rounded to bf16; S = Q.K^T and P.V with both
+    operands in bfp16ebs8 (numerics.to_bfp16ebs8: 8 values along the contraction share an exponent; exact block
+    products, f32 sums); an online softmax over K/V tiles of `lk` keys in log2 units with bf16 probabilities
+    (exp2 returns bf16); out = acc / l rounded to bf16. Keys after the chunk's last query are zeroed in V, as the
+    kernel does for the keys no row of its tile sees. A model of the kernel's numerics (the emulator's contract
+    stays `attention`): tests/test_attention_block_float.py compares the kernel's host aie_api run with it, and the
+    verify gate runs with it (docs/hardware-model.md, "Attention numerics")."""
+    from kernel_builder.numerics import to_bfp16ebs8
+
+    p0 = _attention_position(pos, rows=rows, kv_rows=kv_rows, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    group, hd = heads // kv_heads, head_dim
+    c = F32(F32(attention_scale(scale_dim or head_dim)) * F32(1.4426950408889634))
+    c_hi = to_bf16(np.array([c], F32)).astype(F32)[0]
+    c_lo = to_bf16(np.array([c - c_hi], F32)).astype(F32)[0]
+    qf = f32_input("attention", "q", q, (rows, kv_heads, group, hd)).transpose(1, 2, 0, 3).reshape(kv_heads, -1, hd)
+    qs = to_bf16((qf * c_hi).astype(F32) + (qf * c_lo).astype(F32)).astype(F32)
+    qb = to_bfp16ebs8(qs).astype(np.float64)                                        # [kv, g*rows, hd]
+    n = -(-(p0 + rows) // lk) * lk                                                  # keys up to the last query's tile
+    kf = np.zeros((kv_heads, n, hd), F32)
+    vf = np.zeros((kv_heads, n, hd), F32)
+    last = p0 + rows
+    kf[:, :min(n, last)] = f32_input("attention", "k", k, (kv_rows, kv_heads, hd))[:min(n, last)].transpose(1, 0, 2)
+    vf[:, :min(n, last)] = f32_input("attention", "v", v, (kv_rows, kv_heads, hd))[:min(n, last)].transpose(1, 0, 2)
+    qpos = np.tile(p0 + np.arange(rows), group)                                     # [g*rows]
+    m = np.full((kv_heads, group * rows), np.finfo(F32).min, F32)
+    l_ = np.zeros((kv_heads, group * rows), F32)
+    acc = np.zeros((kv_heads, group * rows, hd), F32)
+    for k0 in range(0, n, lk):
+        keys = k0 + np.arange(lk)
+        keep = keys[None, :] <= qpos[:, None]
+        if window:
+            keep &= keys[None, :] > qpos[:, None] - window
+        live = keep.any(axis=1)
+        if not live.any():
+            continue
+        kb = to_bfp16ebs8(kf[:, k0:k0 + lk]).astype(np.float64)
+        s = np.einsum("hqd,hkd->hqk", qb, kb).astype(F32)
+        rmax = np.where(keep[None], s, np.finfo(F32).min).max(axis=2)
+        mn = np.maximum(m, rmax)
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = to_bf16(np.exp2((s - mn[:, :, None]).astype(F32))).astype(F32)
+            alpha = to_bf16(np.exp2(np.maximum((m - mn).astype(F32), F32(-80.0)))).astype(F32)
+        p = np.where(keep[None], p, F32(0.0))
+        vt = to_bfp16ebs8(np.ascontiguousarray(vf[:, k0:k0 + lk].transpose(0, 2, 1))).astype(np.float64)
+        pv = np.einsum("hqk,hdk->hqd", to_bfp16ebs8(p).astype(np.float64), vt).astype(F32)
+        upd = live[None, :]
+        acc = np.where(upd[:, :, None], (acc * alpha[:, :, None]).astype(F32) + pv, acc)
+        l_ = np.where(upd, (alpha * l_).astype(F32) + p.sum(axis=2, dtype=F32), l_)
+        m = np.where(upd, mn, m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(l_[:, :, None] > 0, acc / np.where(l_ > 0, l_, F32(1.0))[:, :, None], F32(0.0))
+    out = out.reshape(kv_heads, group, rows, hd).transpose(2, 0, 1, 3).reshape(rows, heads * hd)
+    return to_bf16(out.astype(F32))

@@ -1,0 +1,306 @@
+// The prefill path (ATTN_MODE 1) of external_kernels/attention.cc, included by it twice: once in its AIE2P
+// vector region (__AIENGINE__: the block-float path below) and once in its host scalar region (the plain f32
+// path after #else); only one of the two is compiled per build. It uses attention.cc's shared helpers and
+// defines; its interface and layouts are described at the top of attention.cc.
+#if defined(__AIENGINE__)
+
+// Prefill on the block-float matrix unit: aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8> (aie_api
+// aie2p/mmul_bfp16_bfp16.hpp: one mac_8x8_8x8T_conf per call, B given as [N][K] row-major), as gemm.cc.
+// Every L1 operand is 8x8-blocked ([rows/8][cols/8][8][8], each block row-major), built by the memory tile's
+// L2 -> L1 DMA (kernel_builder/attention/builder.py), so no block is gathered from rows in the core:
+//   Q tile  [lq/8][hd/8] blocks, pre-scaled by scale * log2(e) when captured (exact bf16 products of a bf16 pair
+//           of the constant, one rounding to bf16): scores come out in log2 units, no multiply in the softmax;
+//   K       [lk/8][hd/8] blocks (rows = keys, columns = dims): exactly mac_8x8_8x8T's B for S = Q.K^T as stored;
+//   V       [lk/8][hd/8] blocks; P.V needs B = V^T blocks ([dims][keys]). DMAs move 32-bit words, so a bf16
+//           transpose cannot be done by the data movement (docs/hardware-model.md, transfers); the core
+//           transposes each V block once per item in place (lk*hd/64 shuffles), shared by all lq/8 row blocks.
+//   acc     [lq/8][hd/8] f32 blocks (the state's first lq*hd floats; m and l follow as in the other paths).
+// A row block is 8 query rows; block i of this core sits at position q_pos0 + i * 8 * ATTN_QCYCLE (the herd's
+// cores interleave their 8-row blocks, which balances the causal work). Two output blocks share each converted A
+// block (S: two key blocks; P.V: two dim blocks). Probabilities are bf16 (exp2), converted to block float for P.V.
+#if AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 != 1
+#error "attention.cc's prefill vector path is block-float: compile with -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1"
+#endif
+static constexpr int kBlk = 64;                   // elements of an 8x8 block
+static constexpr int kQB = kLq / 8, kKB = kLk / 8, kDB = kHd / 8;
+static constexpr int kCycle = ATTN_QCYCLE;
+static constexpr int32_t kQStep = 8 * kCycle;     // positions between consecutive row blocks of a tile
+static constexpr int kItemBlocks = 2 * kLk / 8;   // row blocks of an item
+static_assert(kLq % 8 == 0 && kLk % 16 == 0 && kHd % 16 == 0, "prefill tiles must be whole pairs of 8x8 blocks");
+using Mmul8 = ::aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
+using Bfp = ::aie::block_vector<bfp16ebs8, kBlk>;
+
+static inline Bfp to_bfp(const bfloat16 *LLAMA_NPU_RESTRICT p) {
+  ::aie::accum<accfloat, kBlk> wide;
+  wide.from_vector(::aie::load_v<kBlk>(p));
+  return wide.template to_vector<bfp16ebs8>();
+}
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (int i = 0; i < kLq * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::zeros<bfloat16, kDotLanes>());
+}
+
+// S (8 rows x kLk keys, f32, row-major, log2 units) = Q block row . K^T
+static void scores8(const bfloat16 *LLAMA_NPU_RESTRICT qb, const bfloat16 *LLAMA_NPU_RESTRICT k,
+                    float *LLAMA_NPU_RESTRICT s) {
+  for (int jb = 0; jb < kKB; jb += 2) {
+    Mmul8 c0, c1;
+    for (int d = 0; d < kDB; ++d) {
+      const Bfp a = to_bfp(qb + d * kBlk);
+      const Bfp b0 = to_bfp(k + (jb * kDB + d) * kBlk), b1 = to_bfp(k + ((jb + 1) * kDB + d) * kBlk);
+      if (d == 0) {
+        c0.mul(a, b0);
+        c1.mul(a, b1);
+      } else {
+        c0.mac(a, b0);
+        c1.mac(a, b1);
+      }
+    }
+    const ::aie::vector<float, kBlk> x0 = c0.template to_vector<float>(), x1 = c1.template to_vector<float>();
+    for (int r = 0; r < 8; ++r)
+      ::aie::store_v(s + r * kLk + jb * 8, ::aie::concat(x0.template extract<8>(r), x1.template extract<8>(r)));
+  }
+}
+
+// Online softmax of 8 rows of scores s[8][kLk] (log2 units); row r sees keys [first[r], vis[r]) (possibly none:
+// then its probabilities are 0 and, below, alpha = 2^0 = 1, m and l unchanged). Writes p (bf16, 8x8-blocked
+// [kKB][8][8], masked keys 0), updates m[0, 8) and l[0, 8), and a64 = alpha of row r in lanes [8r, 8r + 8).
+static void softmax8(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, const int *vis, const int *first,
+                     float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT a64) {
+  alignas(::aie::vector_decl_align) static float rmax[kLanes], rsum[kLanes], mo[kLanes], lo[kLanes];
+  alignas(::aie::vector_decl_align) static float mn[kLanes], mk[kLanes], al[kLanes], ln[kLanes];
+  alignas(::aie::vector_decl_align) static bfloat16 edge[kLanes];
+  for (int r = 0; r < kLanes; ++r) {
+    rmax[r] = kLowest;
+    rsum[r] = 0.0f;
+    mo[r] = r < 8 ? m[r] : kLowest;
+    lo[r] = r < 8 ? l[r] : 0.0f;
+  }
+  for (int r = 0; r < 8; ++r) {
+    if (first[r] >= vis[r]) continue;
+    float *sr = s + r * kLk;
+    for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
+    for (int j = 0; j < first[r]; ++j) sr[j] = kLowest;   // ... nor the keys before the sliding window
+    ::aie::vector<float, kLanes> vmax = ::aie::load_v<kLanes>(sr);
+    for (int j = kLanes; j < kLk; j += kLanes) vmax = ::aie::max(vmax, ::aie::load_v<kLanes>(sr + j));
+    rmax[r] = ::aie::reduce_max(vmax);
+  }
+  const ::aie::vector<float, kLanes> vmo = ::aie::load_v<kLanes>(mo);
+  const ::aie::vector<float, kLanes> vmn = ::aie::max(vmo, ::aie::load_v<kLanes>(rmax));
+  ::aie::store_v(mn, vmn);
+  ::aie::store_v(mk, vadd(vmn, ::aie::broadcast<float, kLanes>(kMaskedArg)));
+  const ::aie::vector<bfloat16, kLanes> ones = ::aie::broadcast<bfloat16, kLanes>(static_cast<bfloat16>(1.0f));
+  for (int r = 0; r < 8; ++r) {
+    bfloat16 *pr = p + r * 8;                            // row r of each 8x8 block
+    if (first[r] >= vis[r]) {
+      for (int jb = 0; jb < kKB; ++jb) ::aie::store_v(pr + jb * kBlk, ::aie::zeros<bfloat16, 8>());
+      continue;
+    }
+    float *sr = s + r * kLk;
+    for (int j = vis[r]; j < kLk; ++j) sr[j] = mk[r];
+    for (int j = 0; j < first[r]; ++j) sr[j] = mk[r];
+    const ::aie::vector<float, kLanes> mr = ::aie::broadcast<float, kLanes>(mn[r]);
+    ::aie::accum<accfloat, kLanes> sum = ::aie::zeros<accfloat, kLanes>();
+    for (int j = 0; j < kLk; j += kLanes) {
+      ::aie::vector<bfloat16, kLanes> pj = exp16(vsub(::aie::load_v<kLanes>(sr + j), mr));
+      if (j + kLanes > vis[r] || j < first[r]) {  // a chunk holding the causal edge or the window's start
+        ::aie::store_v(edge, pj);
+        for (int c = 0; c < kLanes; ++c)
+          if (j + c >= vis[r] || j + c < first[r]) edge[c] = static_cast<bfloat16>(0.0f);
+        pj = ::aie::load_v<kLanes>(edge);
+      }
+      ::aie::store_v(pr + (j / 8) * kBlk, pj.template extract<8>(0));
+      ::aie::store_v(pr + (j / 8 + 1) * kBlk, pj.template extract<8>(1));
+      sum = ::aie::mac(sum, pj, ones);
+    }
+    rsum[r] = ::aie::reduce_add(sum.template to_vector<float>());
+  }
+  // alpha = 2^max(m_old - m_new, kMaskedArg) (1 for a row without keys: m_new = m_old); l = alpha * l + sum
+  const ::aie::vector<float, kLanes> va =
+      bf16_to_f32_16(exp16(::aie::max(vsub(vmo, vmn), ::aie::broadcast<float, kLanes>(kMaskedArg))));
+  ::aie::store_v(al, va);
+  ::aie::accum<accfloat, kLanes> lacc;
+  lacc.from_vector(::aie::load_v<kLanes>(rsum));
+  ::aie::store_v(ln, ::aie::mac(lacc, va, ::aie::load_v<kLanes>(lo)).template to_vector<float>());
+  for (int r = 0; r < 8; ++r) {
+    m[r] = mn[r];
+    l[r] = ln[r];
+    ::aie::store_v(a64 + r * 8, ::aie::broadcast<float, 8>(al[r]));
+  }
+}
+
+// acc (one row block: kDB f32 blocks) = alpha * acc + P . V, with vt the transposed V blocks ([dims][keys])
+static void pv8(const bfloat16 *LLAMA_NPU_RESTRICT p, const bfloat16 *LLAMA_NPU_RESTRICT vt,
+                float *LLAMA_NPU_RESTRICT acc, const float *LLAMA_NPU_RESTRICT a64) {
+  const ::aie::vector<float, kBlk> alpha = ::aie::load_v<kBlk>(a64);
+  for (int db = 0; db < kDB; db += 2) {
+    float *c0 = acc + db * kBlk, *c1 = c0 + kBlk;
+    Mmul8 m0(::aie::mul(::aie::load_v<kBlk>(c0), alpha)), m1(::aie::mul(::aie::load_v<kBlk>(c1), alpha));
+    for (int jb = 0; jb < kKB; ++jb) {
+      const Bfp a = to_bfp(p + jb * kBlk);
+      m0.mac(a, to_bfp(vt + (jb * kDB + db) * kBlk));
+      m1.mac(a, to_bfp(vt + (jb * kDB + db + 1) * kBlk));
+    }
+    ::aie::store_v(c0, m0.template to_vector<float>());
+    ::aie::store_v(c1, m1.template to_vector<float>());
+  }
+}
+
+static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA_NPU_RESTRICT v,
+                           const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int32_t q_pos0,
+                           int32_t k_pos0) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const int32_t q_last = q_pos0 + (kQB - 1) * kQStep + 7;
+  if (k_pos0 > q_last) return;                                  // every key after every query of the tile
+  if (kWindow && k_pos0 + kLk - 1 <= q_pos0 - kWindow) return;  // every key before every query's window
+  alignas(::aie::vector_decl_align) static float s[8 * kLk];
+  alignas(::aie::vector_decl_align) static bfloat16 p[8 * kLk];
+  alignas(::aie::vector_decl_align) static float a64[kBlk];
+  float *m = state_m(state), *l = state_l(state);
+  // keys no row of the tile sees may hold anything (a KV window past the chunk): zero their V rows so that
+  // p = 0 never meets a NaN/inf (a block-float block holding one is NaN as a whole); then V^T blocks in place
+  for (int j = visible_keys(q_last, k_pos0); j < kLk; ++j)
+    for (int d = 0; d < kDB; ++d) ::aie::store_v(v + ((j / 8) * kDB + d) * kBlk + (j % 8) * 8, ::aie::zeros<bfloat16, 8>());
+  for (int b = 0; b < kKB * kDB; ++b)
+    ::aie::store_v(v + b * kBlk, ::aie::transpose(::aie::load_v<kBlk>(v + b * kBlk), 8, 8));
+  for (int i = 0; i < kQB; ++i) {
+    const int32_t qp = q_pos0 + i * kQStep;
+    if (k_pos0 > qp + 7) continue;                                  // no row of this block sees a key of the tile
+    if (kWindow && k_pos0 + kLk - 1 <= qp - kWindow) continue;      // ... or the tile is before every window
+    scores8(q + i * kDB * kBlk, k, s);
+    int vis[8], first[8];
+    for (int r = 0; r < 8; ++r) {
+      vis[r] = visible_keys(qp + r, k_pos0);
+      first[r] = first_key(qp + r, k_pos0);
+    }
+    softmax8(s, p, vis, first, m + i * 8, l + i * 8, a64);
+    pv8(p, v, state + i * kDB * kBlk, a64);
+  }
+}
+
+// A Q item: row blocks u of the stream's block t * kItemBlocks + u; this core's block i is stream block
+// slot + i * kCycle. Captured scaled by scale * log2(e) = c_hi + c_lo (a bf16 pair): exact products, one rounding.
+static void capture_q(const bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q, int32_t t, int32_t slot) {
+  const bfloat16 c_hi = static_cast<bfloat16>(kScaleLog2e);
+  const bfloat16 c_lo = static_cast<bfloat16>(kScaleLog2e - static_cast<float>(c_hi));
+  for (int u = 0; u < kItemBlocks; ++u) {
+    const int32_t d = t * kItemBlocks + u - slot;
+    if (d < 0 || d >= kQB * kCycle || d % kCycle) continue;
+    const bfloat16 *src = item + u * kDB * kBlk;
+    bfloat16 *dst = q + (d / kCycle) * kDB * kBlk;
+    for (int e = 0; e < kDB * kBlk; e += kBlk) {
+      const ::aie::vector<bfloat16, kBlk> x = ::aie::load_v<kBlk>(src + e);
+      ::aie::store_v(dst + e, ::aie::mac(::aie::mul(x, c_hi), x, c_lo).template to_vector<bfloat16>());
+    }
+  }
+}
+
+extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
+                                   int32_t q_pos0) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  if (t < n_q) {
+    capture_q(item, q, t, slot);
+    return;
+  }
+  update_prefill(item, item + kLk * kHd, q, state, q_pos0, (t - n_q) * kLk);
+}
+
+extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT out) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  constexpr int kRows = (kLq + kLanes - 1) / kLanes * kLanes;
+  const float *l = state_l(state);
+  alignas(::aie::vector_decl_align) static float inv[kRows], lv[kLanes], w64[kBlk];
+  for (int i0 = 0; i0 < kLq; i0 += kLanes) {
+    for (int r = 0; r < kLanes; ++r) lv[r] = i0 + r < kLq && positive(l[i0 + r]) ? l[i0 + r] : 1.0f;
+    ::aie::store_v(inv + i0, reciprocal16(::aie::load_v<kLanes>(lv)));
+  }
+  for (int i = 0; i < kQB; ++i) {   // out row-major [lq][hd]: rows with l == 0 -> 0
+    for (int r = 0; r < 8; ++r)
+      ::aie::store_v(w64 + r * 8, ::aie::broadcast<float, 8>(positive(l[i * 8 + r]) ? inv[i * 8 + r] : 0.0f));
+    const ::aie::vector<float, kBlk> w = ::aie::load_v<kBlk>(w64);
+    for (int db = 0; db < kDB; ++db) {
+      const ::aie::vector<bfloat16, kBlk> o =
+          ::aie::mul(::aie::load_v<kBlk>(state + (i * kDB + db) * kBlk), w).template to_vector<bfloat16>();
+      for (int r = 0; r < 8; ++r) ::aie::store_v(out + (i * 8 + r) * kHd + db * 8, o.template extract<8>(r));
+    }
+  }
+  reset_state(state);  // ready for the next query block
+}
+
+#else  // host scalar path
+
+// The same blocked layouts as the vector path (Q tile and item 8x8-blocked; acc row-major here), plain f32.
+static constexpr int kDB = kHd / 8;
+static constexpr int kQB = kLq / 8;
+static constexpr int kCycle = ATTN_QCYCLE;
+static constexpr int kItemBlocks = 2 * kLk / 8;
+
+// element (row, col) of an 8x8-blocked [rows/8][kHd/8][8][8] buffer
+static inline float blocked(const bfloat16 *b, int row, int col) {
+  return bf16_to_f32(b[(static_cast<long>(row / 8) * kDB + col / 8) * 64 + (row % 8) * 8 + col % 8]);
+}
+
+// One online-softmax update of the tile's rows (local row i at q_pos0 + (i / 8) * 8 * ATTN_QCYCLE + i % 8) with
+// the K/V tile at k_pos0; kernel_builder.attention.external.attention_model follows this order of f32 operations.
+static void update_prefill(const bfloat16 *k, const bfloat16 *v, const bfloat16 *q, float *state, int32_t q_pos0,
+                           int32_t k_pos0) {
+  float s[kLk];
+  float *m = state_m(state), *l = state_l(state);
+  for (int i = 0; i < kLq; ++i) {
+    const int32_t q_pos = q_pos0 + (i / 8) * 8 * kCycle + i % 8;
+    const int vis = visible_keys(q_pos, k_pos0), first = first_key(q_pos, k_pos0);
+    if (first >= vis) continue;
+    float row_max = kLowest;
+    for (int j = first; j < vis; ++j) {
+      float dot = 0.0f;
+      for (int d = 0; d < kHd; ++d) dot += blocked(q, i, d) * blocked(k, j, d);
+      s[j] = dot * kScale;
+      if (j == first || s[j] > row_max) row_max = s[j];
+    }
+    const float m_new = m[i] > row_max ? m[i] : row_max;
+    const float alpha = std::exp(m[i] - m_new);
+    float *acc_i = state + static_cast<long>(i) * kHd;
+    for (int d = 0; d < kHd; ++d) acc_i[d] *= alpha;
+    float sum = 0.0f;
+    for (int j = first; j < vis; ++j) {
+      const float pj = std::exp(s[j] - m_new);
+      sum += pj;
+      for (int d = 0; d < kHd; ++d) acc_i[d] += pj * blocked(v, j, d);
+    }
+    l[i] = alpha * l[i] + sum;
+    m[i] = m_new;
+  }
+}
+
+extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
+  reset_state(state);
+  for (long i = 0; i < static_cast<long>(kLq) * kHd; ++i) q[i] = bfloat16{0};
+}
+
+extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q,
+                                   float *LLAMA_NPU_RESTRICT state, int32_t t, int32_t n_q, int32_t slot,
+                                   int32_t q_pos0) {
+  if (t < n_q) {  // stream block slot + i * ATTN_QCYCLE is this core's row block i (unscaled here)
+    for (int u = 0; u < kItemBlocks; ++u) {
+      const long d = static_cast<long>(t) * kItemBlocks + u - slot;
+      if (d < 0 || d >= static_cast<long>(kQB) * kCycle || d % kCycle) continue;
+      for (long e = 0; e < kDB * 64; ++e) q[(d / kCycle) * kDB * 64 + e] = item[u * kDB * 64 + e];
+    }
+    return;
+  }
+  update_prefill(item, item + kLk * kHd, q, state, q_pos0, (t - n_q) * kLk);
+}
+
+extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT out) {
+  const float *l = state_l(state);
+  for (int i = 0; i < kLq; ++i)
+    for (int d = 0; d < kHd; ++d) {
+      const long idx = static_cast<long>(i) * kHd + d;
+      out[idx] = f32_to_bf16(l[i] > 0.0f ? state[idx] / l[i] : 0.0f);
+    }
+  reset_state(state);  // ready for the next query block
+}
+
+#endif  // __AIENGINE__
