@@ -38,7 +38,8 @@ def bench_gemma3_1b(seq: int = 2048) -> dict:
           f"{m.sliding_window}) + {count.get('', 0)} global, head_dim 256, vocabulary {m.shapes.vocab}; "
           f"{over} of {len(reps)} modules over an NPU2 limit; analyzed in {time.perf_counter() - t0:.2f} s):")
     print(f"[bench]   modeled prefill ({seq} tokens): {_s(prefill)} NPU time, likely scenario")
-    print("[bench]   modeled decode per token (26 x layer_kv<window>[_local] + lm_head): "
+    print("[bench]   modeled decode per token (26 x layer_kv<window> or, local layers past their window, "
+          "layer_slide<span>_local + lm_head): "
           + ", ".join(f"window {w}: {_s(decode[w])}" for w in DECODE_WINDOWS))
     print(f"[bench]   bandwidth floor: {wb / 1e9:.2f} GB of weights per token / "
           f"{cost.PARAMS.ddr_bytes_per_s / 1e9:.1f} GB/s = {_s(wb / cost.PARAMS.ddr_bytes_per_s)}")

@@ -9,7 +9,17 @@
 // Compiled once per (K, KC, tile_m, rows) with -DGEMV_K -DGEMV_KC -DGEMV_TILE_M -DGEMV_ROWS
 // -DGEMV_SYMBOL=mv_bf16_k<K>_c<KC>_m<M>_r<R> (kernel_builder/externals.py): the memref types of the call
 // depend on all four, so each gets its own symbol and object.
+// -DGEMV_BIAS=1 (kernel_builder/gemv_bias, symbol mvb_bf16_...): a bias epilogue. x holds GEMV_K + GEMV_ROWS
+// elements: the input vector, then the tile's bias rows b (they arrive on x's stream, in x's one transfer), and
+// the last chunk writes y[row + m] = bf16_rne(s[m] + b[row + m]): one rounding of the f32 sum plus the bias (a
+// projection with its bias in one launch).
 #include "kernel_common.h"
+
+#if defined(GEMV_BIAS) && GEMV_BIAS
+#define GEMV_PLUS_BIAS(i) +bf16_to_f32(x[GEMV_K + (i)])
+#else
+#define GEMV_PLUS_BIAS(i)
+#endif
 
 #if !defined(GEMV_K) || !defined(GEMV_KC) || !defined(GEMV_TILE_M) || !defined(GEMV_ROWS) || !defined(GEMV_SYMBOL)
 #error "compile with -DGEMV_K -DGEMV_KC -DGEMV_TILE_M -DGEMV_ROWS -DGEMV_SYMBOL (kernel_builder/externals.py)"
@@ -48,7 +58,7 @@ extern "C" void GEMV_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_
     float s = ::aie::reduce_add(::aie::add(a0, a1).template to_vector<float>());
     if (!first) s += acc[m];
     if (last)
-      y[row + m] = static_cast<bfloat16>(s);
+      y[row + m] = static_cast<bfloat16>(s GEMV_PLUS_BIAS(row + m));
     else
       acc[m] = s;
   }
@@ -67,7 +77,7 @@ extern "C" void GEMV_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_
     float s = first ? 0.0f : acc[m];
     for (int c = 0; c < GEMV_KC; ++c) s += bf16_to_f32(wr[c]) * bf16_to_f32(xc[c]);
     if (last)
-      y[row + m] = f32_to_bf16(s);
+      y[row + m] = f32_to_bf16(s GEMV_PLUS_BIAS(row + m));
     else
       acc[m] = s;
   }

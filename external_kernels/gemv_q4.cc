@@ -9,7 +9,15 @@
 //
 // Compiled once per (K, G, mins, tile_m, rows) with -DQ4_K -DQ4_G -DQ4_MINS -DQ4_TILE_M -DQ4_ROWS -DQ4_RB
 // -DQ4_SYMBOL=mvq4_bf16_k<K>_g<G>_z<Z>_m<M>_r<R> (kernel_builder/gemv_q4/external.py).
+// -DQ4_BIAS=1 (kernel_builder/gemv_q4_bias, mvq4b_...): x holds Q4_K + Q4_ROWS elements, the tile's bias rows b
+// after the input, and y[row + m] = bf16_rne(sum + b[row + m]) (the f32 sum plus the bias, one rounding).
 #include "kernel_common.h"
+
+#if defined(Q4_BIAS) && Q4_BIAS
+#define Q4_PLUS_BIAS(i) +bf16_to_f32(x[Q4_K + (i)])
+#else
+#define Q4_PLUS_BIAS(i)
+#endif
 
 #if !defined(Q4_K) || !defined(Q4_G) || !defined(Q4_MINS) || !defined(Q4_TILE_M) || !defined(Q4_ROWS) || \
     !defined(Q4_RB) || !defined(Q4_SYMBOL)
@@ -76,7 +84,7 @@ extern "C" void Q4_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RES
         a = ::aie::mac(a, t.template to_vector<bfloat16>(), ::aie::load_v<kLanes>(x + c));
       }
     }
-    y[row + m] = static_cast<bfloat16>(::aie::reduce_add(a.template to_vector<float>()));
+    y[row + m] = static_cast<bfloat16>(::aie::reduce_add(a.template to_vector<float>()) Q4_PLUS_BIAS(row + m));
   }
 }
 
@@ -104,7 +112,7 @@ extern "C" void Q4_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RES
       }
       s += bf16_to_f32(f32_to_bf16(wk)) * bf16_to_f32(x[k]);
     }
-    y[row + m] = f32_to_bf16(s);
+    y[row + m] = f32_to_bf16(s Q4_PLUS_BIAS(row + m));
   }
 }
 

@@ -103,6 +103,22 @@ def _gemv(lib, rng, k, kc, tm, rows):
     return Run(y, want, _close(want, 2.0**-7, 2.0**-10), counts)
 
 
+def _gemv_bias(lib, rng, k, kc, tm, rows):
+    """The GEMV with its bias epilogue: b[rows] after x in x's buffer; the last K chunk adds b[row + m] before
+    rounding."""
+    sym = gemv_kernel(k, kc, tm, rows, bias=True).symbol
+    w, x, b = rand(rng, (rows, k), 0.03), rand(rng, (k,)), rand(rng, (rows,))
+    xb = A(np.concatenate([x, b]))
+    acc, y = A(np.full(tm, np.nan, np.float32)), A(np.zeros(rows, BF16))
+    counts = None
+    for r in range(0, rows, tm):
+        for k0 in range(0, k, kc):
+            c = lib.call(sym, A(w[r:r + tm, k0:k0 + kc]), xb, acc, y, r, k0)
+            counts = counts or c
+    want = ref.gemv_bias(w, x, b, m=rows, k=k).reshape(-1)
+    return Run(y, want, _close(want, 2.0**-7, 2.0**-10), counts)
+
+
 def _rope(lib, rng, hd, heads, rows):
     sym = rope_kernel(hd, heads, rows).symbol
     x, lut = rand(rng, (rows, heads * hd)), to_bf16(rng.uniform(-1, 1, (rows, hd)).astype(np.float32))

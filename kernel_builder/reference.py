@@ -20,6 +20,8 @@ from kernel_builder.attention.reference import (attention, attention_block_float
 from kernel_builder.geglu.reference import geglu
 from kernel_builder.gemm.reference import gemm
 from kernel_builder.gemv.reference import gemv
+from kernel_builder.gemv_bias.reference import gemv_bias
+from kernel_builder.gemv_q4_bias.reference import gemv_q4_bias
 from kernel_builder.registry import specs
 from kernel_builder.rmsnorm.reference import rmsnorm
 from kernel_builder.rope.reference import rope
@@ -30,4 +32,4 @@ KERNELS: dict[str, Callable[..., np.ndarray]] = {s.kind: s.reference for s in sp
 
 __all__ = ["KERNELS", "add", "attention", "attention_block_float", "bias_add", "attention_numpy", "attention_scale", "decode_attn", "flash_attn", "geglu",
            "gemm",
-           "gemv", "rmsnorm", "rope", "swiglu"]
+           "gemv", "gemv_bias", "gemv_q4_bias", "rmsnorm", "rope", "swiglu"]

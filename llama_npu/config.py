@@ -41,7 +41,7 @@ class ModelConfig:
     eos_ids: tuple[int, ...]            # from generation_config.json + config.json
     bos_id: int | None
     family: str = "LlamaForCausalLM"    # llama_npu.models.ARCHITECTURES key
-    sliding_window: int | None = None   # the family's window (max_position is kept within it)
+    sliding_window: int | None = None   # the family's window (attention `window`: a query sees its last W keys)
     raw: dict = field(repr=False, compare=False, default_factory=dict)
     options: dict = field(repr=False, compare=False, default_factory=dict)   # the family's own keys, parsed
 
@@ -195,7 +195,7 @@ def parse_config(cfg: dict, path: Path, model_dir: Path | None = None,
     window = options.get("sliding_window")
     return ModelConfig(model_dir=Path(model_dir or path.parent), shapes=shapes, rope=rope,
                        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                       max_position=min(max_pos, window or max_pos),
+                       max_position=max_pos,
                        eos_ids=tuple(dict.fromkeys(eos)), bos_id=bos if isinstance(bos, int) else None,
                        family=fam.architecture, sliding_window=window, raw=cfg, options=options)
 

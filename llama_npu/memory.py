@@ -117,9 +117,7 @@ def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
         if isinstance(requested, bool) or not isinstance(requested, int) or requested <= 0:
             raise ContextError(f"--context must be a positive number of positions, got {requested!r}")
         if requested > limit:
-            from .sizes import context_note
-            raise ContextError(f"--context {requested} exceeds the model's context of {limit} positions"
-                               f"{context_note(cfg)}")
+            raise ContextError(f"--context {requested} exceeds the model's context of {limit} positions")
         ctx = requested
     else:
         ctx = min(limit, DEFAULT_CONTEXT_CAP)

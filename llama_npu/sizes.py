@@ -66,8 +66,7 @@ def check_run_sizes(cfg, buckets: Sequence[int] | None, context: int | None) -> 
     check_model_sizes(cfg)
     if context is not None:
         if context > cfg.max_position:
-            raise ContextError(f"--context {context} exceeds the model's context of {cfg.max_position} positions"
-                               f"{context_note(cfg)}")
+            raise ContextError(f"--context {context} exceeds the model's context of {cfg.max_position} positions")
         if context < MIN_CONTEXT:
             raise ContextError(f"--context {context} is too small: a run needs at least {MIN_CONTEXT} positions "
                                f"(one prefill bucket of {BUCKET_MULTIPLE} rows); nearest valid: {MIN_CONTEXT}")
@@ -96,14 +95,6 @@ def kernel_sizes(cfg):
     except ValueError as e:
         raise UnsupportedModel(f"{cfg.model_dir}: these model sizes are not supported by the kernels yet "
                                f"({str(e).splitlines()[0]})") from None
-
-
-def context_note(cfg) -> str:
-    """What bounds the model's context when a sliding window does (for the "exceeds the model's context" lines)."""
-    if cfg.sliding_window and cfg.sliding_window == cfg.max_position:
-        return (" (its sliding_window: runs are kept within the window, where windowed attention equals causal "
-                "attention)")
-    return ""
 
 
 def plan_modules(model, cfg, buckets, context: int, decode_attention: str = "npu"):

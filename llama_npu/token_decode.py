@@ -17,7 +17,7 @@ import numpy as np
 from kernel_builder.numerics import BF16
 from kernel_builder.topk.reference import candidates, empty
 
-from .models.graph import POS
+from .models.graph import call_scalars
 from .models.token import CAND_INIT, EMBED, NEXT, TOKEN, token_module, unsupported
 
 EMBED_WRITE_BATCH = 3000   # embedding rows copied to the device per write at load (bounded host memory)
@@ -88,7 +88,7 @@ class TokenDecoder:
         if d.name not in self.cache.artifacts and self.build is not None:
             self.cache.artifacts[d.name] = self.build(d)
             self.cache.write_static(d.name, bo_key=d.name, **{CAND_INIT: empty(k)})
-        out = self.cache.load_and_run(d.name, bo_key=d.name, read=(NEXT,), **{POS: pos, TOKEN: int(token)})
+        out = self.cache.load_and_run(d.name, bo_key=d.name, read=(NEXT,), **{**call_scalars(d, pos), TOKEN: int(token)})
         return candidates(out[NEXT])
 
     def _module(self, window: int, k: int):

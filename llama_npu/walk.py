@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .models.graph import POS, layer_plan
+from .models.graph import call_scalars, layer_plan
 
 
 def layer_key(layer: int) -> str:
@@ -45,7 +45,7 @@ def run_layers(cache, plans, x: np.ndarray, pos: int, n_layers: int, host_op=Non
             wanted = set(host_reads[i])
             if i == out_step and (read_hidden or (read_last and layer == n_layers - 1)):
                 wanted.add(out_arg)
-            scalars = {POS: pos} if POS in step.decl.scalars else {}
+            scalars = call_scalars(step.decl, pos)
             results[i] = run(step.decl.name, bo_key=bo, read=wanted, **scalars, **args)
         if out_arg in results.get(out_step, {}):
             hidden.append(results[out_step][out_arg])

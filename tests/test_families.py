@@ -23,6 +23,7 @@ require_module("transformers")
 
 TINY = dict(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512, n_layers=2, vocab=512)
 DECODE = 16
+WINDOW = 16   # Mistral / Phi-3 sliding window: prompts and decode run far past it
 # Phi-4-mini-like longrope: original context 64, factors per rotary frequency (rotary dims 48 -> 24 factors)
 PHI_ROT = 48
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0 + 0.05 * i for i in range(PHI_ROT // 2)],
@@ -31,10 +32,15 @@ CASES = {
     "qwen2-untied": dict(arch="qwen2", rope_theta=1000000.0, max_position=512, seed=11),
     "qwen2-tied": dict(arch="qwen2", rope_theta=1000000.0, max_position=512, seed=12, tie=True),
     "qwen3": dict(arch="qwen3", rope_theta=1000000.0, max_position=512, seed=13),
-    "mistral": dict(arch="mistral", rope_theta=10000.0, max_position=1024, seed=14, sliding_window=128),
+    "mistral": dict(arch="mistral", rope_theta=10000.0, max_position=1024, seed=14, sliding_window=WINDOW),
     "phi3": dict(arch="phi3", rope_theta=10000.0, max_position=256, seed=15, partial_rotary_factor=0.75,
-                 rope_scaling=LONGROPE, original_max_position_embeddings=64, pad_token_id=0),
+                 rope_scaling=LONGROPE, original_max_position_embeddings=64, pad_token_id=0, sliding_window=WINDOW),
 }
+# prompt lengths: mistral 70 = a 64-row chunk, then a 16-row chunk at 54 whose attention reads the 64 cache rows
+# [6, 70) (a sliding module); phi3 55 (short factors), decode crosses the original context of 64 (long factors).
+# Both decode 17 steps past the window (the decode module reads the last WINDOW rows)
+# (length, seed): seed 9 gives the mistral prompt no near-tie among the first greedy tokens
+PROMPT = {"mistral": (70, 9), "phi3": (55, 4)}
 
 
 def hf_hidden(model_dir, ids):
@@ -55,8 +61,8 @@ def test_family_matches_hf(hf_checkpoint, kernel_cache_dir, case):
     cfg = load_config(model_dir)
     assert ARCHITECTURES[cfg.family].model_type == kw["arch"]
     eng = load_engine(model_dir, (16, 64), kernel_cache_dir)
-    # phi3: 55 prompt tokens (short factors), decode crosses the original context of 64 (long factors)
-    ids = prompt_ids(TINY["vocab"], 55 if case == "phi3" else 13, seed=len(case))
+    n, seed = PROMPT.get(case, (13, len(case)))
+    ids = prompt_ids(TINY["vocab"], n, seed=seed)
     matched = check_against_hf(model_dir, eng, ids, steps=DECODE + 1)
     assert matched >= 4, f"{case}: greedy sequences part after {matched} steps"
     ours = eng.prefill(ids, return_hidden=True).hidden
@@ -90,16 +96,28 @@ def test_qwen2_bias_is_in_the_graph_and_matters(hf_checkpoint, kernel_cache_dir)
     assert cosine(ours, no_bias) < 0.95
 
 
-def test_mistral_window_bounds_the_context(hf_checkpoint):
-    from llama_npu.errors import ContextError
+def test_mistral_window_is_attention_not_a_context_cap(hf_checkpoint):
+    """The window no longer bounds the context; attention calls past it read only the rows their queries see:
+    cache rows [kv0, kv0 + span) with kv0 = pos + rows - span, the position within them kv_pos."""
     from llama_npu.memory import choose_context
+    from llama_npu.models import model_for
+    from llama_npu.models.graph import KV0, KV_POS, call_scalars, decode_plan, prefill_plan
 
     model_dir = hf_checkpoint(**TINY, **CASES["mistral"])
     cfg = load_config(model_dir)
-    assert (cfg.sliding_window, cfg.max_position) == (128, 128)
-    assert choose_context(cfg, (16, 64)) == 128
-    with pytest.raises(ContextError, match=r"exceeds the model's context of 128 positions \(its sliding_window"):
-        choose_context(cfg, (16, 64), 256)
+    assert (cfg.sliding_window, cfg.max_position) == (WINDOW, 1024)
+    assert choose_context(cfg, (16, 64), 1024) == 1024
+    plans = model_for(cfg).plans((16, 64), 1024)
+    dec = plans[decode_plan(1024)].decls[0]
+    assert dec.name == "layer_slide16" and {d.name for p in [plans[decode_plan(w)] for w in (256, 512)]
+                                             for d in p.decls} == {"layer_slide16"}
+    assert [a.shape[0] for a in dec.args if a.at == KV0] == [WINDOW, WINDOW]
+    assert call_scalars(dec, 15) == {"pos": 15, KV0: 0, KV_POS: 15}
+    assert call_scalars(dec, 500) == {"pos": 500, KV0: 485, KV_POS: 15}
+    attn = plans[prefill_plan(16, 1024)].decls[1]
+    assert attn.name == "attn_s16_slide64"         # 16 queries see 16 + 15 keys: one 64-row window
+    assert call_scalars(attn, 54) == {KV0: 6, KV_POS: 48}
+    assert plans[prefill_plan(64, 64)].decls[1].name == "attn_s64"   # a chunk at 0 in its own window
 
 
 def _config(tmp_path, **over):
@@ -173,6 +191,8 @@ def test_phi4_mini_style_config_transformers4_keys(tmp_path):
                 rope_scaling={"type": "longrope", "short_factor": [1.0] * rot, "long_factor": [2.0] * rot})
     cfg = load_config(d)
     assert cfg.family == "Phi3ForCausalLM" and cfg.shapes.rotary_dim == 96 and cfg.max_position == 131072
+    from llama_npu.models import model_for
+    assert cfg.sliding_window == 262144 and model_for(cfg).sliding_window is None   # past the context: no window
     sc = cfg.rope.scaling
     assert sc["rope_type"] == "longrope" and sc["original_max_position_embeddings"] == 4096
     assert sc["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
@@ -222,3 +242,34 @@ def test_q4_phi3_fused_and_partial_rotary_rows(hf_checkpoint, tmp_path):
     hf = hf_greedy(deq, ids, 5)
     assert gate(runs["q4"], hf) >= 3
     assert all(cosine(a, b) >= 0.99 for a, b in zip(runs["q4"], hf))
+
+
+def test_sliding_modules_equal_the_whole_window(tmp_path, monkeypatch):
+    """A window of 300 keys (span 320 rows): prefill chunks and decode steps from the plain modules (KV window
+    from row 0, the window only masked) to the sliding one (`layer_slide320`: rows [kv0, kv0 + 320), kv0 = 0
+    until position 319, then sliding) give the logits of the same model reading the whole window from row 0,
+    bit for bit: a windowed call's reads leave its result unchanged (checked to fail with kv_pos one off, or kv0
+    past the 20 rows of slack the span has over the window)."""
+    from checkpoints import write_numpy_checkpoint
+    from llama_npu.engine import Engine
+    from llama_npu.models.llama import LlamaModel
+
+    src = write_numpy_checkpoint(tmp_path / "m", hidden=128, n_heads=4, n_kv_heads=2, ffn=256, n_layers=2,
+                                 vocab=256, max_position=1024,
+                                 config_overrides={"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                                                   "sliding_window": 300})
+    ids = prompt_ids(256, 250, seed=3)
+    runs = {}
+    for label in ("slide", "whole"):
+        if label == "whole":
+            monkeypatch.setattr(LlamaModel, "slide_rows", lambda self, rows, kv_rows, variant="": 0)
+        eng = Engine.load(str(src), device="emu", buckets=(64,), cache_dir=tmp_path / "k", progress=False,
+                          context=1024, warmup=False)
+        names = {d.name for p in eng.plans.values() for d in p.decls}
+        assert ("layer_slide320" in names) == (label == "slide")
+        logits = [eng.prefill(ids).logits]
+        while eng.pos < 330:                # decode crosses 256 (plain -> sliding module) and 320 (kv0 > 0)
+            logits.append(np.asarray(eng.decode_step(int(np.argmax(logits[-1])))))
+        runs[label] = logits
+    for a, b in zip(runs["slide"], runs["whole"]):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))

@@ -77,3 +77,25 @@ def test_real_widths_pass_the_verify_gate(hf_checkpoint, tmp_path, monkeypatch, 
     argv = ["verify", "--model", str(model_dir), "--device", "emu", "--buckets", "64", "--n-tokens", "8",
             "--report-dir", str(tmp_path / "report")]
     assert cli.main(argv) == 0
+
+
+def test_sliding_window_modules_pass_the_hardware_model():
+    """Mistral-7B's widths with v0.1's window of 4096 at an 8192-row context: the sliding modules (prefill chunks
+    past the window, the decode layer) read window + rows - 1 keys in whole tiles and fit the chip; Gemma-3-1B's
+    local ones likewise (window 512)."""
+    import dataclasses
+
+    from kernel_builder.hw import analyze_module
+    from llama_npu.models import FAMILIES
+    from llama_npu.models.gemma3 import GEMMA3_1B, GLOBAL, LOCAL, Gemma3Model
+    from multi_launch_builder.stitcher import stitch
+
+    arch, s = FAMILY_SHAPES["mistral-7b"]
+    mistral = FAMILIES[arch](dataclasses.replace(s, n_layers=2), sliding_window=4096)
+    gemma = Gemma3Model(dataclasses.replace(GEMMA3_1B, n_layers=2, vocab=512), (LOCAL, GLOBAL), 512, 256)
+    decls = [d for m in (mistral, gemma) for d in m.modules((64, 256), 8192) if "slide" in d.name]
+    assert {d.name for d in decls} == {"attn_s64_slide4160", "attn_s256_slide4352", "layer_slide4096",
+                                       "attn_s64_slide576_local", "attn_s256_slide768_local", "layer_slide512_local"}
+    for d in decls:
+        rep = analyze_module(stitch(d), d.name)
+        assert rep.ok, rep.first_violation()

@@ -34,11 +34,11 @@ def recorded_calls(obj: str, lib=None, pos=None) -> list[tuple[str, list, dict]]
         lib = lib or aie_host.load(runs.kernel_of(obj))
         rng = np.random.default_rng(7)
         if pos is not None and name == "attention":
-            mode, hd, lq, lk, n, *_ = params   # *_: sliding window, scale dimension
+            mode, hd, lq, lk, n, window, scale_dim = params
             if mode == "p":
-                runs._prefill(lib, rng, hd, lq, lk, n, pos=pos)
+                runs._prefill(lib, rng, hd, lq, lk, n, pos=pos, window=window, scale_dim=scale_dim)
             else:
-                runs._decode(lib, rng, hd, lq, lk, n, pos=pos)
+                runs._decode(lib, rng, hd, lq, lk, n, pos=pos, window=window, scale_dim=scale_dim)
         else:
             runs.run(obj, rng, lib)
     finally:
@@ -80,9 +80,13 @@ def test_descriptor_counts_equal_host_counts(obj):
 
 
 @pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32_n8.o", "attnp_hd128_q16_k16_n4.o", "attnp_hd64_q64_k32_n8.o",
-                                 "attnd_hd64_q3_k64_n4.o", "attnd_hd128_q3_k32_n4.o"])
+                                 "attnd_hd64_q3_k64_n4.o", "attnd_hd128_q3_k32_n4.o", "attnd_hd64_q3_k64_n4_w100.o",
+                                 "attnd_hd64_q4_k16_n2_w24.o"])
 def test_attention_counts_at_causal_edges(obj):
-    """Positions where the causal bound cuts a tile, lands on its edge, or leaves decode shares empty."""
-    name, (mode, hd, lq, lk, n, *_) = runs.family(obj)   # *_: the sliding window and scale dimension (none)
-    for pos in (0, 1, lk - 1, lk + 1, 3 * lk - 5):
+    """Positions where the causal bound cuts a tile, lands on its edge, or leaves decode shares empty; with a
+    sliding window (decode _w), where the window's first key cuts a tile (mid-chunk, on a 16-key chunk edge) or
+    leaves a tile before it (the windowed step counts only the keys it computes)."""
+    name, (mode, hd, lq, lk, n, window, _) = runs.family(obj)
+    extra = (window + 7, window + 16, window + lk, 2 * window + 3) if window else ()
+    for pos in (0, 1, lk - 1, lk + 1, 3 * lk - 5, *extra):
         _check(f"{obj} pos {pos}", recorded_calls(obj, pos=pos % (2 * lk * n) if mode == "d" else pos))

@@ -31,11 +31,11 @@ def _reset_state(lq: int, hd: int) -> Counts:
     return store(LANES, 4) * (lq * hd // LANES)
 
 
-def softmax_rows(vis: list[int], lk: int) -> Counts:
-    """softmax_rows over len(vis) rows, row r seeing vis[r] >= 1 keys."""
+def softmax_rows(vis: list[int], lk: int, first: int = 0) -> Counts:
+    """softmax_rows over len(vis) rows, row r seeing keys [first, vis[r]) (at least one)."""
     c = _softmax_fixed(lk)
     for v in vis:
-        c = c + _softmax_row(min(v, lk), lk)
+        c = c + _softmax_row(min(v, lk), lk, first)
     return c
 
 
@@ -50,8 +50,9 @@ def _softmax_fixed(lk: int) -> Counts:
 
 
 @functools.lru_cache(maxsize=None)
-def _softmax_row(v: int, lk: int) -> Counts:
-    """One row seeing v keys: scaled into log2 units and its max, then its probabilities and their sum."""
+def _softmax_row(v: int, lk: int, first: int = 0) -> Counts:
+    """One row seeing keys [first, v): scaled into log2 units and its max, then its probabilities and their
+    sum."""
     chunks = lk // LANES
     c = chunks * (load(LANES, 4) + fmul(LANES) + conv() + store(LANES, 4))
     c += load(LANES, 4) + (chunks - 1) * (Counts(vmax=1) + load(LANES, 4)) + Counts(reduce_max=1)
@@ -60,6 +61,8 @@ def _softmax_row(v: int, lk: int) -> Counts:
         c += load(LANES, 4) + _vsub() + exp2(LANES) + store(LANES, 2) + vmac(LANES)
         if j + LANES > v:   # the chunk holding the causal edge: masked probabilities zeroed, reloaded
             c += scalar_bf16(LANES - max(v - j, 0)) + load(LANES, 2)
+        if j < first:       # a chunk before the sliding window's first key: those probabilities zeroed, reloaded
+            c += scalar_bf16(min(LANES, first - j)) + load(LANES, 2)
     return c + conv() + Counts(reduce_add=1)
 
 
@@ -148,17 +151,24 @@ def prefill_finish(hd: int, lq: int) -> Counts:
     return c + per_block * (lq // 8) + _reset_state(lq, hd)
 
 
-def decode_step(hd: int, lq: int, lk: int, pos: int, k_pos0: int) -> Counts:
-    vis = visible_keys(pos, k_pos0, lk)
-    if vis == 0:
+def first_key(q_pos: int, k_pos0: int, lk: int, window: int) -> int:
+    """The first key of the tile inside the query's sliding window (0 without one)."""
+    return max(0, min(lk, q_pos - window + 1 - k_pos0)) if window else 0
+
+
+def decode_step(hd: int, lq: int, lk: int, pos: int, k_pos0: int, window: int = 0) -> Counts:
+    """One decode update: the keys [first, vis) of the tile (causal bound, sliding window) in dots and p.V."""
+    vis, first = visible_keys(pos, k_pos0, lk), first_key(pos, k_pos0, lk, window)
+    if first >= vis:
         return Counts()
+    seen = vis - first
     c = Counts()
     for i0 in range(0, lq, 4):
         n = min(4, lq - i0)
-        c += n * vis * ((hd // DOT) * (load(DOT, 2) * 2 + vmac(DOT)) + conv() + Counts(reduce_add=1))
-        c += softmax_rows([vis] * n, lk)
-        c += n * (hd // LANES) * (load(LANES, 4) + fmul(LANES) + vis * (load(LANES, 2) + Counts(broadcast=1)
-                                                                        + vmac(LANES)) + conv() + store(LANES, 4))
+        c += n * seen * ((hd // DOT) * (load(DOT, 2) * 2 + vmac(DOT)) + conv() + Counts(reduce_add=1))
+        c += softmax_rows([vis] * n, lk, first)
+        c += n * (hd // LANES) * (load(LANES, 4) + fmul(LANES) + seen * (load(LANES, 2) + Counts(broadcast=1)
+                                                                         + vmac(LANES)) + conv() + store(LANES, 4))
     return c
 
 

@@ -274,7 +274,7 @@ def _attn(m, args):
         pos, k0 = get(2), get(3)
         if pos is None or k0 is None:
             pos, k0 = lk - 1, 0
-        return CallWork(qk + pv, 0, ac.decode_step(hd, lq, lk, pos, k0))
+        return CallWork(qk + pv, 0, ac.decode_step(hd, lq, lk, pos, k0, window))
     if part == "finish":   # out = acc * (1/l) and the state emptied for the next query block
         return CallWork(lq * hd, 0, ac.prefill_finish(hd, lq))
     return CallWork(n * lq * hd, 0, ac.decode_merge(hd, lq, n))   # merge

@@ -24,6 +24,11 @@ acc_l1 and y_l1 (written by the call) are allocated once at the top of the herd 
 store, `Block.pin_to_scope`: mlir-air's air-fuse-alloc-dealloc would move a buffer used only inside a loop into
 it, and the ping-pong copies would break the partial sums carried from chunk to chunk). Loops of one trip are
 not emitted. All offsets are affine in the tile ids and the loop ivs (the launch-level ones constant).
+
+With `bias` (the `gemv_bias` kernel: y = W x + b, module arguments w, x, b [1, m], y) each tile's stream carries
+its bias rows b[r0, r0 + R) right after x, and the tile takes both with its ONE x transfer into `x_l1 [k + R]`
+(a third transfer into a core would need a third S2MM channel: a core has 2); the kernel adds them to the f32
+sums of the last K chunk before the one rounding (external_kernels/gemv.cc, GEMV_BIAS).
 """
 from __future__ import annotations
 
@@ -35,25 +40,27 @@ KIND = "gemv"
 CHANNEL = "gemv_in"
 
 
-def build(m: int, k: int) -> str:
+def build(m: int, k: int, bias: bool = False) -> str:
 
-    plan = plan_gemv(m, k)
+    plan = plan_gemv(m, k, bias)
     rows, tm, kc = plan.rows_per_tile, plan.tile_m, plan.k_chunk
     hx, hy = plan.herd_x, plan.herd_y
-    ext = gemv_kernel(k, kc, tm, rows)
-    w_ty, x_ty, y_ty = memref([m, k]), memref([1, k]), memref([1, m])
-    wl_ty, xl_ty = memref([tm, kc], "bf16", L1), memref([k], "bf16", L1)
+    ext = gemv_kernel(k, kc, tm, rows, bias)
+    w_ty, x_ty, y_ty, b_ty = memref([m, k]), memref([1, k]), memref([1, m]), memref([1, m])
+    wl_ty, xl_ty = memref([tm, kc], "bf16", L1), memref([k + rows * bias], "bf16", L1)
     acc_ty, yl_ty = memref([tm], "f32", L1), memref([rows], "bf16", L1)
-    mod = Module(KIND, [w_ty, x_ty, y_ty])
+    types = [w_ty, x_ty, b_ty, y_ty] if bias else [w_ty, x_ty, y_ty]
+    kind = "gemv_bias" if bias else KIND
+    mod = Module(kind, types)
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, acc_ty, yl_ty, "i32", "i32"])
     ch = mod.channel(CHANNEL, [hx, hy])
-    types = [w_ty, x_ty, y_ty]
 
-    la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(KIND, {"m": m, "k": k})])
-    lw, lxv, ly = la.args
+    la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(kind, {"m": m, "k": k})])
+    lw, lxv, ly = la.args[0], la.args[1], la.args[-1]
     lb = la.body
-    # ---- launch: per tile, x then its weight rows on the tile's own channel (one shim stream each)
-    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, k))
+    # ---- launch: per tile, x (then its bias rows) then its weight rows on the tile's own channel (one shim stream
+    # each)
+    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, k), (la.args[2], b_ty, m) if bias else None)
 
     # ---- segment: the herd; its tiles store their rows straight to L3
     seg = segment(lb, "gemv_seg", [(ly, y_ty)])
@@ -86,16 +93,20 @@ def build(m: int, k: int) -> str:
     return mod.text()
 
 
-def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w) -> None:
+def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, bias=None) -> None:
     """The launch body of a GEMV (gemv, gemv_q4): per tile (tx, ty), number t = tx*herd_y + ty, on its own
-    channel: the whole x, then its `rows` rows [t*rows, (t+1)*rows) of w as one contiguous run. `x`, `w`:
-    (launch value, memref type, row length in elements)."""
+    channel: the whole x, (with `bias`: the tile's bias elements [t*rows, (t+1)*rows), which the tile takes in
+    x's transfer,) then its `rows` rows [t*rows, (t+1)*rows) of w as one contiguous run. `x`, `w`: (launch value,
+    memref type, row length in elements); `bias`: (launch value, memref type [1, m], m)."""
     hx, hy = herd_shape
     (xv, x_ty, k), (wv, w_ty, row) = x, w
     for tx in range(hx):
         for ty in range(hy):
             r0 = (tx * hy + ty) * rows
             lb.channel_put(ch, [tx, ty], xv, x_ty, ([0, 0], [1, k], [k, 1]))
+            if bias is not None:
+                bv, b_ty, m = bias
+                lb.channel_put(ch, [tx, ty], bv, b_ty, ([0, r0], [1, rows], [m, 1]))
             lb.channel_put(ch, [tx, ty], wv, w_ty, ([r0, 0], [rows, row], [row, 1]))
 
 

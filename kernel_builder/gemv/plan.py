@@ -33,6 +33,7 @@ class GemvPlan:
     herd_y: int      # herd rows (1, or 2 when more than NPU2_COLS tiles stream)
     tile_m: int      # w rows per step
     k_chunk: int     # w columns per step
+    bias: bool = False   # gemv_bias: the tile's bias rows travel after x and stay in L1
 
     @property
     def tiles(self) -> int:
@@ -74,14 +75,15 @@ class GemvPlan:
 
     def l1_buffers(self) -> dict[str, int]:
         return {"w": pingpong_copies(self.steps) * BF16 * self.tile_m * self.k_chunk, "x": BF16 * self.k,
-                "acc_f32": F32 * self.tile_m, "y": BF16 * self.rows_per_tile}
+                "acc_f32": F32 * self.tile_m, "y": BF16 * self.rows_per_tile,
+                **({"b": BF16 * self.rows_per_tile} if self.bias else {})}   # b: after x, in x's buffer
 
     def l1_bytes(self) -> int:
         return sum(self.l1_buffers().values())
 
     def stream_bytes(self) -> int:
-        """Bytes on one tile's shim stream (x, then its weight rows)."""
-        return BF16 * (self.k + self.rows_per_tile * self.k)
+        """Bytes on one tile's shim stream (x, its bias rows, then its weight rows)."""
+        return BF16 * (self.k + self.rows_per_tile * (self.k + self.bias))
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def first_best(m: int, counts: list[int], candidates):
     return None
 
 
-def plan_gemv(m: int, k: int) -> GemvPlan:
+def plan_gemv(m: int, k: int, bias: bool = False) -> GemvPlan:
     check_positive("gemv", m=m, k=k)
     if k % GEMV_K_MULTIPLE:
         raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
@@ -135,7 +137,7 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
     def candidates(hx, hy, rows):
         for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
             for kc in chunks:
-                plan = GemvPlan(m, k, hx, hy, tile_m, kc)
+                plan = GemvPlan(m, k, hx, hy, tile_m, kc, bias)
                 if plan.l1_bytes() > L1_BUDGET or not plan.contiguous_stream \
                         or plan.core_task_repeats > CORE_TASK_MAX_REPEATS:
                     continue
@@ -148,7 +150,7 @@ def plan_gemv(m: int, k: int) -> GemvPlan:
         return best
     t = counts[0]
     rows = m // t
-    need = GemvPlan(m, k, *gemv_herd_shape(t), 1, GEMV_K_MULTIPLE).l1_bytes()
+    need = GemvPlan(m, k, *gemv_herd_shape(t), 1, GEMV_K_MULTIPLE, bias).l1_bytes()
     if need > L1_BUDGET:
         raise ValueError(f"gemv: m={m}, k={k} needs {kib(need)} of L1 per tile (x of {k} elements and {rows} "
                          f"output rows per tile stay in L1); the NPU2 limit is {kib(L1_BUDGET)} "

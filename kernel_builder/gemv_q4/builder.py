@@ -19,23 +19,27 @@ KIND = "gemv_q4"
 CHANNEL = "gemvq4_in"
 
 
-def build(m: int, k: int, group: int = 32, mins: int = 1, bits: int = 4) -> str:
-    """bits=8: the same GEMV on 8-bit codes (GGUF Q8_0's vocabulary matrix)."""
-    plan = plan_gemv_q4(m, k, group, mins, bits)
+def build(m: int, k: int, group: int = 32, mins: int = 1, bits: int = 4, bias: bool = False) -> str:
+    """bits=8: the same GEMV on 8-bit codes (GGUF Q8_0's vocabulary matrix). bias: the `gemv_q4_bias` kernel
+    (arguments w, x, b [1, m], y): each tile's bias rows follow x on its stream, in x's one transfer."""
+    plan = plan_gemv_q4(m, k, group, mins, bits, bias)
     rb, rows, tm = plan.layout.row_bytes, plan.rows_per_tile, plan.tile_m
     hx, hy = plan.herd_x, plan.herd_y
-    ext = gemv_q4_kernel(k, group, mins, tm, rows, bits)
-    w_ty, x_ty, y_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m])
-    wl_ty, xl_ty, yl_ty = memref([tm * rb], "i8", L1), memref([k], "bf16", L1), memref([rows], "bf16", L1)
-    mod = Module(KIND, [w_ty, x_ty, y_ty])
+    ext = gemv_q4_kernel(k, group, mins, tm, rows, bits, bias)
+    w_ty, x_ty, y_ty, b_ty = memref([m, rb], "i8"), memref([1, k]), memref([1, m]), memref([1, m])
+    wl_ty, xl_ty = memref([tm * rb], "i8", L1), memref([k + rows * bias], "bf16", L1)
+    yl_ty = memref([rows], "bf16", L1)
+    types = [w_ty, x_ty, b_ty, y_ty] if bias else [w_ty, x_ty, y_ty]
+    kind = "gemv_q4_bias" if bias else KIND
+    mod = Module(kind, types)
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, yl_ty, "i32"])
     ch = mod.channel(CHANNEL, [hx, hy])
-    la = launch(mod.body, [1, 1], list(zip(mod.args, [w_ty, x_ty, y_ty])),
-                [attr_dict(KIND, {"m": m, "k": k, "group": group, "mins": int(mins),
+    la = launch(mod.body, [1, 1], list(zip(mod.args, types)),
+                [attr_dict(kind, {"m": m, "k": k, "group": group, "mins": int(mins),
                                   **({"bits": bits} if bits != 4 else {})})])
-    lw, lxv, ly = la.args
+    lw, lxv, ly = la.args[0], la.args[1], la.args[-1]
     lb = la.body
-    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, rb))
+    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, rb), (la.args[2], b_ty, m) if bias else None)
     seg = segment(lb, "gemvq4_seg", [(ly, y_ty)])
     h = herd(seg.body, "gemvq4_herd", (hx, hy), [(seg.args[0], y_ty)], [f'link_with = "{ext.obj}"'])
     tx, ty = h.ids

@@ -22,6 +22,7 @@ class GemvQ4Plan:
     herd_y: int
     tile_m: int
     bits: int = 4
+    bias: bool = False   # gemv_q4_bias: the tile's bias rows after x, in x's buffer
 
     @property
     def layout(self) -> Q4Layout:
@@ -44,18 +45,18 @@ class GemvQ4Plan:
         return -(-self.steps // pingpong_copies(self.steps))
 
     def l1_buffers(self) -> dict[str, int]:
-        return {"w": pingpong_copies(self.steps) * self.tile_m * self.layout.row_bytes, "x": BF16 * self.k,
-                "y": BF16 * self.rows_per_tile}
+        return {"w": pingpong_copies(self.steps) * self.tile_m * self.layout.row_bytes,
+                "x": BF16 * (self.k + self.rows_per_tile * self.bias), "y": BF16 * self.rows_per_tile}
 
     def l1_bytes(self) -> int:
         return sum(self.l1_buffers().values())
 
     def stream_bytes(self) -> int:
         """Bytes on one tile's shim stream (x, then its q4 rows)."""
-        return BF16 * self.k + self.rows_per_tile * self.layout.row_bytes
+        return BF16 * (self.k + self.rows_per_tile * self.bias) + self.rows_per_tile * self.layout.row_bytes
 
 
-def plan_gemv_q4(m: int, k: int, group: int, mins: int, bits: int = 4) -> GemvQ4Plan:
+def plan_gemv_q4(m: int, k: int, group: int, mins: int, bits: int = 4, bias: bool = False) -> GemvQ4Plan:
     check_positive("gemv_q4", m=m, k=k)
     if k % Q4_K_MULTIPLE:
         raise ValueError(f"gemv_q4: k={k} must be a multiple of {Q4_K_MULTIPLE} (one int4 vector of 32 lanes)")
@@ -64,13 +65,13 @@ def plan_gemv_q4(m: int, k: int, group: int, mins: int, bits: int = 4) -> GemvQ4
 
     def candidates(hx, hy, rows):
         for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
-            plan = GemvQ4Plan(m, k, group, int(mins), hx, hy, tile_m, bits)
+            plan = GemvQ4Plan(m, k, group, int(mins), hx, hy, tile_m, bits, bias)
             if plan.l1_bytes() <= L1_BUDGET and plan.core_task_repeats <= CORE_TASK_MAX_REPEATS:
                 yield plan, (even_or_one(plan.steps), tile_m)
 
     best = first_best(m, counts, candidates)
     if best is not None:
         return best
-    need = GemvQ4Plan(m, k, group, int(mins), *gemv_herd_shape(counts[0]), 1, bits).l1_bytes()
+    need = GemvQ4Plan(m, k, group, int(mins), *gemv_herd_shape(counts[0]), 1, bits, bias).l1_bytes()
     raise ValueError(f"gemv_q4: m={m}, k={k} needs {kib(need)} of L1 per tile (x and whole q4 rows); the NPU2 "
                      f"limit is {kib(L1_BUDGET)}: split m into partitions")

@@ -17,8 +17,8 @@ def no_options(cfg: dict, path: Path) -> dict:
 @dataclass(frozen=True)
 class Family:
     """`options(config, path) -> dict` reads the family's own keys (raising UnsupportedModel for what we do not
-    implement) and returns what they set: `rotary_dim` (ModelShapes), `sliding_window` (the run's context is kept
-    within it). `honours_sliding_window`: the family's `sliding_window` key is read (else a set window with
+    implement) and returns what they set: `rotary_dim` (ModelShapes), `sliding_window` (the attention op's
+    window, LlamaModel.sliding_window). `honours_sliding_window`: the family's `sliding_window` key is read (else a set window with
     use_sliding_window, or non-full layer_types, are refused)."""
 
     architecture: str
@@ -30,8 +30,8 @@ class Family:
 
 
 def sliding_window_option(cfg: dict, path: Path) -> dict:
-    """`sliding_window` (Mistral, Phi-3): key j is visible to query i when i - window < j <= i. Every position
-    of a run whose context is at most the window sees all of its keys, so the run's context is capped to it."""
+    """`sliding_window` (Mistral, Phi-3): key j is visible to query i when i - window < j <= i (the attention
+    kernel's `window`)."""
     w = cfg.get("sliding_window")
     if w is None:
         return {}

@@ -92,6 +92,9 @@ class Gemma3Model(LlamaModel):
     def variant_of(self, layer: int) -> str:
         return self.layer_types[layer]
 
+    def window_of(self, variant: str = GLOBAL) -> int | None:
+        return self.sliding_window if variant == LOCAL else None
+
     def rope_tables(self, cfg) -> dict:
         tables = {}
         if GLOBAL in self.layer_types:

@@ -26,6 +26,9 @@ from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
 from kernel_builder.presets import AirccPreset
 
 POS = "pos"   # the scalar holding the first row (position) a call works on
+# A sliding-window attention call reads only the cache rows its queries can see: its K/V window starts at the
+# row held by KV0 (max(0, pos + rows - window rows)) and its queries sit at KV_POS = pos - KV0 within it
+KV0, KV_POS = "kv0", "kv_pos"
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class Phase:
     stage: Stage
     rows: int
     kv_rows: int
+    slide: bool = False            # the KV window is cache rows [KV0, KV0 + kv_rows), not [0, kv_rows)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stage", Stage(self.stage))   # Stage("prefill") is Stage.PREFILL
@@ -95,6 +99,18 @@ class Phase:
     @property
     def name(self) -> str:
         return self.stage.value
+
+
+def call_scalars(decl: ModuleDecl, pos: int) -> dict[str, int]:
+    """The scalars of a call of `decl` at position `pos`: POS, and for a sliding KV window its first cache row
+    KV0 (the window ends with the call's last row, or starts at 0) and the position within it, KV_POS."""
+    out = {POS: pos} if POS in decl.scalars else {}
+    if KV0 in decl.scalars:
+        window = next(a.shape[0] for a in decl.args if a.at == KV0)
+        rows = next(a.shape[0] for a in decl.args if a.role in (Role.INPUT, Role.OUTPUT, Role.INTERMEDIATE))
+        out[KV0] = max(0, pos + rows - window)
+        out[KV_POS] = pos - out[KV0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -198,7 +214,7 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
     covered = [o for _, _, outs in segments for o in outs]
     if sorted(covered) != sorted(by_out):
         raise ValueError(f"phase {phase.name}: segments cover {covered}, the graph has {list(by_out)}")
-    planned = [(seg, name, [by_out[o] for o in outs]) for seg, name, outs in segments]
+    planned = [(seg, name, _fuse([by_out[o] for o in outs], graph, phase, rules)) for seg, name, outs in segments]
     producer = {op.out: i for i, (_, _, ops) in enumerate(planned) for op in ops if not op.into}
     consumers: dict[str, set[int]] = {}
     for i, (_, _, ops) in enumerate(planned):
@@ -222,6 +238,28 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
                              (presets or {}).get(seg)))
     out = graph.outputs[0]
     return PhasePlan(phase, tuple(steps), (producer[out], out))
+
+
+def _fuse(ops: list[Op], graph: LayerGraph, phase: Phase, rules: dict) -> list[Op]:
+    """Epilogue fusion: an op followed in its segment by an op that alone consumes its output becomes one op
+    when `rules[(first kind, second kind)](first, second, phase, graph)` returns it (None: not in this phase;
+    e.g. a decode projection and its bias: one GEMV with the bias epilogue)."""
+    readers: dict[str, int] = {}
+    for op in graph.ops:
+        for t in op.ins:
+            readers[t] = readers.get(t, 0) + 1
+    out: list[Op] = []
+    for op in ops:
+        prev = out[-1] if out else None
+        fuse = rules.get((prev.kind, op.kind)) if prev is not None else None
+        if fuse and not prev.into and op.ins[0] == prev.out and readers.get(prev.out) == 1 \
+                and prev.out not in graph.outputs:
+            fused = fuse(prev, op, phase, graph)
+            if fused is not None:
+                out[-1] = fused
+                continue
+        out.append(op)
+    return out
 
 
 def _source(t: str, graph: LayerGraph, producer: dict, taken: dict, steps: list[Step], here: int) -> Source:

@@ -10,6 +10,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from multi_launch_builder.decl import Arg, ModuleDecl, Role
+from kernel_builder.attention.external import ATTN_LK_MULTIPLE
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .fusion import fuse_epilogues
@@ -113,11 +114,12 @@ class LlamaModel:
 
     WEIGHTS = ("bf16", "q4")
 
-    def __init__(self, shapes: ModelShapes, weights: str = "bf16"):
+    def __init__(self, shapes: ModelShapes, weights: str = "bf16", sliding_window: int | None = None):
         if weights not in self.WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
         self.shapes = shapes
         self.weights = weights
+        self.sliding_window = sliding_window   # a query sees its last sliding_window keys (None: all, causal)
         self.head_weights = weights   # the LM head's: bf16 / q8 when a q4 source keeps it so (ModelWeights)
         self.q4_group = self.head_group = Q4_GROUP   # group sizes of the layers' / LM head's 4-bit weights
         self.tied = True              # the LM head is the embedding (ModelWeights says from the checkpoint)
@@ -127,7 +129,8 @@ class LlamaModel:
     @classmethod
     def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
-        m = cls(cfg.shapes, weights)
+        w = cfg.sliding_window   # a window no shorter than the model's context masks nothing (Phi-4-mini: 262144)
+        m = cls(cfg.shapes, weights, w if w and w < cfg.max_position else None)
         m.tied = bool(cfg.tie_embeddings)
         return m
 
@@ -176,6 +179,10 @@ class LlamaModel:
         """The layer variant (a `layer_variants` entry) layer `layer` runs."""
         return ""
 
+    def window_of(self, variant: str = "") -> int | None:
+        """The sliding window of keys of a layer variant's attention (None: full causal)."""
+        return self.sliding_window
+
     def rope_tables(self, cfg) -> dict:
         """State name -> RopeParams of every RoPE table state (written once by the runtime)."""
         return {ROPE_TABLE: cfg.rope}
@@ -196,7 +203,7 @@ class LlamaModel:
     def graph(self) -> LayerGraph:
         s = self.shapes
         eps, hd = s.rms_eps, s.head_dim
-        attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd}
+        attn = {"heads": s.n_heads, "kv_heads": s.n_kv_heads, "head_dim": hd, "window": self.sliding_window}
         q, k = "q", "k"
         ops = [Op("rmsnorm", ("x", Weight("attn_norm")), "h", s.hidden, {"eps": eps})]
         for w, out, width, into in (("wq", "q", s.q_dim, ""), ("wk", "k", s.kv_dim, ""),
@@ -261,23 +268,42 @@ class LlamaModel:
         window = kv_rows or rows
         v = f"_{variant}" if variant else ""
         graph = self.phase_graph(rows, variant)
-        segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"),
-                              ("attn", f"attn_s{rows}" + ("" if window == rows else f"_kv{window}") + v, "attn"),
+        span = self.slide_rows(rows, window, variant)
+        kv = f"_slide{span}" if span else ("" if window == rows else f"_kv{window}")
+        segs = self._segments(("qkv", f"qkv_s{rows}{v}", "k_new"), ("attn", f"attn_s{rows}{kv}{v}", "attn"),
                               ("ffn", f"ffn_s{rows}", None), graph=graph)
-        return lower(graph, prefill_plan(rows, window), RULES, segs, LAYER_FAMILY)
+        phase = prefill_plan(rows, window)
+        return lower(graph, replace(phase, kv_rows=span, slide=True) if span else phase, RULES, segs, LAYER_FAMILY)
 
     def decode(self, kv_rows: int | None = None, variant: str = "") -> PhasePlan:
         """One token. With `kv_rows`: the whole layer in ONE module (attention on the NPU over the cache window
-        [0, kv_rows)), so a token is n_layers + 1 dispatches. Without: attention on the host between the
+        [0, kv_rows), or with a sliding window the `slide_rows` rows ending at the token), so a token is
+        n_layers + 1 dispatches. Without: attention on the host between the
         attention-input and FFN modules (--decode-attention host)."""
         v = f"_{variant}" if variant else ""
         graph = self.layer_graph(variant)
         if kv_rows:
-            segs = self._segments(("layer", f"layer_kv{kv_rows}{v}", None), variant=variant)
-            return lower(graph, decode_plan(kv_rows), RULES, segs, LAYER_FAMILY)
+            span = self.slide_rows(1, kv_rows, variant)
+            name = f"layer_slide{span}{v}" if span else f"layer_kv{kv_rows}{v}"
+            segs = self._segments(("layer", name, None), variant=variant)
+            phase = decode_plan(kv_rows)
+            return lower(graph, replace(phase, kv_rows=span, slide=True) if span else phase, RULES, segs,
+                         LAYER_FAMILY)
         segs = self._segments(("qkv", f"qkv_dec{v}", "k_new"), ("attn", f"attn_host{v}", "attn"),
                               ("ffn", "ffn_dec", None), variant=variant)
         return lower(graph, decode_plan(None), RULES, segs, LAYER_FAMILY, host_ops=frozenset({"attn"}))
+
+    def slide_rows(self, rows: int, kv_rows: int, variant: str = "") -> int:
+        """With a sliding window W: the KV rows a call of `rows` queries reads in place of the window [0, kv_rows)
+        - the W + rows - 1 keys its queries see, in whole K/V tiles, ending at its last row (cache rows [KV0,
+        KV0 + span), graph.call_scalars) - when no more than kv_rows; else 0 (the window from row 0)."""
+        w = self.window_of(variant)
+        if not w:
+            return 0
+        need = w + rows - 1
+        span = -(-need // ATTN_LK_MULTIPLE) * ATTN_LK_MULTIPLE if rows == 1 and need <= self.WINDOW_ALIGN \
+            else -(-need // self.WINDOW_ALIGN) * self.WINDOW_ALIGN
+        return span if span <= kv_rows else 0
 
     def _per_layer(self, make):
         """One PhasePlan for every layer, or (layer variants) a tuple of each layer's."""

@@ -12,7 +12,7 @@ from kernel_builder.registry import kernel
 
 from kernel_builder.gemv_q4.format import Q4Layout
 
-from .graph import POS, LayerGraph, Op, Phase
+from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
 Q8_SUFFIX = "_q8"    # the same layout with 8-bit codes (a GGUF's Q8_0 LM head)
@@ -92,6 +92,31 @@ def bias_add(op: Op, phase: Phase, graph: LayerGraph):
     return kernel("bias_add", phase.rows, op.width), (x, b.name, op.out), [_static(b.name, (1, op.width), graph)]
 
 
+def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | None:
+    """A decode projection (GEMV, bf16 or 4-bit) and its bias_add: one `linear_bias` op (the GEMV with the bias
+    epilogue); prefill (GEMM) keeps the two launches."""
+    if phase.rows != 1 or graph.weights not in ("bf16", "q4"):
+        return None
+    return Op("linear_bias", (*lin.ins, add.ins[1]), add.out, add.width, into=add.into)
+
+
+def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
+    """A `linear_bias` op (y = x·wᵀ + b): of one row, the GEMV with the bias epilogue, reading the same weight as
+    `linear` (the HF [out, in] tensor, or its 4-bit rows `<w>_q4`), the bias a [1, out] static; of more rows,
+    the GEMM's (`linear_bias`)."""
+    if phase.rows != 1:     # a GEMM phase's linear_bias (models/fusion.py): gemm_bias
+        return linear_bias(op, phase, graph)
+    x, w, b = op.ins
+    n, k = op.width, graph.width(x)
+    bias = _static(b.name, (1, n), graph)
+    if graph.weights == "q4":
+        g = graph.q4_group
+        name = w.name + Q4_SUFFIX
+        return (kernel("gemv_q4_bias", n, k, g, 1), (name, x, b.name, op.out),
+                [Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8"), bias])
+    return kernel("gemv_bias", n, k), (w.name, x, b.name, op.out), [_static(w.name, (n, k), graph), bias]
+
+
 def rope(op: Op, phase: Phase, graph: LayerGraph):
     """The RoPE table is a state (one row per position, written once); the call reads its rows [pos, pos+rows)."""
     x, table = op.ins
@@ -103,16 +128,20 @@ def rope(op: Op, phase: Phase, graph: LayerGraph):
 
 def attention(op: Op, phase: Phase, graph: LayerGraph):
     """Causal GQA attention of the call's rows (at positions pos..pos+rows-1, the scalar) over the KV-cache
-    window of positions [0, kv_rows): the same kernel for a prefill chunk (any position) and for decode."""
+    window of positions [0, kv_rows): the same kernel for a prefill chunk (any position) and for decode. A
+    sliding phase (a window of keys past which the call reads nothing) binds the cache rows [kv0, kv0 + kv_rows)
+    and passes the position within them (graph.call_scalars)."""
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
     rows, window = phase.rows, phase.kv_rows
     # a sliding window of keys (None: full causal) and the softmax-scale dimension (None: head_dim), when set
     extra = {k: op.params[k] for k in ("window", "scale_dim") if op.params.get(k)}
-    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc.name)
-    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc.name)
-    pos = Arg(POS, (1,), Role.SCALAR, "i32")
-    return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", POS, op.out),
+    # a sliding phase: the window is cache rows [KV0, KV0 + kv_rows) and the kernel's position is KV_POS in it
+    at, p = (KV0, KV_POS) if phase.slide else ("", POS)
+    k = Arg("k_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=kc.name, at=at)
+    v = Arg("v_ctx", (window, kv_heads * hd), Role.STATE, graph.dtype, state=vc.name, at=at)
+    pos = Arg(p, (1,), Role.SCALAR, "i32")
+    return (kernel("attention", rows, window, heads, kv_heads, hd, **extra), (q, "k_ctx", "v_ctx", p, op.out),
             [k, v, pos])
 
 
@@ -126,6 +155,8 @@ def swiglu(op: Op, phase: Phase, graph: LayerGraph):
     return kernel(op.kind, phase.rows, op.width), (g, u, op.out), []
 
 
-RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "linear_bias": linear_bias,
+RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "linear_bias": linear_bias_row,
          "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
-         "swiglu": swiglu, "geglu": swiglu}
+         "swiglu": swiglu, "geglu": swiglu,
+         # epilogue fusions (graph._fuse): (first op kind, second op kind) -> the fused op, or None in a phase
+         ("linear", "bias_add"): fuse_linear_bias}

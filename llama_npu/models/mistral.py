@@ -1,7 +1,7 @@
 """Mistral (`MistralForCausalLM`): the Llama layer (same tensor names, GQA, SwiGLU, RMSNorm, no biases) with
-`sliding_window`: a query sees the last `sliding_window` keys. The description is LlamaModel's; the window is
-honoured by keeping every run's context within it (llama_npu.config: max_position = min(max_position_embeddings,
-sliding_window)), where windowed and full causal attention are the same."""
+`sliding_window`: a query sees the last `sliding_window` keys. The description is LlamaModel's with the attention
+op's `window` (LlamaModel.sliding_window); a call past the window reads only the cache rows its queries see
+(docs/families.md "Sliding windows")."""
 from __future__ import annotations
 
 from .family import Family, sliding_window_option
@@ -12,5 +12,5 @@ MISTRAL_7B = ModelShapes(hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128, ff
                          rms_eps=1e-5)
 
 FAMILY = Family("MistralForCausalLM", "mistral", LlamaModel,
-                "sliding_window: the run's context is kept within the window (where it equals causal attention)",
+                "sliding_window: the attention op's window (a call past it reads only the window's cache rows)",
                 sliding_window_option, honours_sliding_window=True)

@@ -6,7 +6,7 @@
 - partial rotary embedding (`partial_rotary_factor`: RoPE on the first rotary_dim dims of each head): the q/k rows
   are loaded in llama.rotary_order and the RoPE table rotates the pass-through pairs by angle 0;
 - `longrope` scaling (short/long factors, attention factor): llama_npu.rope;
-- `sliding_window` when set: as Mistral (the run's context stays within the window).
+- `sliding_window` when set: as Mistral (the attention op's window).
 """
 from __future__ import annotations
 

@@ -91,14 +91,17 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
     plans = model._per_layer(lambda v: model.decode(kv_rows, v))
     head = model.head().decls[0]
     args, launches = _embedding(model, head)
-    args.append(Arg(POS, (1,), Role.SCALAR, "i32"))
     x_name = EMBED_ROW
+    extra: dict[str, None] = {}   # the layers' other scalars (a sliding window's KV0 / KV_POS: graph.call_scalars)
     for layer in range(s.n_layers):
         plan = layer_plan(plans, layer)
         if len(plan.steps) != 1 or plan.steps[0].decl is None:
             raise ValueError("one-module decode needs the fused per-layer decode module (NPU attention)")
         decl = plan.steps[0].decl
         names, largs = _layer_args(decl, layer, x_name)
+        # the position (or, sliding, the position within the window), once
+        args += [a for a in decl.args if a.role is Role.SCALAR and all(a.name != b.name for b in args)]
+        extra.update(dict.fromkeys(n for n in decl.scalars if n != POS))
         args += largs
         launches += [Launch(f"l{layer}_{la.prefix}", la.build, tuple(names[w] for w in la.wiring))
                      for la in decl.launches]
@@ -135,4 +138,4 @@ def token_module(model, kv_rows: int, k: int = 1) -> ModuleDecl:
                                (hnames[f"logits_{p}"], prev, out)))
         prev = out
     return ModuleDecl(token_module_name(kv_rows, k), tuple(args), tuple(launches), family=TOKEN_FAMILY,
-                      scalars=(POS, TOKEN))
+                      scalars=(POS, TOKEN, *extra))
