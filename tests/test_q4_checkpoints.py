@@ -140,7 +140,7 @@ def test_int4_checkpoint_needs_q4_and_a_known_config(tmp_path):
 
 def test_gguf_q8_vocabulary_runs_in_8_bits_one_copy(tmp_path):
     """A GGUF with Q4_1 layers and a Q8_0 tied token embedding (the embedded SmolLM2 GGUF's make-up): the LM head's
-    GEMVs run on the 8-bit rows (gemv_q4 at bits 8, `lm_<p>_q8` statics), the embedding rows are gathered from that
+    GEMVs run on the 8-bit rows (gemv_q4 at bits 8, `lm_<p>_q8` windows of the `vocab` state), the embedding rows are gathered from that
     same copy, and the logits equal the bf16 engine's on the dequantized checkpoint bit for bit."""
     gguf = pytest.importorskip("gguf")
     from llama_npu.embedded import GGUF_SOURCE
@@ -183,8 +183,10 @@ def test_gguf_q8_vocabulary_runs_in_8_bits_one_copy(tmp_path):
         runs[label] = logits
         if mode == "q4":
             head = eng.plans[HEAD_PLAN].steps[0].decl
-            statics = {a.name: a.dtype for a in head.args if a.role.name == "STATIC"}
-            assert statics["lm_0_q8"] == "i8" and "lm_0" not in statics
+            vocab = {a.name: a.dtype for a in head.args if getattr(a, "state_name", None) == "vocab"}
+            # the LM head's partitions are windows of the one 8-bit `vocab` state (the embedding rows read it too)
+            assert vocab and set(vocab.values()) == {"i8"} and all(n.endswith("_q8") for n in vocab), vocab
+            assert not any(a.name.startswith("lm_") and a.dtype == "bf16" for a in head.args)
             assert {la.build.args[-1] for la in head.launches if la.build.args[0] == "gemv_q4"} == {8}
             assert isinstance(eng.weights.embed(), DequantRows)          # one copy of the tied matrix
     for a, b in zip(runs["q4"], runs["deq"]):
