@@ -23,8 +23,13 @@
 // ATTN_MODE 2 (decode; items of 2*ATTN_LK + ATTN_LQ rows: K, V, then the query rows of one GQA group):
 //   init(state)
 //   step(item, state, pos, k_pos0): one update of all ATTN_LQ rows at position pos.
-//   merge(parts, out): parts = ATTN_NPARTS states of the same rows over disjoint key ranges; with
+//   merge(parts, out) (also ATTN_MODE 3): parts = ATTN_NPARTS states of the same rows over disjoint key ranges; with
 //       M = max_s m_s, w_s = exp(m_s - M): out = (sum_s w_s acc_s) / (sum_s w_s l_s) in bf16 (0 when the sum is 0).
+// ATTN_MODE 3 (decode over the KV8 cache, kernel_builder/attention_kv8; init and merge as ATTN_MODE 2): items of
+//   ATTN_LK K code rows, ATTN_LK V code rows (int8 [ATTN_LK][ATTN_HEAD_DIM] each), then per key its K and V
+//   scale (f32 pairs, powers of two); the query rows arrive once per launch iteration (q bf16 [ATTN_LQ][hd]):
+//   step(item, q, state, pos, k_pos0): the visible keys' rows dequantized to bf16 (exact: code * 2^-shift) into
+//   a scratch tile, then the ATTN_MODE 2 update of all ATTN_LQ rows at position pos.
 // ATTN_SCALE is 1/sqrt(d) rounded to f32 (kernel_builder.reference.attention_scale; d = head_dim, or the model's
 // query pre-attention scalar), a hex-float literal.
 // ATTN_WINDOW (optional, 0 = full causal): a sliding window of that many keys: the query at q_pos sees the keys
@@ -41,10 +46,10 @@ LLAMA_NPU_REQUIRE(ATTN_LK);
 #if ATTN_MODE == 1
 LLAMA_NPU_REQUIRE(ATTN_QCYCLE);
 static_assert(ATTN_LQ % 8 == 0 && ATTN_LK % 8 == 0, "prefill tiles are whole 8-row blocks");
-#elif ATTN_MODE == 2
+#elif ATTN_MODE == 2 || ATTN_MODE == 3
 LLAMA_NPU_REQUIRE(ATTN_NPARTS);
 #else
-#error "ATTN_MODE must be 1 (prefill) or 2 (decode)"
+#error "ATTN_MODE must be 1 (prefill), 2 (decode) or 3 (decode over the int8 KV8 cache)"
 #endif
 
 static constexpr int kHd = ATTN_HEAD_DIM;
@@ -212,16 +217,14 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
 #if ATTN_MODE == 1
 #include "attention_prefill.h"  // the block-float prefill path
 
-#else  // ATTN_MODE == 2
+#else  // ATTN_MODE == 2 || ATTN_MODE == 3
 
 extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
 
-extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
-                                   int32_t k_pos0) {
-  ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  const int vis = visible_keys(pos, k_pos0), first = first_key(pos, k_pos0);
-  if (first >= vis) return;
-  const bfloat16 *k = item, *v = item + kLk * kHd, *q = item + 2 * kLk * kHd;
+// One decode update of the kLq rows at pos with keys [first, vis) of a bf16 K/V tile (rounding mode set by the
+// caller).
+static void decode_update(const bfloat16 *LLAMA_NPU_RESTRICT k, const bfloat16 *LLAMA_NPU_RESTRICT v,
+                          const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int vis, int first) {
   alignas(::aie::vector_decl_align) static float s[4 * kLk];
   alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
   float *m = state_m(state), *l = state_l(state);
@@ -251,6 +254,18 @@ extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLA
     }
   }
 }
+
+#if ATTN_MODE == 2
+extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
+                                   int32_t k_pos0) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const int vis = visible_keys(pos, k_pos0), first = first_key(pos, k_pos0);
+  if (first >= vis) return;
+  decode_update(item, item + kLk * kHd, item + 2 * kLk * kHd, state, vis, first);
+}
+#else
+#include "attention_kv8.h"  // ATTN_MODE 3: the int8 cache's step
+#endif
 
 extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA_NPU_RESTRICT out) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
@@ -342,14 +357,18 @@ static void reset_state(float *state) {
 #if ATTN_MODE == 1
 #include "attention_prefill.h"  // the scalar prefill path
 
-#else  // ATTN_MODE == 2
+#else  // ATTN_MODE == 2 || ATTN_MODE == 3
 
 extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
 
+#if ATTN_MODE == 2
 extern "C" void ATTN_UPDATE_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT item, float *LLAMA_NPU_RESTRICT state, int32_t pos,
                                    int32_t k_pos0) {
   update(item, item + kLk * kHd, item + 2 * kLk * kHd, state, pos, 0, k_pos0);
 }
+#else
+#include "attention_kv8.h"  // ATTN_MODE 3: the int8 cache's step
+#endif
 
 extern "C" void ATTN_OUT_SYMBOL(float *LLAMA_NPU_RESTRICT parts, bfloat16 *LLAMA_NPU_RESTRICT out) {
   constexpr long kState = static_cast<long>(kLq) * (kHd + 2);

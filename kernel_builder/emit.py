@@ -153,7 +153,8 @@ class Block:
         from one iteration to the next, must stay single: with two alternating copies the call would read the
         other copy; mlir-air with the ping-pong candidate check would instead drop ping-pong for the whole loop)."""
         dtype = ty.split("x")[-1].split(",")[0].rstrip(">").strip()
-        zero = self._const(0.0, dtype, "0.000000e+00", "zero")
+        zero = self._const(0, dtype, "0", "zero") if dtype.startswith("i") else \
+            self._const(0.0, dtype, "0.000000e+00", "zero")
         index = ", ".join(self.idx(0) for _ in ty.split("<", 1)[1].split("x")[:-1])
         self.op(f"memref.store {zero}, {buf}[{index}] : {ty}")
 

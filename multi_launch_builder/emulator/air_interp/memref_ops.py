@@ -103,12 +103,16 @@ class MemoryOps:
         def run(env):
             d, di = dst(env)
             s, si = src(env)
-            if di.size != si.size:
+            if d.dtype != s.dtype:   # a DMA moves bytes: element types may differ when the byte counts agree
+                if di.size * d.data.itemsize != si.size * s.data.itemsize:
+                    raise InterpError(f"{op.where()}: DMA moves {si.size * s.data.itemsize} bytes from {s.name} "
+                                      f"({s.dtype}) but writes {di.size * d.data.itemsize} into {d.name} ({d.dtype})")
+                d.data[di] = np.ascontiguousarray(s.data[si]).view(d.data.dtype).reshape(di.shape)
+            elif di.size != si.size:
                 raise InterpError(f"{op.where()}: DMA moves {si.size} elements from {s.name} but writes "
                                   f"{di.size} into {d.name}")
-            if d.dtype != s.dtype:
-                raise InterpError(f"{op.where()}: DMA between {s.dtype} and {d.dtype}")
-            d.data[di] = s.data[si]
+            else:
+                d.data[di] = s.data[si]
             d.written = True
             st = state_ref.state.stats
             st.dmas += 1

@@ -12,6 +12,10 @@
 //    accumulator move, an integer add of a magic constant, a float subtract and a conversion to bf16
 //    (detail/aie2p/elementary.hpp:20-55): exact for |v| < 256; counted as 2 vconvert + 2 vadd_acc per
 //    max(N, 32) lanes. Only bfloat16 results are modelled (the kernels use no other).
+//  * to_fixed<int8_t>(bfloat16 vector, shift): aie.hpp to_fixed, detail/aie2p/elementary.hpp (Float2Fix): the
+//    value times 2^shift through an accfloat add of a magic constant (round to nearest even, whatever the
+//    rounding mode) and an integer move, saturated to [-128, 127]; counted like to_float (2 vconvert + 2
+//    vadd_acc per max(N, 32) lanes). Only int8 results of bf16 lanes are modelled (the KV8 writer's op).
 #pragma once
 
 #include "vector.hpp"
@@ -99,6 +103,23 @@ vector<TR, N> to_float(const vector<T, N> &v, int shift = 0) {
   aie_host::count(aie_host::k_vadd_acc, 2 * ops);
   vector<TR, N> r;
   for (unsigned i = 0; i < N; ++i) r.d[i] = bfloat16::from_bits(aie_host::round_to_bf16(std::ldexp(float(v.d[i]), -shift)));
+  return r;
+}
+
+// aie.hpp to_fixed (bfloat16 lanes -> int8), detail/aie2p/elementary.hpp Float2Fix: round(v * 2^shift), RNE,
+// saturated
+template <typename TR, typename T, unsigned N>
+  requires std::is_same_v<T, bfloat16>
+vector<TR, N> to_fixed(const vector<T, N> &v, int shift = 0) {
+  static_assert(std::is_same_v<TR, int8_t>, "aie_api_host: only to_fixed<int8_t> of bfloat16 lanes is modelled");
+  constexpr unsigned ops = (N < 32 ? 32 : N) / 32;
+  aie_host::count(aie_host::k_vconvert, 2 * ops);
+  aie_host::count(aie_host::k_vadd_acc, 2 * ops);
+  vector<TR, N> r;
+  for (unsigned i = 0; i < N; ++i) {
+    const float x = std::nearbyint(std::ldexp(static_cast<float>(v.d[i]), shift));   // default mode: to even
+    r.d[i] = static_cast<int8_t>(x > 127.0f ? 127 : (x < -128.0f ? -128 : static_cast<int>(x)));
+  }
   return r;
 }
 

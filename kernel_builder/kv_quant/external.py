@@ -1,0 +1,59 @@
+"""The `kv_quant` kernel's external C++ kernel (external_kernels/kv_quant.cc): shapes and symbols, the numpy model
+of its portable path for the interpreter, and its counted cost; FAMILY and COSTS register them with the spec."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from external_kernels.compile_rules import ExternalKernel
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
+from kernel_builder.external_models import need_memref
+from kernel_builder.externals import ExternalFamily, check_multiple
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.instr_counts import Counts, add_acc, conv, fmul, load, store
+from kernel_builder.kv_quant.reference import SCALE_BYTES, quantize
+from kernel_builder.planner import check_positive
+
+KVQ_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # one 32-lane to_fixed per step
+LANES = NPU2.vector_lanes_f32
+
+
+def kv_quant_kernel(rows: int, heads: int, head_dim: int) -> ExternalKernel:
+    """`(x bf16[rows*heads*hd], codes i8[rows*heads*hd], scales i8[rows*heads*4])`: rows quantized per head."""
+    check_positive("kv_quant", rows=rows, heads=heads, head_dim=head_dim)
+    check_multiple("kv_quant", "head_dim", head_dim, KVQ_HEAD_DIM_MULTIPLE)
+    tag = f"r{rows}_h{heads}_d{head_dim}"
+    symbol = f"kvq_bf16_{tag}"
+    return ExternalKernel(symbol=symbol, obj=f"kvq_{tag}.o", source="kv_quant.cc",
+                          defines=(("KVQ_ROWS", str(rows)), ("KVQ_HEADS", str(heads)),
+                                   ("KVQ_HEAD_DIM", str(head_dim)), ("KVQ_SYMBOL", symbol)))
+
+
+def kv_quant_model(rows: int, heads: int, hd: int):
+    def kvq(x, codes, scales):
+        xf = need_memref(x, "x", rows * heads * hd).astype(np.float32)
+        c, s = quantize(xf.reshape(rows, heads * hd), heads, hd)
+        need_memref(codes, "codes", rows * heads * hd, "i8")[:] = c.reshape(-1)
+        need_memref(scales, "scales", rows * heads * SCALE_BYTES, "i8")[:] = s.reshape(-1).view(np.int8)
+        codes.written = scales.written = True
+    return kvq
+
+
+def head_counts(hd: int) -> Counts:
+    """kv_quant.cc's vector path for one (row, head): per 16 lanes the bf16 load, widening (conv 2), the f32
+    negation (an emulated f32 multiply + conv) and two maxes; the reduce; per 32 lanes the load, to_fixed
+    (2 conv + 2 accumulator adds) and the 32-byte code store."""
+    per16 = load(LANES, 2) + conv(2) + fmul(LANES) + conv() + Counts(vmax=2)
+    per32 = load(32, 2) + conv(2) + add_acc(2) + store(32, 1)
+    return Counts(broadcast=0) + (hd // LANES) * per16 + Counts(reduce_max=1) + (hd // 32) * per32
+
+
+def _kv_quant(m, args):
+    rows, heads, hd = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    return CallWork(0, 4 * rows * heads, head_counts(hd) * (rows * heads))
+
+
+FAMILY = ExternalFamily("kv_quant", "kv_quant.cc", r"kvq_r(\d+)_h(\d+)_d(\d+)\.o", r"kvq_bf16_r(\d+)_h(\d+)_d(\d+)",
+                        kv_quant_kernel, kv_quant_model)
+COSTS = (ExternalCost("kv_quant", re.compile(FAMILY.symbol_re), _kv_quant, DEFAULT_STACK, (1, 2), ()),)
