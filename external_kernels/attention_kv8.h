@@ -44,10 +44,10 @@ extern "C" void ATTN_UPDATE_SYMBOL(int8_t *LLAMA_NPU_RESTRICT item, float *LLAMA
   const int8_t *kc = item, *vc = item + kLk * kHd, *sc = item + 2 * kLk * kHd;
   const int vis = visible_keys(pos, k_pos0), first = first_key(pos, k_pos0);
   for (int j = first; j < vis; ++j) {
-    const float ksc = std::ldexp(1.0f, -kv8_shift(sc + 8 * j)), vsc = std::ldexp(1.0f, -kv8_shift(sc + 8 * j + 4));
+    const int ks = kv8_shift(sc + 8 * j), vs = kv8_shift(sc + 8 * j + 4);
     for (int d = 0; d < kHd; ++d) {
-      kd[j * kHd + d] = f32_to_bf16(ksc * static_cast<float>(kc[j * kHd + d]));
-      vd[j * kHd + d] = f32_to_bf16(vsc * static_cast<float>(vc[j * kHd + d]));
+      kd[j * kHd + d] = f32_to_bf16(std::ldexp(static_cast<float>(kc[j * kHd + d]), -ks));
+      vd[j * kHd + d] = f32_to_bf16(std::ldexp(static_cast<float>(vc[j * kHd + d]), -vs));
     }
   }
   update(kd, vd, q, state, pos, 0, k_pos0);

@@ -85,3 +85,17 @@ def _attention_kv8(lib, rng, hd, lq, lk, parts, window=None, scale_dim=None, pos
                          window=window, scale_dim=scale_dim).reshape(lq, hd)
     w = np.abs(want.astype(np.float64))
     return Run(out, want, w * 2.0**-6 + w.max() * 2.0**-8, counts)
+
+
+def _kv_dequant(lib, rng, rows, heads, hd):
+    from kernel_builder.kv_dequant.external import kv_dequant_kernel
+    from kernel_builder.kv_quant.reference import pack_rows, split_rows
+    k = kv_dequant_kernel(rows, heads, hd)
+    packed = pack_rows(kv_rows_input(rng, rows, heads, hd), kv_rows_input(rng, rows, heads, hd), heads, hd)
+    w = heads * hd
+    codes, scales = packed[:, :2 * w], packed[:, 2 * w:]
+    ko, vo = A(np.zeros(rows * w, BF16)), A(np.zeros(rows * w, BF16))
+    counts = lib.call(k.symbol, A(np.ascontiguousarray(codes)), A(np.ascontiguousarray(scales)), ko, vo)
+    kc, vc, ks, vs = split_rows(packed, heads, hd)
+    want = np.concatenate([dequantize(kc, ks, heads, hd).reshape(-1), dequantize(vc, vs, heads, hd).reshape(-1)])
+    return Run(np.concatenate([ko, vo]).astype(np.float32), want, np.zeros_like(want), counts)

@@ -1,5 +1,5 @@
 """The KV8 cache (int8 codes + power-of-two f32 scales per position and kv head; docs/quantization.md "KV cache"):
-the format's numerics, the writer `kv_quant` and the decode attention `attention_kv8` - their AIE2P vector paths
+the format's numerics, the writer `kv_quant`, the decode attention `attention_kv8` and the prefill's `kv_dequant` - their AIE2P vector paths
 on the host aie_api against the numpy references (writer bit exact; attention within the bf16 decode's bound) with
 counts equal to the cost descriptors, off-by-one mutants that fail, the module texts on emu-interp (the writer
 bit equal to its reference, the attention within one bf16 ulp), the plans and the hardware model at SmolLM2-135M / Llama-3.2-1B / 3B shapes."""
@@ -17,12 +17,15 @@ from kernel_builder.attention_kv8.external import COSTS as ATT_COSTS, step_count
 from kernel_builder.attention_kv8.plan import plan_attention_kv8
 from kernel_builder.attention_kv8.reference import attention_kv8
 from kernel_builder.instr_counts import Counts
+from kernel_builder.kv_dequant.external import COSTS as KVD_COSTS
+from kernel_builder.kv_dequant.reference import kv_dequant
 from kernel_builder.kv_quant.external import COSTS as KVQ_COSTS
 from kernel_builder.kv_quant.reference import dequantize, kv_quant, pack_rows, quantize, row_bytes
 from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.registry import kernel_text
 
 KVQ_OBJS = ["kvq_r1_h8_d64.o", "kvq_r1_h3_d64.o", "kvq_r2_h8_d128.o"]
+KVD_OBJS = ["kvd_r1_h8_d64.o", "kvd_r4_h3_d64.o"]
 ATT_OBJS = ["attnk_hd64_q4_k64_n4.o", "attnk_hd64_q3_k32_n8.o", "attnk_hd128_q3_k32_n2.o"]
 
 
@@ -53,13 +56,13 @@ def test_writer_reference_keeps_the_other_half():
         kv_quant(k, rows, rows=4, kv_heads=3, head_dim=64, half=2)
 
 
-@pytest.mark.parametrize("obj", KVQ_OBJS + ATT_OBJS)
+@pytest.mark.parametrize("obj", KVQ_OBJS + KVD_OBJS + ATT_OBJS)
 def test_vector_path_matches_reference_and_counts(obj):
     r = aie_host_runs.run(obj, np.random.default_rng(2))
     assert not aie_host_runs.mismatch(r), aie_host_runs.mismatch(r)
     sym = aie_host_runs.kernel_of(obj)
-    if obj.startswith("kvq"):
-        cost = KVQ_COSTS[0]
+    if obj.startswith("kv"):
+        cost = (KVQ_COSTS if obj.startswith("kvq") else KVD_COSTS)[0]
         formula = cost.work(cost.pattern.fullmatch(sym.symbol), []).counts
     else:   # the driver's first step: keys [0, lk) all visible
         hd, lq, lk = (int(g) for g in re.match(r"attnk_hd(\d+)_q(\d+)_k(\d+)", obj).groups())
@@ -110,6 +113,25 @@ def test_off_by_one_in_the_writer_shift_fails(tmp_path):
     assert aie_host_runs.mismatch(aie_host_runs.run(obj, np.random.default_rng(2), lib))
 
 
+def test_off_by_one_in_the_dequantization_kernel_fails(tmp_path):
+    src = _mutant(tmp_path, "kv_dequant.cc", r"const int8_t \*c = codes \+ 2 \* r \* kW \+ t \* kW \+ h \* kHd;",
+                  "const int8_t *c = codes + 2 * r * kW + t * kW + h * kHd + 32;")
+    obj = KVD_OBJS[1]
+    lib = aie_host.load(aie_host_runs.kernel_of(obj), source=src)
+    assert aie_host_runs.mismatch(aie_host_runs.run(obj, np.random.default_rng(2), lib))
+
+
+def test_dequantization_module_on_the_interpreter():
+    from multi_launch_builder.emulator import air_interp
+    rng = np.random.default_rng(6)
+    rows = pack_rows(kv_rows_input(rng, 64, 3, 64), kv_rows_input(rng, 64, 3, 64), 3, 64)
+    k, v = np.zeros((64, 192), BF16), np.zeros((64, 192), BF16)
+    air_interp.compile_module(kernel_text("kv_dequant", 64, 3, 64)).run([rows, k, v])
+    wk, wv = kv_dequant(rows, rows=64, kv_heads=3, head_dim=64)
+    np.testing.assert_array_equal(k, wk)
+    np.testing.assert_array_equal(v, wv)
+
+
 def test_writer_module_on_the_interpreter():
     from multi_launch_builder.emulator import air_interp
     rng = np.random.default_rng(4)
@@ -146,7 +168,8 @@ def test_plans_and_limits():
         kernel_text("kv_quant", 1, 3, 48, 0)
 
 
-@pytest.mark.parametrize("args", [("kv_quant", 1, 8, 64, 0), ("kv_quant", 512, 8, 64, 1), ("kv_quant", 2048, 3, 64, 0),
+@pytest.mark.parametrize("args", [("kv_dequant", 256, 8, 64), ("kv_dequant", 32768, 8, 64), ("kv_dequant", 2048, 3, 64),
+                                  ("kv_quant", 1, 8, 64, 0), ("kv_quant", 512, 8, 64, 1), ("kv_quant", 2048, 3, 64, 0),
                                   ("attention_kv8", 1, 256, 9, 3, 64), ("attention_kv8", 1, 1024, 32, 8, 64),
                                   ("attention_kv8", 1, 32768, 32, 8, 64)])
 def test_hardware_model_accepts(args):

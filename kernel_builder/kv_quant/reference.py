@@ -49,10 +49,19 @@ def quantize(x: np.ndarray, kv_heads: int, head_dim: int) -> tuple[np.ndarray, n
     return codes.reshape(xf.shape[0], -1), np.ldexp(F32(1.0), -shift).astype(F32)
 
 
+def shifts(scales: np.ndarray) -> np.ndarray:
+    """The shifts of f32 scales (2^-shift), read from their exponent bits as the kernels do."""
+    bits = np.ascontiguousarray(np.asarray(scales, dtype=np.float32)).view(np.uint32)
+    return 127 - ((bits >> 23) & 0xFF).astype(np.int32)
+
+
 def dequantize(codes: np.ndarray, scales: np.ndarray, kv_heads: int, head_dim: int) -> np.ndarray:
-    """int8 codes [rows, kv_heads*head_dim], f32 scales [rows, kv_heads] -> f32 values (exactly bf16)."""
+    """int8 codes [rows, kv_heads*head_dim], f32 scales [rows, kv_heads] -> f32 values (exactly bf16): code *
+    2^-shift, the shift read from the scale's exponent bits (the kernels' rule; a power-of-two scale is that value)."""
     c = np.asarray(codes, dtype=np.int8).reshape(-1, kv_heads, head_dim).astype(F32)
-    return (c * np.asarray(scales, dtype=F32).reshape(-1, kv_heads, 1)).reshape(c.shape[0], -1)
+    sh = shifts(scales).reshape(-1, kv_heads, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.ldexp(c, -sh).astype(F32).reshape(c.shape[0], -1)
 
 
 def kv_quant(x, kv, *, rows: int, kv_heads: int, head_dim: int, half: int):

@@ -1,0 +1,53 @@
+"""The `kv_dequant` kernel's tiling plan: herd [tiles, 1], tile t owns rows [t*R, (t+1)*R) of the window; per step
+tile_m KV8 rows in (codes and scales, ping-ponged), their bf16 K and V rows out (written by the call)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernel_builder.kv_dequant.external import KVD_HEAD_DIM_MULTIPLE
+from kernel_builder.planner import BF16, L1_BUDGET, NPU2_COLS, check_positive, divisors_desc, kib, pingpong_copies
+
+MAX_STEP_BYTES = 8 * 1024    # bf16 output bytes per step (K and V each)
+
+
+@dataclass(frozen=True)
+class KvDequantPlan:
+    rows: int
+    kv_heads: int
+    head_dim: int
+    tiles: int
+    tile_m: int
+
+    @property
+    def width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def rows_per_tile(self) -> int:
+        return self.rows // self.tiles
+
+    @property
+    def steps(self) -> int:
+        return self.rows_per_tile // self.tile_m
+
+    def l1_buffers(self) -> dict[str, int]:
+        n = pingpong_copies(self.steps) * self.tile_m
+        return {"codes": n * 2 * self.width, "scales": n * 8 * self.kv_heads,
+                "k": BF16 * self.tile_m * self.width, "v": BF16 * self.tile_m * self.width}
+
+    def l1_bytes(self) -> int:
+        return sum(self.l1_buffers().values())
+
+
+def plan_kv_dequant(rows: int, kv_heads: int, head_dim: int) -> KvDequantPlan:
+    check_positive("kv_dequant", rows=rows, kv_heads=kv_heads, head_dim=head_dim)
+    if head_dim % KVD_HEAD_DIM_MULTIPLE:
+        raise ValueError(f"kv_dequant: head_dim={head_dim} must be a multiple of {KVD_HEAD_DIM_MULTIPLE}")
+    width = kv_heads * head_dim
+    for tiles in divisors_desc(rows, NPU2_COLS):   # one shim column per tile: codes, scales in; k, v out
+        for tm in divisors_desc(rows // tiles, max(1, MAX_STEP_BYTES // (BF16 * width))):
+            p = KvDequantPlan(rows, kv_heads, head_dim, tiles, tm)
+            if p.l1_bytes() <= L1_BUDGET:
+                return p
+    raise ValueError(f"kv_dequant: a row of {width} values needs {kib(8 * width)} of L1 per tile; the NPU2 limit "
+                     f"is {kib(L1_BUDGET)}")
