@@ -13,6 +13,7 @@ MODEL    ?=
 DEVICE   ?= auto
 BUCKETS  ?=
 WEIGHTS  ?= bf16
+KV       ?= bf16
 CONTEXT  ?=
 PYTEST_ARGS ?=
 HOST     ?= 127.0.0.1
@@ -23,7 +24,7 @@ QUICK    ?=
 # What the user typed never becomes shell syntax: PROMPT reaches the program through the environment
 # ($LLAMA_NPU_PROMPT, exported per target below), every other value as one single-quoted word (shq), and all of
 # them unexpanded ($(value ...)), so quotes, backticks, $, newlines and unicode arrive as typed.
-unexport PROMPT MODEL BUCKETS CONTEXT WEIGHTS N_TOKENS HOST PORT DRY_RUN QUICK
+unexport PROMPT MODEL BUCKETS CONTEXT WEIGHTS KV N_TOKENS HOST PORT DRY_RUN QUICK
 override DEVICE := $(value DEVICE)
 export DEVICE
 shq = '$(subst ','\'',$(1))'
@@ -34,7 +35,7 @@ KERNEL_CACHE := $(if $(value LLAMA_NPU_CACHE),$(value LLAMA_NPU_CACHE),$(value H
 
 MODEL_ARG   := $(if $(value MODEL),--model $(call V,MODEL),)
 BUCKETS_ARG := $(if $(value BUCKETS),--buckets $(call V,BUCKETS),)
-COMMON      := $(MODEL_ARG) --device $(call V,DEVICE) $(BUCKETS_ARG) --weights $(call V,WEIGHTS)
+COMMON      := $(MODEL_ARG) --device $(call V,DEVICE) $(BUCKETS_ARG) --weights $(call V,WEIGHTS) --kv $(call V,KV)
 
 .PHONY: help setup compile check-lowering run chat serve profile verify verify-full diagnosis bench bench-serve doctor test clean
 
@@ -47,6 +48,7 @@ help: ## list the targets
 	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)  DRY_RUN=1 (make run: check, print the prompt, exit)"
 	@echo "           QUICK=1 (make bench / bench-serve: every section with small sizes, a smoke test)"
 	@echo "           WEIGHTS=bf16|q4 (q4: 4-bit linear layers, docs/quantization.md)"
+	@echo "           KV=bf16|int8 (int8: the 8-bit KV cache, docs/quantization.md)"
 	@echo "           CONTEXT=<positions> (make check-lowering; default as compile)"
 
 $(STAMP): pyproject.toml
@@ -63,7 +65,7 @@ compile: setup ## generate, stitch and compile every module the model needs (ski
 	$(PY) -m llama_npu compile $(COMMON)
 
 check-lowering: $(STAMP) ## lower every stitched module with the real aircc/aiecc (or a LLAMA_NPU_AIR_LOWER tool) up to NPU instructions (MODEL may be a config.json-only dir)
-	$(PY) -m llama_npu check-lowering $(MODEL_ARG) $(BUCKETS_ARG) $(if $(value CONTEXT),--context $(call V,CONTEXT),) --weights $(call V,WEIGHTS)
+	$(PY) -m llama_npu check-lowering $(MODEL_ARG) $(BUCKETS_ARG) $(if $(value CONTEXT),--context $(call V,CONTEXT),) --weights $(call V,WEIGHTS) --kv $(call V,KV)
 
 run profile: export LLAMA_NPU_PROMPT = $(value PROMPT)
 run: setup ## generate text: make run PROMPT="..." N_TOKENS=64 MODEL=...
@@ -79,7 +81,7 @@ profile: setup ## run PROMPT and print per-module calls, time and bytes plus hos
 	$(PY) -m llama_npu profile $(COMMON) -n $(call V,N_TOKENS)
 
 verify: setup ## top-k token gate vs HF transformers bf16 (quick subset: 2 prompts)
-	$(PY) -m verify verify $(MODEL_ARG) --device $(call V,DEVICE) --weights $(call V,WEIGHTS)
+	$(PY) -m verify verify $(MODEL_ARG) --device $(call V,DEVICE) --weights $(call V,WEIGHTS) --kv $(call V,KV)
 
 verify-full: setup ## top-k token gate on all prompts in verify/prompts
 	$(PY) -m verify verify --full $(MODEL_ARG) --device $(call V,DEVICE)

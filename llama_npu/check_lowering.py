@@ -13,7 +13,7 @@ from kernel_builder.toolchain_pins import pin_text
 
 
 def model_modules(model: str | None, buckets, context: int | None, only: list[str], progress: bool,
-                  weights: str = "bf16", full_depth: bool = False):
+                  weights: str = "bf16", full_depth: bool = False, kv: str = "bf16"):
     """(config, [(name, stitched text, launch count)]) of every module of the model, or of `only` those (the
     token modules as `_token_decls` says)."""
     from multi_launch_builder.compile import generate, stitch_text
@@ -25,11 +25,11 @@ def model_modules(model: str | None, buckets, context: int | None, only: list[st
     from .models import model_for
 
     cfg = load_config(resolve_model(model, progress=progress))
-    ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, weights=weights)
+    ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, weights=weights, kv=kv)
     bs = select_buckets(buckets, ctx)
-    fam = model_for(cfg, weights)   # q4: the 4-bit modules (a GGUF's 8-bit LM head: tests/test_air_lower_q4.py)
+    fam = model_for(cfg, weights, kv)   # q4: the 4-bit modules (a GGUF's 8-bit LM head: tests/test_air_lower_q4.py)
     decls: dict = {}
-    for placement in ("npu", "host"):
+    for placement in ("npu", "host") if kv == "bf16" else ("npu",):   # the KV8 cache: NPU decode attention
         for d in fam.modules(bs, ctx, placement):
             decls.setdefault(d.name, d)
     decls.update(_token_decls(cfg, fam, ctx, weights, full_depth))
@@ -63,7 +63,7 @@ def _token_decls(cfg, fam, ctx: int, weights: str, full_depth: bool) -> dict:
         return {d.name: d for d in token_decls(fam, fam.kv_windows(ctx))}
     cut = dataclasses.replace(cfg, shapes=dataclasses.replace(cfg.shapes, n_layers=PROBE_LAYERS))
     try:
-        probe = model_for(cut, weights)
+        probe = model_for(cut, weights, fam.kv)
     except ValueError:   # a family whose per-layer pattern does not cut (e.g. Gemma 3's layer types): full depth
         return {d.name: d for d in token_decls(fam, fam.kv_windows(ctx))}
     out = {}
@@ -82,6 +82,7 @@ def check_lowering_main(args) -> int:
         return 2
     cfg, bs, ctx, modules = model_modules(args.model, args.buckets, args.context, args.only,
                                           progress=not args.no_progress, weights=getattr(args, "weights", "bf16"),
+                                          kv=getattr(args, "kv", "bf16"),
                                           full_depth=getattr(args, "full_depth", False))
     print(f"check-lowering: {cfg.model_dir.name} ({cfg.shapes.n_layers} layers, hidden {cfg.shapes.hidden}), "
           f"buckets {','.join(map(str, bs))}, context {ctx}, weights {getattr(args, 'weights', 'bf16')}: "

@@ -43,6 +43,9 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
                    help="q4: every linear layer in 4 bits on the device (a GGUF's Q4_0/Q4_1 blocks as they are, "
                         "its Q8_0 vocabulary in 8 bits, an AWQ/GPTQ checkpoint's int4 tensors, else round-to-nearest "
                         "per group of 32 at load; docs/quantization.md)")
+    p.add_argument("--kv", choices=("bf16", "int8"), default="bf16",
+                   help="the KV cache's format: int8 = codes with a power-of-two scale per position and kv head, "
+                        "half the bytes decode attention reads (docs/quantization.md, \"KV cache\")")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     if sampling:
         p.add_argument("-n", "--n-tokens", type=positive_int, default=64, help="max new tokens (default 64)")
@@ -92,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     low.add_argument("--no-progress", action="store_true", help="no progress bar")
     low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
     low.add_argument("--weights", choices=("bf16", "q4"), default="bf16", help="q4: the 4-bit modules")
+    low.add_argument("--kv", choices=("bf16", "int8"), default="bf16", help="int8: the KV8 cache's modules")
     low.add_argument("--full-depth", action="store_true", help="lower the one-dispatch decode token modules at the "
                      "model's full depth (default: the model cut to its first 2 layers; hours at full depth)")
     low.add_argument("--no-memo", action="store_true", help="lower every module again, even one whose text this "
@@ -174,7 +178,7 @@ def _engine(args, model_dir):
 
     return Engine.load(str(model_dir), device=args.device or "auto", buckets=args.buckets,
                        cache_dir=args.cache_dir, progress=not args.no_progress, context=args.context,
-                       decode_attention=args.decode_attention, weights_mode=args.weights)
+                       decode_attention=args.decode_attention, weights_mode=args.weights, kv=args.kv)
 
 
 def _sampler(args):

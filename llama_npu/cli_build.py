@@ -26,9 +26,10 @@ def cmd_compile(args) -> int:
 
     args.buckets = check_run_sizes(cfg, args.buckets, args.context)
 
-    ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context)  # the build machine's
-    buckets = select_buckets(args.buckets, ctx)                                             # memory is not the run's
-    decls = plan_modules(model_for(cfg, getattr(args, "weights", "bf16")), cfg, buckets, ctx, args.decode_attention)
+    kv = getattr(args, "kv", "bf16")
+    ctx = choose_context(cfg, select_buckets(args.buckets, cfg.max_position), args.context, kv=kv)  # the build
+    buckets = select_buckets(args.buckets, ctx)                                      # machine's memory is not the run's
+    decls = plan_modules(model_for(cfg, getattr(args, "weights", "bf16"), kv), cfg, buckets, ctx, args.decode_attention)
     if args.only:
         unknown = sorted(set(args.only) - {d.name for d in decls})
         if unknown:

@@ -107,10 +107,10 @@ class Engine:
     def load(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
              cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
              handoff: str = "device", context: int | None = None, decode_attention: str = "npu",
-             weights_mode: str = "bf16") -> "Engine":
+             weights_mode: str = "bf16", kv: str = "bf16") -> "Engine":
         """A ready Engine for `model` (loader.load_engine: validate, plan memory, build, upload, warm up)."""
         return load_engine(cls, model, device, buckets, cache_dir, progress, warmup, handoff, context,
-                           decode_attention, weights_mode)
+                           decode_attention, weights_mode, kv)
 
     def preload(self, progress: bool = True) -> None:
         """Every static into its device buffer (loader.preload)."""

@@ -24,7 +24,7 @@ HANDOFFS = ("device", "host")
 def load_engine(cls, model: str | None = None, device: str = "auto", buckets: Sequence[int] = DEFAULT_BUCKETS,
                 cache_dir: str | Path | None = None, progress: bool = True, warmup: bool = True,
                 handoff: str = "device", context: int | None = None, decode_attention: str = "npu",
-                weights_mode: str = "bf16"):
+                weights_mode: str = "bf16", kv: str = "bf16"):
     """Resolve the model, validate it (config before any weight), choose the context (--context, else
     what the machine's memory allows) and check the whole memory plan before anything is allocated,
     build or reuse every kernel module, read all weights straight into their device buffers and
@@ -41,6 +41,8 @@ def load_engine(cls, model: str | None = None, device: str = "auto", buckets: Se
 
     if handoff not in HANDOFFS:
         raise ValueError(f"handoff must be one of {HANDOFFS}, got {handoff!r}")
+    if kv != "bf16" and decode_attention == "host":
+        raise ValueError(f"--kv {kv} needs the decode attention on the NPU (--decode-attention npu)")
     model_dir = resolve_model(model, progress=progress)
     cfg = load_config(model_dir)
     tokenizer = Tokenizer(model_dir)
@@ -49,9 +51,9 @@ def load_engine(cls, model: str | None = None, device: str = "auto", buckets: Se
     avail = available_bytes() if getattr(dev, "name", "") in ("npu", "emu", "emu-interp") else None
     with kernel_sizes(cfg):     # the memory plan declares every module
         ctx = choose_context(cfg, select_buckets(buckets, cfg.max_position), context, avail, decode_attention,
-                             weights_mode)
+                             weights_mode, kv)
     bs = select_buckets(buckets, ctx)
-    described = model_for(cfg, weights_mode)
+    described = model_for(cfg, weights_mode, kv)
     # headers + shapes checked; data is read straight into device buffers (q4: docs/quantization.md; the
     # weights decide whether a q4 run's LM head is 4-bit, so they are opened before the modules are planned)
     weights = ModelWeights(cfg, described, weights=weights_mode,

@@ -34,7 +34,7 @@ class MemoryPlan:
 
 
 def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_attention: str = "npu",
-                weights: str = "bf16", q4_group: int | None = None) -> MemoryPlan:
+                weights: str = "bf16", q4_group: int | None = None, kv: str = "bf16") -> MemoryPlan:
     """Bytes a run of this model needs with these prefill buckets and device states of `context` positions.
 
     `cfg_or_shapes` is a ModelConfig (its family's description; buckets filtered to the model's context, as
@@ -45,10 +45,10 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
 
     if isinstance(cfg_or_shapes, ModelShapes):
         shapes, bs = cfg_or_shapes, tuple(sorted({int(b) for b in buckets}))
-        model = LlamaModel(shapes, weights)
+        model = LlamaModel(shapes, weights, kv=kv)
     else:
         shapes, bs = cfg_or_shapes.shapes, select_buckets(buckets, cfg_or_shapes.max_position)
-        model = model_for(cfg_or_shapes, weights)
+        model = model_for(cfg_or_shapes, weights, kv)
     if q4_group:
         model.q4_group = model.head_group = q4_group
     if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
@@ -77,11 +77,11 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
     embed = sum(a.nbytes for a in model.head().decls[0].args if a.role is Role.STATE and a.state_name == VOCAB)
     if tokens and not model.tied:
         embed += shapes.vocab * shapes.hidden * BF16_BYTES
-    states = 0
-    for name, width in model.graph.states.items():
-        per = 1 if name in model.shared_states else shapes.n_layers
-        states += per * context * width * BF16_BYTES
     widths = {a.state_name: a.row_nbytes for d in decls for a in d.args if a.role is Role.STATE}
+    states = 0
+    for name, width in model.graph.states.items():   # a state's row bytes as its modules declare it (KV8: int8)
+        per = 1 if name in model.shared_states else shapes.n_layers
+        states += per * context * widths.get(name, width * BF16_BYTES)
     scratch = sum(rows * widths[name] for name, rows in scratch_states(decls).items())
     return MemoryPlan(sum(statics.values()) + embed, states, activations, scratch, embed)
 
@@ -103,7 +103,8 @@ def fmt(n: int) -> str:
 
 
 def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
-                   available: int | None = None, decode_attention: str = "npu", weights: str = "bf16") -> int:
+                   available: int | None = None, decode_attention: str = "npu", weights: str = "bf16",
+                   kv: str = "bf16") -> int:
     """The context (KV-cache positions) of a run, checked against memory before any weight is read.
 
     `requested` (--context) is validated against the model's context and the available memory; without it,
@@ -122,12 +123,12 @@ def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
     else:
         ctx = min(limit, DEFAULT_CONTEXT_CAP)
         while available is not None and ctx > 256:
-            plan = plan_memory(cfg, buckets, ctx, decode_attention, weights)
+            plan = plan_memory(cfg, buckets, ctx, decode_attention, weights, kv=kv)
             if plan.kv_cache_bytes <= KV_SHARE * (available - plan.weights_bytes - plan.activation_bytes):
                 break
             ctx = 1 << ((ctx - 1).bit_length() - 1)        # the next smaller power of two
     if available is not None:
-        plan = plan_memory(cfg, buckets, ctx, decode_attention, weights)
+        plan = plan_memory(cfg, buckets, ctx, decode_attention, weights, kv=kv)
         if plan.total > available:
             fixed = plan.weights_bytes + plan.activation_bytes
             fits = (available - fixed) * ctx // plan.kv_cache_bytes if available > fixed else 0

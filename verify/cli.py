@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
                         help="our side's weights (q4: docs/quantization.md); HF runs the model directory, for a "
                              "GGUF the same blocks dequantized by transformers")
+        sp.add_argument("--kv", choices=("bf16", "int8"), default="bf16",
+                        help="our side's KV cache (int8: docs/quantization.md, \"KV cache\"); HF keeps bf16")
 
     v = sub.add_parser("verify", help="top-k token gate vs HF transformers bf16")
     common(v)
@@ -71,7 +73,7 @@ def _load_our_runtime(args):
     from .npu_runner import OurRuntime
 
     return OurRuntime.load(model=args.model, device=args.device, buckets=args.buckets, progress=True,
-                           weights=args.weights)
+                           weights=args.weights, kv=getattr(args, "kv", "bf16"))
 
 
 def _check_ours_cheaply(args):

@@ -20,11 +20,12 @@ class OurRuntime:
 
     @classmethod
     def load(cls, model: str | None = None, device: str = "auto", buckets=None, cache_dir=None,
-             progress: bool = True, weights: str = "bf16") -> "OurRuntime":
+             progress: bool = True, weights: str = "bf16", kv: str = "bf16") -> "OurRuntime":
         from llama_npu.engine import Engine
         from llama_npu.model_source import resolve_model
 
-        kwargs = dict(model=model, device=device, cache_dir=cache_dir, progress=progress, weights_mode=weights)
+        kwargs = dict(model=model, device=device, cache_dir=cache_dir, progress=progress, weights_mode=weights,
+                      kv=kv)
         if buckets is not None:
             kwargs["buckets"] = buckets
         engine = Engine.load(**kwargs)

@@ -26,12 +26,20 @@ def family_model(name: str, n_layers: int | None = None) -> LlamaModel:
     return FAMILIES[arch](dataclasses.replace(shapes, n_layers=n_layers) if n_layers else shapes)
 
 
-def model_for(cfg, weights: str = "bf16") -> LlamaModel:
+def model_for(cfg, weights: str = "bf16", kv: str = "bf16") -> LlamaModel:
     """The description of a validated ModelConfig's family (`weights`: bf16, or q4: linear layers in 4 bits, in
-    groups of the checkpoint's `quantization_config.group_size` for an AWQ/GPTQ one, else 32)."""
+    groups of the checkpoint's `quantization_config.group_size` for an AWQ/GPTQ one, else 32; `kv`: the KV cache's
+    format, bf16 or int8, models/kv8.py)."""
     from ..quant import checkpoint_quantization
 
     model = FAMILIES[cfg.family].from_config(cfg, weights)
+    if kv != "bf16":
+        if kv not in LlamaModel.KV:
+            raise ValueError(f"kv must be one of {', '.join(LlamaModel.KV)}, got {kv!r}")
+        if type(model).layer_graph is not LlamaModel.layer_graph or model.sliding_window:
+            raise ValueError(f"--kv {kv}: the {cfg.family} family's layers (sliding windows or variants) read the "
+                             f"bf16 KV cache only")
+        model.kv = kv
     qcfg = checkpoint_quantization(getattr(cfg, "raw", {}) or {}) if weights == "q4" else None
     if qcfg:                 # AWQ / GPTQ: the layers' group; their LM head is 16-bit
         model.q4_group, model.head_weights = int(qcfg["group_size"]), "bf16"

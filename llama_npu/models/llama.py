@@ -14,6 +14,7 @@ from kernel_builder.attention.external import ATTN_LK_MULTIPLE
 from kernel_builder.gemv.plan import plan_lm_head
 
 from .fusion import fuse_epilogues
+from .kv8 import kv8_graph
 from .graph import (HEAD_PLAN, LayerGraph, Op, PhasePlan, State, Weight, decode_plan, lower, plan_decls,
                     prefill_plan)
 from .lowering import Q4_GROUP, Q4_SUFFIX, Q8_SUFFIX, RULES
@@ -113,12 +114,17 @@ class LlamaModel:
     shared_states: tuple[str, ...] = (ROPE_TABLE,)   # states one buffer serves every layer (not per bo_key)
 
     WEIGHTS = ("bf16", "q4")
+    KV = ("bf16", "int8")     # the KV cache's format (int8: models/kv8.py, docs/quantization.md "KV cache")
 
-    def __init__(self, shapes: ModelShapes, weights: str = "bf16", sliding_window: int | None = None):
+    def __init__(self, shapes: ModelShapes, weights: str = "bf16", sliding_window: int | None = None,
+                 kv: str = "bf16"):
         if weights not in self.WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(self.WEIGHTS)}, got {weights!r}")
+        if kv not in self.KV:
+            raise ValueError(f"kv must be one of {', '.join(self.KV)}, got {kv!r}")
         self.shapes = shapes
         self.weights = weights
+        self.kv = kv
         self.sliding_window = sliding_window   # a query sees its last sliding_window keys (None: all, causal)
         self.head_weights = weights   # the LM head's: bf16 / q8 when a q4 source keeps it so (ModelWeights)
         self.q4_group = self.head_group = Q4_GROUP   # group sizes of the layers' / LM head's 4-bit weights
@@ -127,10 +133,10 @@ class LlamaModel:
         self.lm_parts, self.lm_rows = lm.n_parts, lm.part_rows
 
     @classmethod
-    def from_config(cls, cfg, weights: str = "bf16") -> "LlamaModel":
+    def from_config(cls, cfg, weights: str = "bf16", kv: str = "bf16") -> "LlamaModel":
         """The description of a validated ModelConfig (its shapes; a family may read its `options`)."""
         w = cfg.sliding_window   # a window no shorter than the model's context masks nothing (Phi-4-mini: 262144)
-        m = cls(cfg.shapes, weights, w if w and w < cfg.max_position else None)
+        m = cls(cfg.shapes, weights, w if w and w < cfg.max_position else None, kv)
         m.tied = bool(cfg.tie_embeddings)
         return m
 
@@ -230,9 +236,10 @@ class LlamaModel:
             Op("linear", ("act", Weight("w_down")), "down", s.hidden),
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
-        return LayerGraph("x", s.hidden, ("x_out",), ops,
-                          {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights,
-                          q4_group=self.q4_group)
+        graph = LayerGraph("x", s.hidden, ("x_out",), ops,
+                           {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights,
+                           q4_group=self.q4_group)
+        return kv8_graph(graph, s) if self.kv == "int8" else graph
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:

@@ -77,11 +77,12 @@ def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def scratch_states(decls) -> dict[str, int]:
-    """The q4 prefill's scratch states of these modules: state name -> rows (the most any window needs)."""
+    """The scratch states of these modules (the q4 prefill's weights, the KV8 prefill's dequantized K / V windows,
+    models/kv8.py): state name -> rows (the most any window needs)."""
     out: dict[str, int] = {}
     for d in decls:
         for a in d.args:
-            if a.role is Role.STATE and a.state_name.startswith(SCRATCH_PREFIX):
+            if a.role is Role.STATE and a.state_name.startswith((SCRATCH_PREFIX, "kv8_deq_")):
                 out[a.state_name] = max(out.get(a.state_name, 0), a.shape[0])
     return out
 
@@ -131,6 +132,9 @@ def attention(op: Op, phase: Phase, graph: LayerGraph):
     window of positions [0, kv_rows): the same kernel for a prefill chunk (any position) and for decode. A
     sliding phase (a window of keys past which the call reads nothing) binds the cache rows [kv0, kv0 + kv_rows)
     and passes the position within them (graph.call_scalars)."""
+    if op.params.get("kv") == "int8":          # the KV8 cache (models/kv8.py)
+        from .kv8 import attention as kv8_attention
+        return kv8_attention(op, phase, graph)
     q, kc, vc = op.ins
     hd, heads, kv_heads = op.params["head_dim"], op.params["heads"], op.params["kv_heads"]
     rows, window = phase.rows, phase.kv_rows
