@@ -81,3 +81,34 @@ def test_unsupported_combinations_are_one_line(tmp_path):
     with pytest.raises(ValueError, match="needs the decode attention on the NPU"):
         Engine.load(str(src), device="emu", buckets=(64,), cache_dir=tmp_path / "k", progress=False, context=256,
                     kv="int8", decode_attention="host", warmup=False)
+
+
+def test_one_dispatch_token_equals_per_layer_decode(tmp_path):
+    """The one-module greedy token (llama_npu/models/token.py, derived from the per-layer decode) over the KV8
+    cache gives the per-layer decode's tokens, across a KV window change, with one dispatch per token."""
+    from llama_npu.engine import Engine
+    src = write_numpy_checkpoint(tmp_path / "m", hidden=128, n_heads=4, n_kv_heads=2, ffn=256, n_layers=2, vocab=250,
+                                 max_position=512, seed=3)
+    eng = Engine.load(str(src), device="emu", buckets=(64,), cache_dir=tmp_path / "k", progress=False, context=512,
+                      kv="int8")
+    assert eng.token_decode is not None
+    prompt = [int(t) for t in np.random.default_rng(1).integers(3, 250, size=250)]
+    eng.cache.reset_counters()
+    one = eng.generate(prompt, 10).tokens      # decode crosses the 256-position window into 512
+    rows = {r["module"]: r for r in eng.cache.report()}
+    assert {n for n in rows if n.startswith("token_kv")} == {"token_kv256", "token_kv512"}
+    assert not any(n.startswith("layer_kv") for n in rows)
+    eng.token_decode = None
+    eng.reset()
+    assert eng.generate(prompt, 10).tokens == one
+
+
+def test_token_module_fits_at_llama32_1b():
+    from kernel_builder.hw import analyze_module
+    from llama_npu.models.llama import LLAMA32_1B, LlamaModel
+    from llama_npu.models.token import token_module
+    from multi_launch_builder.stitcher import stitch
+    d = token_module(LlamaModel(LLAMA32_1B, "q4", kv="int8"), 32768)
+    assert sum(la.prefix.endswith("attn") for la in d.launches) == 16
+    rep = analyze_module(stitch(d), d.name)
+    assert rep.ok, rep.first_violation()
