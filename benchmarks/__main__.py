@@ -21,7 +21,9 @@
 7. 4-bit weights (benchmarks/q4.py): device buffers of Llama-3.2-1B / Llama-3.1-8B in q4 with an 8k KV cache,
    the modeled decode token at 1k with the GEMVs priced as gemv_q4, and the embedded model's perplexity on a fixed
    text with bf16 vs q4 weights (HF transformers); the decode token as one module (benchmarks/token_decode.py):
-   modeled q4 decode of Llama-3.2-1B / 3.1-8B per-layer vs one dispatch, and the 1B token's per-launch breakdown.
+   modeled q4 decode of Llama-3.2-1B / 3.1-8B per-layer vs one dispatch, and the 1B token's per-launch breakdown;
+   the 8-bit KV cache (benchmarks/kv8.py): the modeled 1B q4 token at a 32k context with the bf16 vs the KV8
+   cache, and the embedded model's perplexity with its K/V through KV8 beside bf16.
 
 `--quick` (`make bench QUICK=1`) runs every section through the same code with small sizes (few tokens, short
 prompts, 2 chat turns, 2 serve clients): a smoke test of the benchmarks (tests/test_make_targets.py), not
@@ -132,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         bench_token_decode((host or {}).get("greedy_host_ms_per_token"),
                            **({"shapes": (("Llama-3.2-1B", LLAMA32_1B, True),)} if q else {}))
         bench_q4_perplexity()
+        from benchmarks.kv8 import bench_kv8_decode, bench_kv8_perplexity
+
+        bench_kv8_decode(**({"window": 1024} if q else {}))
+        bench_kv8_perplexity()
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 
