@@ -2,7 +2,7 @@
 the NPU instructions), when LLAMA_NPU_AIR_LOWER points to a real-lowering driver (docs/verification.md, "Real
 lowering"); skipped otherwise. Each case also asks the hardware model, whose verdict must agree: the writer
 `kv_quant` (a decode row, a prefill chunk), the prefill's `kv_dequant` (a 1k window) and the decode attention `attention_kv8` at Llama-3.2-1B / SmolLM2
-shapes (1k and 32k windows)."""
+shapes (1k and 32k windows) and Llama-3.1-8B's (8k)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(not LOWER, reason="LLAMA_NPU_AIR_LOWER not set (
 KERNELS = [
     ("kv_quant", 1, 8, 64, 0), ("kv_quant", 512, 8, 64, 1), ("kv_quant", 1, 3, 64, 1),
     ("kv_dequant", 1024, 8, 64), ("attention_kv8", 1, 1024, 32, 8, 64), ("attention_kv8", 1, 32768, 32, 8, 64), ("attention_kv8", 1, 256, 9, 3, 64),
+    ("attention_kv8", 1, 8192, 32, 8, 128),
 ]
 
 

@@ -2,7 +2,7 @@
 the format's numerics, the writer `kv_quant`, the decode attention `attention_kv8` and the prefill's `kv_dequant` - their AIE2P vector paths
 on the host aie_api against the numpy references (writer bit exact; attention within the bf16 decode's bound) with
 counts equal to the cost descriptors, off-by-one mutants that fail, the module texts on emu-interp (the writer
-bit equal to its reference, the attention within one bf16 ulp), the plans and the hardware model at SmolLM2-135M / Llama-3.2-1B / 3B shapes."""
+bit equal to its reference, the attention within one bf16 ulp), the plans and the hardware model at SmolLM2-135M / Llama-3.2-1B / 3B / Llama-3.1-8B shapes."""
 from __future__ import annotations
 
 import re
@@ -171,7 +171,8 @@ def test_plans_and_limits():
 @pytest.mark.parametrize("args", [("kv_dequant", 256, 8, 64), ("kv_dequant", 32768, 8, 64), ("kv_dequant", 2048, 3, 64),
                                   ("kv_quant", 1, 8, 64, 0), ("kv_quant", 512, 8, 64, 1), ("kv_quant", 2048, 3, 64, 0),
                                   ("attention_kv8", 1, 256, 9, 3, 64), ("attention_kv8", 1, 1024, 32, 8, 64),
-                                  ("attention_kv8", 1, 32768, 32, 8, 64)])
+                                  ("attention_kv8", 1, 32768, 32, 8, 64), ("attention_kv8", 1, 8192, 24, 8, 128),
+                                  ("attention_kv8", 1, 8192, 32, 8, 128)])
 def test_hardware_model_accepts(args):
     from kernel_builder.hw import analyze_module
     rep = analyze_module(kernel_text(*args))

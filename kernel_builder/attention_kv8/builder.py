@@ -77,9 +77,11 @@ def _decode(p: planner.AttentionKv8Plan, scale_dim: int | None) -> str:
         tl.dma(it2, it2_ty, ([0, 0, 0, 2 * lk * hd], [lk, 2, Y, 4], [SCALE_PAIR, 4, ib, 1]), kv, kv_ty,
                ([x, key, 0, tl.addi(tl.muli(g0, 4), 2 * kw)], [1, lk, 2, 4 * Y],
                 [p.share * rb, rb, 4 * p.kv_heads, 1]))
-        # query rows of kv head g0 + y (heads (g0 + y)*G .. +G: G*hd contiguous bf16) -> item y bytes q0 ..
-        tl.dma(it2, it2_ty, ([0, 0, q0], [Y, 2 * G, hd], [ib, hd, 1]), q, q_ty,
-               ([0, 0, tl.muli(g0, G * hd)], [Y, G, hd], [G * hd, hd, 1]))
+        # query rows of kv head g0 + y (heads (g0 + y)*G .. +G: G*hd contiguous bf16) -> item y bytes q0 ..; in runs
+        # of hd bytes (hd/2 bf16), y inside: no contiguous run longer than a BD dimension allows (a group's 2*G*hd
+        # bytes are 1 KiB at Llama-3.1-8B)
+        tl.dma(it2, it2_ty, ([0, 0, q0], [2 * G, Y, hd], [hd, ib, 1]), q, q_ty,
+               ([0, 0, tl.muli(g0, G * hd)], [2 * G, Y, hd // 2], [hd // 2, G * hd, 1]))
         for y in range(Y):
             tl.channel_put(ch_in, [x, y], it2, it2_ty, ([y * ib], [ib], [1]))
         tl.dealloc(it2, it2_ty)
