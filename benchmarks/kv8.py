@@ -26,9 +26,26 @@ def modeled_token(shapes, window: int, kv: str, weights: str = "q4"):
     return rep.modeled_s, attn, shapes.n_layers * window * row, rep.ok
 
 
+def bench_kv8_memory(context: int = 32768) -> None:
+    """Device buffers (the memory plan: the ModuleExecutor's allocation) of Llama-3.2-1B q4 with each cache."""
+    from llama_npu.memory import plan_memory
+    from llama_npu.models.llama import LLAMA32_1B
+
+    buckets = (64, 256, 1024, 2048)
+    parts = []
+    for kv in ("bf16", "int8"):
+        p = plan_memory(LLAMA32_1B, buckets, context, weights="q4", kv=kv)
+        parts.append(f"{kv}: weights {p.weights_bytes / 2**30:.2f} + KV cache {p.kv_cache_bytes / 2**30:.2f} + "
+                     f"scratch {p.scratch_bytes / 2**30:.2f} + activations {p.activation_bytes / 2**30:.2f} = "
+                     f"{p.total / 2**30:.2f} GiB")
+    print(f"[bench] device buffers Llama-3.2-1B q4 (buckets {list(buckets)}, context {context}) with the KV cache in "
+          + "; ".join(parts))
+
+
 def bench_kv8_decode(window: int = 32768) -> dict:
     from llama_npu.models.llama import LLAMA32_1B
 
+    bench_kv8_memory(window)
     out = {}
     for kv in ("bf16", "int8"):
         out[kv] = modeled_token(LLAMA32_1B, window, kv)

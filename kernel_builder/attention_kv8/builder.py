@@ -79,7 +79,7 @@ def _decode(p: planner.AttentionKv8Plan, scale_dim: int | None) -> str:
                 [p.share * rb, rb, 4 * p.kv_heads, 1]))
         # query rows of kv head g0 + y (heads (g0 + y)*G .. +G: G*hd contiguous bf16) -> item y bytes q0 ..; in runs
         # of hd bytes (hd/2 bf16), y inside: no contiguous run longer than a BD dimension allows (a group's 2*G*hd
-        # bytes are 1 KiB at Llama-3.1-8B)
+        # bytes are 1 KiB at head_dim 128, group 4)
         tl.dma(it2, it2_ty, ([0, 0, q0], [2 * G, Y, hd], [hd, ib, 1]), q, q_ty,
                ([0, 0, tl.muli(g0, G * hd)], [2 * G, Y, hd // 2], [hd // 2, G * hd, 1]))
         for y in range(Y):
