@@ -89,9 +89,10 @@ def bench_kv8_perplexity(model_dir=None) -> dict:
     tok = transformers.AutoTokenizer.from_pretrained(path)
     ids = tok(PPL_TEXT, return_tensors="pt").input_ids
     out = {}
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                              attn_implementation="sdpa").eval()
     for label, impl in (("bf16 KV", "sdpa"), ("KV8", "llama_npu_kv8")):
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                                  attn_implementation=impl).eval()
+        model.set_attn_implementation(impl)
         out[label] = _ppl(model, ids, torch)
     print(f"[bench] perplexity of the embedded model on the fixed text (HF, f32, {ids.shape[1]} tokens): bf16 KV "
           f"{out['bf16 KV']:.3f}, KV8 (K after RoPE and V through int8 codes + power-of-two scales) "

@@ -107,7 +107,7 @@ def test_make_bench_quick():
     out = _ok(make("bench", "QUICK=1", timeout=1200))
     for needle in ("[bench] generate+stitch", "[bench] embedded model on emu: TTFT", "null device",
                    "peak host RSS", "concurrent clients", "NPU2 cost model", "TTFT 100-token prompt",
-                   "2-turn chat", "100-token prefill", "decode at position ~100"):
+                   "2-turn chat", "100-token prefill", "decode at position ~100", "KV8 (", "bf16 KV "):
         assert needle in out, (needle, out[-3000:])
 
 
