@@ -1,7 +1,8 @@
 """`--kv int8` end to end on emu: a tiny random checkpoint. The KV8 cache rows the engine writes are exactly the
 bf16 engine's K and V cache rows quantized (the same projections; kv_quant's reference), its logits stay close to
 the bf16 engine's (prefill and decode, stated bound) without being identical, the one-dispatch greedy decode gives
-the per-layer decode's tokens, the memory plan holds int8 rows, and the modules pass the hardware model at
+the per-layer decode's tokens, a prompt in later chunks (attending over the dequantized history) gives the logits
+of one chunk, the memory plan holds int8 rows, and the modules pass the hardware model at
 Llama-3.2-1B widths; unsupported combinations are one clear error."""
 from __future__ import annotations
 
@@ -112,3 +113,18 @@ def test_token_module_fits_at_llama32_1b():
     assert sum(la.prefix.endswith("attn") for la in d.launches) == 16
     rep = analyze_module(stitch(d), d.name)
     assert rep.ok, rep.first_violation()
+
+
+def test_later_prefill_chunks_attend_over_the_int8_history(tmp_path):
+    """A 200-token prompt in chunks of 64 (the later chunks attend over the dequantized KV8 history) gives the
+    logits of one 256-row chunk, bit for bit: the cache's values do not depend on how the prompt was cut."""
+    from llama_npu.engine import Engine
+    src = write_numpy_checkpoint(tmp_path / "m", hidden=128, n_heads=4, n_kv_heads=2, ffn=256, n_layers=2, vocab=256,
+                                 max_position=512, seed=5)
+    prompt = [int(t) for t in np.random.default_rng(2).integers(3, 256, size=200)]
+    out = {}
+    for b in (64, 256):
+        eng = Engine.load(str(src), device="emu", buckets=(b,), cache_dir=tmp_path / "k", progress=False,
+                          context=512, kv="int8", warmup=False)
+        out[b] = np.asarray(eng.prefill(prompt).logits, np.float32)
+    np.testing.assert_array_equal(out[64], out[256])     # bit for bit (as the bf16 cache's prefill)
