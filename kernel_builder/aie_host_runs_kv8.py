@@ -48,11 +48,12 @@ def _kv_quant(lib, rng, rows, heads, hd):
 
 
 def kv8_item(kc, vc, ks, vs, q, r0: int, lk: int) -> np.ndarray:
-    """One core item of keys [r0, r0 + lk) of one kv head: K codes, V codes, (K, V) scale pairs, the query rows."""
-    pairs = np.stack([ks[r0:r0 + lk], vs[r0:r0 + lk]], axis=1).astype(np.float32).view(np.int8).reshape(-1)
-    assert pairs.size == SCALE_PAIR * lk
-    return np.concatenate([kc[r0:r0 + lk].reshape(-1), vc[r0:r0 + lk].reshape(-1), pairs,
-                           np.ascontiguousarray(q, dtype=BF16).view(np.int8).reshape(-1)])
+    """One core item of keys [r0, r0 + lk) of one kv head: per key its block (K codes, V codes, K scale, V scale),
+    then the query rows."""
+    pairs = np.stack([ks[r0:r0 + lk], vs[r0:r0 + lk]], axis=1).astype(np.float32).view(np.int8)
+    assert pairs.shape == (lk, SCALE_PAIR)
+    blocks = np.concatenate([kc[r0:r0 + lk], vc[r0:r0 + lk], pairs], axis=1)
+    return np.concatenate([blocks.reshape(-1), np.ascontiguousarray(q, dtype=BF16).view(np.int8).reshape(-1)])
 
 
 def _attention_kv8(lib, rng, hd, lq, lk, parts, window=None, scale_dim=None, pos=None):
@@ -93,9 +94,10 @@ def _kv_dequant(lib, rng, rows, heads, hd):
     k = kv_dequant_kernel(rows, heads, hd)
     packed = pack_rows(kv_rows_input(rng, rows, heads, hd), kv_rows_input(rng, rows, heads, hd), heads, hd)
     w = heads * hd
-    codes, scales = packed[:, :2 * w], packed[:, 2 * w:]
+    kc, vc, ks, vs = split_rows(packed, heads, hd)       # what the builder's two DMAs gather into L1
+    codes = np.concatenate([kc, vc], axis=1)
+    scales = np.concatenate([ks, vs], axis=1).astype(np.float32).view(np.int8)
     ko, vo = A(np.zeros(rows * w, BF16)), A(np.zeros(rows * w, BF16))
     counts = lib.call(k.symbol, A(np.ascontiguousarray(codes)), A(np.ascontiguousarray(scales)), ko, vo)
-    kc, vc, ks, vs = split_rows(packed, heads, hd)
     want = np.concatenate([dequantize(kc, ks, heads, hd).reshape(-1), dequantize(vc, vs, heads, hd).reshape(-1)])
     return Run(np.concatenate([ko, vo]).astype(np.float32), want, np.zeros_like(want), counts)

@@ -99,8 +99,8 @@ def _mutant(tmp_path, source, pattern, repl):
 def test_off_by_one_in_the_attention_dequantization_fails(tmp_path):
     # attention.cc includes attention_kv8.h from its own folder: copy both, mutate the header
     (tmp_path / "attention.cc").write_text((SOURCE_DIR / "attention.cc").read_text())
-    _mutant(tmp_path, "attention_kv8.h", r"load_v<kDotLanes>\(kc \+ j \* kHd \+ d\)",
-            "load_v<kDotLanes>(kc + (j + 1) * kHd + d)")
+    _mutant(tmp_path, "attention_kv8.h", r"const int8_t \*b = item \+ j \* kBlock;",
+            "const int8_t *b = item + (j + 1) * kBlock;")
     obj = ATT_OBJS[0]
     lib = aie_host.load(aie_host_runs.kernel_of(obj), source=tmp_path / "attention.cc")
     assert aie_host_runs.mismatch(aie_host_runs.run(obj, np.random.default_rng(2), lib))

@@ -3,24 +3,25 @@
 (kernel_builder/attention/builder.py `_decode`) with int8 items.
 
 Arguments (SIGNATURES["attention_kv8"]): q bf16 [1, heads*hd], kv int8 [kv_rows, row_bytes] (position-major KV8
-rows: K codes, V codes, K scales, V scales), pos [1] i32, o bf16 [1, heads*hd]. Plan: plan.plan_attention_kv8.
+rows: per kv head a block of K codes, V codes, K scale, V scale), pos [1] i32, o bf16 [1, heads*hd]. Plan:
+plan.plan_attention_kv8.
 
 herd_x splits of the window x herd_y kv heads, a merge herd [1, herd_y]; launch grid [kv_heads / herd_y]. Every
 core receives the position (one broadcast from the shim) and its item stream. Per K/V tile step, per split x,
-three DMAs fill one int8 L2 buffer laid out per kv head ([herd_y][item]: K codes [lk][hd], V codes [lk][hd], per
-key its (K, V) scale pair, the group's query rows as bf16 bytes): the K and V codes of the herd_y heads in one 4-d
-pattern, their scale pairs in another, the query rows (a bf16 L3 source: the DMA moves bytes); core (x, y) gets
-item y with one contiguous put. Each core folds its share into an online-softmax partial (dequantizing the
+three DMAs fill one int8 L2 buffer laid out per kv head ([herd_y][item]: the tile's key blocks [lk][block], the
+group's query rows as bf16 bytes): the blocks of the herd_y heads are one contiguous run per position, so the
+tile's first and second half of keys are one DMA each (two shim streams of codes and scales), and the query rows
+a third (a bf16 L3 source: the DMA moves bytes); core (x, y) gets item y with one contiguous put. Each core folds its share into an online-softmax partial (dequantizing the
 visible rows to bf16 in L1, external_kernels/attention_kv8.h); merge core y combines its head's herd_x partials
 into the group's output rows. Per position and kv head the window moves 2 * hd + 8 bytes, 53% of the bf16 cache's
-4 * hd at hd = 64.
+4 * hd at hd = 64, on twice the bf16 decode's streams per split.
 """
 from __future__ import annotations
 
 from kernel_builder.attention.builder import _i32, _receive_position, _send_position
 from kernel_builder.attention_kv8 import plan as planner
-from kernel_builder.attention_kv8.external import SCALE_PAIR, attention_kv8_kernels
-from kernel_builder.kv_quant.reference import row_bytes
+from kernel_builder.attention_kv8.external import attention_kv8_kernels
+from kernel_builder.kv_quant.reference import block_bytes, row_bytes
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 
 KIND = "attention_kv8"
@@ -39,7 +40,7 @@ def build(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int, win
 def _decode(p: planner.AttentionKv8Plan, scale_dim: int | None) -> str:
     hd, lq, lk, ib = p.head_dim, p.lq, p.lk, p.item_bytes
     X, Y, G = p.herd_x, p.herd_y, p.lq
-    qw, kw, rb = p.heads * hd, p.kv_heads * hd, row_bytes(p.kv_heads, p.head_dim)
+    qw, rb = p.heads * hd, row_bytes(p.kv_heads, p.head_dim)
     ext = attention_kv8_kernels(hd, lq, lk, X, p.window, scale_dim)
     q_ty, kv_ty, pos_ty = memref([1, qw]), memref([p.kv_rows, rb], "i8"), memref([1], "i32")
     types = [q_ty, kv_ty, pos_ty, q_ty]
@@ -63,20 +64,19 @@ def _decode(p: planner.AttentionKv8Plan, scale_dim: int | None) -> str:
     _send_position(s, ch_pos, pos)
     g0 = s.muli(gi, Y)
 
-    # ---- per K/V tile step, per split x: codes, scale pairs and query rows of the herd_y heads -> one L2 buffer
-    # [herd_y][item]; core (x, y) gets item y. The key loop variable is an offset of its own dimension.
+    # ---- per K/V tile step, per split x: the key blocks (two halves of the tile) and query rows of the herd_y heads
+    # -> one L2 buffer [herd_y][item]; core (x, y) gets item y. The key loop variable is an offset of its own
+    # dimension.
     tl, key = s.for_(0, p.share, lk, "key")
     it2_ty = memref([Y * ib], "i8", L2)
-    q0 = 2 * lk * hd + SCALE_PAIR * lk
+    bb, half = block_bytes(hd), lk // 2
+    q0 = lk * bb
     for x in range(X):
         it2 = tl.alloc("kv_l2", it2_ty)
-        # code d of head g0 + y, key r, half t (K 0, V 1) -> item y byte t*lk*hd + r*hd + d
-        tl.dma(it2, it2_ty, ([0, 0, 0, 0], [lk, 2, Y, hd], [hd, lk * hd, ib, 1]), kv, kv_ty,
-               ([x, key, 0, tl.muli(g0, hd)], [1, lk, 2, Y * hd], [p.share * rb, rb, kw, 1]))
-        # scale of half t of key r, head y -> item y bytes 2*lk*hd + 8r + 4t
-        tl.dma(it2, it2_ty, ([0, 0, 0, 2 * lk * hd], [lk, 2, Y, 4], [SCALE_PAIR, 4, ib, 1]), kv, kv_ty,
-               ([x, key, 0, tl.addi(tl.muli(g0, 4), 2 * kw)], [1, lk, 2, 4 * Y],
-                [p.share * rb, rb, 4 * p.kv_heads, 1]))
+        # block byte b of head g0 + y, key a*half + r -> item y byte (a*half + r)*block + b
+        for a in range(2):
+            tl.dma(it2, it2_ty, ([0, 0, a * half * bb], [half, Y, bb], [bb, ib, 1]), kv, kv_ty,
+                   ([x, key, a, tl.muli(g0, bb)], [1, half, 1, Y * bb], [p.share * rb, rb, half * rb, 1]))
         # query rows of kv head g0 + y (heads (g0 + y)*G .. +G: G*hd contiguous bf16) -> item y bytes q0 ..; in runs
         # of hd bytes (hd/2 bf16), y inside: no contiguous run longer than a BD dimension allows (a group's 2*G*hd
         # bytes are 1 KiB at head_dim 128, group 4)

@@ -15,15 +15,15 @@ from kernel_builder.attention.reference import attention_scale
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import F32, ModelError, need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
-from kernel_builder.instr_counts import Counts, add_acc, conv, load, store
+from kernel_builder.instr_counts import Counts, add_acc, conv, load, load_unaligned, store
 from kernel_builder.planner import check_positive
 
 SCALE_PAIR = 8    # bytes per key in an item: its K and V f32 scales
 
 
 def item_bytes(head_dim: int, lk: int, lq: int) -> int:
-    """One core item: K codes, V codes, the (K, V) scale pairs, the group's query rows (bf16 bytes)."""
-    return 2 * lk * head_dim + SCALE_PAIR * lk + 2 * lq * head_dim
+    """One core item: lk key blocks (K codes, V codes, K scale, V scale), the group's query rows (bf16 bytes)."""
+    return lk * (2 * head_dim + SCALE_PAIR) + 2 * lq * head_dim
 
 
 def attention_kv8_kernels(head_dim: int, lq: int, lk: int, n_parts: int, window: int | None = None,
@@ -62,10 +62,11 @@ def attention_kv8_model(part: str, hd: int, lq: int, lk: int, n_parts: int, wind
 
     def step(item, state, pos, k_pos0):
         data = need_memref(item, "item", item_bytes(hd, lk, lq), "i8")
-        q0 = 2 * lk * hd + SCALE_PAIR * lk
+        q0 = lk * (2 * hd + SCALE_PAIR)
         qd = (np.ascontiguousarray(data[q0:]).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-        sh = shift_of(np.ascontiguousarray(data[2 * lk * hd:q0])).reshape(lk, 2)
-        codes = data[:2 * lk * hd].reshape(2, lk, hd).astype(F32)
+        blocks = data[:q0].reshape(lk, 2 * hd + SCALE_PAIR)
+        sh = shift_of(np.ascontiguousarray(blocks[:, 2 * hd:])).reshape(lk, 2)
+        codes = blocks[:, :2 * hd].reshape(lk, 2, hd).transpose(1, 0, 2).astype(F32)
         vis = int(np.clip(int(pos) - int(k_pos0) + 1, 0, lk))
         deq = np.zeros((2 * lk + lq, hd), dtype=F32)
         for t in range(2):   # rows past the position are not dequantized (they may hold anything)
@@ -85,13 +86,18 @@ class _Item:
 
 
 def step_counts(hd: int, lq: int, lk: int, pos: int, k_pos0: int, window: int = 0) -> Counts:
-    """attention_kv8.h's vector path: per visible key, per 32 lanes of K and of V, the code load, to_float (2 conv +
-    2 accumulator adds) and the bf16 store; then ATTN_MODE 2's update."""
+    """attention_kv8.h's vector path: per visible key, per 32 lanes of K and of V, the code load (an unaligned load:
+    two loads and a shuffle, unless the key's block is 32-byte aligned), to_float (2 conv + 2 accumulator adds) and
+    the bf16 store; then ATTN_MODE 2's update."""
     vis, first = ac.visible_keys(pos, k_pos0, lk), ac.first_key(pos, k_pos0, lk, window)
     if first >= vis:
         return Counts()
-    per32 = load(32, 1) + conv(2) + add_acc(2) + store(32, 2)
-    return (vis - first) * (hd // 32) * 2 * per32 + ac.decode_step(hd, lq, lk, pos, k_pos0, window)
+    block = 2 * hd + SCALE_PAIR
+    c = Counts()
+    for j in range(first, vis):
+        ld = load(32, 1) if (j * block) % 32 == 0 else load_unaligned(32, 1)
+        c += (hd // 32) * 2 * (ld + conv(2) + add_acc(2) + store(32, 2))
+    return c + ac.decode_step(hd, lq, lk, pos, k_pos0, window)
 
 
 def _attnk(m, args):

@@ -1,13 +1,16 @@
 """The `attention_kv8` kernel's tiling plan (decode over the KV8 cache, kernel_builder/attention_kv8/builder.py):
 herd_x splits of the KV window x herd_y kv heads, a merge herd [1, herd_y]; the same search as the bf16 decode
-(kernel_builder/attention/plan.py) and streams: per split the codes (K and V in one 4-d pattern: one KV8 state),
-the scales and the query rows (3 shim streams), and the position (3 * herd_x + 1 shim MM2S channels)."""
+(kernel_builder/attention/plan.py) and streams: per split the tile's two halves of key blocks (codes and scales of
+the herd_y heads: one contiguous run per position) and the query rows (3 shim streams), and the position
+(3 * herd_x + 1 shim MM2S channels); a run of herd_y blocks stays within a shim BD dimension."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from kernel_builder.attention.plan import MEMTILE_CHANNELS, N_CORES, NPU2_MEMTILES, SHIM_MM2S, SHIM_S2MM, _attention_checks
 from kernel_builder.attention_kv8.external import item_bytes
+from kernel_builder.hw.facts import NPU2
+from kernel_builder.kv_quant.reference import block_bytes
 from kernel_builder.planner import BF16, F32, L1_BUDGET, L2_BUDGET, MEMTILE_BYTES, kib
 
 KV8_DECODE_LK = (64, 32, 16)
@@ -98,9 +101,10 @@ def plan_attention_kv8(kv_rows: int, heads: int, kv_heads: int, head_dim: int,
         if kv_rows % (herd_x * 16) or herd_x > MEMTILE_CHANNELS:
             continue
         for herd_y in (4, 2, 1):   # 3 gets and herd_y puts per split buffer: herd_y = 3 would be split (MIMO)
-            if kv_heads % herd_y or herd_x + herd_y > NPU2_MEMTILES:
+            if kv_heads % herd_y or herd_x + herd_y > NPU2_MEMTILES \
+                    or herd_y * block_bytes(head_dim) > NPU2.shim_bd_max_size:
                 continue
-            for lk in KV8_DECODE_LK:
+            for lk in KV8_DECODE_LK:   # two halves of whole 8-byte-aligned runs (lk / 2 keys each)
                 if (kv_rows // herd_x) % lk == 0:
                     p = AttentionKv8Plan(kv_rows, heads, kv_heads, head_dim, lk, herd_x, herd_y, window or 0)
                     if p.fits():

@@ -3,8 +3,8 @@ chunk's attention reads when the cache is int8 (docs/quantization.md "KV cache")
 
 Arguments (SIGNATURES["kv_dequant"]): kv i8 [rows, row_bytes], k and v bf16 [rows, kv_heads*hd] (written). MLIR +
 external C++ (external_kernels/kv_dequant.cc). A bare `air.herd` [tiles, 1] (the stitcher wraps it; dequant_q4's
-data movement): tile t owns rows [t*R, (t+1)*R); per step two DMAs bring tile_m rows' codes (K and V, contiguous)
-and scales into L1 (allocated in the loop: ping-pong), one call writes their K and V rows into two L1 buffers
+data movement): tile t owns rows [t*R, (t+1)*R); per step two DMAs gather tile_m rows' codes (per row the K codes of
+every kv head, then the V codes) and scales (K, then V) out of the kv heads' blocks into L1 (allocated in the loop: ping-pong), one call writes their K and V rows into two L1 buffers
 allocated once, two DMAs store them. Two L3 streams in and two out per tile.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from kernel_builder.emit import L1, Module, attr_dict, herd, memref
 from kernel_builder.kv_dequant.external import kv_dequant_kernel
 from kernel_builder.kv_dequant.plan import plan_kv_dequant
-from kernel_builder.kv_quant.reference import row_bytes
+from kernel_builder.kv_quant.reference import block_bytes, row_bytes
 
 KIND = "kv_dequant"
 
@@ -39,8 +39,9 @@ def build(rows: int, kv_heads: int, head_dim: int) -> str:
     loop, i = b.for_(0, per, tm, "r") if plan.steps > 1 else (b, 0)
     row = loop.addi(first, i) if plan.steps > 1 else first
     cl, sl = loop.alloc("codes_l1", cl_ty), loop.alloc("scales_l1", sl_ty)
-    loop.dma(cl, cl_ty, None, kv, kv_ty, ([row, 0], [tm, 2 * w], [rb, 1]))
-    loop.dma(sl, sl_ty, None, kv, kv_ty, ([row, 2 * w], [tm, sb], [rb, 1]))
+    bb, hd = block_bytes(head_dim), head_dim
+    loop.dma(cl, cl_ty, None, kv, kv_ty, ([row, 0, 0, 0], [tm, 2, kv_heads, hd], [rb, hd, bb, 1]))
+    loop.dma(sl, sl_ty, None, kv, kv_ty, ([row, 0, 0, 2 * hd], [tm, 2, kv_heads, 4], [rb, 4, bb, 1]))
     loop.call(ext.symbol, [(cl, cl_ty), (sl, sl_ty), (kl, ol_ty), (vl, ol_ty)])
     loop.dma(k, o_ty, ([row, 0], [tm, w], [w, 1]), kl, ol_ty, None)
     loop.dma(v, o_ty, ([row, 0], [tm, w], [w, 1]), vl, ol_ty, None)

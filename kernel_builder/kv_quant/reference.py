@@ -5,9 +5,9 @@ Format (docs/quantization.md "KV cache"): per (position, kv head) the head_dim v
 scale, a power of two: shift = 6 - floor(log2(amax)) (clamped to [MIN_SHIFT, MAX_SHIFT]), code =
 round_half_even(x * 2^shift) saturated to [-128, 127], scale = 2^-shift (amax 0: codes 0, scale 1). code * scale
 is exact in bf16 (at most 8 significant bits), so the cache dequantizes to bf16 without a rounding. A layer's KV8
-cache is ONE state of `row_bytes(kv_heads, head_dim)` bytes per position: the K codes (kv_heads*head_dim), the V
-codes, the kv_heads K scales (f32), the V scales - so decode attention moves a tile's codes with one DMA and its
-scales with another.
+cache is ONE state of `row_bytes(kv_heads, head_dim)` bytes per position: per kv head one block of
+`block_bytes(head_dim)` = its K codes, its V codes, its K scale (f32), its V scale - so the blocks of the kv heads a
+decode launch reads are one contiguous run per position (one DMA moves codes and scales).
 """
 from __future__ import annotations
 
@@ -19,23 +19,33 @@ MIN_SHIFT, MAX_SHIFT = -64, 100     # external_kernels/kv_quant.cc kMinShift / k
 SCALE_BYTES = 4                     # one f32 scale per (position, kv head)
 
 
+def block_bytes(head_dim: int) -> int:
+    """Bytes of one (position, kv head) block: K codes, V codes, K scale, V scale."""
+    return 2 * head_dim + 2 * SCALE_BYTES
+
+
 def row_bytes(kv_heads: int, head_dim: int) -> int:
-    """Bytes of one position's KV8 row: K codes, V codes, K scales, V scales."""
-    return 2 * kv_heads * head_dim + 2 * SCALE_BYTES * kv_heads
+    """Bytes of one position's KV8 row: kv_heads blocks."""
+    return kv_heads * block_bytes(head_dim)
 
 
 def split_rows(rows: np.ndarray, kv_heads: int, head_dim: int):
     """KV8 rows (bytes [n, row_bytes]) -> (K codes, V codes) int8 [n, kv_heads*hd], (K, V scales) f32 [n, kv_heads]."""
-    w = kv_heads * head_dim
-    b = np.ascontiguousarray(np.asarray(rows).view(np.int8).reshape(-1, row_bytes(kv_heads, head_dim)))
-    f = np.ascontiguousarray(b[:, 2 * w:]).view(np.float32)
-    return b[:, :w], b[:, w:2 * w], f[:, :kv_heads], f[:, kv_heads:]
+    hd = head_dim
+    b = np.ascontiguousarray(np.asarray(rows).view(np.int8).reshape(-1, kv_heads, block_bytes(hd)))
+    n = b.shape[0]
+    f = np.ascontiguousarray(b[:, :, 2 * hd:]).view(np.float32)            # [n, kv_heads, 2]
+    return (b[:, :, :hd].reshape(n, -1), b[:, :, hd:2 * hd].reshape(n, -1), np.ascontiguousarray(f[:, :, 0]),
+            np.ascontiguousarray(f[:, :, 1]))
 
 
 def pack_rows(k, v, kv_heads: int, head_dim: int) -> np.ndarray:
     """bf16-valued K and V rows [n, kv_heads*hd] -> their KV8 rows (bytes [n, row_bytes])."""
     (kc, ks), (vc, vs) = quantize(k, kv_heads, head_dim), quantize(v, kv_heads, head_dim)
-    return np.concatenate([kc, vc, ks.view(np.int8), vs.view(np.int8)], axis=1)
+    n, hd = kc.shape[0], head_dim
+    blocks = [kc.reshape(n, kv_heads, hd), vc.reshape(n, kv_heads, hd), ks.view(np.int8).reshape(n, kv_heads, 4),
+              vs.view(np.int8).reshape(n, kv_heads, 4)]
+    return np.concatenate(blocks, axis=2).reshape(n, row_bytes(kv_heads, hd))
 
 
 def quantize(x: np.ndarray, kv_heads: int, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,11 +80,11 @@ def kv_quant(x, kv, *, rows: int, kv_heads: int, head_dim: int, half: int):
     check_dims("kv_quant", rows=rows, kv_heads=kv_heads, head_dim=head_dim)
     if half not in (0, 1):
         raise ValueError(f"kv_quant: half must be 0 (K) or 1 (V), got {half!r}")
-    w = kv_heads * head_dim
-    xf = f32_input("kv_quant", "x", x, (rows, w))
-    codes, sc = quantize(xf, kv_heads, head_dim)
-    out = np.array(np.asarray(kv).view(np.int8).reshape(rows, row_bytes(kv_heads, head_dim)), dtype=np.int8)
-    out[:, half * w:(half + 1) * w] = codes
-    s0 = 2 * w + half * SCALE_BYTES * kv_heads
-    out[:, s0:s0 + SCALE_BYTES * kv_heads] = sc.view(np.int8)
-    return out
+    hd = head_dim
+    xf = f32_input("kv_quant", "x", x, (rows, kv_heads * hd))
+    codes, sc = quantize(xf, kv_heads, hd)
+    out = np.array(np.asarray(kv).view(np.int8).reshape(rows, kv_heads, block_bytes(hd)), dtype=np.int8)
+    out[:, :, half * hd:(half + 1) * hd] = codes.reshape(rows, kv_heads, hd)
+    s0 = 2 * hd + half * SCALE_BYTES
+    out[:, :, s0:s0 + SCALE_BYTES] = sc.view(np.int8).reshape(rows, kv_heads, SCALE_BYTES)
+    return out.reshape(rows, -1)
