@@ -94,10 +94,8 @@ def _kv_dequant(lib, rng, rows, heads, hd):
     k = kv_dequant_kernel(rows, heads, hd)
     packed = pack_rows(kv_rows_input(rng, rows, heads, hd), kv_rows_input(rng, rows, heads, hd), heads, hd)
     w = heads * hd
-    kc, vc, ks, vs = split_rows(packed, heads, hd)       # what the builder's two DMAs gather into L1
-    codes = np.concatenate([kc, vc], axis=1)
-    scales = np.concatenate([ks, vs], axis=1).astype(np.float32).view(np.int8)
+    kc, vc, ks, vs = split_rows(packed, heads, hd)
     ko, vo = A(np.zeros(rows * w, BF16)), A(np.zeros(rows * w, BF16))
-    counts = lib.call(k.symbol, A(np.ascontiguousarray(codes)), A(np.ascontiguousarray(scales)), ko, vo)
+    counts = lib.call(k.symbol, A(np.ascontiguousarray(packed)), ko, vo)
     want = np.concatenate([dequantize(kc, ks, heads, hd).reshape(-1), dequantize(vc, vs, heads, hd).reshape(-1)])
     return Run(np.concatenate([ko, vo]).astype(np.float32), want, np.zeros_like(want), counts)

@@ -114,8 +114,8 @@ def test_off_by_one_in_the_writer_shift_fails(tmp_path):
 
 
 def test_off_by_one_in_the_dequantization_kernel_fails(tmp_path):
-    src = _mutant(tmp_path, "kv_dequant.cc", r"const int8_t \*c = codes \+ 2 \* r \* kW \+ t \* kW \+ h \* kHd;",
-                  "const int8_t *c = codes + 2 * r * kW + t * kW + h * kHd + 32;")
+    src = _mutant(tmp_path, "kv_dequant.cc", r"const int8_t \*b = kv \+ r \* kRow \+ h \* kBlock;",
+                  "const int8_t *b = kv + r * kRow + h * kBlock + 8;")
     obj = KVD_OBJS[1]
     lib = aie_host.load(aie_host_runs.kernel_of(obj), source=src)
     assert aie_host_runs.mismatch(aie_host_runs.run(obj, np.random.default_rng(2), lib))

@@ -11,8 +11,8 @@ from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import need_memref
 from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
-from kernel_builder.instr_counts import add_acc, conv, load, store
-from kernel_builder.kv_quant.reference import dequantize
+from kernel_builder.instr_counts import Counts, add_acc, conv, load, load_unaligned, store
+from kernel_builder.kv_quant.reference import block_bytes, dequantize, row_bytes, split_rows
 from kernel_builder.numerics import to_bf16
 from kernel_builder.planner import check_positive
 
@@ -20,7 +20,7 @@ KVD_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16
 
 
 def kv_dequant_kernel(rows: int, heads: int, head_dim: int) -> ExternalKernel:
-    """`(codes i8[rows*2*W], scales i8[rows*8*heads], k bf16[rows*W], v bf16[rows*W])`, W = heads*head_dim."""
+    """`(kv i8[rows*row_bytes], k bf16[rows*W], v bf16[rows*W])`, W = heads*head_dim: whole KV8 rows in."""
     check_positive("kv_dequant", rows=rows, heads=heads, head_dim=head_dim)
     check_multiple("kv_dequant", "head_dim", head_dim, KVD_HEAD_DIM_MULTIPLE)
     tag = f"r{rows}_h{heads}_d{head_dim}"
@@ -33,22 +33,26 @@ def kv_dequant_kernel(rows: int, heads: int, head_dim: int) -> ExternalKernel:
 def kv_dequant_model(rows: int, heads: int, hd: int):
     w = heads * hd
 
-    def kvd(codes, scales, k, v):
-        c = need_memref(codes, "codes", rows * 2 * w, "i8").reshape(rows, 2, w)
-        s = np.ascontiguousarray(need_memref(scales, "scales", rows * 8 * heads, "i8")).view(np.float32)
-        s = s.reshape(rows, 2, heads)
-        for t, out in enumerate((k, v)):
-            need_memref(out, "kv"[t], rows * w)[:] = to_bf16(dequantize(c[:, t], s[:, t], heads, hd)).reshape(-1)
+    def kvd(kv, k, v):
+        kc, vc, ks, vs = split_rows(need_memref(kv, "kv", rows * row_bytes(heads, hd), "i8"), heads, hd)
+        for out, c, s, name in ((k, kc, ks, "k"), (v, vc, vs, "v")):
+            need_memref(out, name, rows * w)[:] = to_bf16(dequantize(c, s, heads, hd)).reshape(-1)
             out.written = True
     return kvd
 
 
 def _kv_dequant(m, args):
-    """kv_dequant.cc's vector path: per 32 codes a 32-byte load, to_float (2 conv + 2 accumulator adds), a 64-byte
-    store."""
+    """kv_dequant.cc's vector path: per 32 codes a 32-byte load (unaligned - two loads and a shuffle - unless the
+    address is 32-byte aligned), to_float (2 conv + 2 accumulator adds), a 64-byte store."""
     rows, heads, hd = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    per32 = load(32, 1) + conv(2) + add_acc(2) + store(32, 2)
-    return CallWork(0, 2 * rows * heads, per32 * (2 * rows * heads * hd // 32))
+    c = Counts()
+    for r in range(rows):
+        for t in range(2):
+            for h in range(heads):
+                for d in range(0, hd, 32):
+                    at = r * row_bytes(heads, hd) + h * block_bytes(hd) + t * hd + d
+                    c += (load(32, 1) if at % 32 == 0 else load_unaligned(32, 1)) + conv(2) + add_acc(2) + store(32, 2)
+    return CallWork(0, 2 * rows * heads, c)
 
 
 FAMILY = ExternalFamily("kv_dequant", "kv_dequant.cc", r"kvd_r(\d+)_h(\d+)_d(\d+)\.o", r"kvd_bf16_r(\d+)_h(\d+)_d(\d+)",

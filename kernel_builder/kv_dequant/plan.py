@@ -32,7 +32,7 @@ class KvDequantPlan:
 
     def l1_buffers(self) -> dict[str, int]:
         n = pingpong_copies(self.steps) * self.tile_m
-        return {"codes": n * 2 * self.width, "scales": n * 8 * self.kv_heads,
+        return {"kv": n * (2 * self.width + 8 * self.kv_heads),
                 "k": BF16 * self.tile_m * self.width, "v": BF16 * self.tile_m * self.width}
 
     def l1_bytes(self) -> int:
