@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from kernel_builder.external_costs import external_cost
 from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels, scratch_elems
-from kernel_builder.hw import cost
+from kernel_builder.hw import cost, memtile_place
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K, MMUL_M, MMUL_N, N_MEMTILES, NPU2_COLS,
@@ -134,13 +134,6 @@ class GemmPlan:
         sizes, counts = self.l2_buffers(), self.l2_counts()
         return sum(sizes[b] * counts[b] for b in sizes)
 
-    def memtile_bytes(self) -> int:
-        """Worst-case bytes on one memory tile: AIR places L2 buffers round-robin over the memory tiles
-        (mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap), so one holds at most ceil(buffers / N_MEMTILES) of
-        them; bounded by that many of the largest."""
-        n = sum(self.l2_counts().values())
-        return -(-n // N_MEMTILES) * max(self.l2_buffers().values())
-
     def memtile_bds(self) -> dict[str, int]:
         """BDs per memory-tile DMA channel: a panel broadcast needs one BD per ping-pong copy and, when its
         8x8-blocked slice pattern has four non-unit dims (no room to fold the slice loop into the BD), one per
@@ -157,23 +150,50 @@ class GemmPlan:
         b = self.memtile_bds()
         return b["a_put"] + b["w_put"] + 2 * b["panel_load"] + self.herd_n * b["drain"] + b["c_write"]
 
-    def l2_order(self) -> list[str]:
-        """The L2 buffers of one launch point in the program order of their first transfer (the builder's: the
-        bias slices, the panel loads in load_order, the C row panels): the order AIR deals them round-robin over
-        the memory tiles (kernel_builder.hw.flows, mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap)."""
-        loads = [kind for kind, _, q in load_order(self) if q == 0]
-        return ["bias"] * (self.herd_n if self.epilogue == "bias" else 0) + loads + ["c"] * self.herd_m
+    def l2_order(self) -> list[tuple[str, int]]:
+        """The L2 buffers of one launch point in allocation order (the builder's: the bias slices, the herd_m A
+        panels, the herd_n W panels, the C row panels) as (kind, index)."""
+        bias = [("bias", j) for j in range(self.herd_n if self.epilogue == "bias" else 0)]
+        return (bias + [("a", i) for i in range(self.herd_m)] + [("w", j) for j in range(self.herd_n)]
+                + [("c", i) for i in range(self.herd_m)])
+
+    def memtile_placement(self) -> list[list[tuple[str, int]]]:
+        """The L2 buffers on each memory tile as air-to-aie places them (kernel_builder.hw.memtile_place, mlir-air
+        AIRToAIEPass.cpp L2MemrefToMemTileMap): buckets by shared channel (bias slice j rides W panel j's
+        channel), round robin in allocation order, then A panel i and C row panel i (their channels reach only
+        herd row i's cores, array column i) swapped onto memory tile i."""
+        sizes = self.l2_buffers()
+        names = {"a": "a_panel", "w": "w_panel", "c": "c_panel", "bias": "bias"}
+        buckets, members, by_w = [], [], {}
+        for kind, idx in self.l2_order():
+            nbytes = sizes[names[kind]]
+            key = idx if kind in ("w", "bias") else None
+            if key is not None and key in by_w:
+                b = by_w[key]
+                buckets[b].nbytes += nbytes
+                members[b].append((kind, idx))
+                continue
+            buckets.append(memtile_place.Bucket(f"{kind}{idx}", nbytes, idx if kind in ("a", "c") else None))
+            members.append([(kind, idx)])
+            if key is not None:
+                by_w[key] = len(buckets) - 1
+        tiles: list[list] = [[] for _ in range(N_MEMTILES)]
+        for b, t in enumerate(memtile_place.place(buckets, N_MEMTILES, MEMTILE_BYTES)):
+            tiles[t] += members[b]
+        return tiles
+
+    def memtile_bytes(self) -> int:
+        """Bytes on the fullest memory tile under that placement."""
+        sizes = self.l2_buffers()
+        names = {"a": "a_panel", "w": "w_panel", "c": "c_panel", "bias": "bias"}
+        return max(sum(sizes[names[k]] for k, _ in t) for t in self.memtile_placement())
 
     def memtile_channels(self) -> tuple[int, int]:
-        """(S2MM, MM2S) DMA channels of the busiest memory tile under that round-robin placement: an A panel or a
-        bias slice takes one of each, a W panel w_parts S2MM (its loads) and one MM2S, a C row panel herd_n S2MM
-        (its drains) and one MM2S (its write to L3)."""
-        tiles = [[0, 0] for _ in range(N_MEMTILES)]
+        """(S2MM, MM2S) DMA channels of the busiest memory tile under that placement: an A panel or a bias slice
+        takes one of each, a W panel w_parts S2MM (its loads) and one MM2S, a C row panel herd_n S2MM (its
+        drains) and one MM2S (its write to L3)."""
         s2mm = {"c": self.herd_n, "w": self.w_parts}
-        for i, kind in enumerate(self.l2_order()):
-            t = tiles[i % N_MEMTILES]
-            t[0] += s2mm.get(kind, 1)
-            t[1] += 1
+        tiles = [(sum(s2mm.get(k, 1) for k, _ in t), len(t)) for t in self.memtile_placement()]
         return max(t[0] for t in tiles), max(t[1] for t in tiles)
 
     def channels(self) -> dict[str, int]:
@@ -200,15 +220,18 @@ def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
     return p.bm * k <= SHIM_MAX_STRIDE_BF16 or (n // p.bn_out) % 2 == 0
 
 
-def _gemm_fits(p: GemmPlan, k: int) -> bool:
+def _gemm_fits(p: GemmPlan, k: int, memtile_streams: bool = True) -> bool:
     """L1, memory tiles, channels, and the shim stride: under runtime loop tiling the W panel load folds the
-    launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements)."""
+    launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements).
+    memtile_streams=False skips the memory tiles' DMA channel limits (only for gemm_swiglu's fallback below)."""
     ch = p.channels()
     bds = p.memtile_bds()
+    streams_ok = not memtile_streams or (ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS
+                                         and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS)
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
-            and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
+            and streams_ok
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
 
 
@@ -226,7 +249,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
     glu = epilogue == "swiglu"
     m_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_M_MULTIPLE) if m % t == 0]
     n_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_N_MULTIPLE) if n % (t // 2 if glu else t) == 0]
-    best, best_key = None, None
+    best, best_key, fallback = None, None, None
     for tile_k in (64, 32, 16, 8):
         if k % tile_k:
             continue
@@ -242,7 +265,14 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
                                     w_parts=parts, epilogue=epilogue, spread=spread)
-                    if (spread and plan.herd_n == 1) or not _gemm_fits(plan, k) or not _a_folds(plan, k, n):
+                    if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
+                        continue
+                    if not _gemm_fits(plan, k):
+                        # gemm_swiglu's two-load W panel: AIR's placement puts it beside an A panel and a C row
+                        # panel (7 S2MM on a memory tile) at every tiling; the module is still built (emu, numerics)
+                        # and the hardware model rejects it, as the real lowering does
+                        if glu and _gemm_fits(plan, k, memtile_streams=False):
+                            fallback = fallback or plan
                         continue
                     # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy
                     # tiles (compute slack), then fewer DDR bytes (slack on the shim side), then deeper tile_k (one
@@ -255,12 +285,14 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                         best, best_key = plan, key
     if best is not None:
         return _deepest_l2_panel(best, k)
+    if fallback is not None:
+        return _deepest_l2_panel(fallback, k, memtile_streams=False)
     raise ValueError(f"gemm: m={m}, k={k}, n={n} (epilogue {epilogue}) has no tiling whose L1 buffers (f32 "
                      f"accumulator, 2x A and 2x W bf16 tiles) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
                      f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride fits a shim BD")
 
 
-def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
+def _deepest_l2_panel(p: GemmPlan, k: int, memtile_streams: bool = True) -> GemmPlan:
     """The deepest L2 K step (a multiple of tile_k dividing k, at most MAX_GEMM_L2_K) that still fits: longer
     contiguous DDR runs per panel row (tile_k_l2 * 2 bytes) and fewer L3 DMA steps per launch point."""
     steps = k // p.tile_k
@@ -269,7 +301,7 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
             continue
         q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
                      p.spread)
-        if _gemm_fits(q, k):
+        if _gemm_fits(q, k, memtile_streams):
             return q
     return p
 

@@ -87,6 +87,7 @@ class Work:
     scalar_macs: int = 0
     flows: list[Flow] = field(default_factory=list)
     launch_iterations: int = 1
+    l2_placement: list = field(default_factory=list)   # per memory tile: the L2 buffers AIR places on it
 
     @property
     def tile_mmul_macs(self) -> int:
