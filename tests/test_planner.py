@@ -36,8 +36,10 @@ def test_gemm_plans_fit_and_divide(s, seq):
         assert p.l1_bytes() <= P.L1_BUDGET
         # every L2 buffer is its own allocation; the fullest memory tile still fits
         l2, c = p.l2_buffers(), p.copies(p.tile_k_l2)
-        assert l2 == {"a_panel": c * P.BF16 * p.tile_m * p.tile_k_l2, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
-                      "c_panel": P.BF16 * p.tile_m * p.bn}
+        # (a resident A panel: the whole [tile_m, k], one copy; its C row panels sit in a drain loop: two copies)
+        a_cols, c_copies = (k, 2) if p.a_resident else (c * p.tile_k_l2, 1)
+        assert l2 == {"a_panel": P.BF16 * p.tile_m * a_cols, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
+                      "c_panel": c_copies * P.BF16 * p.tile_m * p.bn}
         assert max(l2.values()) <= p.memtile_bytes() <= P.MEMTILE_BYTES
         # memory-tile BDs: each panel broadcast within its budget, the busiest tile within 48
         bds = p.memtile_bds()
@@ -146,7 +148,8 @@ def test_gemm_plan_is_the_cost_models_fastest():
         assert p.tile_k_l2 == max(d for d in range(p.tile_k, G.MAX_GEMM_L2_K + 1, p.tile_k)
                                   if shape[1] % d == 0 and G._gemm_fits(G.GemmPlan(p.tile_m, p.tile_k, p.tile_n,
                                                                                    p.herd_m, p.herd_n, d, shape[1],
-                                                                                   p.w_parts, spread=p.spread),
+                                                                                   p.w_parts, spread=p.spread,
+                                                                                   a_resident=p.a_resident),
                                                                         shape[1]))
 
 

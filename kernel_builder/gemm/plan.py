@@ -25,6 +25,10 @@ from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K,
 
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 EPILOGUES = ("none", "swiglu", "bias")   # what the tile's epilogue does (external_kernels/gemm.cc out / glu / bias)
+# A resident in L2 (GemmPlan.a_resident): modeled faster for the big prefill GEMMs (2048x2048x8192: 11.5 instead of
+# 15.3 ms) and right on the interpreter, but the real lowering of 2048x2048x8192 was killed in its AIR stage after
+# 933 s (memory; its segment loops over 32 column blocks); off until it lowers
+A_RESIDENT = False
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
 MEMTILE_DMA_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile
 SHIM_DMA_PER_COL = NPU2.shim_mm2s  # MM2S (and S2MM) DMA channels of one shim tile
@@ -56,6 +60,8 @@ class GemmPlan:
     epilogue: str = "none"   # EPILOGUES: "swiglu" = gate rows in the first W part, up rows in the second
     spread: bool = False     # herd column j owns the output columns [j*n/herd_n, (j+1)*n/herd_n), the launch
                              # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
+    a_resident: bool = False  # one launch point per BM rows: each herd row's whole [tile_m, k] A panel stays in L2
+                              # while the segment loops over the column blocks (A read from DDR once)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -68,6 +74,8 @@ class GemmPlan:
             raise ValueError("gemm plan: the swiglu epilogue takes its W panel in two parts (gate, up)")
         if self.tile_n % (8 * self.w_parts):
             raise ValueError(f"gemm plan: tile_n={self.tile_n} does not split into {self.w_parts} 8-row W parts")
+        if self.a_resident and (not self.k or self.spread or self.w_parts != 1 or self.epilogue != "none"):
+            raise ValueError("gemm plan: a resident A panel needs k, one W part, no spread and no epilogue")
 
     @property
     def out_n(self) -> int:
@@ -120,9 +128,10 @@ class GemmPlan:
         herd_n x w_parts W panel parts and herd_m C row panels (and herd_n bias slices), each its own allocation
         (so each fits one memory tile)."""
         c = self.copies(self.tile_k_l2)
-        sizes = {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
+        a_panel = BF16 * self.tile_m * (self.k if self.a_resident else c * self.tile_k_l2)
+        sizes = {"a_panel": a_panel,
                  "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
-                 "c_panel": BF16 * self.tile_m * self.bn_out}
+                 "c_panel": BF16 * self.tile_m * self.bn_out * (2 if self.a_resident else 1)}   # in its drain loop
         return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
     def l2_counts(self) -> dict[str, int]:
@@ -209,7 +218,7 @@ class GemmPlan:
         """DDR bytes read by one GEMM of n output columns: each launch block reads its A row block and W row
         block(s) once (the panels are broadcast on chip), so A is read n/bn_out times and each W m/BM times."""
         weights = 2 if self.epilogue == "swiglu" else 1
-        return BF16 * (m * k * (n // self.bn_out) + weights * k * n * (m // self.bm))
+        return BF16 * (m * k * (1 if self.a_resident else n // self.bn_out) + weights * k * n * (m // self.bm))
 
 
 def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
@@ -217,7 +226,8 @@ def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
     column dim (A's offset does not move) folds first as a repeat, and when the runtime loop tiling leaves it an
     even tile that fourth dim stops the fold before the row dim, whose stride is BM rows of a (BM * k elements);
     an odd or single column extent lets the row dim fold (kernel_builder.hw.dma.shim_fold)."""
-    return p.bm * k <= SHIM_MAX_STRIDE_BF16 or (n // p.bn_out) % 2 == 0
+    cols = 1 if p.a_resident else n // p.bn_out
+    return p.bm * k <= SHIM_MAX_STRIDE_BF16 or cols % 2 == 0
 
 
 def _gemm_fits(p: GemmPlan, k: int, memtile_streams: bool = True) -> bool:
@@ -260,11 +270,13 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                 # W in two row parts only where the epilogue needs it (gate + up): the real lowering's placement
                 # put a two-load W panel beside two A panels and a C row panel (8 S2MM on one memory tile:
                 # aie-create-pathfinder-flows failed), which the round-robin model does not see
-                for parts, spread in ((q, sp) for q in ((2,) if glu else (1,)) for sp in (False, True)):
+                resident = (False, True) if A_RESIDENT and epilogue == "none" else (False,)
+                for parts, spread, res in ((q, sp, r) for q in ((2,) if glu else (1,)) for sp in (False, True)
+                                           for r in (resident if not sp else (False,))):
                     if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
-                                    w_parts=parts, epilogue=epilogue, spread=spread)
+                                    w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res)
                     if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
                         continue
                     if not _gemm_fits(plan, k):
@@ -278,7 +290,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                     # tiles (compute slack), then fewer DDR bytes (slack on the shim side), then deeper tile_k (one
                     # accumulator load + store per output block per K step), then fewer bytes streamed into each
                     # tile per MAC, then more MACs per tile, then fewer W parts
-                    key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), plan.herd_m * plan.herd_n,
+                    key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), -res, plan.herd_m * plan.herd_n,
                            -plan.ddr_read_bytes(m, k, n), tile_k, Fraction(tile_m * tile_n, tile_m + tile_n),
                            tile_m * tile_n, -parts, -spread)
                     if best_key is None or key > best_key:
@@ -300,7 +312,7 @@ def _deepest_l2_panel(p: GemmPlan, k: int, memtile_streams: bool = True) -> Gemm
         if p.tile_k * d > MAX_GEMM_L2_K:
             continue
         q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
-                     p.spread)
+                     p.spread, p.a_resident)
         if _gemm_fits(q, k, memtile_streams):
             return q
     return p
@@ -325,14 +337,18 @@ def load_order(p: GemmPlan) -> list[tuple[str, int, int]]:
 
 def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
     """The shim streams of the whole GEMM (n output columns) as the builder emits them: per launch point and L2
-    K step the panel loads in load_order, the bias slices, and one C row panel write per herd row; one DMA task
-    each (runtime loop tiling folds the launch and K loops into the BDs)."""
+    K step the bias slices, the panel loads in load_order, and one C row panel write per herd row; one DMA task
+    each (runtime loop tiling folds the launch and K loops into the BDs); packed two per shim column in program
+    order. (The analyzer starts each at its memory tile's column, as the tool does - kernel_builder.hw.flows; for
+    the 8-column herds both give the same busiest column. The closed form keeps the packing: following the tool here
+    makes the planner prefer 4-column herds at 64-256 rows, modules not yet checked with the real lowering.)"""
     points = (m // p.bm) * (n // p.bn_out)
-    # the bias slices' loads come first in program order (before the K loop), then the panel loads
+    a_loads = m // p.bm if p.a_resident else points    # a resident A panel is loaded once per launch point
     kinds = ["b"] * (p.herd_n if p.epilogue == "bias" else 0) + [kind for kind, _, _ in load_order(p)]
     rows = {"a": p.tile_m, "w": p.part_rows}
-    flows = [Flow("MM2S", i, kind, BF16 * (rows[kind] * k if kind in rows else p.tile_n) * points, 1, 1,
-                  column=i // SHIM_DMA_PER_COL) for i, kind in enumerate(kinds)]
+    flows = [Flow("MM2S", i, kind, BF16 * (rows[kind] * k if kind in rows else p.tile_n)
+                  * (a_loads if kind == "a" else points), 1, 1, column=i // SHIM_DMA_PER_COL)
+             for i, kind in enumerate(kinds)]
     flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
     return flows

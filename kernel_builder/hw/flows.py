@@ -36,6 +36,9 @@ class FlowAccounting:
                 self._check_shim_access(t, acc, stride, ndims)
                 flow = Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
                             acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
+                other = t.src if inbound else t.dst
+                if t.kind == "dma" and other is not None and other.buffer.space == L2:
+                    flow.l2 = other.buffer
                 # channel ops on the same channel index share one shim allocation (the shim allocator reuses
                 # the allocation of a channel declaration, AIRToAIESchedulingUtils.cpp): one stream, its
                 # transfers issued one after the other - but each is its own DMA task holding its own BD, all
@@ -201,9 +204,11 @@ class FlowAccounting:
         buckets, members = self._buckets(pieces, items)
         where = place(buckets, f.memtiles, f.memtile_bytes)
         tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(buckets)))]
+        self.l2_tile = {}
         for b, t_idx in enumerate(where):
             t = tiles[t_idx]
             for buf, piece, _ in members[b]:
+                self.l2_tile.setdefault(buf, t_idx)
                 for key in piece:
                     t[key] += piece[key]
                 t["bufs"].append(buf.name)
@@ -248,8 +253,24 @@ class FlowAccounting:
         per_col_bds = Counter()
         for direction, cap_col in (("MM2S", f.shim_mm2s), ("S2MM", f.shim_s2mm)):
             fl = sorted((x for x in flows if x.direction == direction), key=lambda x: x.line)
-            for i, x in enumerate(fl):
-                x.column = i // cap_col
+            taken = Counter()
+            packed = 0
+            for x in fl:
+                # a segment DMA's flow starts at its L2 buffer's memory-tile column and walks right to the first
+                # column with a free channel (ShimDMAAllocator::allocNewDmaChannel, "same_column"); the others
+                # (herd DMAs) fill the columns two channels at a time in program order
+                home = getattr(self, "l2_tile", {}).get(x.l2) if x.l2 is not None else None
+                col = home if home is not None else packed
+                for _ in range(f.columns):
+                    if taken[col] < cap_col:
+                        break
+                    col = (col + 1) % f.columns
+                else:
+                    col = f.columns + len(fl)   # over the limit: reported below
+                x.column = col
+                taken[col] += 1
+                if home is None:
+                    packed = col
                 per_col_bds[x.column] += x.pieces
             total = len(fl)
             if direction == "MM2S":

@@ -46,6 +46,8 @@ class Flow:
     pieces: int          # BDs the flow holds at once: launch iterations its BD cannot fold, issued before a wait
     non_affine: bool = False
     column: int = -1
+    l2: object = None    # the L2 buffer on the other side of a segment DMA: the shim allocator starts at its memory
+                         # tile's column (mlir-air ShimDMAAllocator "same_column"); None: packed in program order
 
 
 @dataclass
