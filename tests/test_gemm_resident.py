@@ -42,7 +42,9 @@ def test_planner_keeps_a_resident_for_the_big_prefill_gemms(monkeypatch):
 
 
 def test_resident_module_fits_and_streams_w_alone_on_four_shim_columns(monkeypatch):
+    from kernel_builder.hw import flows
     monkeypatch.setattr(gp, "A_RESIDENT", True)
+    monkeypatch.setattr(flows, "SHIM_SAME_COLUMN", True)   # the tool's shim allocation (off by default)
     rep = analyze_module(gemm_builder.build(2048, 2048, 8192))
     assert rep.ok, rep.first_violation()
     la = rep.launches[0]

@@ -192,10 +192,16 @@ class GemmPlan:
         return tiles
 
     def memtile_bytes(self) -> int:
-        """Bytes on the fullest memory tile under that placement."""
+        """Bytes on the fullest memory tile: the larger of that placement's and the earlier bound (ceil(buffers / 8)
+        of the largest buffer), which the plans checked with the real lowering were chosen under (the placement
+        alone admits deeper panels at some shapes: not yet lowered)."""
         sizes = self.l2_buffers()
         names = {"a": "a_panel", "w": "w_panel", "c": "c_panel", "bias": "bias"}
-        return max(sum(sizes[names[k]] for k, _ in t) for t in self.memtile_placement())
+        placed = max(sum(sizes[names[k]] for k, _ in t) for t in self.memtile_placement())
+        if self.a_resident:
+            return placed
+        n = sum(self.l2_counts().values())
+        return max(placed, -(-n // N_MEMTILES) * max(sizes.values()))
 
     def memtile_channels(self) -> tuple[int, int]:
         """(S2MM, MM2S) DMA channels of the busiest memory tile under that placement: an A panel or a bias slice

@@ -12,6 +12,13 @@ from kernel_builder.hw.memtile_place import Bucket, affinity, place
 from kernel_builder.hw.results import AIECC, AIR_TO_AIE, AIRRT_TO_NPU, Flow
 
 
+# Whether segment DMA flows start at their memory tile's shim column, as mlir-air's ShimDMAAllocator does
+# ("same_column", checked on the tool's aie.flow ops), instead of packing two per column in program order. Off:
+# it changes the per-column shim BD counts, hence the runtime loop tiling the tuner picks for attention modules
+# and the plans the GEMM planner ranks - modules not yet re-checked with the real lowering.
+SHIM_SAME_COLUMN = False
+
+
 def herd_name(h: Region) -> str:
     return f"@{h.symbol}" if h.symbol else "herd"
 
@@ -204,7 +211,6 @@ class FlowAccounting:
         buckets, members = self._buckets(pieces, items)
         where = place(buckets, f.memtiles, f.memtile_bytes)
         tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(buckets)))]
-        self.l2_tile = {}
         for b, t_idx in enumerate(where):
             t = tiles[t_idx]
             for buf, piece, _ in members[b]:
@@ -259,7 +265,7 @@ class FlowAccounting:
                 # a segment DMA's flow starts at its L2 buffer's memory-tile column and walks right to the first
                 # column with a free channel (ShimDMAAllocator::allocNewDmaChannel, "same_column"); the others
                 # (herd DMAs) fill the columns two channels at a time in program order
-                home = getattr(self, "l2_tile", {}).get(x.l2) if x.l2 is not None else None
+                home = self.l2_tile.get(x.l2) if SHIM_SAME_COLUMN and x.l2 is not None else None
                 col = home if home is not None else packed
                 for _ in range(f.columns):
                     if taken[col] < cap_col:
