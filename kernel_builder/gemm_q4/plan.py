@@ -1,0 +1,134 @@
+"""The q4 GEMM's tiling plan (kernel_builder/gemm_q4/builder.py): the bf16 GEMM's plan (kernel_builder.gemm.plan)
+with its W side in 4 bits.
+
+Per L2 K step a herd column's W panel is the concatenation of its tile_k slices in the L1 layout (codes of the
+tile_n rows, then each row's scales and mins: gemm_q4/external.slice_bytes), filled by two L3 -> L2 DMAs (the
+codes; the scales and mins) and broadcast slice by slice with one contiguous put: two shim streams per W panel
+(the plan's `w_parts = 2`, as the bf16 plan's two-part W panel). In L1 each core also holds the dequantized bf16
+W tile the mac multiplies. `plan_gemm_q4` returns the plan the cost model times fastest among the fitting ones, or
+raises ValueError naming the limit."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kernel_builder.external_costs import external_cost
+from kernel_builder.gemm import plan as gp
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, scratch_elems
+from kernel_builder.gemm_q4.external import gemm_q4_kernels, slice_bytes
+from kernel_builder.gemv_q4.format import Q4Layout
+from kernel_builder.hw import cost
+from kernel_builder.hw.results import Flow
+from kernel_builder.planner import BF16, F32, L1_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS, check_positive, kib, widest_herd
+
+MAX_TILE = gp.MAX_GEMM_TILE
+
+
+@dataclass(frozen=True)
+class GemmQ4Plan(gp.GemmPlan):
+    group: int = 32
+
+    @property
+    def slice_bytes(self) -> int:
+        return slice_bytes(self.tile_k, self.tile_n, self.group)
+
+    def l1_buffers(self) -> dict[str, int]:
+        c = self.copies(self.tile_k)
+        return {"acc_f32": F32 * self.tile_m * self.tile_n,
+                "a_tiles": c * BF16 * self.tile_m * self.tile_k,
+                "w_q4_slices": c * self.slice_bytes,
+                "a_bfp16": BF16 * scratch_elems(self.tile_m, self.tile_k),
+                "w_bf16": BF16 * self.tile_n * self.tile_k}
+
+    def l2_buffers(self) -> dict[str, int]:
+        c = self.copies(self.tile_k_l2)
+        return {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
+                "w_panel": c * (self.tile_k_l2 // self.tile_k) * self.slice_bytes,
+                "c_panel": BF16 * self.tile_m * self.bn_out}
+
+    def memtile_bds(self) -> dict[str, int]:
+        b = super().memtile_bds()
+        return {**b, "w_put": self.copies(self.tile_k_l2)}   # one contiguous slice per put
+
+    def w_row_bytes(self, k: int) -> int:
+        return Q4Layout(k, self.group, True).row_bytes
+
+    def ddr_read_bytes(self, m: int, k: int, n: int) -> int:
+        """A as the bf16 GEMM reads it; each W row's codes, scales and mins once per launch row block."""
+        return BF16 * m * k * (n // self.bn_out) + (k // 2 + 4 * k // self.group) * n * (m // self.bm)
+
+
+def plan_gemm_q4(m: int, k: int, n: int, group: int = 32) -> GemmQ4Plan:
+    """The fastest fitting plan of c[m, n] = a[m, k] . dequant(w_q4[n])^T."""
+    check_positive("gemm_q4", m=m, k=k, n=n)
+    Q4Layout(k, group, True)
+    for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, 2 * group), ("n", n, GEMM_N_MULTIPLE)):
+        if v % q:
+            raise ValueError(f"gemm_q4: {name}={v} must be a multiple of {q}")
+    m_tiles = [t for t in range(MAX_TILE, 0, -GEMM_M_MULTIPLE) if m % t == 0]
+    n_tiles = [t for t in range(MAX_TILE, 0, -GEMM_N_MULTIPLE) if n % t == 0]
+    best, best_key = None, None
+    for tile_k in (256, 128, 64):
+        if k % tile_k or tile_k % (2 * group):
+            continue
+        for tile_m in m_tiles:
+            for tile_n in n_tiles:
+                for spread in (False, True):
+                    p = GemmQ4Plan(tile_m, tile_k, tile_n, widest_herd(m // tile_m, NPU2_COLS),
+                                   widest_herd(n // tile_n, NPU2_ROWS), k=k, w_parts=2, spread=spread, group=group)
+                    if (spread and p.herd_n == 1) or not gp._gemm_fits(p, k) or not gp._a_folds(p, k, n):
+                        continue
+                    key = (-round(math.log(modeled_seconds(p, m, k, n)) * 1000), p.herd_m * p.herd_n, tile_k,
+                           tile_m * tile_n, -spread)
+                    if best_key is None or key > best_key:
+                        best, best_key = p, key
+    if best is None:
+        raise ValueError(f"gemm_q4: m={m}, k={k}, n={n}, group {group} has no tiling whose L1 buffers fit "
+                         f"{kib(L1_BUDGET)} per tile and whose L2 panels fit one {kib(MEMTILE_BYTES)} memory tile")
+    return _deepest(best, m, k, n)
+
+
+def _deepest(p: GemmQ4Plan, m: int, k: int, n: int) -> GemmQ4Plan:
+    """The deepest L2 K step (a multiple of tile_k dividing k, at most the bf16 plan's MAX_GEMM_L2_K) that fits."""
+    steps = k // p.tile_k
+    for d in sorted((d for d in range(1, steps + 1) if steps % d == 0), reverse=True):
+        if p.tile_k * d > gp.MAX_GEMM_L2_K:
+            continue
+        q = GemmQ4Plan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, 2, "none", p.spread,
+                       p.group)
+        if gp._gemm_fits(q, k):
+            return q
+    return p
+
+
+def gemm_q4_flows(p: GemmQ4Plan, m: int, k: int, n: int) -> list[Flow]:
+    """The shim streams as the builder emits them: per launch point the A panel loads, each W panel's codes and
+    scales + mins loads (gp.load_order with two parts), one C row panel write per herd row."""
+    points = (m // p.bm) * (n // p.bn_out)
+    w_bytes = {0: p.tile_n * k // 2, 1: p.tile_n * 4 * k // p.group}
+    flows = [Flow("MM2S", i, kind, (BF16 * p.tile_m * k if kind == "a" else w_bytes[q]) * points, 1, 1,
+                  column=i // gp.SHIM_DMA_PER_COL) for i, (kind, _, q) in enumerate(gp.load_order(p))]
+    flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // gp.SHIM_DMA_PER_COL)
+              for i in range(p.herd_m)]
+    return flows
+
+
+def modeled_seconds(p: GemmQ4Plan, m: int, k: int, n: int, params: cost.CostParams = cost.PARAMS) -> float:
+    """The cost model's charge of this plan in closed form (as gp.modeled_seconds): the busiest tile's counted
+    calls (the mac with its dequantization), the shim streams, the L2 -> L1 stream (A bf16 + W q4 slices)."""
+    points = (m // p.bm) * (n // p.bn_out)
+    compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
+    l1 = (BF16 * p.tile_m * k + (k // p.tile_k) * p.slice_bytes) * points / params.l2_l1_bytes_per_s
+    return max(compute, cost.shim_seconds(gemm_q4_flows(p, m, k, n), params), l1)
+
+
+def tile_counts(p: GemmQ4Plan, k: int, tiles: int = 1) -> dict:
+    ks = gemm_q4_kernels(p.tile_m, p.tile_k, p.tile_n, p.group)
+    counts: dict = {}
+    for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.out, 1)):
+        desc, match = external_cost(kernel.symbol)
+        w = desc.work(match, [])
+        for kind, v in list(w.counts.items()) + [("calls", 1), ("scalar_ops", w.scalar_ops)]:
+            if v:
+                counts[kind] = counts.get(kind, 0) + tiles * calls * v
+    return counts
