@@ -6,11 +6,12 @@ The structure is the bf16 GEMM's (kernel_builder/gemm/builder.py: launch over ou
 herd with an f32 accumulator per tile, A panels re-blocked to 8x8 by the memory-tile DMA, C row panels drained
 through L2), with the W side in 4 bits:
 
-  per L2 K step (index t, offsets affine in t): for each herd column j an L2 W panel holding its K2/tile_k slices
-  back to back, each in the L1 layout [codes: tile_n rows x tile_k/2 bytes][per row: tile_k/G scales, tile_k/G
-  mins] (external_kernels/gemm_q4.cc), filled by two L3 -> L2 DMAs: the codes (a [tile_n, K2/2] byte block of the
-  q4 rows, written slice by slice) and the scales and mins (per row its two runs of 2*K2/G bytes); per slice one
-  contiguous put down @gemm_b[0, j]
+  per launch point, for each herd column j, one L2 W panel holding all its k/tile_k slices back to back, each in
+  the L1 layout [codes: tile_n rows x tile_k/2 bytes][per row: tile_k/G scales, tile_k/G mins]
+  (external_kernels/gemm_q4.cc), filled by two L3 -> L2 DMAs, each a 2-D block of the q4 rows (the codes
+  [tile_n, k/2]; the scales and mins [tile_n, 4k/G], contiguous in a row), written slice by slice: 2-D on the shim
+  side, so the launch loops fold into their BDs; per L2 K step (index t) the A panels as the bf16 GEMM's, and per
+  slice one contiguous put of the W panel down @gemm_b[0, j]
   in the herd: each K step gets the A tile and the q4 slice and calls mac(a, wq, acc, scratch, wst), which
   dequantizes the slice into the 8x8-blocked bf16 tile `wst` and runs gemm.cc's mac on it
 
@@ -60,40 +61,42 @@ def build(m: int, k: int, n: int, group: int = 32) -> str:
 
 def _stage_panels(s, p: q4_plan.GemmQ4Plan, k: int, n: int, rb: int, a_arg, w_arg, m0: str, n0: str, ch_a: str,
                   ch_b: str) -> None:
-    """Per L2 K step t: the A panels (as the bf16 GEMM) and, per herd column, its W panel's two loads (codes;
-    scales and mins) in gp.load_order; then one put per tile_k slice of each panel."""
+    """Per launch point, per herd column: its whole W panel (all k / tile_k slices) with two L3 -> L2 DMAs, each a
+    2-D block of the q4 rows (the codes [tile_n, k/2]; the scales and mins [tile_n, 4k/G], contiguous in a row),
+    written slice by slice. Then per L2 K step the A panels (as the bf16 GEMM) and one put per tile_k slice of
+    each panel."""
     (a, a_ty), (w, w_ty) = a_arg, w_arg
     k2, tk, sb = p.tile_k_l2, p.tile_k, p.slice_bytes
-    slices = k2 // tk
-    a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), memref([slices * sb], "i8", L2)
+    slices = k // tk
+    w2_ty = memref([slices * sb], "i8", L2)
+    w2 = []
+    code_bytes, sm_run = p.tile_n * tk // 2, 2 * tk // p.group
+    for j in range(p.herd_n):
+        buf = s.alloc("w_l2", w2_ty)
+        row = gb._plus(s, n0, gb._col0(p, j, n))
+        # the codes: [tile_n, k/2] bytes -> each slice's [tile_n, tk/2]
+        s.dma(buf, w2_ty, ([0, 0, 0], [p.tile_n, slices, tk // 2], [tk // 2, sb, 1]),
+              w, w_ty, ([row, 0], [p.tile_n, k // 2], [rb, 1]))
+        # each row's scales then mins over k -> each slice's [tile_n][2][tk/G] bf16 after its codes
+        s.dma(buf, w2_ty, ([0, 0, 0, code_bytes], [p.tile_n, 2, slices, sm_run], [2 * sm_run, sm_run, sb, 1]),
+              w, w_ty, ([row, k // 2], [p.tile_n, 4 * k // p.group], [rb, 1]))
+        w2.append(buf)
+    a2_ty = memref([p.tile_m, k2], "bf16", L2)
     kl, t = s.for_(0, k // k2, 1, "kt")
     kp = kl.muli(t, k2)
     a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
-    w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
-    codes_col = kl.muli(t, k2 // 2)
-    sm_col = kl.addi(kl.muli(t, 2 * k2 // p.group), k // 2)
-    code_bytes, sm_run = p.tile_n * tk // 2, 2 * tk // p.group
-    for kind, i, q in q4_plan.gp.load_order(p):
-        if kind == "a":
-            kl.dma(a2[i], a2_ty, None, a, a_ty, ([gb._plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
-            continue
-        row = gb._plus(kl, n0, gb._col0(p, i, n))
-        if q == 0:   # the codes: [tile_n, K2/2] bytes -> each slice's [tile_n, tk/2]
-            kl.dma(w2[i], w2_ty, ([0, 0, 0], [p.tile_n, slices, tk // 2], [tk // 2, sb, 1]),
-                   w, w_ty, ([row, codes_col], [p.tile_n, k2 // 2], [rb, 1]))
-        else:        # per row its scales and its mins over K2 -> each slice's [tile_n][2][tk/G] bf16 after the codes
-            kl.dma(w2[i], w2_ty, ([0, 0, 0, code_bytes], [p.tile_n, 2, slices, sm_run], [2 * sm_run, sm_run, sb, 1]),
-                   w, w_ty, ([row, 0, sm_col], [p.tile_n, 2, 2 * k2 // p.group], [rb, 2 * k // p.group, 1]))
+    for i, buf in enumerate(a2):
+        kl.dma(buf, a2_ty, None, a, a_ty, ([gb._plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
     sl, kb = kl.for_(0, k2 // gb.BLOCK, tk // gb.BLOCK, "kb")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, gb._blocked(p.tile_m, tk, k2, kb))
-    w_off = sl.muli(kb, sb * gb.BLOCK // tk)
+    w_off = sl.addi(sl.muli(kb, sb * gb.BLOCK // tk), sl.muli(t, (k2 // tk) * sb))
     for j, buf in enumerate(w2):
         sl.channel_put(ch_b, [0, j], buf, w2_ty, ([w_off], [sb], [1]))
     for buf in a2:
         kl.dealloc(buf, a2_ty)
     for buf in w2:
-        kl.dealloc(buf, w2_ty)
+        s.dealloc(buf, w2_ty)
 
 
 def _herd_body(h, p: q4_plan.GemmQ4Plan, k: int, ext, types: tuple, ch_a: str, ch_b: str, ch_c: str) -> None:

@@ -1,9 +1,9 @@
 """The q4 GEMM's tiling plan (kernel_builder/gemm_q4/builder.py): the bf16 GEMM's plan (kernel_builder.gemm.plan)
 with its W side in 4 bits.
 
-Per L2 K step a herd column's W panel is the concatenation of its tile_k slices in the L1 layout (codes of the
-tile_n rows, then each row's scales and mins: gemm_q4/external.slice_bytes), filled by two L3 -> L2 DMAs (the
-codes; the scales and mins) and broadcast slice by slice with one contiguous put: two shim streams per W panel
+Per launch point a herd column's W panel is the concatenation of all its tile_k slices in the L1 layout (codes of
+the tile_n rows, then each row's scales and mins: gemm_q4/external.slice_bytes), one copy, filled by two L3 -> L2
+DMAs (the codes; the scales and mins) and broadcast slice by slice with one contiguous put: two shim streams per W panel
 (the plan's `w_parts = 2`, as the bf16 plan's two-part W panel). In L1 each core also holds the dequantized bf16
 W tile the mac multiplies. `plan_gemm_q4` returns the plan the cost model times fastest among the fitting ones, or
 raises ValueError naming the limit."""
@@ -22,6 +22,11 @@ from kernel_builder.hw.results import Flow
 from kernel_builder.planner import BF16, F32, L1_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS, check_positive, kib, widest_herd
 
 MAX_TILE = gp.MAX_GEMM_TILE
+# Herd columns: at most 2. A W panel takes two S2MM channels of its memory tile (two loads) and a C row panel one per
+# herd column; with 4 herd columns a memory tile holding a W panel and a C row panel (and anything else) needs more
+# than its 6 S2MM, which the real lowering's placement made (aie-create-pathfinder-flows failed at 8x4, as for the
+# bf16 GEMM's two-part W panel). With 2 any three L2 buffers on one memory tile take at most 6.
+MAX_HERD_N = 2
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class GemmQ4Plan(gp.GemmPlan):
     def l2_buffers(self) -> dict[str, int]:
         c = self.copies(self.tile_k_l2)
         return {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
-                "w_panel": c * (self.tile_k_l2 // self.tile_k) * self.slice_bytes,
+                "w_panel": (self.k // self.tile_k) * self.slice_bytes,    # all of k, loaded once per launch point
                 "c_panel": BF16 * self.tile_m * self.bn_out}
 
     def memtile_bds(self) -> dict[str, int]:
@@ -75,7 +80,7 @@ def plan_gemm_q4(m: int, k: int, n: int, group: int = 32) -> GemmQ4Plan:
             for tile_n in n_tiles:
                 for spread in (False, True):
                     p = GemmQ4Plan(tile_m, tile_k, tile_n, widest_herd(m // tile_m, NPU2_COLS),
-                                   widest_herd(n // tile_n, NPU2_ROWS), k=k, w_parts=2, spread=spread, group=group)
+                                   widest_herd(n // tile_n, min(NPU2_ROWS, MAX_HERD_N)), k=k, w_parts=2, spread=spread, group=group)
                     if (spread and p.herd_n == 1) or not gp._gemm_fits(p, k) or not gp._a_folds(p, k, n):
                         continue
                     key = (-round(math.log(modeled_seconds(p, m, k, n)) * 1000), p.herd_m * p.herd_n, tile_k,
