@@ -10,8 +10,9 @@ through L2), with the W side in 4 bits:
   the L1 layout [codes: tile_n rows x tile_k/2 bytes][per row: tile_k/G scales, tile_k/G mins]
   (external_kernels/gemm_q4.cc), filled by two L3 -> L2 DMAs, each a 2-D block of the q4 rows (the codes
   [tile_n, k/2]; the scales and mins [tile_n, 4k/G], contiguous in a row), written slice by slice: 2-D on the shim
-  side, so the launch loops fold into their BDs; per L2 K step (index t) the A panels as the bf16 GEMM's, and per
-  slice one contiguous put of the W panel down @gemm_b[0, j]
+  side, so the launch loops fold into their BDs; per L2 K step (index t) one A panel per a_share (2) herd rows (one
+  load, one 8x8-blocked put per herd row: half the bf16 GEMM's A panels, so the memory tiles have the S2MM channels
+  for the W panels' second loads), and per slice one contiguous put of the W panel down @gemm_b[0, j]
   in the herd: each K step gets the A tile and the q4 slice and calls mac(a, wq, acc, scratch, wst), which
   dequantizes the slice into the 8x8-blocked bf16 tile `wst` and runs gemm.cc's mac on it
 
@@ -81,15 +82,18 @@ def _stage_panels(s, p: q4_plan.GemmQ4Plan, k: int, n: int, rb: int, a_arg, w_ar
         s.dma(buf, w2_ty, ([0, 0, 0, code_bytes], [p.tile_n, 2, slices, sm_run], [2 * sm_run, sm_run, sb, 1]),
               w, w_ty, ([row, k // 2], [p.tile_n, 4 * k // p.group], [rb, 1]))
         w2.append(buf)
-    a2_ty = memref([p.tile_m, k2], "bf16", L2)
+    rows = p.a_share * p.tile_m      # one A panel serves a_share herd rows (one load, one put per herd row)
+    a2_ty = memref([rows, k2], "bf16", L2)
     kl, t = s.for_(0, k // k2, 1, "kt")
     kp = kl.muli(t, k2)
-    a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
+    a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m // p.a_share)]
     for i, buf in enumerate(a2):
-        kl.dma(buf, a2_ty, None, a, a_ty, ([gb._plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
+        kl.dma(buf, a2_ty, None, a, a_ty, ([gb._plus(kl, m0, i * rows), kp], [rows, k2], [k, 1]))
     sl, kb = kl.for_(0, k2 // gb.BLOCK, tk // gb.BLOCK, "kb")
-    for i, buf in enumerate(a2):
-        sl.channel_put(ch_a, [i, 0], buf, a2_ty, gb._blocked(p.tile_m, tk, k2, kb))
+    for i in range(p.herd_m):
+        off, sizes, strides = gb._blocked(p.tile_m, tk, k2, kb)
+        off = [(i % p.a_share) * p.tile_m // gb.BLOCK] + off[1:]
+        sl.channel_put(ch_a, [i, 0], a2[i // p.a_share], a2_ty, (off, sizes, strides))
     w_off = sl.addi(sl.muli(kb, sb * gb.BLOCK // tk), sl.muli(t, (k2 // tk) * sb))
     for j, buf in enumerate(w2):
         sl.channel_put(ch_b, [0, j], buf, w2_ty, ([w_off], [sb], [1]))

@@ -22,16 +22,49 @@ from kernel_builder.hw.results import Flow
 from kernel_builder.planner import BF16, F32, L1_BUDGET, MEMTILE_BYTES, NPU2_COLS, NPU2_ROWS, check_positive, kib, widest_herd
 
 MAX_TILE = gp.MAX_GEMM_TILE
-# Herd columns: at most 2. A W panel takes two S2MM channels of its memory tile (two loads) and a C row panel one per
-# herd column; with 4 herd columns a memory tile holding a W panel and a C row panel (and anything else) needs more
-# than its 6 S2MM, which the real lowering's placement made (aie-create-pathfinder-flows failed at 8x4, as for the
-# bf16 GEMM's two-part W panel). With 2 any three L2 buffers on one memory tile take at most 6.
-MAX_HERD_N = 2
+# Herd rows per A panel: a W panel takes two S2MM channels of its memory tile (two loads) and a C row panel one per
+# herd column, so on the 8x4 herd the bf16 GEMM's 8 A + 4 W + 8 C panels need 8 + 8 + 32 = 48 S2MM, all 8 memory
+# tiles' channels, which the real lowering's placement did not pack (aie-create-pathfinder-flows failed, as for the
+# bf16 GEMM's two-part W panel). One A panel per two herd rows leaves 44.
+A_SHARE = 2
+MAX_HERD_N = NPU2_ROWS
 
 
 @dataclass(frozen=True)
 class GemmQ4Plan(gp.GemmPlan):
     group: int = 32
+    a_share: int = 1      # herd rows one A panel serves (A_SHARE when herd_m is a multiple of it)
+
+    def l2_counts(self) -> dict[str, int]:
+        return {"a_panel": self.herd_m // self.a_share, "w_panel": self.herd_n, "c_panel": self.herd_m}
+
+    def l2_order(self) -> list[str]:
+        """First transfers in program order: the W panels (loaded before the K loop), the A panels, the C panels."""
+        return ["w"] * self.herd_n + ["a"] * (self.herd_m // self.a_share) + ["c"] * self.herd_m
+
+    def memtile_bytes(self) -> int:
+        """Bytes of the fullest memory tile under the round-robin placement in l2_order (a W panel holds all of k,
+        so the uniform bound of the bf16 plan, buffers per tile x the largest, would refuse what fits)."""
+        size = {"a": self.l2_buffers()["a_panel"], "w": self.l2_buffers()["w_panel"], "c": self.l2_buffers()["c_panel"]}
+        tiles = [0] * gp.N_MEMTILES
+        for i, kind in enumerate(self.l2_order()):
+            tiles[i % gp.N_MEMTILES] += size[kind]
+        return max(tiles)
+
+    def memtile_channels(self) -> tuple[int, int]:
+        """(S2MM, MM2S) of the busiest memory tile under AIR's round-robin placement in l2_order: an A panel 1 and
+        a_share, a W panel 2 and 1, a C row panel herd_n and 1."""
+        tiles = [[0, 0] for _ in range(gp.N_MEMTILES)]
+        use = {"a": (1, self.a_share), "w": (2, 1), "c": (self.herd_n, 1)}
+        for i, kind in enumerate(self.l2_order()):
+            tiles[i % gp.N_MEMTILES][0] += use[kind][0]
+            tiles[i % gp.N_MEMTILES][1] += use[kind][1]
+        return max(t[0] for t in tiles), max(t[1] for t in tiles)
+
+    def channels(self) -> dict[str, int]:
+        s2mm, mm2s = self.memtile_channels()
+        return {"shim_mm2s": self.herd_m // self.a_share + 2 * self.herd_n, "shim_s2mm": self.herd_m,
+                "memtile_s2mm": s2mm, "memtile_mm2s": mm2s, "core_s2mm": 2, "core_mm2s": 1}
 
     @property
     def slice_bytes(self) -> int:
@@ -47,7 +80,7 @@ class GemmQ4Plan(gp.GemmPlan):
 
     def l2_buffers(self) -> dict[str, int]:
         c = self.copies(self.tile_k_l2)
-        return {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
+        return {"a_panel": c * BF16 * self.a_share * self.tile_m * self.tile_k_l2,
                 "w_panel": (self.k // self.tile_k) * self.slice_bytes,    # all of k, loaded once per launch point
                 "c_panel": BF16 * self.tile_m * self.bn_out}
 
@@ -79,8 +112,9 @@ def plan_gemm_q4(m: int, k: int, n: int, group: int = 32) -> GemmQ4Plan:
         for tile_m in m_tiles:
             for tile_n in n_tiles:
                 for spread in (False, True):
-                    p = GemmQ4Plan(tile_m, tile_k, tile_n, widest_herd(m // tile_m, NPU2_COLS),
-                                   widest_herd(n // tile_n, min(NPU2_ROWS, MAX_HERD_N)), k=k, w_parts=2, spread=spread, group=group)
+                    hm = widest_herd(m // tile_m, NPU2_COLS)
+                    p = GemmQ4Plan(tile_m, tile_k, tile_n, hm, widest_herd(n // tile_n, MAX_HERD_N), k=k, w_parts=2,
+                                   spread=spread, group=group, a_share=A_SHARE if hm % A_SHARE == 0 else 1)
                     if (spread and p.herd_n == 1) or not gp._gemm_fits(p, k) or not gp._a_folds(p, k, n):
                         continue
                     key = (-round(math.log(modeled_seconds(p, m, k, n)) * 1000), p.herd_m * p.herd_n, tile_k,
@@ -100,19 +134,20 @@ def _deepest(p: GemmQ4Plan, m: int, k: int, n: int) -> GemmQ4Plan:
         if p.tile_k * d > gp.MAX_GEMM_L2_K:
             continue
         q = GemmQ4Plan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, 2, "none", p.spread,
-                       p.group)
+                       p.group, p.a_share)
         if gp._gemm_fits(q, k):
             return q
     return p
 
 
 def gemm_q4_flows(p: GemmQ4Plan, m: int, k: int, n: int) -> list[Flow]:
-    """The shim streams as the builder emits them: per launch point the A panel loads, each W panel's codes and
-    scales + mins loads (gp.load_order with two parts), one C row panel write per herd row."""
+    """The shim streams in the builder's program order: per launch point each W panel's codes and scales + mins
+    loads, then the A panel loads (one per a_share herd rows), and one C row panel write per herd row."""
     points = (m // p.bm) * (n // p.bn_out)
-    w_bytes = {0: p.tile_n * k // 2, 1: p.tile_n * 4 * k // p.group}
-    flows = [Flow("MM2S", i, kind, (BF16 * p.tile_m * k if kind == "a" else w_bytes[q]) * points, 1, 1,
-                  column=i // gp.SHIM_DMA_PER_COL) for i, (kind, _, q) in enumerate(gp.load_order(p))]
+    loads = [p.tile_n * k // 2, p.tile_n * 4 * k // p.group] * p.herd_n \
+        + [BF16 * p.a_share * p.tile_m * k] * (p.herd_m // p.a_share)
+    flows = [Flow("MM2S", i, "w" if i < 2 * p.herd_n else "a", b * points, 1, 1, column=i // gp.SHIM_DMA_PER_COL)
+             for i, b in enumerate(loads)]
     flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // gp.SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
     return flows
