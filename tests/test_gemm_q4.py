@@ -116,11 +116,15 @@ def test_builder_on_the_interpreter(m, k, n, group):
     assert np.all(err <= 2.0**-7 * np.abs(want.astype(np.float64)) + 2.0**-10 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("m,k,n", [(256, 2048, 2048), (256, 8192, 2048), (64, 576, 1536), (64, 1536, 576)])
+@pytest.mark.parametrize("m,k,n", [(256, 2048, 2048), (256, 2048, 8192), (256, 8192, 2048), (2048, 2048, 8192),
+                                   (64, 576, 1536), (64, 1536, 576), (64, 4096, 14336)])
 def test_hardware_model_accepts(m, k, n):
     from kernel_builder.hw import analyze_module
+    from kernel_builder.hw.tune import runtime_tiling
+    from kernel_builder.presets import AirccPreset
     from kernel_builder.registry import kernel_text
-    rep = analyze_module(kernel_text("gemm_q4", m, k, n))
+    text = kernel_text("gemm_q4", m, k, n)
+    rep = analyze_module(text, preset=AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text)))
     assert rep.ok, rep.first_violation()
 
 
@@ -129,3 +133,13 @@ def test_plan_limits():
     assert p.l1_bytes() <= 64 * 1024 and p.tile_k % 64 == 0
     with pytest.raises(ValueError, match="k=96 must be a multiple of 64"):
         plan_gemm_q4(64, 96, 64)
+
+
+def test_the_model_prefers_it_for_short_chunks_only():
+    """Llama-3.2-1B widths: gemm_q4 where the counted model times it below dequant_q4 + gemm (256-row chunks: the
+    q / k / v / o / gate / up projections), the scratch path at 2048 rows (each weight dequantized by all 8 herd
+    rows per 256-row block: compute-bound)."""
+    from kernel_builder.gemm_q4.plan import prefer_l1
+    assert prefer_l1(256, 2048, 2048, 32) and prefer_l1(256, 2048, 8192, 32) and prefer_l1(64, 576, 192, 32)
+    assert not prefer_l1(2048, 2048, 8192, 32)
+    assert not prefer_l1(256, 576, 576, 128)      # k not a multiple of 2 x 128: no plan

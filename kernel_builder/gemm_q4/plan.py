@@ -9,6 +9,7 @@ W tile the mac multiplies. `plan_gemm_q4` returns the plan the cost model times 
 raises ValueError naming the limit."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -172,3 +173,28 @@ def tile_counts(p: GemmQ4Plan, k: int, tiles: int = 1) -> dict:
             if v:
                 counts[kind] = counts.get(kind, 0) + tiles * calls * v
     return counts
+
+
+@functools.lru_cache(maxsize=None)
+def prefer_l1(m: int, k: int, n: int, group: int) -> bool:
+    """Whether the counted cost model (kernel_builder.hw.cost, the launches as the hardware model analyzes them)
+    times this q4 GEMM below dequant_q4 into a scratch + the bf16 GEMM at the same shape; False when no gemm_q4
+    plan exists (e.g. k not a multiple of 2 x group) or the hardware model refuses it."""
+    from kernel_builder.hw import analyze_module
+    from kernel_builder.hw.tune import runtime_tiling
+    from kernel_builder.presets import AirccPreset
+    from kernel_builder.registry import kernel_text
+
+    try:
+        plan_gemm_q4(m, k, n, group)
+    except ValueError:
+        return False
+
+    def launch_s(text: str):
+        tiling = runtime_tiling(text)
+        rep = analyze_module(text, preset=AirccPreset(runtime_loop_tiling_sizes=tiling) if tiling else AirccPreset())
+        return cost.launch_cost(rep.launches[0].work).total_s if rep.ok else None
+
+    l1 = launch_s(kernel_text("gemm_q4", m, k, n, group))
+    scratch = launch_s(kernel_text("dequant_q4", n, k, group, 1)) + launch_s(kernel_text("gemm", m, k, n))
+    return l1 is not None and l1 < scratch
