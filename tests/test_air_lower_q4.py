@@ -22,6 +22,7 @@ KERNELS = [
     ("dequant_q4", 2048, 2048, 32, 1), ("dequant_q4", 8192, 2048, 32, 1), ("dequant_q4", 2048, 8192, 32, 1),
     ("dequant_q4", 4096, 14336, 32, 1), ("dequant_q4", 14336, 4096, 128, 1),
     ("gemv_q4", 2048, 8192, 128, 1), ("gemv_q4", 16384, 2048, 32, 0, 8), ("gemv_q4", 6144, 576, 32, 0, 8),
+    ("gemm_q4", 256, 2048, 2048, 32), ("gemm_q4", 64, 2048, 512, 32),
 ]
 
 
@@ -51,9 +52,3 @@ def test_stitched_q4_modules_lower(tmp_path, name):
     (decl,) = [d for d in decls if d.name == name.removesuffix("_q8")]
     _lower(tmp_path, name, stitch(decl))
 
-
-@pytest.mark.xfail(strict=True, reason="known disagreement: the hardware model accepts gemm_q4's two-load W panel "
-                                       "(codes; scales + mins), the real lowering's aie-create-pathfinder-flows "
-                                       "does not route it (as the bf16 GEMM's two-part W panel)")
-def test_gemm_q4_two_load_w_panel_fails_routing(tmp_path):
-    _lower(tmp_path, "gemm_q4", kernel_text("gemm_q4", 256, 2048, 2048, 32))
