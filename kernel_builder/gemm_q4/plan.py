@@ -156,10 +156,11 @@ def gemm_q4_flows(p: GemmQ4Plan, m: int, k: int, n: int) -> list[Flow]:
 
 def modeled_seconds(p: GemmQ4Plan, m: int, k: int, n: int, params: cost.CostParams = cost.PARAMS) -> float:
     """The cost model's charge of this plan in closed form (as gp.modeled_seconds): the busiest tile's counted
-    calls (the mac with its dequantization), the shim streams, the L2 -> L1 stream (A bf16 + W q4 slices)."""
+    calls (the mac with its dequantization), the shim streams, the busier L2 -> L1 stream (A bf16 or W q4 slices)."""
     points = (m // p.bm) * (n // p.bn_out)
     compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
-    l1 = (BF16 * p.tile_m * k + (k // p.tile_k) * p.slice_bytes) * points / params.l2_l1_bytes_per_s
+    # the busier of a core's two input streams (A bf16, W q4 slices), as the analyzer charges it
+    l1 = max(BF16 * p.tile_m * k, (k // p.tile_k) * p.slice_bytes) * points / params.l2_l1_bytes_per_s
     return max(compute, cost.shim_seconds(gemm_q4_flows(p, m, k, n), params), l1)
 
 
