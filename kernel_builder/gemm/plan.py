@@ -12,7 +12,7 @@ the output columns so the launch steps through W tile_n rows at a time). The NPU
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from kernel_builder.external_costs import external_cost
@@ -60,7 +60,7 @@ class GemmPlan:
     epilogue: str = "none"   # EPILOGUES: "swiglu" = gate rows in the first W part, up rows in the second
     spread: bool = False     # herd column j owns the output columns [j*n/herd_n, (j+1)*n/herd_n), the launch
                              # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
-    a_resident: bool = False  # one launch point per BM rows: each herd row's whole [tile_m, k] A panel stays in L2
+    a_resident: bool = field(default=False, kw_only=True)   # one launch point per BM rows: each herd row's whole [tile_m, k] A panel stays in L2
                               # while the segment loops over the column blocks (A read from DDR once)
 
     def __post_init__(self) -> None:
@@ -318,7 +318,7 @@ def _deepest_l2_panel(p: GemmPlan, k: int, memtile_streams: bool = True) -> Gemm
         if p.tile_k * d > MAX_GEMM_L2_K:
             continue
         q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
-                     p.spread, p.a_resident)
+                     p.spread, a_resident=p.a_resident)
         if _gemm_fits(q, k, memtile_streams):
             return q
     return p
