@@ -95,19 +95,21 @@ def test_gemm_l2_accounting_channels_and_ddr_reads():
                             "core_s2mm": 2, "core_mm2s": 1}
     # 2048x2048x8192: A (8 MiB) read 8192/256 = 32 times, W (32 MiB) 2048/512 = 4 times
     assert p.ddr_read_bytes(2048, 2048, 8192) == 32 * 8 * 2**20 + 4 * 32 * 2**20
-    # the W panel loaded in two row parts (gemm_swiglu): 8 + 8 shim streams (every column's two MM2S channels); the
-    # W panels' loads sit between the A panels' so the model's round-robin placement never puts a W panel (2 loads
-    # in) beside an A panel and a C row panel (4 drains): 6 S2MM on its busiest memory tile (the real lowering
-    # places them otherwise: tests/test_air_lower_gemm.py)
+    # a W panel loaded in two row parts: 8 + 8 shim streams, and air-to-aie's placement (column affinity: herd row
+    # i's A panel and C row panel on column i's memory tile) leaves it a tile with A + C: 1 + 2 + 4 = 7 S2MM, so
+    # the planner never picks it (the real lowering failed such a gemm_swiglu: tests/test_air_lower_gemm.py)
     two = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, tile_k_l2=512, w_parts=2)
     assert two.l2_buffers()["w_panel"] == 128 * 1024 and two.l2_counts()["w_panel"] == 4
-    assert two.channels()["shim_mm2s"] == 16 and two.memtile_channels() == (6, 3)
-    assert [k for k, _, _ in G.load_order(two)] == list("aaaawwwwwwwwaaaa")
-    # swiglu: tile_n covers tile_n/2 outputs (gate and up rows), so a launch point writes half the columns
-    glu = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, w_parts=2, epilogue="swiglu")
+    assert two.channels()["shim_mm2s"] == 16 and two.memtile_channels() == (7, 3)
+    assert not G._gemm_fits(two, 2048)
+    assert G.GemmPlan(64, 64, 64, 4, 4, w_parts=2).memtile_channels() == (5, 2)   # 4 columns: W on free tiles
+    # the bias slice shares its W panel's channel index, so its bucket: b + A + W + C = 7 S2MM on a tile
+    assert G.GemmPlan(64, 64, 64, 8, 4, 512, epilogue="bias").memtile_channels() == (7, 4)
+    # swiglu: tile_n covers tile_n/2 outputs (gate and up rows interleaved in one weight), so a launch point
+    # writes half the columns; one W load per panel, two W rows per output column
+    glu = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, epilogue="swiglu")
     assert (glu.out_n, glu.bn_out, glu.l2_buffers()["c_panel"]) == (32, 128, P.BF16 * 64 * 128)
-    with pytest.raises(ValueError, match="two parts"):
-        G.GemmPlan(64, 64, 64, 8, 4, epilogue="swiglu")
+    assert (glu.w_parts, glu.w_per_out, glu.memtile_channels()) == (1, 2, (6, 3))
     assert G.GemmPlan(64, 64, 64, 8, 4).tile_k_l2 == 64  # default: one L1 step per L2 panel
     with pytest.raises(ValueError, match="tile_k_l2=96 is not a multiple of tile_k=64"):
         G.GemmPlan(64, 64, 64, 8, 4, 96)

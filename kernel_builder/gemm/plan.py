@@ -19,6 +19,7 @@ from kernel_builder.external_costs import external_cost
 from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels, scratch_elems
 from kernel_builder.hw import cost
 from kernel_builder.hw.facts import NPU2
+from kernel_builder.hw.placement import Bucket, place
 from kernel_builder.hw.results import Flow
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K, MMUL_M, MMUL_N, N_MEMTILES, NPU2_COLS,
                                     NPU2_ROWS, check_positive, kib, widest_herd)
@@ -53,7 +54,7 @@ class GemmPlan:
     tile_k_l2: int = 0   # K depth of one L2 panel (a multiple of tile_k); 0 = tile_k
     k: int = 0           # the reduction length (0: unknown, ping-pong budgeted as two copies)
     w_parts: int = 1     # L3 -> L2 loads (shim streams) filling a herd column's W panel, one per row part
-    epilogue: str = "none"   # EPILOGUES: "swiglu" = gate rows in the first W part, up rows in the second
+    epilogue: str = "none"   # EPILOGUES: "swiglu" = one weight, gate and up rows interleaved by 8
     spread: bool = False     # herd column j owns the output columns [j*n/herd_n, (j+1)*n/herd_n), the launch
                              # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
 
@@ -64,8 +65,6 @@ class GemmPlan:
             raise ValueError(f"gemm plan: tile_k_l2={self.tile_k_l2} is not a multiple of tile_k={self.tile_k}")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"gemm plan: unknown epilogue {self.epilogue!r} (known: {', '.join(EPILOGUES)})")
-        if self.epilogue == "swiglu" and self.w_parts != 2:
-            raise ValueError("gemm plan: the swiglu epilogue takes its W panel in two parts (gate, up)")
         if self.tile_n % (8 * self.w_parts):
             raise ValueError(f"gemm plan: tile_n={self.tile_n} does not split into {self.w_parts} 8-row W parts")
 
@@ -82,6 +81,12 @@ class GemmPlan:
     def launch_n(self) -> int:
         """Output columns between consecutive launch points along n (the W panel loads' launch stride in rows)."""
         return self.out_n if self.spread else self.bn_out
+
+    @property
+    def w_per_out(self) -> int:
+        """W rows per output column: 2 with the swiglu epilogue (gate and up interleaved by 8 rows in one weight,
+        kernel_builder/gemm_swiglu/layout.py), else 1."""
+        return 2 if self.epilogue == "swiglu" else 1
 
     @property
     def part_rows(self) -> int:
@@ -157,24 +162,24 @@ class GemmPlan:
         b = self.memtile_bds()
         return b["a_put"] + b["w_put"] + 2 * b["panel_load"] + self.herd_n * b["drain"] + b["c_write"]
 
-    def l2_order(self) -> list[str]:
-        """The L2 buffers of one launch point in the program order of their first transfer (the builder's: the
-        bias slices, the panel loads in load_order, the C row panels): the order AIR deals them round-robin over
-        the memory tiles (kernel_builder.hw.flows, mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap)."""
-        loads = [kind for kind, _, q in load_order(self) if q == 0]
-        return ["bias"] * (self.herd_n if self.epilogue == "bias" else 0) + loads + ["c"] * self.herd_m
-
     def memtile_channels(self) -> tuple[int, int]:
-        """(S2MM, MM2S) DMA channels of the busiest memory tile under that round-robin placement: an A panel or a
-        bias slice takes one of each, a W panel w_parts S2MM (its loads) and one MM2S, a C row panel herd_n S2MM
-        (its drains) and one MM2S (its write to L3)."""
-        tiles = [[0, 0] for _ in range(N_MEMTILES)]
-        s2mm = {"c": self.herd_n, "w": self.w_parts}
-        for i, kind in enumerate(self.l2_order()):
-            t = tiles[i % N_MEMTILES]
-            t[0] += s2mm.get(kind, 1)
-            t[1] += 1
-        return max(t[0] for t in tiles), max(t[1] for t in tiles)
+        """(S2MM, MM2S) DMA channels of the busiest memory tile as air-to-aie places the L2 buffers
+        (kernel_builder.hw.placement, buckets in the builder's allocation order): herd row i's A panel and C row
+        panel (1 and herd_n S2MM) move to column i's memory tile; the W panels (w_parts S2MM each, with their bias
+        slice when the bias epilogue sends it on the same channel index: one bucket) take the slots left. One MM2S
+        per buffer."""
+        sizes, bias = self.l2_buffers(), self.epilogue == "bias"
+        w = [-1, self.w_parts + bias, 1 + bias, sizes["w_panel"] + sizes.get("bias", 0)]   # [affinity, s2mm, mm2s, bytes]
+        a = [[i, 1, 1, sizes["a_panel"]] for i in range(self.herd_m)]
+        c = [[i, self.herd_n, 1, sizes["c_panel"]] for i in range(self.herd_m)]
+        # allocation order: the bias slices (whose buckets the W panels join) before the panels, else A then W
+        units = [w] * self.herd_n + a + c if bias else a + [w] * self.herd_n + c
+        tiles = place([Bucket(u[3], u[0]) for u in units], N_MEMTILES, MEMTILE_BYTES)
+        per = [[0, 0] for _ in range(N_MEMTILES)]
+        for u, t in zip(units, tiles):
+            per[t][0] += u[1]
+            per[t][1] += u[2]
+        return max(p[0] for p in per), max(p[1] for p in per)
 
     def channels(self) -> dict[str, int]:
         """DMA channels of one launch point. Shim: one MM2S per A panel, W panel part and bias slice, one S2MM per C
@@ -206,7 +211,7 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     ch = p.channels()
     bds = p.memtile_bds()
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
-            and p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
+            and p.w_per_out * p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
             and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
@@ -234,10 +239,10 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
             herd_m = widest_herd(m // tile_m, NPU2_COLS)
             for tile_n in n_tiles:
                 out_n = tile_n // 2 if glu else tile_n
-                # W in two row parts only where the epilogue needs it (gate + up): the real lowering's placement
-                # put a two-load W panel beside two A panels and a C row panel (8 S2MM on one memory tile:
-                # aie-create-pathfinder-flows failed), which the round-robin model does not see
-                for parts, spread in ((q, sp) for q in ((2,) if glu else (1,)) for sp in (False, True)):
+                # one W load per panel (the swiglu epilogue's gate and up interleaved in one weight): the real
+                # lowering puts each herd row's A and C panels on its column's memory tile, 1 + herd_n S2MM, so a
+                # two-load W panel finds no tile with room (aie-create-pathfinder-flows failed)
+                for parts, spread in ((1, sp) for sp in (False, True)):
                     if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections import Counter
 
 from kernel_builder.hw.dma import shim_fold
-from kernel_builder.hw.ir import L1, L2, L3, Access, Region, Transfer
+from kernel_builder.hw.ir import L1, L2, L3, Access, Alloc, Region, Transfer
+from kernel_builder.hw.ir import walk as ir_walk
+from kernel_builder.hw.placement import Bucket, channel_columns, place
 from kernel_builder.hw.results import AIECC, AIR_TO_AIE, AIRRT_TO_NPU, Flow
 
 
@@ -57,6 +59,9 @@ class FlowAccounting:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["s2mm" if inbound else "mm2s"] += 1
                 item["bds"] += self.copies.get(acc.buffer, 1)
+                if t.channel:   # the channel index this buffer is referenced at (placement buckets)
+                    idx = tuple(i.value for i in t.indices)
+                    item.setdefault("chans", set()).add((t.channel, idx))
 
     # ---- herd-level DDR transfers and their streams
     @staticmethod
@@ -162,8 +167,8 @@ class FlowAccounting:
             for _ in range(parts):
                 pieces.append((buf, {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds", "bytes")}))
         tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(pieces)))]
-        for i, (buf, piece) in enumerate(pieces):
-            t = tiles[i % f.memtiles]
+        for (buf, piece), i in zip(pieces, self._placement(pieces, items, len(tiles))):
+            t = tiles[i]
             for key in piece:
                 t[key] += piece[key]
             t["bufs"].append(buf.name)
@@ -174,8 +179,42 @@ class FlowAccounting:
             if worst is not None and tiles[worst][key] > cap:
                 t = tiles[worst]
                 self.violate("memtile", what, t[key], cap, AIR_TO_AIE if key != "bytes" else AIECC,
-                             f"memory tile {worst} gets {', '.join(t['bufs'])} (L2 buffers dealt round-robin "
-                             f"over {f.memtiles} memory tiles in program order)")
+                             f"memory tile {worst} gets {', '.join(t['bufs'])} (L2 buffers placed as air-to-aie "
+                             f"does: round-robin over {f.memtiles} memory tiles, then moved to the column their "
+                             f"channels reach)")
+
+    def _placement(self, pieces: list, items: dict, n_tiles: int) -> list[int]:
+        """The memory tile of each piece as air-to-aie places it (kernel_builder.hw.placement): buffers sharing a
+        channel index form one bucket, buckets dealt round-robin in allocation order, then moved to the memory
+        tile of the one array column their channels reach (a split buffer's pieces: no affinity)."""
+        herd_chans = {n.channel for h in ir_walk(self.launch.body) if isinstance(h, Region) and h.kind == "herd"
+                      for n in ir_walk(h.body) if isinstance(n, Transfer) and n.channel}
+        order = {a.buffer: i for i, a in enumerate(n for n in ir_walk(self.launch.body) if isinstance(n, Alloc))}
+        split = Counter(buf for buf, _ in pieces)
+        units: list[tuple[int, list[int], set, int]] = []   # (alloc order, piece indices, channel keys, bytes)
+        for p, (buf, piece) in enumerate(pieces):
+            keys = set(items[buf].get("chans", ())) if split[buf] == 1 else set()
+            home = next((u for u in units if keys & u[2]), None)
+            if home is None:
+                units.append((order.get(buf, len(order) + p), [p], keys, piece["bytes"]))
+            else:
+                home[1].append(p)
+                home[2].update(keys)
+                units[units.index(home)] = (home[0], home[1], home[2], home[3] + piece["bytes"])
+        units.sort(key=lambda u: u[0])
+        buckets = []
+        for _, _, keys, nbytes in units:
+            cols = set()
+            for ch, idx in keys:
+                decl = self.m.channels.get(ch)
+                if ch in herd_chans and decl is not None and None not in idx:
+                    cols |= channel_columns(decl[0], decl[1], idx)
+            buckets.append(Bucket(nbytes, cols.pop() if len(cols) == 1 else -1))
+        where = [0] * len(pieces)
+        for u, t in zip(units, place(buckets, n_tiles, self.facts.memtile_bytes)):
+            for p in u[1]:
+                where[p] = t
+        return where
 
     # ---- shim columns: the allocator walks the columns, two channels per direction each
     def _shim(self, flows: list[Flow]) -> None:
