@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from multi_launch_builder.decl import Arg, ModuleDecl, Role
 from kernel_builder.attention.external import ATTN_LK_MULTIPLE
 from kernel_builder.gemm_swiglu.layout import PAIR, interleave_index
-from kernel_builder.gemv.plan import plan_lm_head
+from kernel_builder.gemv.plan import plan_gemv, plan_lm_head
 
 from .fusion import fuse_epilogues
 from .graph import (HEAD_PLAN, LayerGraph, Op, PhasePlan, State, Weight, decode_plan, lower, plan_decls,
@@ -82,6 +82,14 @@ GLOBAL_TENSORS = {"embed": "model.embed_tokens.weight", "final_norm": "model.nor
 
 GATE_UP = "w_gate_up"   # bf16: the gate and up weights as ONE static, rows interleaved by GATE_UP_PAIR
 GATE_UP_PAIR = PAIR
+
+
+def _plans(plan) -> bool:
+    try:
+        plan()
+    except ValueError:
+        return False
+    return True
 
 
 def gate_up_index(ffn: int) -> tuple[int, ...]:
@@ -251,8 +259,9 @@ class LlamaModel:
         """The gate / up projections and SwiGLU. bf16 weights: ONE projection by the gate and up weights interleaved
         by 8 rows (GATE_UP, one device copy read by the decode GEMV and the prefill GEMM; kernel_builder/
         gemm_swiglu/layout.py), its output's (gate, up) pairs into SwiGLU (models/fusion.py fuses the two into
-        the GEMM's epilogue in prefill). 4-bit weights: the two projections (a q4 GEMM has no fused epilogue)."""
-        if self.weights == "bf16":
+        the GEMM's epilogue in prefill). 4-bit weights, or a [2 ffn, hidden] GEMV that does not plan (Mistral-7B's
+        28672 x 4096: more weight blocks per core than one DMA task repeats): the two projections."""
+        if self.weights == "bf16" and _plans(lambda: plan_gemv(2 * ffn, self.shapes.hidden)):
             return [Op("linear", ("h2", Weight(GATE_UP)), "gate_up", 2 * ffn),
                     Op("swiglu", ("gate_up",), "act", ffn, {"pairs": GATE_UP_PAIR})]
         return [Op("linear", ("h2", Weight("w_gate")), "gate", ffn),
