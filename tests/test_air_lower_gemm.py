@@ -48,20 +48,31 @@ def test_gemm_lowers_as_the_hardware_model_says(tmp_path, shape, preset, expecte
 
 # issue 25's GEMM variants through the real lowering (mlir-air efeb41ce4 + mlir-aie ae8ed9d, checked 2026-11-26):
 # the in-place epilogue, tile_k 32 at 64x128 with the block-float A scratch and the spread columns (k = 8192
-# down projections) lower; the bias epilogue is rejected by both (its bias get is a third stream into each core).
-# KNOWN DISAGREEMENT (xfail): a W panel filled by two L3 DMAs (gemm_swiglu's gate and up rows, or one weight in
-# two row parts) fails aie-create-pathfinder-flows: AIR placed it on a memory tile with two A panels and a C row
-# panel (8 S2MM), which the hardware model's round-robin placement does not predict. So the models do not fuse
-# SwiGLU yet (llama_npu/models/fusion.py) and the planner splits a W panel only for gemm_swiglu.
-SPLIT_W = "a two-load W panel: the lowering's memory-tile placement exceeds 6 S2MM; the hardware model misses it"
+# down projections) lower; the bias epilogue is rejected by both (its bias slice shares its W panel's channel
+# index, so its memory tile: b + A + W + C = 7 S2MM). gemm_swiglu on the gate/up weight interleaved by 8 rows
+# (one W DMA per panel) lowers at SmolLM2 and Llama-3.2-1B widths; its former two-load W panel (gate rows, up
+# rows) failed aie-create-pathfinder-flows (7 S2MM on a memory tile), which the hardware model now predicts
+# (kernel_builder/hw/placement.py; the mutated module below and tests/test_hw_placement.py).
 KIND_CASES = [
     ("gemm", (2048, 8192, 2048), TILED),           # Llama-3.2-1B down: 64x128 tiles, spread columns
     ("gemm", (64, 8192, 2048), TILED),             # ... at 64 rows
     ("gemm", (2048, 2048, 8192), TILED),           # Llama-3.2-1B gate/up: 64x128, tile_k 32
     ("gemm_bias", (256, 1536, 256), TILED),        # Qwen2.5-1.5B K/V projection with its bias: both reject
-    pytest.param("gemm_swiglu", (64, 576, 1536), AirccPreset(), marks=pytest.mark.xfail(strict=True, reason=SPLIT_W)),
-    pytest.param("gemm_swiglu", (64, 2048, 8192), TILED, marks=pytest.mark.xfail(strict=True, reason=SPLIT_W)),
+    ("gemm_swiglu", (64, 576, 1536), AirccPreset()),      # SmolLM2 gate/up at 64 rows
+    ("gemm_swiglu", (2048, 2048, 8192), TILED),           # Llama-3.2-1B gate/up at 2048 rows
 ]
+
+
+def test_two_load_w_panel_is_rejected_by_both(tmp_path):
+    """The former gemm_swiglu (each W panel filled by two L3 DMAs): both the lowering and the model reject it."""
+    from test_hw_placement import _two_load_w_panels
+
+    text = _two_load_w_panels(kernel_text("gemm_swiglu", 64, 576, 1536), 128)
+    src = tmp_path / "two_load.mlir"
+    src.write_text(text)
+    res = lower_with_tool(LOWER, src, tmp_path / "out", AirccPreset().flags(), timeout=1800)
+    assert not res.ok and "pathfinder" in f"{res.stage}: {res.message}"
+    assert analyze_module(text).resources() == {"memtile S2MM channels"}
 
 
 @pytest.mark.parametrize("kind,shape,preset", KIND_CASES, ids=lambda c: str(c))
