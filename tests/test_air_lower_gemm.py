@@ -48,8 +48,9 @@ def test_gemm_lowers_as_the_hardware_model_says(tmp_path, shape, preset, expecte
 
 # issue 25's GEMM variants through the real lowering (mlir-air efeb41ce4 + mlir-aie ae8ed9d, checked 2026-11-26):
 # the in-place epilogue, tile_k 32 at 64x128 with the block-float A scratch and the spread columns (k = 8192
-# down projections) lower; the bias epilogue is rejected by both (its bias slice shares its W panel's channel
-# index, so its memory tile: b + A + W + C = 7 S2MM). gemm_swiglu on the gate/up weight interleaved by 8 rows
+# down projections) lower; the bias epilogue on an 8-column herd is rejected by both (its bias slice shares its W
+# panel's channel index, so its memory tile: b + A + W + C = 7 S2MM), so the planner now gives it a 4-column herd
+# (W + bias on the free memory tiles), which both accept at 256x1536x256. gemm_swiglu on the gate/up weight interleaved by 8 rows
 # (one W DMA per panel) lowers at SmolLM2 and Llama-3.2-1B widths; its former two-load W panel (gate rows, up
 # rows) failed aie-create-pathfinder-flows (7 S2MM on a memory tile), which the hardware model now predicts
 # (kernel_builder/hw/placement.py; the mutated module below and tests/test_hw_placement.py).
@@ -57,7 +58,7 @@ KIND_CASES = [
     ("gemm", (2048, 8192, 2048), TILED),           # Llama-3.2-1B down: 64x128 tiles, spread columns
     ("gemm", (64, 8192, 2048), TILED),             # ... at 64 rows
     ("gemm", (2048, 2048, 8192), TILED),           # Llama-3.2-1B gate/up: 64x128, tile_k 32
-    ("gemm_bias", (256, 1536, 256), TILED),        # Qwen2.5-1.5B K/V projection with its bias: both reject
+    ("gemm_bias", (256, 1536, 256), TILED),        # Qwen2.5-1.5B K/V projection with its bias: 4x4 herd, both OK
     ("gemm_swiglu", (64, 576, 1536), AirccPreset()),      # SmolLM2 gate/up at 64 rows
     ("gemm_swiglu", (2048, 2048, 8192), TILED),           # Llama-3.2-1B gate/up at 2048 rows
 ]

@@ -12,9 +12,13 @@ ops become one fused op, so one launch does the work and the intermediate never 
   air-to-aie's memory-tile placement cannot fit (kernel_builder/hw/placement.py);
 - `bias_add(linear(x, w), b)` -> `linear_bias(x, w, b)` (kernel gemm_bias: the bias row added to the f32
   accumulator before the one bf16 rounding; Qwen2's q/k/v projections, also when the result goes into a state).
-  NOT applied by default: the bias slice reaches each core as a second get on its W channel, a third stream into
-  the core (2 S2MM channels) for the hardware model, and the real lowering rejects the module too; Qwen2's
-  prefill keeps its bias_add launches.
+  NOT applied by default. Its bias slice takes a DMA of its own into the W panel's memory tile (the two share a
+  channel index, so air-to-aie buckets them): b + A + W + C = 7 S2MM on an 8-column herd, rejected by the
+  hardware model and the lowering alike, so the planner gives it a 4-column herd (half the cores: modeled slower
+  than the GEMM + bias_add at 256x1536x256, no plan at 2048x1536x1536), and its cores' W channel is not one
+  uniform BD chain (the bias get before the K loop: repeat-count DMAs, which need a PDI reload between launch
+  iterations). Carrying the bias on the W panel's own L3 channel (one S2MM) lowered at 64 rows but exhausted the
+  shim BDs at 2048 rows (docs/kernels.md "Epilogues"). Qwen2's prefill keeps its bias_add launches.
 
 The fused op takes the consumer's place and output name (and `into`), so the phase's segment cuts and every
 other op are unchanged. Nothing here names a model: the families' graphs decide what is fused.
