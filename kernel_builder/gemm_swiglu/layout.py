@@ -5,7 +5,7 @@ Why: a herd column's W panel must be filled by ONE L3 DMA. Two DMAs (gate rows, 
 channels, and mlir-air's memory-tile placement (AIRToAIEPass.cpp L2MemrefToMemTileMap: column affinity puts each
 herd row's A panel and C row panel, 1 + herd_n S2MM, on its column's memory tile) then leaves no tile with room
 for it (1 + 4 + 2 > 6). Concatenating the two weights ([gate; up]) keeps one DMA but its gate -> up stride (n*k
-elements) exceeds the shim BD's 20-bit step at Llama widths. Interleaved by 8, the tile computing outputs
+elements) exceeds the shim BD's 20-bit step at hidden 2048, ffn 8192. Interleaved by 8, the tile computing outputs
 [c0, c0 + t) reads the contiguous rows [2*c0, 2*c0 + 2t): the plain GEMM's W panel, and the 8x8 blocks its mac
 takes alternate gate, up, so the epilogue pairs accumulator column blocks 2q, 2q+1 (external_kernels/gemm.cc glu).
 
