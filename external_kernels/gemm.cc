@@ -16,8 +16,9 @@
 //                  keeps this slice's a blocks converted once; the vector path converts the w tile to block
 //                  float once IN PLACE (its bytes are garbage after the call: the next K step's DMA refills it)
 //   out(acc)       c = bf16(acc) in place, round-to-nearest-even, layout [TM/8][TN/8][8][8]
-//   glu(acc)       gated epilogue: the tile's first TN/2 columns are the gate, the last TN/2 the up projection of
-//                  the same TN/2 outputs; c = silu(bf16(gate)) * bf16(up) in place, layout [TM/8][TN/16][8][8]
+//   glu(acc)       gated epilogue: the tile's column blocks come in pairs (the weight's rows interleaved by 8:
+//                  kernel_builder/gemm_swiglu/layout.py), block 2q the gate and block 2q+1 the up projection of
+//                  output block q; c = silu(bf16(gate)) * bf16(up) in place, layout [TM/8][TN/16][8][8]
 //                  (the arithmetic of swiglu.cc on the rounded accumulators: the fused and unfused paths agree)
 //   bias(acc, b)   c = bf16(acc + b[column]) in place (b: TN bf16, this tile's slice of the bias row)
 #include "kernel_common.h"
@@ -36,7 +37,7 @@ static constexpr int kMB = GEMM_TILE_M / kBlock;    // row blocks of a / acc
 static constexpr int kKB = GEMM_TILE_K / kBlock;    // K blocks of a / w
 static constexpr int kNB = GEMM_TILE_N / kBlock;    // row blocks of w = column blocks of acc
 static constexpr int kElems = GEMM_TILE_M * GEMM_TILE_N;
-static constexpr int kHalfNB = kNB / 2;            // column blocks of the gate (and of the up) half
+static constexpr int kHalfNB = kNB / 2;            // (gate, up) column-block pairs = output column blocks
 static_assert(GEMM_TILE_M % kBlock == 0 && GEMM_TILE_K % kBlock == 0, "GEMM_TILE_M/K must be multiples of 8");
 static_assert(GEMM_TILE_N % (2 * kBlock) == 0, "GEMM_TILE_N must be a multiple of 16 (two w blocks per step)");
 
@@ -158,9 +159,9 @@ extern "C" void GEMM_GLU_SYMBOL(bfloat16 *acc_bytes) {
   for (int mb = 0; mb < kMB; ++mb)
     for (int nb = 0; nb < kHalfNB; ++nb)
       for (int h = 0; h < kBlockElems; h += kLanes) {
-        const int gi = (mb * kNB + nb) * kBlockElems + h;
+        const int gi = (mb * kNB + 2 * nb) * kBlockElems + h;   // gate block 2nb, up block 2nb + 1
         const ::aie::vector<bfloat16, kLanes> g = acc_bf16(acc, gi);
-        const ::aie::vector<bfloat16, kLanes> u = acc_bf16(acc, gi + kHalfNB * kBlockElems);
+        const ::aie::vector<bfloat16, kLanes> u = acc_bf16(acc, gi + kBlockElems);
         ::aie::accum<accfloat, kLanes> t = ::aie::mac(::aie::mul(g, nl_hi), g, nl_lo);  // -g * log2e
         ::aie::vector<bfloat16, kLanes> e = ::aie::exp2<bfloat16>(t.template to_vector<float>());
         ::aie::vector<bfloat16, kLanes> sig = ::aie::inv(::aie::add(one, e).template to_vector<bfloat16>());
@@ -228,9 +229,9 @@ extern "C" void GEMM_GLU_SYMBOL(bfloat16 *acc_bytes) {
   for (int mb = 0; mb < kMB; ++mb)
     for (int nb = 0; nb < kHalfNB; ++nb)
       for (int e = 0; e < kBlockElems; ++e) {
-        const int gi = (mb * kNB + nb) * kBlockElems + e;
+        const int gi = (mb * kNB + 2 * nb) * kBlockElems + e;   // gate block 2nb, up block 2nb + 1
         const float g = bf16_to_f32(f32_to_bf16(acc[gi]));
-        const float u = bf16_to_f32(f32_to_bf16(acc[gi + kHalfNB * kBlockElems]));
+        const float u = bf16_to_f32(f32_to_bf16(acc[gi + kBlockElems]));
         const float silu = g / (1.0f + std::exp(-g));
         acc_bytes[(mb * kHalfNB + nb) * kBlockElems + e] = f32_to_bf16(silu * u);
       }

@@ -41,6 +41,7 @@ from kernel_builder.gemv.external import gemv_kernel
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
 from kernel_builder.rope.external import rope_kernel
 from kernel_builder.swiglu.external import swiglu_kernel
+from kernel_builder.gemm_swiglu.layout import split as split_glu
 from kernel_builder.bias_add.external import bias_add_kernel
 
 A = aie_host.aligned
@@ -207,7 +208,7 @@ def _gemm_acc(lib, ks, a, w, tk, steps):
 
 def _gemm(lib, rng, tm, tk, tn, steps=2):
     """The three epilogues on one tile, each on its own accumulator: out (bf16 in place), glu (the tile's column
-    halves as gate and up: silu(gate) * up in place, [tm, tn/2]) and bias (acc + b[col]); got/want concatenated."""
+    blocks in (gate, up) pairs: silu(gate) * up in place, [tm, tn/2]) and bias (acc + b[col]); got/want concatenated."""
     ks = gemm_kernels(tm, tk, tn)
     a, w = rand(rng, (tm, steps * tk)), rand(rng, (tn, steps * tk))
     acc, counts = _gemm_acc(lib, ks, a, w, tk, steps)
@@ -220,7 +221,7 @@ def _gemm(lib, rng, tm, tk, tn, steps=2):
     acc, _ = _gemm_acc(lib, ks, a, w, tk, steps)
     lib.call(ks.glu.symbol, acc)
     h = tn // 2
-    g, u = want[:, :h].astype(np.float32), want[:, h:].astype(np.float32)
+    g, u = (x.T.astype(np.float32) for x in split_glu(want.T))   # the (gate, up) column-block pairs
     with np.errstate(over="ignore"):
         glu = to_bf16(g / (np.float32(1.0) + np.exp(-g)) * u)
     got.append(unblock(acc[:tm * h], tm, h))

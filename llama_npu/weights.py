@@ -316,10 +316,15 @@ class DequantRows:
 
 
 def _gather_rows(ckpt: Checkpoint, spec, view: np.ndarray) -> None:
-    """Rows `spec.index` of the stored tensor into `view`: one read when they are consecutive (a part of a fused
-    projection), else a gather (the partial-rotary q/k order)."""
+    """Rows `spec.index` of the stored tensor (of the row concatenation of `spec.parts`, when set: the gate and up
+    weights interleaved into one) into `view`: one read when they are consecutive (a part of a fused projection),
+    else a gather (the partial-rotary q/k order, the interleave)."""
     cols = int(np.prod(spec.shape[1:], dtype=np.int64)) if len(spec.shape) > 1 else 1
     idx = np.asarray(spec.index, dtype=np.int64)
+    if spec.parts:
+        rows = np.concatenate([ckpt.get(name, spec.shape).reshape(spec.shape[0], cols) for name in spec.parts])
+        np.copyto(view.view(BF16).reshape(idx.size, cols), bf16(rows[idx]))
+        return
     if np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
         ckpt.read_into(spec.name, view, int(idx[0]) * cols, idx.size * cols)
         return

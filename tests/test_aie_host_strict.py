@@ -80,11 +80,14 @@ MUTATIONS = [
     # the in-place block-float W: one w block short of converted (the last column block reads raw bf16 bytes)
     ("gemm_m64_k32_n128.o", "gemm.cc", r"i < kNB \* kKB; \+\+i\) out <<", "i < kNB * kKB - 1; ++i) out <<"),
     ("gemm_m32_k64_n128.o", "gemm.cc", r"y1s.seek\(\(nb \+ 1\) \* kKB\)", "y1s.seek((nb + 1) * kKB - 1)"),
-    # the in-place epilogues: one gate block short, the up half one block early, one bias block short
+    # the in-place epilogues: one (gate, up) pair short, the up block one block off its gate (the pair's own
+    # gate read as up), the pair index one block off (2nb + 1: a gate read from the pair's up), one bias
+    # block short
     ("gemm_m64_k32_n128.o", "gemm.cc", r"nb < kHalfNB; \+\+nb\)\n      for \(int h",
      "nb < kHalfNB - 1; ++nb)\n      for (int h"),
-    ("gemm_m64_k32_n128.o", "gemm.cc", r"acc_bf16\(acc, gi \+ kHalfNB \* kBlockElems\)",
-     "acc_bf16(acc, gi + (kHalfNB - 1) * kBlockElems)"),
+    ("gemm_m64_k32_n128.o", "gemm.cc", r"acc_bf16\(acc, gi \+ kBlockElems\)", "acc_bf16(acc, gi)"),
+    ("gemm_m8_k64_n128.o", "gemm.cc", r"\(mb \* kNB \+ 2 \* nb\) \* kBlockElems \+ h;",
+     "(mb * kNB + 2 * nb + 1) * kBlockElems + h;"),
     ("gemm_m32_k64_n128.o", "gemm.cc", r"nb < kNB; \+\+nb\) \{\n      const ::aie::vector<bfloat16, kBlock> b8",
      "nb < kNB - 1; ++nb) {\n      const ::aie::vector<bfloat16, kBlock> b8"),
     ("mv_k2048_c2048_m4_r128.o", "gemv.cc", r"c \+ 2 \* kLanes <= GEMV_KC", "c + 2 * kLanes < GEMV_KC"),

@@ -48,18 +48,20 @@ def test_gemm_lowers_as_the_hardware_model_says(tmp_path, shape, preset, expecte
 
 # issue 25's GEMM variants through the real lowering (mlir-air efeb41ce4 + mlir-aie ae8ed9d, checked 2026-11-26):
 # the in-place epilogue, tile_k 32 at 64x128 with the block-float A scratch and the spread columns (k = 8192
-# down projections) lower; the bias epilogue is rejected by both (its bias get is a third stream into each core).
-# A W panel filled by two L3 DMAs (gemm_swiglu's gate and up rows) fails aie-create-pathfinder-flows on the 8x4
-# herd: AIR's placement puts W panel j beside A panel j and C row panel j (7 S2MM on memory tile j); the hardware
-# model places L2 buffers the same way (kernel_builder/hw/memtile_place.py) and rejects it too. On a 4-column herd
-# (64 rows) the W panels get memory tiles 4-7 of their own and both accept it.
+# down projections) lower. gemm_bias and gemm_swiglu: the model and the lowering agree (the test's assertion). A W
+# panel filled by two L3 DMAs (the former gemm_swiglu's gate and up rows) fails aie-create-pathfinder-flows on the
+# 8x4 herd: AIR's placement puts W panel j beside A panel j and C row panel j (7 S2MM on memory tile j); the
+# hardware model places L2 buffers the same way (kernel_builder/hw/memtile_place.py) and rejects it too
+# (test_two_load_w_panel_gemm_fails_on_memory_tile_0). gemm_swiglu now reads one weight with gate and up rows
+# interleaved by 8 (one W DMA per panel) and lowers at SmolLM2 and Llama-3.2-1B widths.
 KIND_CASES = [
     ("gemm", (2048, 8192, 2048), TILED),           # Llama-3.2-1B down: 64x128 tiles, spread columns
     ("gemm", (64, 8192, 2048), TILED),             # ... at 64 rows
     ("gemm", (2048, 2048, 8192), TILED),           # Llama-3.2-1B gate/up: 64x128, tile_k 32
-    ("gemm_bias", (256, 1536, 256), TILED),        # Qwen2.5-1.5B K/V projection with its bias: both reject
-    ("gemm_swiglu", (64, 576, 1536), AirccPreset()),   # 4x4 herd: OK (checked 2026-11-26, 4 s)
-    ("gemm_swiglu", (64, 2048, 8192), TILED),          # 4x4 herd: OK (29 s)
+    ("gemm_bias", (256, 1536, 256), TILED),        # Qwen2.5-1.5B K/V projection with its bias
+    ("gemm_swiglu", (64, 576, 1536), AirccPreset()),      # SmolLM2 gate/up at 64 rows
+    ("gemm_swiglu", (64, 2048, 8192), TILED),             # Llama-3.2-1B gate/up at 64 rows
+    ("gemm_swiglu", (2048, 2048, 8192), TILED),           # Llama-3.2-1B gate/up at 2048 rows
 ]
 
 

@@ -33,6 +33,7 @@ from kernel_builder.numerics import BF16, to_bf16
 from kernel_builder.rmsnorm import external as rmsnorm_ext
 from kernel_builder.rope import external as rope_ext
 from kernel_builder.swiglu import external as swiglu_ext
+from kernel_builder.gemm_swiglu.layout import split
 from llama_npu.rope import rope_lut
 
 GEMV_VARIANTS = [(576, 576, 12, 24), (2048, 2048, 4, 8), (8192, 4096, 2, 4), (8192, 512, 16, 32),
@@ -256,7 +257,7 @@ def test_gemm_micro_kernel_matches_reference_and_its_numpy_model(lib, rng, tm, t
     b = rand_bf16(rng, (1, tn))
     h = tn // 2
     cases = (("out", [], tm * tn, tn, want),
-             ("glu", [], tm * tn // 2, h, ref.swiglu(want[:, :h], want[:, h:], rows=tm, dim=h)),
+             ("glu", [], tm * tn // 2, h, ref.swiglu(*(x.T for x in split(want.T)), rows=tm, dim=h)),
              ("bias", [b.reshape(-1)], tm * tn, tn, ref.KERNELS["gemm_bias"](a, w, b, m=tm, k=steps * tk, n=tn)))
     for part, extra, size, cols, expect in cases:
         c, mc = acc.copy(), MemRef(macc.data.copy(), macc.data.shape, "bf16")

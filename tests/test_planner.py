@@ -111,11 +111,12 @@ def test_gemm_l2_accounting_channels_and_ddr_reads():
     four = G.GemmPlan(tile_m=16, tile_k=64, tile_n=128, herd_m=4, herd_n=4, tile_k_l2=512, w_parts=2)
     assert four.memtile_channels() == (5, 2) and four.memtile_placement()[4] == [("w", 0)]
     assert [k for k, _, _ in G.load_order(two)] == list("aaaawwwwwwwwaaaa")
-    # swiglu: tile_n covers tile_n/2 outputs (gate and up rows), so a launch point writes half the columns
-    glu = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, w_parts=2, epilogue="swiglu")
+    assert not G._gemm_fits(two, 2048)
+    # swiglu: tile_n covers tile_n/2 outputs (gate and up rows interleaved in one weight), so a launch point
+    # writes half the columns; one W load per panel, two W rows per output column
+    glu = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, epilogue="swiglu")
     assert (glu.out_n, glu.bn_out, glu.l2_buffers()["c_panel"]) == (32, 128, P.BF16 * 64 * 128)
-    with pytest.raises(ValueError, match="two parts"):
-        G.GemmPlan(64, 64, 64, 8, 4, epilogue="swiglu")
+    assert (glu.w_parts, glu.w_per_out, glu.memtile_channels()) == (1, 2, (6, 3))
     assert G.GemmPlan(64, 64, 64, 8, 4).tile_k_l2 == 64  # default: one L1 step per L2 panel
     with pytest.raises(ValueError, match="tile_k_l2=96 is not a multiple of tile_k=64"):
         G.GemmPlan(64, 64, 64, 8, 4, 96)

@@ -11,8 +11,9 @@ def test_prints_scenarios_and_gemm_rates(capsys):
     text = capsys.readouterr().out
     assert "64 tokens:" in text and "pessimistic" in text
     # every prefill GEMM launch of the 64-row chunk gets a line with its shape and TFLOPS
-    for name in ("q_gemm", "k_gemm", "v_new_gemm", "proj_gemm", "gate_gemm", "up_gemm", "down_gemm"):
+    for name in ("q_gemm", "k_gemm", "v_new_gemm", "proj_gemm", "act_gemm", "down_gemm"):   # act: gate+up+SwiGLU
         assert name in text, name
+    assert "gemm_swiglu" in text
     assert "64x2048x8192" in text and "TFLOPS" in text
 
 

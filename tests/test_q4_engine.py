@@ -101,7 +101,9 @@ def test_q4_device_buffers_are_below_bf16():
         b = plan_memory(sh, (64, 256, 1024, 2048), 8192)
         q = plan_memory(sh, (64, 256, 1024, 2048), 8192, weights="q4")
         assert b.weights_bytes / GiB > bf16_w and b.scratch_bytes == 0
-        assert q.weights_bytes < 0.32 * b.weights_bytes and q.total < 0.5 * b.total
+        # (bf16's prefill modules hold no gate / up intermediates since SwiGLU is fused into the gate/up GEMM,
+        # so its activations are below q4's: 0.5 of the total before the fusion)
+        assert q.weights_bytes < 0.32 * b.weights_bytes and q.total < 0.55 * b.total
         assert q.scratch_bytes == 2 * 2 * sh.ffn * sh.hidden         # [ffn, hidden] and [hidden, ffn], bf16
     q8 = plan_memory(LLAMA31_8B, (64, 256, 1024, 2048), 8192, weights="q4")
     assert q8.weights_bytes + q8.scratch_bytes + q8.kv_cache_bytes <= 6 * GiB

@@ -1,7 +1,8 @@
 """GEMM: c[m, n] = a[m, k] @ w[n, k]^T   (w in the Hugging Face [out, in] layout; bf16 in, f32 accumulate,
 bf16 RNE out). The same weight buffer serves the decode GEMV, so no transposed copy exists. Epilogues (the tile's
-last call, in place over its accumulator): "none"; "swiglu" (kind gemm_swiglu: c = silu(a.wg^T) * (a.wu^T), the
-two weights as the two parts of each W panel, one launch instead of two GEMMs + a swiglu launch); "bias" (kind
+last call, in place over its accumulator): "none"; "swiglu" (kind gemm_swiglu: c = silu(a.wg^T) * (a.wu^T), w the
+[2n, k] interleave of the two weights by 8 rows (gemm_swiglu/layout.py), so a herd column's W panel is one L3 DMA
+of the plain GEMM's shape; one launch instead of two GEMMs + a swiglu launch); "bias" (kind
 gemm_bias: c = a.w^T + b, the bias slice of a herd column sent once down its W channel before the K slices).
 
 MLIR + external C++ micro-kernel (kernel_builder.gemm.external.gemm_kernels: zero / mac / out on 8x8-blocked L1
@@ -13,7 +14,7 @@ tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_
       scf.for kp over K in K2 steps:
         one L2 A panel per herd row i:     a_l2_i [tile_m, K2] <- a[m0 + i*tile_m, kp]      (L3 -> L2 DMA)
         one L2 W panel per herd column j:  w_l2_j [tile_n, K2] <- w[n0 + j*tile_n, kp]      (L3 -> L2 DMA; in
-          w_parts row parts, one DMA each: two shim streams per panel, or the gate and the up rows)
+          w_parts row parts, one DMA each: two shim streams per panel; swiglu: rows 2*(n0 + j*tile_n/2))
         scf.for kb over the panel in tile_k steps: air.channel.put @gemm_a[i, 0] / @gemm_b[0, j] of the
           [*, tile_k] slice, re-blocked by the memory-tile DMA into 8x8 blocks [rows/8][tile_k/8][8][8]
       air.herd @gemm_herd [herd_m, herd_n] (no L3 operand): f32 accumulator in L1, zero(acc); scf.for over K
@@ -43,14 +44,15 @@ KINDS = {"none": "gemm", "swiglu": "gemm_swiglu", "bias": "gemm_bias"}   # epilo
 
 
 def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
-    """The module of c[m, n]: arguments (a, w, c); (a, w_gate, w_up, c) with the swiglu epilogue; (a, w, b, c)
+    """The module of c[m, n]: arguments (a, w, c) (w: [2n, k] with the swiglu epilogue); (a, w, b, c)
     with the bias epilogue (b: [1, n])."""
     p = gemm_plan.plan_gemm(m, k, n, epilogue)
     ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
     epi = ext.epilogue(epilogue)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
-    weights = 2 if epilogue == "swiglu" else 1
-    types = [a_ty] + [w_ty] * weights + ([memref([1, n])] if epilogue == "bias" else []) + [c_ty]
+    if epilogue == "swiglu":   # one [2n, k] weight: gate and up rows interleaved by 8 (gemm_swiglu/layout.py)
+        w_ty = memref([2 * n, k])
+    types = [a_ty, w_ty] + ([memref([1, n])] if epilogue == "bias" else []) + [c_ty]
     acc_ty = memref([2 * p.tile_m * p.tile_n], "bf16", L1)   # the f32 accumulator's bytes
     a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
     b1_ty = memref([p.tile_n], "bf16", L1)
@@ -78,7 +80,8 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
         return mod.text()
     if bias is not None:
         _stage_bias(s, p, n, bias, n0, ch_b)
-    _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, n0, ch_a, ch_b)
+    w0 = n0 if p.w_per_out == 1 else s.muli(bj, p.w_per_out * p.launch_n())   # the launch point's first W row
+    _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, w0, ch_a, ch_b)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
     _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
     _drain(s, p, n, c, c_ty, m0, n0, ch_c)
@@ -142,10 +145,10 @@ def _col0(p: gemm_plan.GemmPlan, j: int, n: int) -> int:
     return j * (n // p.herd_n if p.spread else p.out_n)
 
 
-def _w_rows(p: gemm_plan.GemmPlan, j: int, part: int, n_weights: int, n: int) -> int:
-    """First row (of its weight, relative to n0) of W part `part` of herd column j: one weight split in row parts,
-    or (two weights) part q from weight q at the tile's output rows."""
-    return _col0(p, j, n) + (part * p.part_rows if n_weights == 1 else 0)
+def _w_rows(p: gemm_plan.GemmPlan, j: int, part: int, n: int) -> int:
+    """First row of W part `part` of herd column j relative to the launch point's first W row (the swiglu
+    epilogue's interleaved weight has two rows per output column: gemm_swiglu/layout.py)."""
+    return p.w_per_out * _col0(p, j, n) + part * p.part_rows
 
 
 def _stage_bias(s, p: gemm_plan.GemmPlan, n: int, b: str, n0: str, ch_b: str) -> None:
@@ -160,7 +163,7 @@ def _stage_bias(s, p: gemm_plan.GemmPlan, n: int, b: str, n0: str, ch_b: str) ->
 
 
 def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, ws: list[str], w_ty: str, m0: str,
-                  n0: str, ch_a: str, ch_b: str) -> None:
+                  w0: str, ch_a: str, ch_b: str) -> None:
     """Per L2 K step: one A panel per herd row and one W panel per herd column L3 -> L2, a W panel in w_parts
     row parts (one DMA each, in plan.load_order), then one put per panel for each tile_k slice."""
     k2 = p.tile_k_l2
@@ -172,10 +175,9 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
         if kind == "a":
             kl.dma(a2[i], a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
         else:   # W part q: rows [q*part_rows, +part_rows) of herd column i's panel
-            w = ws[q] if len(ws) > 1 else ws[0]
-            row = _plus(kl, n0, _w_rows(p, i, q, len(ws), n))
+            row = _plus(kl, w0, _w_rows(p, i, q, n))
             dst = None if p.w_parts == 1 else ([q * p.part_rows, 0], [p.part_rows, k2], [k2, 1])
-            kl.dma(w2[i], w2_ty, dst, w, w_ty, ([row, kp], [p.part_rows, k2], [k, 1]))
+            kl.dma(w2[i], w2_ty, dst, ws[0], w_ty, ([row, kp], [p.part_rows, k2], [k, 1]))
     sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))

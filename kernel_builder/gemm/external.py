@@ -49,7 +49,7 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
     mac(a[tile_m*tile_k] bf16, w[tile_n*tile_k] bf16, acc, scratch[scratch_elems(tile_m, tile_k)] bf16)
                                                               acc += a . w^T (w rows = output columns)
     out(acc)                                                  c[tile_m*tile_n] = bf16(acc), RNE
-    glu(acc)                                                  c[tile_m*tile_n/2] = silu(gate) * up (column halves)
+    glu(acc)                                                  c[tile_m*tile_n/2] = silu(gate) * up (column-block pairs)
     bias(acc, b[tile_n] bf16)                                 c[tile_m*tile_n] = bf16(acc + b[col])
     """
     check_positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
@@ -100,7 +100,7 @@ def _acc(acc, tm: int, tn: int) -> np.ndarray:
 
 def gemm_model(part: str, tm: int, tk: int, tn: int):
     """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / the in-place
-    epilogues out (bf16 RNE), glu (silu(gate) * up of the column halves), bias (acc + b[col])."""
+    epilogues out (bf16 RNE), glu (silu(gate) * up of the column-block pairs), bias (acc + b[col])."""
 
     def zero(acc):
         _acc(acc, tm, tn)[:] = 0.0
@@ -124,9 +124,9 @@ def gemm_model(part: str, tm: int, tk: int, tn: int):
         acc.written = True
 
     def glu(acc):
-        blocks = _acc(acc, tm, tn).reshape(tm // 8, tn // 8, 64)
-        g = to_bf16(blocks[:, :tn // 16]).astype(F32)
-        u = to_bf16(blocks[:, tn // 16:]).astype(F32)
+        blocks = _acc(acc, tm, tn).reshape(tm // 8, tn // 8, 64)   # column blocks in (gate, up) pairs
+        g = to_bf16(blocks[:, 0::2]).astype(F32)
+        u = to_bf16(blocks[:, 1::2]).astype(F32)
         with np.errstate(over="ignore"):
             y = to_bf16(g / (F32(1.0) + np.exp(-g)) * u)
         acc.data[:tm * tn // 2] = y.reshape(-1)

@@ -57,7 +57,7 @@ class GemmPlan:
     tile_k_l2: int = 0   # K depth of one L2 panel (a multiple of tile_k); 0 = tile_k
     k: int = 0           # the reduction length (0: unknown, ping-pong budgeted as two copies)
     w_parts: int = 1     # L3 -> L2 loads (shim streams) filling a herd column's W panel, one per row part
-    epilogue: str = "none"   # EPILOGUES: "swiglu" = gate rows in the first W part, up rows in the second
+    epilogue: str = "none"   # EPILOGUES: "swiglu" = one weight, gate and up rows interleaved by 8
     spread: bool = False     # herd column j owns the output columns [j*n/herd_n, (j+1)*n/herd_n), the launch
                              # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
     a_resident: bool = field(default=False, kw_only=True)   # one launch point per BM rows: each herd row's whole [tile_m, k] A panel stays in L2
@@ -70,8 +70,6 @@ class GemmPlan:
             raise ValueError(f"gemm plan: tile_k_l2={self.tile_k_l2} is not a multiple of tile_k={self.tile_k}")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"gemm plan: unknown epilogue {self.epilogue!r} (known: {', '.join(EPILOGUES)})")
-        if self.epilogue == "swiglu" and self.w_parts != 2:
-            raise ValueError("gemm plan: the swiglu epilogue takes its W panel in two parts (gate, up)")
         if self.tile_n % (8 * self.w_parts):
             raise ValueError(f"gemm plan: tile_n={self.tile_n} does not split into {self.w_parts} 8-row W parts")
         if self.a_resident and (not self.k or self.spread or self.w_parts != 1 or self.epilogue != "none"):
@@ -90,6 +88,12 @@ class GemmPlan:
     def launch_n(self) -> int:
         """Output columns between consecutive launch points along n (the W panel loads' launch stride in rows)."""
         return self.out_n if self.spread else self.bn_out
+
+    @property
+    def w_per_out(self) -> int:
+        """W rows per output column: 2 with the swiglu epilogue (gate and up interleaved by 8 rows in one weight,
+        kernel_builder/gemm_swiglu/layout.py), else 1."""
+        return 2 if self.epilogue == "swiglu" else 1
 
     @property
     def part_rows(self) -> int:
@@ -236,18 +240,15 @@ def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
     return p.bm * k <= SHIM_MAX_STRIDE_BF16 or cols % 2 == 0
 
 
-def _gemm_fits(p: GemmPlan, k: int, memtile_streams: bool = True) -> bool:
+def _gemm_fits(p: GemmPlan, k: int) -> bool:
     """L1, memory tiles, channels, and the shim stride: under runtime loop tiling the W panel load folds the
-    launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements).
-    memtile_streams=False skips the memory tiles' DMA channel limits (only for gemm_swiglu's fallback below)."""
+    launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements)."""
     ch = p.channels()
     bds = p.memtile_bds()
-    streams_ok = not memtile_streams or (ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS
-                                         and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS)
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
-            and p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
+            and p.w_per_out * p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
-            and streams_ok
+            and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
 
 
@@ -265,7 +266,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
     glu = epilogue == "swiglu"
     m_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_M_MULTIPLE) if m % t == 0]
     n_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_N_MULTIPLE) if n % (t // 2 if glu else t) == 0]
-    best, best_key, fallback = None, None, None
+    best, best_key = None, None
     for tile_k in (64, 32, 16, 8):
         if k % tile_k:
             continue
@@ -273,11 +274,11 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
             herd_m = widest_herd(m // tile_m, NPU2_COLS)
             for tile_n in n_tiles:
                 out_n = tile_n // 2 if glu else tile_n
-                # W in two row parts only where the epilogue needs it (gate + up): the real lowering's placement
-                # put a two-load W panel beside two A panels and a C row panel (8 S2MM on one memory tile:
-                # aie-create-pathfinder-flows failed), which the round-robin model does not see
+                # one W load per panel (the swiglu epilogue's gate and up interleaved in one weight): the real
+                # lowering puts each herd row's A and C panels on its column's memory tile, 1 + herd_n S2MM, so a
+                # two-load W panel finds no tile with room (aie-create-pathfinder-flows failed)
                 resident = (False, True) if A_RESIDENT and epilogue == "none" else (False,)
-                for parts, spread, res in ((q, sp, r) for q in ((2,) if glu else (1,)) for sp in (False, True)
+                for parts, spread, res in ((1, sp, r) for sp in (False, True)
                                            for r in (resident if not sp else (False,))):
                     if tile_n % (8 * parts):
                         continue
@@ -286,11 +287,6 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                     if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
                         continue
                     if not _gemm_fits(plan, k):
-                        # gemm_swiglu's two-load W panel: AIR's placement puts it beside an A panel and a C row
-                        # panel (7 S2MM on a memory tile) at every tiling; the module is still built (emu, numerics)
-                        # and the hardware model rejects it, as the real lowering does
-                        if glu and _gemm_fits(plan, k, memtile_streams=False):
-                            fallback = fallback or plan
                         continue
                     # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy
                     # tiles (compute slack), then fewer DDR bytes (slack on the shim side), then deeper tile_k (one
@@ -303,14 +299,12 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                         best, best_key = plan, key
     if best is not None:
         return _deepest_l2_panel(best, k)
-    if fallback is not None:
-        return _deepest_l2_panel(fallback, k, memtile_streams=False)
     raise ValueError(f"gemm: m={m}, k={k}, n={n} (epilogue {epilogue}) has no tiling whose L1 buffers (f32 "
                      f"accumulator, 2x A and 2x W bf16 tiles) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
                      f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride fits a shim BD")
 
 
-def _deepest_l2_panel(p: GemmPlan, k: int, memtile_streams: bool = True) -> GemmPlan:
+def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
     """The deepest L2 K step (a multiple of tile_k dividing k, at most MAX_GEMM_L2_K) that still fits: longer
     contiguous DDR runs per panel row (tile_k_l2 * 2 bytes) and fewer L3 DMA steps per launch point."""
     steps = k // p.tile_k
@@ -319,7 +313,7 @@ def _deepest_l2_panel(p: GemmPlan, k: int, memtile_streams: bool = True) -> Gemm
             continue
         q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
                      p.spread, a_resident=p.a_resident)
-        if _gemm_fits(q, k, memtile_streams):
+        if _gemm_fits(q, k):
             return q
     return p
 

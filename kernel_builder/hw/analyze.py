@@ -188,6 +188,8 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         stack_need = f.default_stack_bytes
         mm2s = s2mm = bds = 0
         packet_dirs: set[str] = set()  # packet flows of a core time-share one DMA channel per direction
+        on_channel: set[tuple] = set()  # transfers on one channel share the core's DMA channel (mlir-air
+        # AIRToAIESchedulingUtils.cpp DMAAllocator::allocNewDmaChannel reuses a tile's allocation of that channel)
         locked: set[Buffer] = set()
         for n in paths:
             if isinstance(n, Compute) and n.divf:
@@ -199,8 +201,13 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
             if isinstance(n, Transfer):
                 for side, acc in (("dst", n.dst), ("src", n.src)):
                     if acc is not None and acc.buffer.space == L1:
+                        shared = n.channel is not None and (n.channel, side) in on_channel
+                        if n.channel is not None:
+                            on_channel.add((n.channel, side))
                         if n in packet:
                             packet_dirs.add(side)
+                        elif shared:
+                            pass
                         elif side == "dst":
                             s2mm += 1
                         else:

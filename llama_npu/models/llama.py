@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from multi_launch_builder.decl import Arg, ModuleDecl, Role
 from kernel_builder.attention.external import ATTN_LK_MULTIPLE
-from kernel_builder.gemv.plan import plan_lm_head
+from kernel_builder.gemm_swiglu.layout import PAIR, interleave_index
+from kernel_builder.gemv.plan import plan_gemv, plan_lm_head
 
 from .fusion import fuse_epilogues
 from .kv8 import kv8_graph
@@ -80,6 +81,23 @@ QKV_BIAS_TENSORS = {"bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias"
 GLOBAL_TENSORS = {"embed": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
                   "lm_head": "lm_head.weight"}
 
+GATE_UP = "w_gate_up"   # bf16: the gate and up weights as ONE static, rows interleaved by GATE_UP_PAIR
+GATE_UP_PAIR = PAIR
+
+
+def _plans(plan) -> bool:
+    try:
+        plan()
+    except ValueError:
+        return False
+    return True
+
+
+def gate_up_index(ffn: int) -> tuple[int, ...]:
+    """Rows of [gate; up] ([2 ffn, hidden]) in the GATE_UP order."""
+    return tuple(int(i) for i in interleave_index(ffn))
+
+
 K_CACHE, V_CACHE, ROPE_TABLE = "k_cache", "v_cache", "rope"
 VOCAB = "vocab"   # the LM head's rows (tied: the embedding), one state: its partitions are windows of it
 LAYER_FAMILY = "layer"     # every per-layer module shares its bo_key's weights through this family
@@ -95,6 +113,7 @@ class TensorSpec:
     row0: int = 0
     rows: int = 0
     index: tuple[int, ...] = ()    # rows gathered in this order (partial-rotary q/k layout), when set
+    parts: tuple[str, ...] = ()    # HF tensors whose rows are concatenated (each `shape`) before `index` gathers
 
 
 def rotary_order(head_dim: int, rotary_dim: int) -> list[int]:
@@ -177,6 +196,10 @@ class LlamaModel:
                                   rows=self.lm_rows)
             raise KeyError(f"no tensor for LM-head argument {arg!r}")
         base = arg[:-len(Q4_SUFFIX)] if arg.endswith(Q4_SUFFIX) else arg
+        if base == GATE_UP:   # the gate and up rows interleaved by 8 (kernel_builder/gemm_swiglu/layout.py)
+            (g, shape), (u, _) = self.layer_tensors()["w_gate"], self.layer_tensors()["w_up"]
+            return TensorSpec(f"model.layers.{layer}.{g}", shape, index=gate_up_index(shape[0]),
+                              parts=(f"model.layers.{layer}.{g}", f"model.layers.{layer}.{u}"))
         hf, shape = self.layer_tensors()[base]
         return TensorSpec(f"model.layers.{layer}.{hf}", shape, index=self._rotary_index(base, shape[0]))
 
@@ -230,9 +253,7 @@ class LlamaModel:
             Op("linear", ("attn", Weight("wo")), "proj", s.hidden),
             Op("add", ("x", "proj"), "res1", s.hidden),
             Op("rmsnorm", ("res1", Weight("ffn_norm")), "h2", s.hidden, {"eps": eps}),
-            Op("linear", ("h2", Weight("w_gate")), "gate", s.ffn),
-            Op("linear", ("h2", Weight("w_up")), "up", s.ffn),
-            Op("swiglu", ("gate", "up"), "act", s.ffn),
+            *self._gate_up(s.ffn),
             Op("linear", ("act", Weight("w_down")), "down", s.hidden),
             Op("add", ("res1", "down"), "x_out", s.hidden),
         ]
@@ -240,6 +261,19 @@ class LlamaModel:
                            {K_CACHE: s.kv_dim, V_CACHE: s.kv_dim, ROPE_TABLE: hd}, weights=self.weights,
                            q4_group=self.q4_group)
         return kv8_graph(graph, s) if self.kv == "int8" else graph
+
+    def _gate_up(self, ffn: int) -> list[Op]:
+        """The gate / up projections and SwiGLU. bf16 weights: ONE projection by the gate and up weights interleaved
+        by 8 rows (GATE_UP, one device copy read by the decode GEMV and the prefill GEMM; kernel_builder/
+        gemm_swiglu/layout.py), its output's (gate, up) pairs into SwiGLU (models/fusion.py fuses the two into
+        the GEMM's epilogue in prefill). 4-bit weights, or a [2 ffn, hidden] GEMV that does not plan (Mistral-7B's
+        28672 x 4096: more weight blocks per core than one DMA task repeats): the two projections."""
+        if self.weights == "bf16" and _plans(lambda: plan_gemv(2 * ffn, self.shapes.hidden)):
+            return [Op("linear", ("h2", Weight(GATE_UP)), "gate_up", 2 * ffn),
+                    Op("swiglu", ("gate_up",), "act", ffn, {"pairs": GATE_UP_PAIR})]
+        return [Op("linear", ("h2", Weight("w_gate")), "gate", ffn),
+                Op("linear", ("h2", Weight("w_up")), "up", ffn),
+                Op("swiglu", ("gate", "up"), "act", ffn)]
 
     @functools.cached_property
     def head_graph(self) -> LayerGraph:
@@ -252,7 +286,7 @@ class LlamaModel:
 
     def phase_graph(self, rows: int, variant: str = "") -> LayerGraph:
         """The layer graph a phase of `rows` rows lowers: with more than one row (GEMMs) the GEMM epilogues of
-        models/fusion.py DEFAULT fused (none today: neither fused kernel passes the real lowering yet)."""
+        models/fusion.py DEFAULT fused (SwiGLU into the gate/up GEMM)."""
         graph = self.layer_graph(variant)
         return fuse_epilogues(graph) if rows > 1 else graph
 

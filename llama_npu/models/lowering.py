@@ -66,11 +66,11 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
-    """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only)."""
-    x, wg, wu = op.ins
+    """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only), w the [2n, k]
+    gate/up weight interleaved by 8 rows the decode GEMV reads too (kernel_builder/gemm_swiglu/layout.py)."""
+    x, w = op.ins
     n, k = op.width, graph.width(x)
-    return (kernel("gemm_swiglu", phase.rows, k, n), (x, wg.name, wu.name, op.out),
-            [_static(wg.name, (n, k), graph), _static(wu.name, (n, k), graph)])
+    return kernel("gemm_swiglu", phase.rows, k, n), (x, w.name, op.out), [_static(w.name, (2 * n, k), graph)]
 
 
 def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
@@ -160,6 +160,11 @@ def add(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def swiglu(op: Op, phase: Phase, graph: LayerGraph):
+    """Two inputs: gate and up. One input: the (gate, up) pairs of `pairs` elements of one [rows, 2*width]
+    tensor (the interleaved gate/up projection's output), passed as both operands."""
+    if len(op.ins) == 1:
+        (gu,) = op.ins
+        return kernel(op.kind, phase.rows, op.width, pairs=op.params["pairs"]), (gu, gu, op.out), []
     g, u = op.ins
     return kernel(op.kind, phase.rows, op.width), (g, u, op.out), []
 

@@ -2,7 +2,8 @@
 
 - fused projections: `self_attn.qkv_proj.weight` ([q_dim + 2 kv_dim, hidden]: q, k, v rows) and
   `mlp.gate_up_proj.weight` ([2 ffn, hidden]: gate, up rows), split at load: the graph's wq/wk/wv and
-  w_gate/w_up are row ranges of the stored tensors (read straight into their buffers);
+  (4-bit) w_gate/w_up are row ranges of the stored tensors (read straight into their buffers), the bf16
+  w_gate_up its rows interleaved by 8 (llama.GATE_UP);
 - partial rotary embedding (`partial_rotary_factor`: RoPE on the first rotary_dim dims of each head): the q/k rows
   are loaded in llama.rotary_order and the RoPE table rotates the pass-through pairs by angle 0;
 - `longrope` scaling (short/long factors, attention factor): llama_npu.rope;
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from ..errors import UnsupportedModel
 from .family import Family, sliding_window_option
-from .llama import LlamaModel, ModelShapes, TensorSpec
+from .llama import GATE_UP, LlamaModel, ModelShapes, TensorSpec, gate_up_index
 from .lowering import Q4_SUFFIX
 
 # Phi-4-mini-instruct config.json: partial_rotary_factor 0.75 (96 of 128 dims), longrope, tied embeddings
@@ -42,6 +43,9 @@ class Phi3Model(LlamaModel):
 
     def static_tensor(self, arg: str, layer: int | None, lm_source: str = "lm_head") -> TensorSpec:
         base = arg.removesuffix(Q4_SUFFIX)      # a q4 weight's rows: the same rows of the same tensor
+        if layer is not None and base == GATE_UP:   # gate_up_proj IS [gate; up]: its rows interleaved by 8
+            return TensorSpec(f"model.layers.{layer}.{FUSED['w_gate']}", (2 * self.shapes.ffn, self.shapes.hidden),
+                              index=gate_up_index(self.shapes.ffn))
         if layer is None or base not in FUSED:
             return super().static_tensor(arg, layer, lm_source)
         hf, shape, first, rows = self._fused_rows(base)
