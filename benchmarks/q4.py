@@ -73,10 +73,12 @@ def bench_q4() -> None:
     from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
 
     buckets = (64, 256, 1024, 2048)
-    for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
+    for name, sh, tied in (("Llama-3.2-1B", LLAMA32_1B, True), ("Llama-3.1-8B", LLAMA31_8B, False)):
         for label, w, g in (("bf16", "bf16", None), ("q4 g32", "q4", 32), ("q4 g128", "q4", 128)):
-            p = plan_memory(sh, buckets, 8192, weights=w, q4_group=g)
-            print(f"[bench] device buffers {name} {label} (buckets {list(buckets)}, context 8k): weights "
+            p = plan_memory(sh, buckets, 8192, weights=w, q4_group=g, tied=tied)
+            emb = "" if tied else f", of which embedding + LM head rows {p.embed_bytes / GiB:.2f}"
+            print(f"[bench] device buffers {name} ({'tied' if tied else 'untied'}) {label} (buckets {list(buckets)}, "
+                  f"context 8k): weights + KV cache {(p.weights_bytes + p.kv_cache_bytes) / GiB:.2f} GiB{emb}; weights "
                   f"{p.weights_bytes / GiB:.2f} + prefill scratch {p.scratch_bytes / GiB:.2f} + KV cache "
                   f"{p.kv_cache_bytes / GiB:.2f} = {(p.weights_bytes + p.scratch_bytes + p.kv_cache_bytes) / GiB:.2f}"
                   f" GiB, + activations {p.activation_bytes / GiB:.2f} = {p.total / GiB:.2f} GiB")
