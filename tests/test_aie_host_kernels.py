@@ -20,27 +20,29 @@ BUCKETS, CONTEXT = (64, 256, 1024, 2048), 8192
 # The external objects linked by the stitched modules (regenerate: test_listed_objects_are_the_builders').
 BUILDER_OBJECTS = {
     "smollm2-135m": [
-        'add_n2304.o', 'add_n288.o', 'add_n3072.o', 'add_n4096.o', 'attnd_hd64_q3_k64_n4.o', 'attnp_hd64_q16_k16_n4.o',
+        'add_n2304.o', 'add_n3072.o', 'add_n4096.o', 'attnd_hd64_q3_k64_n4.o', 'attnp_hd64_q16_k16_n4.o',
         'attnp_hd64_q32_k32_n8.o', 'attnp_hd64_q64_k32_n8.o', 'gemm_m128_k32_n48.o', 'gemm_m32_k32_n128.o',
-        'gemm_m32_k64_n48.o', 'gemm_m64_k32_n128.o', 'gemm_m64_k32_n96.o', 'gemm_m8_k64_n128.o', 'gemm_m8_k64_n48.o',
-        'mv_k1536_c1536_m9_r36.o', 'mv_k576_c576_m12_r12.o', 'mv_k576_c576_m16_r384.o', 'mv_k576_c576_m16_r96.o',
-        'mv_k576_c576_m9_r36.o', 'rmsnorm_g576_u1.o', 'rmsnorm_g576_u4.o', 'rope_hd64_h3_r1.o', 'rope_hd64_h3_r16.o',
-        'rope_hd64_h3_r8.o', 'rope_hd64_h9_r1.o', 'rope_hd64_h9_r4.o', 'swiglu_n256.o', 'swiglu_n3072.o',
-        'swiglu_n4096.o',
+        'gemm_m32_k64_n48.o', 'gemm_m64_k32_n128.o', 'gemm_m64_k32_n96.o', 'gemm_m8_k64_n128.o',
+        'gemm_m8_k64_n48.o', 'mv_k576_c576_m12_r12.o', 'mv_k576_c576_m16_r384.o', 'mv_k576_c576_m16_r96.o',
+        'mv_k576_c576_m9_r36.o', 'mvb_k1536_c1536_m9_r36.o', 'mvb_k576_c576_m9_r36.o', 'rmsnorm_g576_u1.o',
+        'rmsnorm_g576_u4.o', 'rope_hd64_h3_r1.o', 'rope_hd64_h3_r16.o', 'rope_hd64_h3_r8.o',
+        'rope_hd64_h9_r1.o', 'rope_hd64_h9_r4.o', 'swiglu_n256.o', 'swiglu_n3072.o', 'swiglu_n4096.o'
     ],
     "llama32-1b": [
-        'add_n256.o', 'add_n4096.o', 'attnd_hd64_q4_k64_n4.o', 'attnp_hd64_q16_k16_n4.o', 'attnp_hd64_q32_k32_n8.o',
+        'add_n4096.o', 'attnd_hd64_q4_k64_n4.o', 'attnp_hd64_q16_k16_n4.o', 'attnp_hd64_q32_k32_n8.o',
         'attnp_hd64_q64_k32_n8.o', 'gemm_m32_k64_n128.o', 'gemm_m64_k32_n128.o', 'gemm_m8_k64_n128.o',
         'mv_k2048_c2048_m4_r1024.o', 'mv_k2048_c2048_m4_r128.o', 'mv_k2048_c2048_m4_r32.o',
-        'mv_k2048_c2048_m4_r512.o', 'mv_k8192_c8192_m1_r128.o', 'rmsnorm_g2048_u1.o', 'rmsnorm_g2048_u2.o',
-        'rope_hd64_h32_r2.o', 'rope_hd64_h4_r1.o', 'rope_hd64_h8_r8.o', 'swiglu_n1024.o', 'swiglu_n4096.o',
+        'mv_k2048_c2048_m4_r512.o', 'mvb_k2048_c2048_m4_r128.o', 'mvb_k8192_c8192_m1_r128.o',
+        'rmsnorm_g2048_u1.o', 'rmsnorm_g2048_u2.o', 'rope_hd64_h32_r2.o', 'rope_hd64_h4_r1.o',
+        'rope_hd64_h8_r8.o', 'swiglu_n1024.o', 'swiglu_n4096.o'
     ],
     "llama32-3b": [
-        'add_n384.o', 'add_n4096.o', 'attnd_hd128_q3_k32_n4.o', 'attnd_hd128_q3_k64_n4.o', 'attnp_hd128_q16_k16_n4.o',
+        'add_n4096.o', 'attnd_hd128_q3_k32_n4.o', 'attnd_hd128_q3_k64_n4.o', 'attnp_hd128_q16_k16_n4.o',
         'attnp_hd128_q32_k32_n8.o', 'gemm_m32_k64_n128.o', 'gemm_m64_k32_n128.o', 'gemm_m8_k64_n128.o',
         'mv_k3072_c3072_m4_r1024.o', 'mv_k3072_c3072_m4_r192.o', 'mv_k3072_c3072_m4_r512.o',
-        'mv_k3072_c3072_m4_r64.o', 'mv_k8192_c8192_m1_r192.o', 'rmsnorm_g3072_u1.o', 'rope_hd128_h24_r1.o',
-        'rope_hd128_h2_r1.o', 'rope_hd128_h3_r1.o', 'rope_hd128_h8_r4.o', 'swiglu_n1024.o', 'swiglu_n4096.o',
+        'mv_k3072_c3072_m4_r64.o', 'mvb_k3072_c3072_m4_r192.o', 'mvb_k8192_c8192_m1_r192.o',
+        'rmsnorm_g3072_u1.o', 'rope_hd128_h24_r1.o', 'rope_hd128_h2_r1.o', 'rope_hd128_h3_r1.o',
+        'rope_hd128_h8_r4.o', 'swiglu_n1024.o', 'swiglu_n4096.o'
     ],
 }
 OBJECTS = sorted(set().union(*BUILDER_OBJECTS.values()))

@@ -258,6 +258,11 @@ def _fuse(ops: list[Op], graph: LayerGraph, phase: Phase, rules: dict) -> list[O
             fused = fuse(prev, op, phase, graph)
             if fused is not None:
                 out[-1] = fused
+                # an earlier op whose output only the replaced op read, and the fused op no longer reads
+                # (swiglu(gate, up) -> linear_swiglu(x, w_gate, w_up): the gate projection) is dropped
+                gone = {t for t in op.ins if is_activation(t) and t != prev.out and readers.get(t) == 1
+                        and t not in fused.ins and t not in graph.outputs}
+                out = [o for o in out if o.into or o.out not in gone]
                 continue
         out.append(op)
     return out

@@ -61,9 +61,14 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
-    """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only)."""
+    """silu(x . w_gate^T) * (x . w_up^T) in one launch: a GEMM phase's gemm_swiglu (models/fusion.py), or a 4-bit
+    decode's gemv_q4_swiglu (fuse_gate_up_swiglu)."""
     x, wg, wu = op.ins
     n, k = op.width, graph.width(x)
+    if phase.rows == 1 and graph.weights == "q4":
+        g = graph.q4_group
+        q4 = [Arg(w.name + Q4_SUFFIX, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8") for w in (wg, wu)]
+        return kernel("gemv_q4_swiglu", n, k, g, 1), (q4[0].name, q4[1].name, x, op.out), q4
     return (kernel("gemm_swiglu", phase.rows, k, n), (x, wg.name, wu.name, op.out),
             [_static(wg.name, (n, k), graph), _static(wu.name, (n, k), graph)])
 
@@ -110,6 +115,20 @@ def fuse_linear_residual(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> O
     if other is None or not is_activation(other) or graph.width(other) != lin.width:
         return None
     return Op("linear_bias", (*lin.ins, other), add.out, add.width)
+
+
+def fuse_gate_up_swiglu(up: Op, act: Op, phase: Phase, graph: LayerGraph) -> Op | None:
+    """A 4-bit decode's swiglu(linear(x, w_gate), linear(x, w_up)), met at (up projection, swiglu): one
+    `linear_swiglu` op (gemv_q4_swiglu: each tile streams its gate rows then its up rows and writes the SwiGLU of
+    its rows); the gate projection, read by the swiglu alone, is dropped (graph._fuse). bf16 decode and prefill
+    keep their launches."""
+    if phase.rows != 1 or graph.weights != "q4" or act.into or act.ins[1] != up.out:
+        return None
+    gate = next((o for o in graph.ops if o.out == act.ins[0] and not o.into), None)
+    if gate is None or gate.kind != "linear" or gate.ins[0] != up.ins[0] \
+            or not gate.width == up.width == act.width:
+        return None
+    return Op("linear_swiglu", (up.ins[0], gate.ins[1], up.ins[1]), act.out, act.width)
 
 
 def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
@@ -172,4 +191,5 @@ RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "
          "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
          "swiglu": swiglu, "geglu": swiglu,
          # epilogue fusions (graph._fuse): (first op kind, second op kind) -> the fused op, or None in a phase
-         ("linear", "bias_add"): fuse_linear_bias, ("linear", "add"): fuse_linear_residual}
+         ("linear", "bias_add"): fuse_linear_bias, ("linear", "add"): fuse_linear_residual,
+         ("linear", "swiglu"): fuse_gate_up_swiglu}
