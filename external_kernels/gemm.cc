@@ -13,7 +13,8 @@
 //   zero(acc)      acc = 0
 //   mac(a, w, acc, scratch)  acc += a . w^T over this K slice (f32 accumulation, called once per K step);
 //                  scratch: TM*TK*9/16 bf16 of L1 (TM*TK/64 block-float blocks of 72 bytes) where the vector path
-//                  keeps this slice's a blocks converted once
+//                  keeps this slice's a blocks converted once; the vector path converts the w tile to block
+//                  float once IN PLACE (its bytes are garbage after the call: the next K step's DMA refills it)
 //   out(acc)       c = bf16(acc) in place, round-to-nearest-even, layout [TM/8][TN/8][8][8]
 //   glu(acc)       gated epilogue: the tile's first TN/2 columns are the gate, the last TN/2 the up projection of
 //                  the same TN/2 outputs; c = silu(bf16(gate)) * bf16(up) in place, layout [TM/8][TN/16][8][8]
@@ -52,9 +53,9 @@ static_assert(GEMM_TILE_N % (2 * kBlock) == 0, "GEMM_TILE_N must be a multiple o
 // of the scalar path), so the object is still compiled with the flag, which declares them to the cost model.
 // Two output column blocks (and two row blocks when TM/8 is even) are computed together: 2-4 accumulators stay
 // in registers over this call's whole K slice (one load and one store per 8x8 output block per call). Each a block
-// is converted once per call into the block-float scratch (aie_api's block_vector buffer streams, as mlir-aie's
-// aie2p mm_bfp.cc reads its operands) and re-read for every column-block pair; each w block is converted once per
-// row-block pair and feeds two macs.
+// is converted once per call into the block-float scratch, each w block once per call in place over the w tile
+// (aie_api's block_vector buffer streams, as mlir-aie's aie2p mm_bfp.cc reads its pre-converted operands); both
+// are re-read as block float for every register block.
 #if AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 != 1
 #error "gemm.cc's vector path is block-float: compile with -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1"
 #endif
@@ -88,14 +89,21 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
     BfpOut out(bfp_a);
     for (int i = 0; i < kMB * kKB; ++i) out << to_bfp(a + i * kBlockElems);
   }
+  // every w block converted once per call IN PLACE, in its [nb][kb] order: block i's 72 bytes go to byte 72*i,
+  // below the 128*(i+1) where the next unread bf16 block starts, so no write reaches an unread block
+  bfp16ebs8 *bfp_w = reinterpret_cast<bfp16ebs8 *>(w);
+  {
+    BfpOut out(bfp_w);
+    for (int i = 0; i < kNB * kKB; ++i) out << to_bfp(w + i * kBlockElems);
+  }
   for (int mb = 0; mb < kMB; mb += kUM) {
     for (int nb = 0; nb < kNB; nb += 2) {
       float *LLAMA_NPU_RESTRICT c00 = acc + (mb * kNB + nb) * kBlockElems;
       float *LLAMA_NPU_RESTRICT c10 = c00 + kNB * kBlockElems;  // next row block (used when kUM == 2)
-      const bfloat16 *LLAMA_NPU_RESTRICT w0 = w + nb * kKB * kBlockElems;
-      const bfloat16 *LLAMA_NPU_RESTRICT w1 = w0 + kKB * kBlockElems;
-      BfpIn x0s(bfp_a);
+      BfpIn x0s(bfp_a), y0s(bfp_w), y1s(bfp_w);
       x0s.seek(mb * kKB);
+      y0s.seek(nb * kKB);
+      y1s.seek((nb + 1) * kKB);
       Mmul m00(::aie::load_v<kBlockElems>(c00));
       Mmul m01(::aie::load_v<kBlockElems>(c00 + kBlockElems));
       if constexpr (kUM == 2) {
@@ -104,8 +112,7 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         Mmul m10(::aie::load_v<kBlockElems>(c10));
         Mmul m11(::aie::load_v<kBlockElems>(c10 + kBlockElems));
         for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = x0s.pop(), x1 = x1s.pop();
-          const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
+          const Bfp x0 = x0s.pop(), x1 = x1s.pop(), y0 = y0s.pop(), y1 = y1s.pop();
           m00.mac(x0, y0);
           m01.mac(x0, y1);
           m10.mac(x1, y0);
@@ -115,8 +122,7 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         ::aie::store_v(c10 + kBlockElems, m11.template to_vector<float>());
       } else {
         for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = x0s.pop();
-          const Bfp y0 = to_bfp(w0 + kb * kBlockElems), y1 = to_bfp(w1 + kb * kBlockElems);
+          const Bfp x0 = x0s.pop(), y0 = y0s.pop(), y1 = y1s.pop();
           m00.mac(x0, y0);
           m01.mac(x0, y1);
         }

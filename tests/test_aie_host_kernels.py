@@ -84,10 +84,10 @@ def test_counts_follow_the_loops():
     c = _one("gemm_m64_k64_n64.o")                   # mac: (64/8)^3 block-float 8x8x8 steps
     assert c["mmul_bfp16_8x8x8"] == 8 * 8 * 8 and c["mmul_bf16_4x8x8_emulated"] == 0
     # no transposes (w blocks are mac_8x8_8x8T's [n][k] operand as stored); each a block converted once per call
-    # (64, into the block-float scratch), each w block once per 2x2 register block (4 x 64); one load + one store
-    # per f32 output block per call
-    assert c["shuffle"] == 0 and c["bfp16_convert"] == 64 + 4 * 64 and c["vmac_bf16"] == 0
-    assert c["vstore"] == 8 * 8 * 4 + 2 * 64   # 64 f32 = 2 x 512 bit per block store; 64 block-float a blocks
+    # (64, into the block-float scratch), each w block once per call (64, in place); one load + one store per f32
+    # output block per call
+    assert c["shuffle"] == 0 and c["bfp16_convert"] == 64 + 64 and c["vmac_bf16"] == 0
+    assert c["vstore"] == 8 * 8 * 4 + 2 * (64 + 64)   # 64 f32 = 4 x 512 bit per block; 128 block-float blocks
     c = _one("mv_k2048_c2048_m4_r128.o")             # one 4-row step: 4 x 2048/32 bf16 MACs, 2 loads each
     assert c["vmac_bf16"] == 4 * 64 and c["vload"] == 2 * 4 * 64 and c["reduce_add"] == 4
     assert c["vmul_f32_emulated"] == 0

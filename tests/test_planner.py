@@ -129,6 +129,9 @@ def test_gemm_plan_is_the_cost_models_fastest():
     work = analyze_module(builder.build(2048, 2048, 8192), "g").launches[0].work
     got = cost.launch_cost(work, elf=False)
     assert abs(max(got.compute_s, got.dma_s) / G.modeled_seconds(big, 2048, 2048, 8192) - 1) < 0.02
+    # the L1 term: the busier of a core's two input streams (A and W on their own S2MM channels), as the analyzer
+    points = (2048 // big.bm) * (8192 // big.bn_out)
+    assert work.tile_l1_in_bytes == 2 * max(big.tile_m, big.tile_n) * 2048 * points
     for shape in ((2048, 576, 576), (2048, 8192, 2048), (64, 2048, 8192)):
         p = G.plan_gemm(*shape)
         for cand in (G.GemmPlan(64, 64, 64, 8, 4, k=shape[1]), G.GemmPlan(32, 32, 32, 8, 4, k=shape[1]),

@@ -309,11 +309,12 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
 def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams = cost.PARAMS) -> float:
     """What the cost model (kernel_builder.hw.cost) charges the GEMM launch of this plan, in closed form: the
     busiest tile's micro-kernel calls as the kernel's cost descriptor counts them (tile_counts), against the shim
-    streams (gemm_flows) and the busiest core's L2 -> L1 stream (its A and W tiles). Without the per-launch
+    streams (gemm_flows) and the busiest core's busiest L2 -> L1 stream (its A or its W tiles). Without the per-launch
     overhead and the ELF factor (the same for every plan of one shape); the planner ranks plans by it."""
     points = (m // p.bm) * (n // p.bn_out)
     compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
-    l1 = BF16 * (p.tile_m + p.tile_n) * k * points / params.l2_l1_bytes_per_s
+    # A and W arrive on the core's two S2MM channels, one stream each: the busier one, as the analyzer charges
+    l1 = BF16 * max(p.tile_m, p.tile_n) * k * points / params.l2_l1_bytes_per_s
     return max(compute, cost.shim_seconds(gemm_flows(p, m, k, n), params), l1)
 
 
