@@ -62,9 +62,17 @@ def bench_embedded(model: str | None, n_tokens: int):
     eng.reset()
     res = eng.generate(ids, max_new_tokens=n_tokens, stop_on_eos=False) if _accepts(eng.generate, "stop_on_eos") \
         else eng.generate(ids, max_new_tokens=n_tokens)
+    # the same prompt with 4-bit weights (the model's own GGUF, WEIGHTS=q4): its decode beside bf16's
+    q4 = Engine.load(model, device="emu", progress=False, weights_mode="q4")
+    q4.generate(ids, max_new_tokens=4)
+    q4.reset()
+    rq = q4.generate(ids, max_new_tokens=n_tokens, stop_on_eos=False) if _accepts(q4.generate, "stop_on_eos") \
+        else q4.generate(ids, max_new_tokens=n_tokens)
     print(f"[bench] embedded model on emu: TTFT (30-token prompt) {res.ttft_s * 1e3:.1f} ms, "
           f"prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s "
-          f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s)")
+          f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s); q4 weights: decode "
+          f"{rq.decode_tok_s:.1f} tok/s ({rq.ms_per_token:.1f} ms/token)")
+    del q4
     mem = eng.cache.memory_report()["cache_allocated_bytes"]
     print(f"[bench] embedded model device buffers, buckets {list(eng.buckets)}: {mem / 2**20:.0f} MiB")
     return eng, res.ms_per_token

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,10 +87,17 @@ def _headers() -> list[Path]:
     return sorted(SOURCE_DIR.glob("*.h"))
 
 
+def included_sources(source: Path) -> list[Path]:
+    """The .cc files `source` includes by name (`#include "gemm.cc"`: gemm_q4.cc), found beside it: a build's
+    inputs besides its own text and the headers."""
+    names = re.findall(r'^#include "([\w.]+\.cc)"', Path(source).read_text(), re.M)
+    return [Path(source).parent / n for n in names]
+
+
 def kernel_fingerprint(kernel: ExternalKernel) -> str:
     """sha256 over the source, every shared header, the defines and the Peano flags (build cache key)."""
     h = hashlib.sha256()
-    for path in [kernel.source_path, *_headers()]:
+    for path in [kernel.source_path, *included_sources(kernel.source_path), *_headers()]:
         h.update(path.name.encode() + b"\0")
         h.update(path.read_bytes())
         h.update(b"\0")

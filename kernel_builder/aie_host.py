@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from external_kernels.compile_rules import ExternalKernel
+from external_kernels.compile_rules import ExternalKernel, included_sources
 from external_kernels.host_build import HostKernelsUnavailable, build_library, compiler
 from external_kernels.paths import SOURCE_DIR, cache_root
 
@@ -63,8 +63,9 @@ def build(kernel: ExternalKernel, source: Path | None = None, defines: tuple[str
         raise HostKernelsUnavailable("no C++ compiler (g++/c++/clang++, or $CXX) found")
     src = Path(source) if source is not None else kernel.source_path
     stem = kernel.obj[:-2] if kernel.obj.endswith(".o") else kernel.obj
+    included = b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in included_sources(src))
     return build_library(cxx, cache_root() / "aie_host", stem, [src], [compile_flags(kernel, defines)],
-                         _inputs(src.parent))
+                         _inputs(src.parent) + included)
 
 
 def compile_errors(kernel: ExternalKernel | None, source: Path, defines: tuple[str, ...] = ()) -> str:

@@ -22,6 +22,7 @@ KERNELS = [
     ("dequant_q4", 2048, 2048, 32, 1), ("dequant_q4", 8192, 2048, 32, 1), ("dequant_q4", 2048, 8192, 32, 1),
     ("dequant_q4", 4096, 14336, 32, 1), ("dequant_q4", 14336, 4096, 128, 1),
     ("gemv_q4", 2048, 8192, 128, 1), ("gemv_q4", 16384, 2048, 32, 0, 8), ("gemv_q4", 6144, 576, 32, 0, 8),
+    ("gemm_q4", 256, 2048, 2048, 32), ("gemm_q4", 64, 2048, 512, 32),
     # the 4-bit decode layer's fused launches at Llama-3.1-8B shapes (gate/up + SwiGLU, down + residual) and the
     # untied embedding row's dequantization (the 1B ones lower inside the token probe, check-lowering)
     ("gemv_q4_swiglu", 14336, 4096, 32, 1), ("gemv_q4_bias", 4096, 14336, 32, 1), ("dequant_q4", 1, 4096, 32, 1),
@@ -53,3 +54,4 @@ def test_stitched_q4_modules_lower(tmp_path, name):
     decls = m.prefill(256).decls + m.decode(256).decls + m.head().decls
     (decl,) = [d for d in decls if d.name == name.removesuffix("_q8")]
     _lower(tmp_path, name, stitch(decl))
+

@@ -321,3 +321,34 @@ def test_host_q8_gemv_equals_host_bf16_gemv_on_dequantized_weights():
     x = to_bf16(rng.standard_normal(576).astype(np.float32))
     got = gemv_q4(p, x, m=96, k=576, group=32, mins=0, bits=8)
     np.testing.assert_array_equal(got, gemv(dequantize(p, 576, 32, False, 8), x, m=96, k=576))
+
+
+def test_host_q4_and_q8_paths_give_identical_bits(tmp_path):
+    """The emulator's host GEMV builds (AVX-512 table lookup where the CPU has it, AVX2, scalar) give the same f32
+    bits for 4-bit (both code kinds, group 32 and 128) and 8-bit codes, also on row ranges of a call."""
+    from external_kernels import host_build as hn
+    native = hn.library()
+    if native is None:
+        pytest.skip("no host kernels")
+    cxx = require_tool("g++")
+    builds = {"native": native,
+              "avx2": hn.bind(hn.build(cxx, tmp_path / "avx2", ("-DLLAMA_NPU_NO_AVX512",))),
+              "scalar": hn.bind(hn.build(cxx, tmp_path / "scalar", ("-DLLAMA_NPU_SCALAR_ONLY",)))}
+    rng = np.random.default_rng(16)
+    cases = [(37, 576, 32, 1, 4), (20, 512, 128, 1, 4), (9, 256, 32, 0, 4), (11, 576, 32, 0, 8)]
+    for m, k, group, mins, bits in cases:
+        if bits == 8:
+            p, *_ = _random_q8(rng, m, k)
+        else:
+            p, *_ = _random_q4(rng, m, k, group, mins)
+        x = rng.standard_normal(k).astype(np.float32)
+        rb = Q4Layout(k, group, bool(mins), bits).row_bytes
+        got = {}
+        for name, lib in builds.items():
+            fn = lib.llama_npu_gemv_q8 if bits == 8 else lib.llama_npu_gemv_q4
+            y = np.full(m, np.nan, np.float32)
+            for r0, r1 in ((0, 5), (5, m)):
+                assert fn(p.ctypes.data, x.ctypes.data, y.ctypes.data, m, k, group, mins, rb, r0, r1) == 0
+            got[name] = y.view(np.uint32)
+        for name in ("avx2", "scalar"):
+            np.testing.assert_array_equal(got["native"], got[name], err_msg=f"{name} {m}x{k} g{group} z{mins} b{bits}")

@@ -66,15 +66,16 @@ def test_q4_decode_module_uses_gemv_q4_and_fits():
 
 
 def test_q4_prefill_dequantizes_into_the_shared_scratch_and_fits():
-    """Prefill GEMMs read a window of the scratch state of their k, written by the weight's dequant_q4 launch just
-    before; the module's statics are the q4 rows only (no bf16 copy), and it passes the hardware model."""
+    """Where the counted model prefers it (Llama-3.2-1B at 2048 rows), prefill GEMMs read a window of the scratch
+    state of their k, written by the weight's dequant_q4 launch just before; in 256-row chunks the projections are
+    gemm_q4 launches on the q4 rows (no scratch window), the down projection keeps the scratch. The modules' statics
+    are the q4 rows only (no bf16 copy), and they pass the hardware model."""
     from kernel_builder.hw import analyze_module
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
     from llama_npu.models.lowering import scratch_states
     from multi_launch_builder.stitcher import stitch
     m = LlamaModel(LLAMA32_1B, "q4")
-    decls = m.prefill(256).decls
-    ffn = next(d for d in decls if d.name.startswith("ffn_"))
+    ffn = next(d for d in m.prefill(2048).decls if d.name.startswith("ffn_"))
     roles = {a.name: (a.role.name, a.shape, a.dtype, a.state) for a in ffn.args}
     assert roles["w_gate_q4"] == ("STATIC", (8192, 1280), "i8", "")
     assert roles["w_down_deq"] == ("STATE", (2048, 8192), "bf16", "wdeq_k8192")
@@ -83,7 +84,12 @@ def test_q4_prefill_dequantizes_into_the_shared_scratch_and_fits():
     assert kinds[kinds.index("dequant_q4") + 1] == "gemm"
     assert [la.wiring for la in ffn.launches if la.prefix.startswith("gate")] == [("w_gate_q4", "w_gate_deq"),
                                                                                   ("h2", "w_gate_deq", "gate")]
-    assert scratch_states(m.modules((64, 256), 1024)) == {"wdeq_k2048": 8192, "wdeq_k8192": 2048}
+    decls = m.prefill(256).decls
+    ffn = next(d for d in decls if d.name.startswith("ffn_"))
+    assert [la.wiring for la in ffn.launches if la.prefix.startswith("gate")] == [("h2", "w_gate_q4", "gate")]
+    assert [la.build.args[0] for la in ffn.launches].count("gemm_q4") == 3     # o, gate, up; down: the scratch
+    assert scratch_states(m.modules((64, 256), 1024)) == {"wdeq_k8192": 2048}
+    assert scratch_states(m.modules((64, 256, 2048), 1024)) == {"wdeq_k2048": 8192, "wdeq_k8192": 2048}
     for d in decls:
         rep = analyze_module(stitch(d), d.name)
         assert rep.ok, rep.first_violation()

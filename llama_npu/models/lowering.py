@@ -10,6 +10,7 @@ from __future__ import annotations
 from multi_launch_builder.decl import Arg, Role
 from kernel_builder.registry import kernel
 
+from kernel_builder.gemm_q4.plan import prefer_l1
 from kernel_builder.gemv_q4.format import Q4Layout
 
 from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase, is_activation
@@ -36,9 +37,11 @@ def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
 def linear(op: Op, phase: Phase, graph: LayerGraph):
     """One row: GEMV, more rows: GEMM, both on the HF [out, in] weight (one buffer for both phases). With q4
     weights both read `<w>_q4`, the weight in the 4-bit row format (group graph.q4_group, mins;
-    docs/quantization.md): the GEMV dequantizes in the core; a GEMM is preceded by a `dequant_q4` launch writing
-    the bf16 weight into rows [0, n) of the scratch state `wdeq_k<k>` (one buffer shared by every layer, module
-    and bucket), which it then reads, so the device holds no bf16 copy of the weights."""
+    docs/quantization.md): the GEMV dequantizes in the core; a GEMM is `gemm_q4` (dequantizing its W slices in L1)
+    where the counted cost model times it below the other way (kernel_builder.gemm_q4.plan.prefer_l1), else it is
+    preceded by a `dequant_q4` launch writing the bf16 weight into rows [0, n) of the scratch state `wdeq_k<k>` (one
+    buffer shared by every layer, module and bucket), which it then reads: the device holds no bf16 copy of the
+    weights either way."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
     weight = [_static(w.name, (n, k), graph)]
@@ -52,6 +55,8 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
         q4 = Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8")
         if phase.rows == 1:
             return kernel("gemv_q4", n, k, g, 1), (name, x, op.out), [q4]
+        if prefer_l1(phase.rows, k, n, g):    # the GEMM dequantizing its W slices in L1: no scratch
+            return kernel("gemm_q4", phase.rows, k, n, g), (x, name, op.out), [q4]
         deq = Arg(w.name + DEQ_SUFFIX, (n, k), Role.STATE, graph.dtype, state=f"{SCRATCH_PREFIX}{k}")
         return (kernel("gemm", phase.rows, k, n), (x, deq.name, op.out), [q4, deq],
                 (("deq", kernel("dequant_q4", n, k, g, 1), (name, deq.name)),))
