@@ -36,8 +36,10 @@ def test_gemm_plans_fit_and_divide(s, seq):
         assert p.l1_bytes() <= P.L1_BUDGET
         # every L2 buffer is its own allocation; the fullest memory tile still fits
         l2, c = p.l2_buffers(), p.copies(p.tile_k_l2)
-        assert l2 == {"a_panel": c * P.BF16 * p.tile_m * p.tile_k_l2, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
-                      "c_panel": P.BF16 * p.tile_m * p.bn}
+        # (a resident A panel: the whole [tile_m, k], one copy; its C row panels sit in a drain loop: two copies)
+        a_cols, c_copies = (k, 2) if p.a_resident else (c * p.tile_k_l2, 1)
+        assert l2 == {"a_panel": P.BF16 * p.tile_m * a_cols, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
+                      "c_panel": c_copies * P.BF16 * p.tile_m * p.bn}
         assert max(l2.values()) <= p.memtile_bytes() <= P.MEMTILE_BYTES
         # memory-tile BDs: each panel broadcast within its budget, the busiest tile within 48
         bds = p.memtile_bds()
@@ -88,20 +90,26 @@ def test_gemm_l2_accounting_channels_and_ddr_reads():
     assert p.l2_buffers() == {"a_panel": 128 * 1024, "w_panel": 128 * 1024, "c_panel": 32 * 1024}
     assert p.l2_counts() == {"a_panel": 8, "w_panel": 4, "c_panel": 8}
     assert p.l2_bytes() == 8 * 128 * 1024 + 4 * 128 * 1024 + 8 * 32 * 1024
-    # 20 buffers round-robin over 8 memory tiles: at most 3 on one, bounded by 3 x 128 KiB
+    # AIR's placement (kernel_builder.hw.memtile_place): A panel i and C row panel i on memory tile i (their
+    # channels reach only column i), W panel j beside them on tile j: 128 + 128 + 32 KiB on tiles 0-3
+    assert p.memtile_placement()[0] == [("a", 0), ("w", 0), ("c", 0)]
+    assert p.memtile_placement()[7] == [("a", 7), ("c", 7)]
+    # bytes: the larger of that placement's 288 KiB and the earlier bound, 3 x 128 KiB (the lowered plans' rule)
     assert p.memtile_bytes() == 384 * 1024
     # 8 A + 4 W panels in, 8 C row panels out per launch point; a memory tile takes A + W + 4 drains
     assert p.channels() == {"shim_mm2s": 12, "shim_s2mm": 8, "memtile_s2mm": 6, "memtile_mm2s": 3,
                             "core_s2mm": 2, "core_mm2s": 1}
     # 2048x2048x8192: A (8 MiB) read 8192/256 = 32 times, W (32 MiB) 2048/512 = 4 times
     assert p.ddr_read_bytes(2048, 2048, 8192) == 32 * 8 * 2**20 + 4 * 32 * 2**20
-    # the W panel loaded in two row parts (gemm_swiglu): 8 + 8 shim streams (every column's two MM2S channels); the
-    # W panels' loads sit between the A panels' so the model's round-robin placement never puts a W panel (2 loads
-    # in) beside an A panel and a C row panel (4 drains): 6 S2MM on its busiest memory tile (the real lowering
-    # places them otherwise: tests/test_air_lower_gemm.py)
+    # the W panel loaded in two row parts (gemm_swiglu): 8 + 8 shim streams (every column's two MM2S channels), but
+    # AIR puts W panel j (2 loads in) beside A panel j and C row panel j (4 drains): 7 S2MM on memory tiles 0-3,
+    # as the real lowering does (aie-create-pathfinder-flows fails; tests/test_air_lower_gemm.py)
     two = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, tile_k_l2=512, w_parts=2)
     assert two.l2_buffers()["w_panel"] == 128 * 1024 and two.l2_counts()["w_panel"] == 4
-    assert two.channels()["shim_mm2s"] == 16 and two.memtile_channels() == (6, 3)
+    assert two.channels()["shim_mm2s"] == 16 and two.memtile_channels() == (7, 3)
+    # on a 4-column herd the W panels get memory tiles 4-7 of their own: 5 S2MM at most
+    four = G.GemmPlan(tile_m=16, tile_k=64, tile_n=128, herd_m=4, herd_n=4, tile_k_l2=512, w_parts=2)
+    assert four.memtile_channels() == (5, 2) and four.memtile_placement()[4] == [("w", 0)]
     assert [k for k, _, _ in G.load_order(two)] == list("aaaawwwwwwwwaaaa")
     # swiglu: tile_n covers tile_n/2 outputs (gate and up rows), so a launch point writes half the columns
     glu = G.GemmPlan(tile_m=64, tile_k=64, tile_n=64, herd_m=8, herd_n=4, w_parts=2, epilogue="swiglu")
@@ -141,7 +149,8 @@ def test_gemm_plan_is_the_cost_models_fastest():
         assert p.tile_k_l2 == max(d for d in range(p.tile_k, G.MAX_GEMM_L2_K + 1, p.tile_k)
                                   if shape[1] % d == 0 and G._gemm_fits(G.GemmPlan(p.tile_m, p.tile_k, p.tile_n,
                                                                                    p.herd_m, p.herd_n, d, shape[1],
-                                                                                   p.w_parts, spread=p.spread),
+                                                                                   p.w_parts, spread=p.spread,
+                                                                                   a_resident=p.a_resident),
                                                                         shape[1]))
 
 

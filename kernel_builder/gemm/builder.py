@@ -65,13 +65,17 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
     ch_a = mod.channel("gemm_a", [p.herd_m, 1], grid)   # herd row i: one put, herd_n gets
     ch_b = mod.channel("gemm_b", [1, p.herd_n], grid)   # herd column j: one put per W part, herd_m gets
     ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
-    la = launch(mod.body, [m // p.bm, n // p.bn_out], list(zip(mod.args, types)),
+    la = launch(mod.body, [m // p.bm, 1 if p.a_resident else n // p.bn_out], list(zip(mod.args, types)),
                 [attr_dict(kind, {"m": m, "k": k, "n": n})])
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body
     a, *ws, c, bi, bj = seg.args
     bias = ws.pop() if epilogue == "bias" else None
     m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.launch_n())
+    if p.a_resident:
+        h = _resident(s, p, k, n, (a, a_ty, ws, w_ty, c, c_ty), m0, (ch_a, ch_b, ch_c), ext)
+        _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c, n // p.bn_out)
+        return mod.text()
     if bias is not None:
         _stage_bias(s, p, n, bias, n0, ch_b)
     _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, n0, ch_a, ch_b)
@@ -79,6 +83,46 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
     _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
     _drain(s, p, n, c, c_ty, m0, n0, ch_c)
     return mod.text()
+
+
+def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, chans: tuple, ext):
+    """A resident in L2 (plan.a_resident): one launch point per BM row block; per herd row its whole [tile_m, k]
+    A panel is loaded once; a loop over the n / bn_out column blocks streams the W panels through L2 per K step and
+    re-sends the A slices from the resident panel; after the herd (which loops over the column blocks likewise) a
+    second such loop drains each block's C row panels. Returns the herd."""
+    a, a_ty, ws, w_ty, c, c_ty = args
+    ch_a, ch_b, ch_c = chans
+    k2 = p.tile_k_l2
+    a2_ty, w2_ty = memref([p.tile_m, k], "bf16", L2), memref([p.tile_n, k2], "bf16", L2)
+    c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
+    a2 = [s.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
+    for i, buf in enumerate(a2):
+        s.dma(buf, a2_ty, None, a, a_ty, ([_plus(s, m0, i * p.tile_m), 0], [p.tile_m, k], [k, 1]))
+    nl, n0 = s.for_(0, n, p.bn_out, "nb")
+    kl, kq = nl.for_(0, k // BLOCK, k2 // BLOCK, "kq")   # the K step in 8-column blocks
+    kp = kl.muli(kq, BLOCK)
+    w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
+    for j, buf in enumerate(w2):
+        kl.dma(buf, w2_ty, None, ws[0], w_ty, ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
+    sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
+    col = sl.addi(kq, kb)
+    for i, buf in enumerate(a2):
+        sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k, col))
+    for j, buf in enumerate(w2):
+        sl.channel_put(ch_b, [0, j], buf, w2_ty, _blocked(p.tile_n, p.tile_k, k2, kb))
+    for buf in w2:
+        kl.dealloc(buf, w2_ty)
+    h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
+    dl, d0 = s.for_(0, n, p.bn_out, "nd")
+    for i in range(p.herd_m):
+        buf = dl.alloc("c_l2", c2_ty)
+        for j in range(p.herd_n):
+            dl.channel_get(ch_c, [i, j], buf, c2_ty, _blocked(p.tile_m, p.out_n, p.bn_out, j * p.out_n // BLOCK))
+        dl.dma(c, c_ty, ([_plus(dl, m0, i * p.tile_m), d0], [p.tile_m, p.bn_out], [n, 1]), buf, c2_ty, None)
+        dl.dealloc(buf, c2_ty)
+    for buf in a2:
+        s.dealloc(buf, a2_ty)
+    return h
 
 
 def _blocked(rows: int, cols: int, row_len: int, col_block0) -> tuple:
@@ -143,12 +187,18 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
         kl.dealloc(buf, w2_ty)
 
 
-def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: str, ch_b: str, ch_c: str) -> None:
+def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: str, ch_b: str, ch_c: str,
+               blocks: int = 0) -> None:
+    """One output tile per herd tile; with `blocks` (A resident) one per column block, in a loop (the accumulator
+    and the block-float scratch allocated before it: one copy each)."""
     acc_ty, a1_ty, w1_ty, b1_ty, s1_ty = types
-    body = h.body
     tx, ty = h.ids
-    acc = body.alloc("acc_l1", acc_ty)
-    scratch = body.alloc("bfp_l1", s1_ty)
+    acc = h.body.alloc("acc_l1", acc_ty)
+    scratch = h.body.alloc("bfp_l1", s1_ty)
+    if blocks:   # used only inside the loop: air-fuse-alloc-dealloc would move them in, to be ping-ponged
+        h.body.pin_to_scope(acc, acc_ty)
+        h.body.pin_to_scope(scratch, s1_ty)
+    body = h.body.for_(0, blocks, 1, "nb")[0] if blocks else h.body
     bias = None
     if epi is ext.bias:
         bias = body.alloc("b_l1", b1_ty)
@@ -163,8 +213,8 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: s
     kl.dealloc(w1, w1_ty)
     body.call(epi.symbol, [(acc, acc_ty)] + ([(bias, b1_ty)] if bias else []))
     body.channel_put(ch_c, [tx, ty], acc, acc_ty, ([0], [p.tile_m * p.out_n], [1]))
-    body.dealloc(acc, acc_ty)
-    body.dealloc(scratch, s1_ty)
+    h.body.dealloc(acc, acc_ty)
+    h.body.dealloc(scratch, s1_ty)
     if bias:
         body.dealloc(bias, b1_ty)
 

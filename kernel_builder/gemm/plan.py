@@ -12,12 +12,12 @@ the output columns so the launch steps through W tile_n rows at a time). The NPU
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from kernel_builder.external_costs import external_cost
 from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels, scratch_elems
-from kernel_builder.hw import cost
+from kernel_builder.hw import cost, memtile_place
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
 from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K, MMUL_M, MMUL_N, N_MEMTILES, NPU2_COLS,
@@ -25,6 +25,10 @@ from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K,
 
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 EPILOGUES = ("none", "swiglu", "bias")   # what the tile's epilogue does (external_kernels/gemm.cc out / glu / bias)
+# A resident in L2 (GemmPlan.a_resident): modeled faster for the big prefill GEMMs (2048x2048x8192: 11.5 instead of
+# 15.3 ms) and right on the interpreter, but the real lowering of 2048x2048x8192 was killed in its AIR stage after
+# 933 s (memory; its segment loops over 32 column blocks); off until it lowers
+A_RESIDENT = False
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
 MEMTILE_DMA_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile
 SHIM_DMA_PER_COL = NPU2.shim_mm2s  # MM2S (and S2MM) DMA channels of one shim tile
@@ -56,6 +60,8 @@ class GemmPlan:
     epilogue: str = "none"   # EPILOGUES: "swiglu" = gate rows in the first W part, up rows in the second
     spread: bool = False     # herd column j owns the output columns [j*n/herd_n, (j+1)*n/herd_n), the launch
                              # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
+    a_resident: bool = field(default=False, kw_only=True)   # one launch point per BM rows: each herd row's whole [tile_m, k] A panel stays in L2
+                              # while the segment loops over the column blocks (A read from DDR once)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -68,6 +74,8 @@ class GemmPlan:
             raise ValueError("gemm plan: the swiglu epilogue takes its W panel in two parts (gate, up)")
         if self.tile_n % (8 * self.w_parts):
             raise ValueError(f"gemm plan: tile_n={self.tile_n} does not split into {self.w_parts} 8-row W parts")
+        if self.a_resident and (not self.k or self.spread or self.w_parts != 1 or self.epilogue != "none"):
+            raise ValueError("gemm plan: a resident A panel needs k, one W part, no spread and no epilogue")
 
     @property
     def out_n(self) -> int:
@@ -120,9 +128,10 @@ class GemmPlan:
         herd_n x w_parts W panel parts and herd_m C row panels (and herd_n bias slices), each its own allocation
         (so each fits one memory tile)."""
         c = self.copies(self.tile_k_l2)
-        sizes = {"a_panel": c * BF16 * self.tile_m * self.tile_k_l2,
+        a_panel = BF16 * self.tile_m * (self.k if self.a_resident else c * self.tile_k_l2)
+        sizes = {"a_panel": a_panel,
                  "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
-                 "c_panel": BF16 * self.tile_m * self.bn_out}
+                 "c_panel": BF16 * self.tile_m * self.bn_out * (2 if self.a_resident else 1)}   # in its drain loop
         return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
     def l2_counts(self) -> dict[str, int]:
@@ -133,13 +142,6 @@ class GemmPlan:
         """All L2 bytes of one launch point (spread over the memory tiles)."""
         sizes, counts = self.l2_buffers(), self.l2_counts()
         return sum(sizes[b] * counts[b] for b in sizes)
-
-    def memtile_bytes(self) -> int:
-        """Worst-case bytes on one memory tile: AIR places L2 buffers round-robin over the memory tiles
-        (mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap), so one holds at most ceil(buffers / N_MEMTILES) of
-        them; bounded by that many of the largest."""
-        n = sum(self.l2_counts().values())
-        return -(-n // N_MEMTILES) * max(self.l2_buffers().values())
 
     def memtile_bds(self) -> dict[str, int]:
         """BDs per memory-tile DMA channel: a panel broadcast needs one BD per ping-pong copy and, when its
@@ -157,23 +159,56 @@ class GemmPlan:
         b = self.memtile_bds()
         return b["a_put"] + b["w_put"] + 2 * b["panel_load"] + self.herd_n * b["drain"] + b["c_write"]
 
-    def l2_order(self) -> list[str]:
-        """The L2 buffers of one launch point in the program order of their first transfer (the builder's: the
-        bias slices, the panel loads in load_order, the C row panels): the order AIR deals them round-robin over
-        the memory tiles (kernel_builder.hw.flows, mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap)."""
-        loads = [kind for kind, _, q in load_order(self) if q == 0]
-        return ["bias"] * (self.herd_n if self.epilogue == "bias" else 0) + loads + ["c"] * self.herd_m
+    def l2_order(self) -> list[tuple[str, int]]:
+        """The L2 buffers of one launch point in allocation order (the builder's: the bias slices, the herd_m A
+        panels, the herd_n W panels, the C row panels) as (kind, index)."""
+        bias = [("bias", j) for j in range(self.herd_n if self.epilogue == "bias" else 0)]
+        return (bias + [("a", i) for i in range(self.herd_m)] + [("w", j) for j in range(self.herd_n)]
+                + [("c", i) for i in range(self.herd_m)])
+
+    def memtile_placement(self) -> list[list[tuple[str, int]]]:
+        """The L2 buffers on each memory tile as air-to-aie places them (kernel_builder.hw.memtile_place, mlir-air
+        AIRToAIEPass.cpp L2MemrefToMemTileMap): buckets by shared channel (bias slice j rides W panel j's
+        channel), round robin in allocation order, then A panel i and C row panel i (their channels reach only
+        herd row i's cores, array column i) swapped onto memory tile i."""
+        sizes = self.l2_buffers()
+        names = {"a": "a_panel", "w": "w_panel", "c": "c_panel", "bias": "bias"}
+        buckets, members, by_w = [], [], {}
+        for kind, idx in self.l2_order():
+            nbytes = sizes[names[kind]]
+            key = idx if kind in ("w", "bias") else None
+            if key is not None and key in by_w:
+                b = by_w[key]
+                buckets[b].nbytes += nbytes
+                members[b].append((kind, idx))
+                continue
+            buckets.append(memtile_place.Bucket(f"{kind}{idx}", nbytes, idx if kind in ("a", "c") else None))
+            members.append([(kind, idx)])
+            if key is not None:
+                by_w[key] = len(buckets) - 1
+        tiles: list[list] = [[] for _ in range(N_MEMTILES)]
+        for b, t in enumerate(memtile_place.place(buckets, N_MEMTILES, MEMTILE_BYTES)):
+            tiles[t] += members[b]
+        return tiles
+
+    def memtile_bytes(self) -> int:
+        """Bytes on the fullest memory tile: the larger of that placement's and the earlier bound (ceil(buffers / 8)
+        of the largest buffer), which the plans checked with the real lowering were chosen under (the placement
+        alone admits deeper panels at some shapes: not yet lowered)."""
+        sizes = self.l2_buffers()
+        names = {"a": "a_panel", "w": "w_panel", "c": "c_panel", "bias": "bias"}
+        placed = max(sum(sizes[names[k]] for k, _ in t) for t in self.memtile_placement())
+        if self.a_resident:
+            return placed
+        n = sum(self.l2_counts().values())
+        return max(placed, -(-n // N_MEMTILES) * max(sizes.values()))
 
     def memtile_channels(self) -> tuple[int, int]:
-        """(S2MM, MM2S) DMA channels of the busiest memory tile under that round-robin placement: an A panel or a
-        bias slice takes one of each, a W panel w_parts S2MM (its loads) and one MM2S, a C row panel herd_n S2MM
-        (its drains) and one MM2S (its write to L3)."""
-        tiles = [[0, 0] for _ in range(N_MEMTILES)]
+        """(S2MM, MM2S) DMA channels of the busiest memory tile under that placement: an A panel or a bias slice
+        takes one of each, a W panel w_parts S2MM (its loads) and one MM2S, a C row panel herd_n S2MM (its
+        drains) and one MM2S (its write to L3)."""
         s2mm = {"c": self.herd_n, "w": self.w_parts}
-        for i, kind in enumerate(self.l2_order()):
-            t = tiles[i % N_MEMTILES]
-            t[0] += s2mm.get(kind, 1)
-            t[1] += 1
+        tiles = [(sum(s2mm.get(k, 1) for k, _ in t), len(t)) for t in self.memtile_placement()]
         return max(t[0] for t in tiles), max(t[1] for t in tiles)
 
     def channels(self) -> dict[str, int]:
@@ -189,7 +224,7 @@ class GemmPlan:
         """DDR bytes read by one GEMM of n output columns: each launch block reads its A row block and W row
         block(s) once (the panels are broadcast on chip), so A is read n/bn_out times and each W m/BM times."""
         weights = 2 if self.epilogue == "swiglu" else 1
-        return BF16 * (m * k * (n // self.bn_out) + weights * k * n * (m // self.bm))
+        return BF16 * (m * k * (1 if self.a_resident else n // self.bn_out) + weights * k * n * (m // self.bm))
 
 
 def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
@@ -197,18 +232,22 @@ def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
     column dim (A's offset does not move) folds first as a repeat, and when the runtime loop tiling leaves it an
     even tile that fourth dim stops the fold before the row dim, whose stride is BM rows of a (BM * k elements);
     an odd or single column extent lets the row dim fold (kernel_builder.hw.dma.shim_fold)."""
-    return p.bm * k <= SHIM_MAX_STRIDE_BF16 or (n // p.bn_out) % 2 == 0
+    cols = 1 if p.a_resident else n // p.bn_out
+    return p.bm * k <= SHIM_MAX_STRIDE_BF16 or cols % 2 == 0
 
 
-def _gemm_fits(p: GemmPlan, k: int) -> bool:
+def _gemm_fits(p: GemmPlan, k: int, memtile_streams: bool = True) -> bool:
     """L1, memory tiles, channels, and the shim stride: under runtime loop tiling the W panel load folds the
-    launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements)."""
+    launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements).
+    memtile_streams=False skips the memory tiles' DMA channel limits (only for gemm_swiglu's fallback below)."""
     ch = p.channels()
     bds = p.memtile_bds()
+    streams_ok = not memtile_streams or (ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS
+                                         and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS)
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
-            and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
+            and streams_ok
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
 
 
@@ -226,7 +265,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
     glu = epilogue == "swiglu"
     m_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_M_MULTIPLE) if m % t == 0]
     n_tiles = [t for t in range(MAX_GEMM_TILE, 0, -GEMM_N_MULTIPLE) if n % (t // 2 if glu else t) == 0]
-    best, best_key = None, None
+    best, best_key, fallback = None, None, None
     for tile_k in (64, 32, 16, 8):
         if k % tile_k:
             continue
@@ -237,30 +276,41 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                 # W in two row parts only where the epilogue needs it (gate + up): the real lowering's placement
                 # put a two-load W panel beside two A panels and a C row panel (8 S2MM on one memory tile:
                 # aie-create-pathfinder-flows failed), which the round-robin model does not see
-                for parts, spread in ((q, sp) for q in ((2,) if glu else (1,)) for sp in (False, True)):
+                resident = (False, True) if A_RESIDENT and epilogue == "none" else (False,)
+                for parts, spread, res in ((q, sp, r) for q in ((2,) if glu else (1,)) for sp in (False, True)
+                                           for r in (resident if not sp else (False,))):
                     if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
-                                    w_parts=parts, epilogue=epilogue, spread=spread)
-                    if (spread and plan.herd_n == 1) or not _gemm_fits(plan, k) or not _a_folds(plan, k, n):
+                                    w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res)
+                    if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
+                        continue
+                    if not _gemm_fits(plan, k):
+                        # gemm_swiglu's two-load W panel: AIR's placement puts it beside an A panel and a C row
+                        # panel (7 S2MM on a memory tile) at every tiling; the module is still built (emu, numerics)
+                        # and the hardware model rejects it, as the real lowering does
+                        if glu and _gemm_fits(plan, k, memtile_streams=False):
+                            fallback = fallback or plan
                         continue
                     # prefer: the least modeled time (rounded to 0.1 %: equal-cost plans tie), then more busy
                     # tiles (compute slack), then fewer DDR bytes (slack on the shim side), then deeper tile_k (one
                     # accumulator load + store per output block per K step), then fewer bytes streamed into each
                     # tile per MAC, then more MACs per tile, then fewer W parts
-                    key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), plan.herd_m * plan.herd_n,
+                    key = (-round(math.log(modeled_seconds(plan, m, k, n)) * 1000), -res, plan.herd_m * plan.herd_n,
                            -plan.ddr_read_bytes(m, k, n), tile_k, Fraction(tile_m * tile_n, tile_m + tile_n),
                            tile_m * tile_n, -parts, -spread)
                     if best_key is None or key > best_key:
                         best, best_key = plan, key
     if best is not None:
         return _deepest_l2_panel(best, k)
+    if fallback is not None:
+        return _deepest_l2_panel(fallback, k, memtile_streams=False)
     raise ValueError(f"gemm: m={m}, k={k}, n={n} (epilogue {epilogue}) has no tiling whose L1 buffers (f32 "
                      f"accumulator, 2x A and 2x W bf16 tiles) fit {kib(L1_BUDGET)} per tile, whose L2 panels "
                      f"fit one {kib(MEMTILE_BYTES)} memory tile and whose W block stride fits a shim BD")
 
 
-def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
+def _deepest_l2_panel(p: GemmPlan, k: int, memtile_streams: bool = True) -> GemmPlan:
     """The deepest L2 K step (a multiple of tile_k dividing k, at most MAX_GEMM_L2_K) that still fits: longer
     contiguous DDR runs per panel row (tile_k_l2 * 2 bytes) and fewer L3 DMA steps per launch point."""
     steps = k // p.tile_k
@@ -268,8 +318,8 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
         if p.tile_k * d > MAX_GEMM_L2_K:
             continue
         q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
-                     p.spread)
-        if _gemm_fits(q, k):
+                     p.spread, a_resident=p.a_resident)
+        if _gemm_fits(q, k, memtile_streams):
             return q
     return p
 
@@ -293,14 +343,18 @@ def load_order(p: GemmPlan) -> list[tuple[str, int, int]]:
 
 def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
     """The shim streams of the whole GEMM (n output columns) as the builder emits them: per launch point and L2
-    K step the panel loads in load_order, the bias slices, and one C row panel write per herd row; one DMA task
-    each (runtime loop tiling folds the launch and K loops into the BDs)."""
+    K step the bias slices, the panel loads in load_order, and one C row panel write per herd row; one DMA task
+    each (runtime loop tiling folds the launch and K loops into the BDs); packed two per shim column in program
+    order. (The analyzer starts each at its memory tile's column, as the tool does - kernel_builder.hw.flows; for
+    the 8-column herds both give the same busiest column. The closed form keeps the packing: following the tool here
+    makes the planner prefer 4-column herds at 64-256 rows, modules not yet checked with the real lowering.)"""
     points = (m // p.bm) * (n // p.bn_out)
-    # the bias slices' loads come first in program order (before the K loop), then the panel loads
+    a_loads = m // p.bm if p.a_resident else points    # a resident A panel is loaded once per launch point
     kinds = ["b"] * (p.herd_n if p.epilogue == "bias" else 0) + [kind for kind, _, _ in load_order(p)]
     rows = {"a": p.tile_m, "w": p.part_rows}
-    flows = [Flow("MM2S", i, kind, BF16 * (rows[kind] * k if kind in rows else p.tile_n) * points, 1, 1,
-                  column=i // SHIM_DMA_PER_COL) for i, kind in enumerate(kinds)]
+    flows = [Flow("MM2S", i, kind, BF16 * (rows[kind] * k if kind in rows else p.tile_n)
+                  * (a_loads if kind == "a" else points), 1, 1, column=i // SHIM_DMA_PER_COL)
+             for i, kind in enumerate(kinds)]
     flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
     return flows

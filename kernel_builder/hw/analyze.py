@@ -54,6 +54,8 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         self.work = Work(launch_iterations=launch.n_instances)
         self.copies: dict[Buffer, int] = {}
         self.channel_flows: dict[tuple, Flow] = {}   # (direction, channel, index) -> its one shim flow
+        self.chan_cols: dict[tuple, set] = {}          # (channel, index) -> columns of the cores using it
+        self.l2_tile: dict[Buffer, int] = {}          # L2 buffer -> the memory tile AIR places it on
 
     @staticmethod
     def _regions(block):
@@ -143,7 +145,8 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
                 tile_work.append(self._herd(herd, launch_env_list, shim_flows, mem_items))
         for buf, item in mem_items.items():
             item["bytes"] = buf.nbytes * self.copies.get(buf, 1)
-        self._memtiles(mem_items)
+        allocs = [n.buffer for n in ir.walk(self.launch.body) if isinstance(n, Alloc) and n.buffer.space == L2]
+        self._memtiles({b: mem_items[b] for b in allocs + list(mem_items) if b in mem_items})
         self._shim(shim_flows)
         self.work.flows = shim_flows
         if tile_work:
@@ -160,6 +163,7 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         self.usage.herd_tiles = max(self.usage.herd_tiles, n_tiles)
         paths = cnt.loop_paths(herd.body)
         self._pingpong(herd.body, L1)
+        self._herd_channel_columns(herd, paths)
         # per tile counts
         per_tile: list[tuple[dict, Counter, int]] = []   # (env, counts of one execution, multiplicity)
         by_tile: dict[tuple, list[tuple[Counter, int]]] = {}  # herd tile -> its executions over the launch grid

@@ -8,7 +8,15 @@ from collections import Counter
 
 from kernel_builder.hw.dma import shim_fold
 from kernel_builder.hw.ir import L1, L2, L3, Access, Region, Transfer
+from kernel_builder.hw.memtile_place import Bucket, affinity, place
 from kernel_builder.hw.results import AIECC, AIR_TO_AIE, AIRRT_TO_NPU, Flow
+
+
+# Whether segment DMA flows start at their memory tile's shim column, as mlir-air's ShimDMAAllocator does
+# ("same_column", checked on the tool's aie.flow ops), instead of packing two per column in program order. Off:
+# it changes the per-column shim BD counts, hence the runtime loop tiling the tuner picks for attention modules
+# and the plans the GEMM planner ranks - modules not yet re-checked with the real lowering.
+SHIM_SAME_COLUMN = False
 
 
 def herd_name(h: Region) -> str:
@@ -35,6 +43,9 @@ class FlowAccounting:
                 self._check_shim_access(t, acc, stride, ndims)
                 flow = Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
                             acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
+                other = t.src if inbound else t.dst
+                if t.kind == "dma" and other is not None and other.buffer.space == L2:
+                    flow.l2 = other.buffer
                 # channel ops on the same channel index share one shim allocation (the shim allocator reuses
                 # the allocation of a channel declaration, AIRToAIESchedulingUtils.cpp): one stream, its
                 # transfers issued one after the other - but each is its own DMA task holding its own BD, all
@@ -57,6 +68,40 @@ class FlowAccounting:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["s2mm" if inbound else "mm2s"] += 1
                 item["bds"] += self.copies.get(acc.buffer, 1)
+                if t.kind != "dma":   # the specialised channel this buffer's side uses (placement buckets)
+                    item.setdefault("chans", set()).add(self._chan_key(t.channel, t.indices, {}))
+
+    # ---- which cores' columns each specialised channel reaches (memtile_place's column affinity)
+    def _chan_key(self, channel: str, indices, env: dict, herd_side: bool = False) -> tuple:
+        """(channel, index) of one specialised channel (air-to-aie's specializeChannelBundle gives each index its
+        own channel); a herd-side index of a broadcast channel maps to the bundle index that feeds it."""
+        size, bcast = self.m.channels.get(channel, ((), ()))
+        idx = []
+        for d, e in enumerate(indices):
+            v = e.evaluate(env)
+            if v is None:
+                return (channel, None)   # not a constant: no single index (no affinity from it)
+            if herd_side and d < len(size) and d < len(bcast) and bcast[d] > size[d] > 0:
+                v //= bcast[d] // size[d]
+            idx.append(v)
+        return (channel, tuple(idx))
+
+    def _herd_columns(self, herd: Region, only: dict | None) -> set:
+        """The array columns of a herd's tiles (dim 0 runs over columns from the herd's x_loc, 0 when unplaced);
+        `only`: {tile point: ...} restricts to those tiles."""
+        x0 = herd.attributes.get("x_loc", 0) if isinstance(herd.attributes, dict) else 0
+        x0 = x0 if isinstance(x0, int) else 0
+        xs = range(herd.sizes[0] if herd.sizes else 1)
+        return {x0 + x for x in xs if only is None or any(p[0] == x for p in only)}
+
+    def _herd_channel_columns(self, herd: Region, paths: dict) -> None:
+        """Record, for every channel op inside the herd, which columns' cores use each specialised channel."""
+        import itertools
+        points = list(itertools.product(*[range(n) for n in herd.sizes])) or [()]
+        for t in (n for n in paths if isinstance(n, Transfer) and n.kind != "dma"):
+            for pt in points:
+                key = self._chan_key(t.channel, t.indices, dict(zip(herd.ids, pt)), herd_side=True)
+                self.chan_cols.setdefault(key, set()).update(self._herd_columns(herd, {pt: 1}))
 
     # ---- herd-level DDR transfers and their streams
     @staticmethod
@@ -105,6 +150,7 @@ class FlowAccounting:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["mm2s" if inbound_to_core else "s2mm"] += groups
                 item["bds"] += groups * self.copies.get(acc.buffer, 1)
+                item.setdefault("cols", set()).update(self._herd_columns(herd, None))
 
     def _herd_streams(self, herd: Region, bundles: list, flows: list) -> set:
         """The shim streams of one herd's DDR transfers. air-dma-to-channel estimates the per-column pressure of
@@ -140,14 +186,15 @@ class FlowAccounting:
         return packet
 
     # ---- memory tiles: AIR's placement of the L2 buffers (air-split-l2-memref splits a buffer with too many
-    # streams; mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap then deals the buffers round-robin over the
-    # memory tiles in program order, without looking at streams - its later column-affinity swaps keep each
-    # tile's buffer count); every tile must then hold its buffers' bytes, streams and BDs
+    # streams; then mlir-air AIRToAIEPass.cpp L2MemrefToMemTileMap buckets the allocations by shared channel, deals
+    # the buckets round-robin over the memory tiles in allocation order and swaps buckets onto the memory tile of
+    # the one core column their channels reach: kernel_builder.hw.memtile_place); every tile must then hold its
+    # buffers' bytes, streams and BDs
     def _memtiles(self, items: dict) -> None:
         f = self.facts
         u = self.usage
         pieces = []
-        for buf, it in items.items():  # insertion order: the program order of each buffer's first transfer
+        for buf, it in items.items():  # allocation order (buffers without an alloc after, in transfer order)
             u.memtile_mm2s += it["mm2s"]
             u.memtile_s2mm += it["s2mm"]
             u.memtile_bds += it["bds"]
@@ -160,22 +207,50 @@ class FlowAccounting:
             parts = max(1, -(-it["mm2s"] // f.memtile_mm2s), -(-it["s2mm"] // f.memtile_s2mm),
                         -(-it["bds"] // f.memtile_bds))
             for _ in range(parts):
-                pieces.append((buf, {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds", "bytes")}))
-        tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(pieces)))]
-        for i, (buf, piece) in enumerate(pieces):
-            t = tiles[i % f.memtiles]
-            for key in piece:
-                t[key] += piece[key]
-            t["bufs"].append(buf.name)
+                pieces.append((buf, {key: -(-it[key] // parts) for key in ("mm2s", "s2mm", "bds", "bytes")}, parts))
+        buckets, members = self._buckets(pieces, items)
+        where = place(buckets, f.memtiles, f.memtile_bytes)
+        tiles = [{"mm2s": 0, "s2mm": 0, "bds": 0, "bytes": 0, "bufs": []} for _ in range(min(f.memtiles, len(buckets)))]
+        for b, t_idx in enumerate(where):
+            t = tiles[t_idx]
+            for buf, piece, _ in members[b]:
+                self.l2_tile.setdefault(buf, t_idx)
+                for key in piece:
+                    t[key] += piece[key]
+                t["bufs"].append(buf.name)
         u.memtiles = len(tiles)
+        self.work.l2_placement = [list(t["bufs"]) for t in tiles]
         for key, what, cap in (("s2mm", "S2MM channels", f.memtile_s2mm), ("mm2s", "MM2S channels", f.memtile_mm2s),
                                ("bds", "BDs", f.memtile_bds), ("bytes", "L2 bytes", f.memtile_bytes)):
             worst = max(range(len(tiles)), key=lambda i: tiles[i][key], default=None)
             if worst is not None and tiles[worst][key] > cap:
                 t = tiles[worst]
                 self.violate("memtile", what, t[key], cap, AIR_TO_AIE if key != "bytes" else AIECC,
-                             f"memory tile {worst} gets {', '.join(t['bufs'])} (L2 buffers dealt round-robin "
-                             f"over {f.memtiles} memory tiles in program order)")
+                             f"memory tile {worst} gets {', '.join(t['bufs'])} (air-to-aie's L2 placement: "
+                             f"round-robin over {f.memtiles} memory tiles in allocation order, then swaps onto "
+                             f"each buffer's one core column)")
+
+    def _buckets(self, pieces: list, items: dict) -> tuple[list[Bucket], list[list]]:
+        """memtile_place buckets of the L2 pieces: whole buffers sharing a (constant-index) channel join one bucket;
+        a bucket's affinity is the one core column its channels (and herd DMAs) reach."""
+        buckets: list[Bucket] = []
+        members: list[list] = []
+        keys: list[set] = []
+        for buf, piece, parts in pieces:
+            it = items[buf]
+            chans = {k for k in it.get("chans", ()) if k[1] is not None}
+            b = next((i for i, ks in enumerate(keys) if parts == 1 and ks & chans), None)
+            if b is None:
+                cols = set(it.get("cols", ()))
+                for k in it.get("chans", ()):
+                    cols |= self.chan_cols.get(k, set())
+                buckets.append(Bucket(buf.name, 0, affinity(cols)))
+                members.append([])
+                keys.append(chans if parts == 1 else set())
+                b = len(buckets) - 1
+            buckets[b].nbytes += piece["bytes"]
+            members[b].append((buf, piece, parts))
+        return buckets, members
 
     # ---- shim columns: the allocator walks the columns, two channels per direction each
     def _shim(self, flows: list[Flow]) -> None:
@@ -184,8 +259,24 @@ class FlowAccounting:
         per_col_bds = Counter()
         for direction, cap_col in (("MM2S", f.shim_mm2s), ("S2MM", f.shim_s2mm)):
             fl = sorted((x for x in flows if x.direction == direction), key=lambda x: x.line)
-            for i, x in enumerate(fl):
-                x.column = i // cap_col
+            taken = Counter()
+            packed = 0
+            for x in fl:
+                # a segment DMA's flow starts at its L2 buffer's memory-tile column and walks right to the first
+                # column with a free channel (ShimDMAAllocator::allocNewDmaChannel, "same_column"); the others
+                # (herd DMAs) fill the columns two channels at a time in program order
+                home = self.l2_tile.get(x.l2) if SHIM_SAME_COLUMN and x.l2 is not None else None
+                col = home if home is not None else packed
+                for _ in range(f.columns):
+                    if taken[col] < cap_col:
+                        break
+                    col = (col + 1) % f.columns
+                else:
+                    col = f.columns + len(fl)   # over the limit: reported below
+                x.column = col
+                taken[col] += 1
+                if home is None:
+                    packed = col
                 per_col_bds[x.column] += x.pieces
             total = len(fl)
             if direction == "MM2S":

@@ -46,6 +46,8 @@ class Flow:
     pieces: int          # BDs the flow holds at once: launch iterations its BD cannot fold, issued before a wait
     non_affine: bool = False
     column: int = -1
+    l2: object = None    # the L2 buffer on the other side of a segment DMA: the shim allocator starts at its memory
+                         # tile's column (mlir-air ShimDMAAllocator "same_column"); None: packed in program order
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Work:
     scalar_macs: int = 0
     flows: list[Flow] = field(default_factory=list)
     launch_iterations: int = 1
+    l2_placement: list = field(default_factory=list)   # per memory tile: the L2 buffers AIR places on it
 
     @property
     def tile_mmul_macs(self) -> int:

@@ -1,0 +1,73 @@
+"""The GEMM with A resident in L2 (GemmPlan.a_resident, kernel_builder/gemm/builder.py `_resident`): one launch
+point per BM rows, each herd row's whole [tile_m, k] A panel loaded once into its memory tile, the W panels and
+the C row panels stepping through the column blocks. Chosen by the planner where the cost model times it faster
+(the 1B prefill's Q/O and gate/up GEMMs: A read from DDR once instead of n / bn_out times)."""
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from kernel_builder.gemm import builder as gemm_builder
+from kernel_builder.gemm import plan as gp
+from kernel_builder.hw import analyze_module
+from kernel_builder.numerics import BF16
+from multi_launch_builder.emulator import air_interp
+
+SMALL = gp.GemmPlan(tile_m=16, tile_k=64, tile_n=64, herd_m=8, herd_n=4, tile_k_l2=128, k=256, a_resident=True)
+
+
+def _build(p: gp.GemmPlan, m: int, k: int, n: int) -> str:
+    with mock.patch.object(gp, "plan_gemm", lambda *a, **kw: p):
+        return gemm_builder.build(m, k, n)
+
+
+def test_planner_keeps_a_resident_for_the_big_prefill_gemms(monkeypatch):
+    # off by default (gemm/plan.py A_RESIDENT: the real lowering of the resident 2048x2048x8192 did not finish)
+    assert not gp.plan_gemm(2048, 2048, 8192).a_resident
+    monkeypatch.setattr(gp, "A_RESIDENT", True)
+    for shape in ((2048, 2048, 8192), (2048, 2048, 2048), (4096, 2048, 8192)):
+        p = gp.plan_gemm(*shape)
+        assert p.a_resident, (shape, p)
+        m, k, n = shape
+        # A read once, W once per BM row block
+        assert p.ddr_read_bytes(m, k, n) == 2 * (m * k + k * n * (m // p.bm))
+        # memory tiles 0-3: the resident A panel, its C row panel and a W panel (two copies) within 512 KiB
+        assert p.memtile_placement()[0] == [("a", 0), ("w", 0), ("c", 0)] and p.memtile_bytes() <= 512 * 1024
+    # k = 8192 (down): a [64, 8192] panel is 1 MiB, more than a memory tile; 64 rows: no gain, not chosen
+    assert not gp.plan_gemm(2048, 8192, 2048).a_resident and not gp.plan_gemm(64, 2048, 8192).a_resident
+    with pytest.raises(ValueError, match="resident"):
+        gp.GemmPlan(64, 64, 64, 8, 4, k=2048, spread=True, a_resident=True)
+
+
+def test_resident_module_fits_and_streams_w_alone_on_four_shim_columns(monkeypatch):
+    from kernel_builder.hw import flows
+    monkeypatch.setattr(gp, "A_RESIDENT", True)
+    monkeypatch.setattr(flows, "SHIM_SAME_COLUMN", True)   # the tool's shim allocation (off by default)
+    rep = analyze_module(gemm_builder.build(2048, 2048, 8192))
+    assert rep.ok, rep.first_violation()
+    la = rep.launches[0]
+    assert la.work.l2_placement[0] == ["%a_l2", "%w_l2", "%c_l2"] and la.work.l2_placement[7] == ["%a_l2_7", "%c_l2_7"]
+    mm2s = [f for f in la.work.flows if f.direction == "MM2S"]
+    w = [f for f in mm2s if "%arg1" in f.what]
+    assert sorted(f.column for f in w) == [0, 1, 2, 3] and all(f.bytes == 8192 * 2048 * 2 * 4 // 4 for f in w)
+    assert sum(f.bytes for f in mm2s if "%arg0" in f.what) == 2048 * 2048 * 2     # A once
+
+
+def test_resident_gemm_result_and_traffic_on_the_interpreter():
+    m, k, n = 128, 256, 512      # 1 launch point, 2 column blocks, 2 L2 K steps
+    text = _build(SMALL, m, k, n)
+    assert analyze_module(text).ok
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((m, k)) * 0.5).astype(BF16)
+    w = (rng.standard_normal((n, k)) * 0.5).astype(BF16)
+    c = np.zeros((m, n), BF16)
+    stats = air_interp.compile_module(text).run([a, w, c])
+    blocks, tiles = n // SMALL.bn_out, SMALL.herd_m * SMALL.herd_n
+    assert stats.dma_bytes == SMALL.ddr_read_bytes(m, k, n) + 2 * m * n
+    assert stats.calls_by_symbol[f"gemm_zero_bf16_m16_k64_n64"] == blocks * tiles
+    ref = a.astype(np.float32) @ w.astype(np.float32).T
+    got = c.astype(np.float32)
+    # bf16 output of an f32 accumulation: within 2 bf16 ulps of the f32 product (plus a small absolute floor)
+    assert np.all(np.abs(got - ref) <= 2 * 2.0 ** -7 * np.abs(ref) + 1e-2), np.max(np.abs(got - ref))
