@@ -1,10 +1,10 @@
 """`make bench`, 4-bit weights (docs/quantization.md): the device buffers of Llama-3.2-1B and Llama-3.1-8B shapes
 in bf16 and q4 (group 32 with mins, as GGUF Q4_1 / `--weights q4`; group 128 as AWQ/GPTQ) from the memory plan
 (the ModuleExecutor's allocation: weights, the q4 prefill scratch, the KV cache at 8k, activations); the modeled
-decode token at a 1k context (kernel_builder.hw cost model, likely scenario: the decode modules' launches with
-every GEMV launch's Work replaced by the `gemv_q4` kernel's at the same shape, as the q4 decode module lowers);
-the modeled prefill of one Llama-3.2-1B layer in bf16 and q4 (the q4 modules as built: gemm_q4 where the counted
-model prefers it, else each GEMM after its weight's dequant_q4; and with every GEMM as gemm_q4); the embedded model's perplexity in bf16, native q4 and the q4 run."""
+decode token at a 1k context (kernel_builder.hw cost model, likely scenario: the bf16 and the q4 decode modules
+as built, 17 dispatches per token); the modeled prefill of one Llama-3.2-1B layer in bf16 and q4 (the q4 modules
+as built: gemm_q4 where the counted model prefers it, else each GEMM after its weight's dequant_q4; and with every
+GEMM as gemm_q4); the embedded model's perplexity in bf16, native q4 and the q4 run."""
 from __future__ import annotations
 
 from kernel_builder.gemv_q4.format import Q4Layout
@@ -31,24 +31,17 @@ def kv_bytes(shapes, context: int) -> int:
 
 
 def modeled_decode_s(shapes, window: int, q4: bool) -> float:
-    """One decode token: n_layers x layer_kv<window> + lm_head, GEMV launches priced as gemv_q4 when q4."""
+    """One decode token: n_layers x layer_kv<window> + lm_head, the modules as built (q4: the 4-bit decode layer,
+    its GEMVs gemv_q4 with the fused residual / SwiGLU launches, and the q4 LM head)."""
     from kernel_builder.hw import analyze_module, cost
-    from kernel_builder.registry import kernel_text
     from llama_npu.models.llama import LlamaModel
     from multi_launch_builder.stitcher import stitch
 
-    m = LlamaModel(shapes)
+    m = LlamaModel(shapes, "q4" if q4 else "bf16")
     total = 0.0
     for decl, times in ((m.decode(window).decls[0], shapes.n_layers), (m.head().decls[0], 1)):
         rep = analyze_module(stitch(decl), decl.name)
-        works = []
-        for launch, la in zip(decl.launches, rep.launches):
-            args = getattr(launch.build, "args", ())
-            if q4 and args and args[0] == "gemv":
-                works.append(analyze_module(kernel_text("gemv_q4", args[1], args[2], 32, 1)).launches[0].work)
-            else:
-                works.append(la.work)
-        total += times * cost.module_seconds(works)
+        total += times * cost.module_seconds([la.work for la in rep.launches])
     return total
 
 
@@ -100,17 +93,19 @@ def bench_q4() -> None:
     from llama_npu.models.llama import LLAMA31_8B, LLAMA32_1B
 
     buckets = (64, 256, 1024, 2048)
-    for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
+    for name, sh, tied in (("Llama-3.2-1B", LLAMA32_1B, True), ("Llama-3.1-8B", LLAMA31_8B, False)):
         for label, w, g in (("bf16", "bf16", None), ("q4 g32", "q4", 32), ("q4 g128", "q4", 128)):
-            p = plan_memory(sh, buckets, 8192, weights=w, q4_group=g)
-            print(f"[bench] device buffers {name} {label} (buckets {list(buckets)}, context 8k): weights "
+            p = plan_memory(sh, buckets, 8192, weights=w, q4_group=g, tied=tied)
+            emb = "" if tied else f", of which embedding + LM head rows {p.embed_bytes / GiB:.2f}"
+            print(f"[bench] device buffers {name} ({'tied' if tied else 'untied'}) {label} (buckets {list(buckets)}, "
+                  f"context 8k): weights + KV cache {(p.weights_bytes + p.kv_cache_bytes) / GiB:.2f} GiB{emb}; weights "
                   f"{p.weights_bytes / GiB:.2f} + prefill scratch {p.scratch_bytes / GiB:.2f} + KV cache "
                   f"{p.kv_cache_bytes / GiB:.2f} = {(p.weights_bytes + p.scratch_bytes + p.kv_cache_bytes) / GiB:.2f}"
                   f" GiB, + activations {p.activation_bytes / GiB:.2f} = {p.total / GiB:.2f} GiB")
     for name, sh in (("Llama-3.2-1B", LLAMA32_1B), ("Llama-3.1-8B", LLAMA31_8B)):
         b, q = modeled_decode_s(sh, 1024, False), modeled_decode_s(sh, 1024, True)
-        print(f"[bench] modeled decode {name} at 1k context (likely): bf16 {1 / b:.1f} tok/s, "
-              f"q4 GEMVs {1 / q:.1f} tok/s")
+        print(f"[bench] modeled decode {name} at 1k context (likely, per-layer modules): bf16 {1 / b:.1f} tok/s, "
+              f"q4 {1 / q:.1f} tok/s")
     for rows in (256, 2048):
         b, _ = modeled_prefill_layer_s(LLAMA32_1B, rows, "bf16")
         q, d = modeled_prefill_layer_s(LLAMA32_1B, rows, "q4")

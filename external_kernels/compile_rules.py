@@ -88,10 +88,11 @@ def _headers() -> list[Path]:
 
 
 def included_sources(source: Path) -> list[Path]:
-    """The .cc files `source` includes by name (`#include "gemm.cc"`: gemm_q4.cc), found beside it: a build's
-    inputs besides its own text and the headers."""
-    names = re.findall(r'^#include "([\w.]+\.cc)"', Path(source).read_text(), re.M)
-    return [Path(source).parent / n for n in names]
+    """The .cc files `source` includes by name (`#include "gemm.cc"`: gemm_q4.cc), found as the compiler finds
+    them: beside it, else in SOURCE_DIR (the -I of every compile; a mutated copy elsewhere includes the sources):
+    a build's inputs besides its own text and the headers. An include may sit indented (in a namespace)."""
+    names = re.findall(r'^\s*#include "([\w.]+\.cc)"', Path(source).read_text(), re.M)
+    return [Path(source).parent / n if (Path(source).parent / n).exists() else SOURCE_DIR / n for n in names]
 
 
 def kernel_fingerprint(kernel: ExternalKernel) -> str:

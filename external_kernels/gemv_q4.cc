@@ -117,3 +117,19 @@ extern "C" void Q4_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RES
 }
 
 #endif
+
+// -DQ4_SWIGLU_SYMBOL=mvq4a_bf16_... (kernel_builder/gemv_q4_swiglu, a decode's gate and up projections and their
+// SwiGLU in one launch): the tile's Q4_ROWS outputs of the GEMV above hold its gate rows y[0, Q4_ROWS/2) and its
+// up rows y[Q4_ROWS/2, Q4_ROWS); act[i] = silu(gate[i]) * up[i] for i < Q4_ROWS/2, by swiglu.cc's own code (the
+// `swiglu` kernel's numerics, vector and host path alike), compiled into this object under a local name.
+#if defined(Q4_SWIGLU_SYMBOL)
+static_assert(Q4_ROWS % 2 == 0, "gate and up rows: Q4_ROWS is even");
+#define SWIGLU_N (Q4_ROWS / 2)
+#define SWIGLU_SYMBOL q4_swiglu_half
+namespace q4_swiglu {   // swiglu.cc's constants stay apart from this file's
+#include "swiglu.cc"
+}  // namespace q4_swiglu
+extern "C" void Q4_SWIGLU_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT y, bfloat16 *LLAMA_NPU_RESTRICT act) {
+  q4_swiglu::SWIGLU_SYMBOL(y, y + SWIGLU_N, act);
+}
+#endif

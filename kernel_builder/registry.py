@@ -19,7 +19,8 @@ from kernel_builder.spec import KernelSig, KernelSpec
 # The registration: one line per kernel package kernel_builder/<kind>/ (its __init__ defines SPEC).
 KINDS: tuple[str, ...] = ("rmsnorm", "gemm", "gemv", "rope", "swiglu", "attention", "add", "gemv_q4",
                          "bias_add", "geglu", "dequant_q4", "topk", "gemm_swiglu", "gemm_bias", "gemv_bias",
-                         "gemv_q4_bias", "gemm_q4", "kv_quant", "attention_kv8", "kv_dequant")
+                         "gemv_q4_bias", "gemm_q4", "kv_quant", "attention_kv8", "kv_dequant",
+                         "gemv_q4_swiglu")
 
 
 def spec(kind: str) -> KernelSpec:

@@ -34,12 +34,15 @@ class MemoryPlan:
 
 
 def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_attention: str = "npu",
-                weights: str = "bf16", q4_group: int | None = None, kv: str = "bf16") -> MemoryPlan:
+                weights: str = "bf16", q4_group: int | None = None, kv: str = "bf16",
+                tied: bool | None = None) -> MemoryPlan:
     """Bytes a run of this model needs with these prefill buckets and device states of `context` positions.
 
     `cfg_or_shapes` is a ModelConfig (its family's description; buckets filtered to the model's context, as
     Engine.load does) or bare ModelShapes (a Llama; buckets used as given). `weights="q4"`: the 4-bit run (every
-    linear weight and the LM head in q4 rows of `q4_group`, default the model's; the prefill scratch apart)."""
+    linear weight and the LM head in q4 rows of `q4_group`, default the model's; the prefill scratch apart).
+    `tied` overrides whether the LM head is the embedding (bare shapes: tied unless told; untied, the one-dispatch
+    decode holds the embedding rows too, in q4 with 4-bit weights)."""
     from .config import select_buckets
     from .models.lowering import scratch_states
 
@@ -51,6 +54,8 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
         model = model_for(cfg_or_shapes, weights, kv)
     if q4_group:
         model.q4_group = model.head_group = q4_group
+    if tied is not None:
+        model.tied = tied
     if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
         raise ValueError(f"context must be a positive number of positions, got {context!r}")
     if not bs or min(bs) <= 0:
@@ -76,7 +81,8 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
     from .models.llama import VOCAB
     embed = sum(a.nbytes for a in model.head().decls[0].args if a.role is Role.STATE and a.state_name == VOCAB)
     if tokens and not model.tied:
-        embed += shapes.vocab * shapes.hidden * BF16_BYTES
+        from .models.token import embed_row_args
+        embed += shapes.vocab * embed_row_args(model)[0]     # bf16, or q4 rows with 4-bit weights
     widths = {a.state_name: a.row_nbytes for d in decls for a in d.args if a.role is Role.STATE}
     states = 0
     for name, width in model.graph.states.items():   # a state's row bytes as its modules declare it (KV8: int8)

@@ -18,7 +18,7 @@ from kernel_builder.numerics import BF16
 from kernel_builder.topk.reference import candidates, empty
 
 from .models.graph import call_scalars
-from .models.token import CAND_INIT, EMBED, NEXT, TOKEN, token_module, unsupported
+from .models.token import CAND_INIT, EMBED, NEXT, TOKEN, embed_q4, token_module, unsupported
 
 EMBED_WRITE_BATCH = 3000   # embedding rows copied to the device per write at load (bounded host memory)
 
@@ -64,15 +64,18 @@ class TokenDecoder:
 
     def preload(self, embed) -> None:
         """An untied model's embedding rows into the `embed` state (the rows the host gathered before: `embed[ids]`
-        bf16; a tied model's are the VOCAB state's, written with the LM head) and the chain's empty candidates
+        bf16, or with 4-bit weights their q4 rows `embed.packed(ids)`; a tied model's are the VOCAB state's, written
+        with the LM head) and the chain's empty candidates
         into each module's static."""
         c = self.cache
         untied = any(EMBED in d.states() for d in self.decls.values())
+        q4 = untied and embed_q4(self.model) if self.model is not None else False
         if untied:
             c.define_state(EMBED, self.vocab, per_key=False)
         for r0 in range(0, self.vocab if untied else 0, EMBED_WRITE_BATCH):
             rows = np.arange(r0, min(self.vocab, r0 + EMBED_WRITE_BATCH))
-            c.write_state(EMBED, np.ascontiguousarray(np.asarray(embed[rows], dtype=BF16)), start=r0)
+            data = embed.packed(rows).view(np.int8) if q4 else np.asarray(embed[rows], dtype=BF16)
+            c.write_state(EMBED, np.ascontiguousarray(data), start=r0)
         for d in self.decls.values():
             c.write_static(d.name, bo_key=d.name, **{CAND_INIT: empty(self.k)})
 

@@ -180,7 +180,11 @@ class ModelWeights:
         s = self.cfg.shapes
         if self.q4 is not None and self.model.head_weights in ("q4", "q8") and self.lm_source == "embed":
             return self.q4.vocab_rows()
-        return self.ckpt.get("model.embed_tokens.weight", (s.vocab, s.hidden))
+        rows = self.ckpt.get("model.embed_tokens.weight", (s.vocab, s.hidden))
+        if self.q4 is not None and self.lm_source == "lm_head":     # untied, 4-bit: the rows the device holds
+            from .models.lowering import Q4_GROUP
+            return Q4EmbedRows(rows, Q4_GROUP)
+        return rows
 
     def spec(self, arg: str, layer: int | None):
         return self.model.static_tensor(arg, layer, self.lm_source)
@@ -312,6 +316,26 @@ class DequantRows:
         ids = np.atleast_1d(np.asarray(idx))
         from kernel_builder.gemv_q4.format import dequantize
         out = dequantize(self.t.packed[ids], self.t.k, self.t.group, self.t.mins, self.t.bits)
+        return out[0] if np.ndim(idx) == 0 else out
+
+
+class Q4EmbedRows:
+    """An untied model's embedding in a 4-bit run (models.token.embed_q4): each row rounded to nearest per group
+    of `group` with mins (format.quantize_rtn, row by row, so any gather gives the same codes). `rows[ids]` is
+    their bf16 dequantization (the host's gather: prefill and the per-layer decode); `packed(ids)` the q4 rows the
+    token modules' EMBED state holds (dequantized on the core to the same bf16 values)."""
+
+    def __init__(self, src, group: int):
+        self.src, self.group = src, group
+        self.shape = src.shape
+
+    def packed(self, ids) -> np.ndarray:
+        from kernel_builder.gemv_q4.format import quantize_rtn
+        return quantize_rtn(np.asarray(self.src[np.atleast_1d(np.asarray(ids))], dtype=np.float32), self.group)
+
+    def __getitem__(self, idx):
+        from kernel_builder.gemv_q4.format import dequantize
+        out = dequantize(self.packed(idx), self.shape[1], self.group, True)
         return out[0] if np.ndim(idx) == 0 else out
 
 

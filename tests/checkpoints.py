@@ -102,7 +102,7 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
 
 def write_numpy_checkpoint(out_dir: Path, *, hidden: int = 256, n_heads: int = 4, n_kv_heads: int = 2,
                            ffn: int = 512, n_layers: int = 1, vocab: int = 512, max_position: int = 256,
-                           seed: int = 0, config_overrides: dict | None = None) -> Path:
+                           seed: int = 0, config_overrides: dict | None = None, tied: bool = True) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     hd = hidden // n_heads
@@ -110,7 +110,7 @@ def write_numpy_checkpoint(out_dir: Path, *, hidden: int = 256, n_heads: int = 4
            "num_attention_heads": n_heads, "num_key_value_heads": n_kv_heads, "head_dim": hd,
            "intermediate_size": ffn, "num_hidden_layers": n_layers, "vocab_size": vocab,
            "max_position_embeddings": max_position, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-           "hidden_act": "silu", "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2}
+           "hidden_act": "silu", "tie_word_embeddings": tied, "bos_token_id": 1, "eos_token_id": 2}
     cfg.update(config_overrides or {})
     (out_dir / "config.json").write_text(json.dumps(cfg))
     rng = np.random.default_rng(seed)
@@ -119,6 +119,8 @@ def write_numpy_checkpoint(out_dir: Path, *, hidden: int = 256, n_heads: int = 4
         return (rng.standard_normal(shape) * 0.02).astype(BF16)
 
     t = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": np.ones(hidden, BF16)}
+    if not tied:
+        t["lm_head.weight"] = w(vocab, hidden)
     for i in range(n_layers):
         p = f"model.layers.{i}."
         t.update({p + "input_layernorm.weight": np.ones(hidden, BF16),

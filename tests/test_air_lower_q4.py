@@ -2,7 +2,7 @@
 aiecc passes up to the NPU instructions), when LLAMA_NPU_AIR_LOWER points to a real-lowering driver
 (docs/verification.md, "Real lowering"); skipped otherwise. Each case also asks the hardware model, whose
 verdict must agree: `dequant_q4` (the q4 prefill's per-layer weight) and `gemv_q4` (4-bit, group 32 / 128, and
-8-bit codes) at Llama-3.2-1B / 3.1-8B shapes, and the stitched Llama-3.2-1B q4 modules (prefill with the
+8-bit codes) at Llama-3.2-1B / 3.1-8B shapes, the decode's fused `gemv_q4_swiglu` / `gemv_q4_bias` at 8B shapes, and the stitched Llama-3.2-1B q4 modules (prefill with the
 dequantization into the scratch state, the fused decode layer, the LM head in 4 and 8 bits)."""
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ KERNELS = [
     ("dequant_q4", 4096, 14336, 32, 1), ("dequant_q4", 14336, 4096, 128, 1),
     ("gemv_q4", 2048, 8192, 128, 1), ("gemv_q4", 16384, 2048, 32, 0, 8), ("gemv_q4", 6144, 576, 32, 0, 8),
     ("gemm_q4", 256, 2048, 2048, 32), ("gemm_q4", 64, 2048, 512, 32),
+    # the 4-bit decode layer's fused launches at Llama-3.1-8B shapes (gate/up + SwiGLU, down + residual) and the
+    # untied embedding row's dequantization (the 1B ones lower inside the token probe, check-lowering)
+    ("gemv_q4_swiglu", 14336, 4096, 32, 1), ("gemv_q4_bias", 4096, 14336, 32, 1), ("dequant_q4", 1, 4096, 32, 1),
 ]
 
 

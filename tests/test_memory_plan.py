@@ -65,6 +65,21 @@ def test_kv_cache_formula_and_llama_1b_figure():
     assert isinstance(p, MemoryPlan)
 
 
+def test_untied_8b_q4_weights_and_kv_cache_at_8k_fit_6_gib():
+    """Llama-3.1-8B (untied) with 4-bit weights: the one-dispatch decode's embedding rows are q4 rows (group 32,
+    mins) beside the q4 LM head, so weights + the KV cache at 8k stay within 6 GiB (issue 26); with bf16 rows
+    they would not."""
+    from kernel_builder.gemv_q4.format import Q4Layout
+    from llama_npu.models.llama import LLAMA31_8B
+    s = LLAMA31_8B
+    tied = plan_memory(s, (64,), 8192, weights="q4", tied=True)
+    untied = plan_memory(s, (64,), 8192, weights="q4", tied=False)
+    assert untied.embed_bytes - tied.embed_bytes == s.vocab * Q4Layout(s.hidden, 32, True).row_bytes
+    assert (untied.weights_bytes + untied.kv_cache_bytes) / 2**30 <= 6.0
+    bf16_rows = untied.weights_bytes + s.vocab * s.hidden * 2 - s.vocab * Q4Layout(s.hidden, 32, True).row_bytes
+    assert (bf16_rows + untied.kv_cache_bytes) / 2**30 > 6.0
+
+
 def test_config_buckets_are_filtered_to_the_context(tiny_model_dir):
     cfg = load_config(tiny_model_dir)          # context 256
     assert plan_memory(cfg, (64, 1024), 256) == plan_memory(cfg, (64,), 256)

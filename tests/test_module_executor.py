@@ -236,11 +236,13 @@ def test_ref_errors_name_both_ends(built):
         kc.load_and_run("add_norm", x, r, read=("s",))
 
 
-def test_ref_alias_within_one_run_follows_launch_order(tmp_path):
-    """ffn_dec reads its residual x in launch 1 (after launch 0 wrote proj) and writes x_out in its
-    last launch. x bound to the module's own x_out (the engine's layer-to-layer hand-off) is safe and
-    bit-identical to the host round trip; x bound to proj would be overwritten before it is read:
-    rejected before anything runs."""
+def test_ref_alias_within_one_run_follows_launch_order(tmp_path, monkeypatch):
+    """ffn_dec (declared without the decode's residual fusion, so the add is its own launch) reads its residual
+    x in launch 1 (after launch 0 wrote proj) and writes x_out in its last launch. x bound to the module's own
+    x_out (the engine's layer-to-layer hand-off) is safe and bit-identical to the host round trip; x bound to
+    proj would be overwritten before it is read: rejected before anything runs."""
+    from llama_npu.models import lowering
+    monkeypatch.delitem(lowering.RULES, ("linear", "add"))
     shapes = ModelShapes(hidden=64, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128, vocab=256,
                          n_layers=1, rms_eps=1e-5)
     decl = next(d for d in LlamaModel(shapes).decode().decls if d.name == "ffn_dec")

@@ -51,7 +51,11 @@ def test_q4_decode_module_uses_gemv_q4_and_fits():
     statics = {a.name: (a.shape, a.dtype) for a in d.args if a.role.name == "STATIC"}
     assert statics["w_gate_q4"] == ((8192, 1280), "i8") and "w_gate" not in statics
     text = stitch(d)
-    assert text.count("mvq4_bf16_k2048_g32_z1") >= 6
+    # q, k, v: gemv_q4; o_proj + residual: gemv_q4_bias; gate/up + SwiGLU: gemv_q4_swiglu; down + residual
+    assert [la.build.args[0] for la in d.launches if la.build.args[0].startswith("gemv")] == \
+        ["gemv_q4"] * 3 + ["gemv_q4_bias", "gemv_q4_swiglu", "gemv_q4_bias"]
+    assert text.count("mvq4_bf16_k2048_g32_z1") >= 4 and "mvq4s_bf16_k2048_g32_z1" in text \
+        and "mvq4b_bf16_k8192_g32_z1" in text
     rep = analyze_module(text, d.name)
     assert rep.ok, rep.first_violation()
     head = LlamaModel(LLAMA32_1B, "q4").head().decls[0]

@@ -42,6 +42,30 @@ def test_one_dispatch_equals_per_layer_decode(tiny, tmp_path_factory, mode):
     assert eng.generate(prompt, 12).tokens == one
 
 
+def test_untied_q4_embedding_rows_on_the_device_in_4_bits(tmp_path_factory):
+    """An untied model with 4-bit weights keeps its embedding rows on the device as q4 rows (the EMBED state:
+    row_bytes per row, a quarter of bf16's plus the scales), dequantized on the core; the one-module token gives the
+    per-layer decode's tokens, whose host gather reads the same rows' dequantization."""
+    from kernel_builder.gemv_q4.format import Q4Layout
+    from llama_npu.engine import Engine
+    from llama_npu.models.token import EMBED
+    src = write_numpy_checkpoint(tmp_path_factory.mktemp("untied") / "m", hidden=128, n_heads=4, n_kv_heads=2,
+                                 ffn=256, n_layers=2, vocab=250, max_position=256, seed=5, tied=False)
+    eng = Engine.load(str(src), device="emu", buckets=(64,), cache_dir=tmp_path_factory.mktemp("ku"),
+                      progress=False, context=256, weights_mode="q4", warmup=False)
+    d = eng.token_decode.decls[256]
+    (row,) = [a for a in d.args if a.state_name == EMBED]
+    assert (row.dtype, row.shape) == ("i8", (1, Q4Layout(128, 32, True).row_bytes))
+    assert [la.build.args[0] for la in d.launches][0] == "dequant_q4"
+    prompt = [5, 17, 42, 7, 99, 3]
+    one = eng.generate(prompt, 8).tokens
+    assert eng.cache.report() and any(r["module"] == "token_kv256" and r["calls"] == len(one) - 1
+                                      for r in eng.cache.report())
+    eng.token_decode = None
+    eng.reset()
+    assert eng.generate(prompt, 8).tokens == one
+
+
 def test_top_k_sampling_from_device_candidates(tiny, tmp_path_factory):
     """Top-k sampling reads the k best (id, logit) pairs (8·k bytes) and draws exactly what the sampler draws from
     the whole logits with the same seed."""
@@ -98,7 +122,7 @@ def test_hardware_model_accepts_the_token_module(name, weights, tied):
     rep = analyze_module(stitch(d), d.name)
     assert rep.ok, rep.first_violation()
     # [the 4-bit embedding row's dequant] + every layer + final norm + per partition a GEMV and a topk
-    embed = int(tied and weights == "q4")
+    embed = int(weights == "q4")      # tied: the LM head's q4 row; untied: the q4 EMBED row
     assert len(d.launches) == embed + shapes.n_layers * len(m.decode(1024).decls[0].launches) + 1 + 2 * m.lm_parts
     assert ("embed" in d.states()) == (not tied) and "vocab" in d.states()
 

@@ -66,11 +66,13 @@ def _layer_math(w, x, pos, k_hist, v_hist, qk_norm):
     else:
         t["attn"] = flash_attn(t["q_roped"], keys, vals, seq=r, heads=S.n_heads, kv_heads=S.n_kv_heads,
                                     head_dim=HD, causal=1)
-    proj = lin(t["attn"], w["wo"], H, Q)
-    res1 = K["add"](x, proj, rows=r, dim=H)
+    # a residual add: decode fuses it into the GEMV's epilogue (gemv_bias: added in f32, one rounding)
+    res = (lambda a, wt, n, k, b: K["gemv_bias"](wt, a, b, m=n, k=k)) if r == 1 else \
+        (lambda a, wt, n, k, b: K["add"](b, lin(a, wt, n, k), rows=r, dim=n))
+    res1 = res(t["attn"], w["wo"], H, Q, x)
     h2 = K["rmsnorm"](res1, w["ffn_norm"], rows=r, dim=H, eps=EPS)
     act = K["swiglu"](lin(h2, w["w_gate"], F, H), lin(h2, w["w_up"], F, H), rows=r, dim=F)
-    t["x_out"] = K["add"](res1, lin(act, w["w_down"], H, F), rows=r, dim=H)
+    t["x_out"] = res(act, w["w_down"], H, F, res1)
     return t, k_new, v
 
 

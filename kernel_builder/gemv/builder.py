@@ -93,11 +93,13 @@ def build(m: int, k: int, bias: bool = False) -> str:
     return mod.text()
 
 
-def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, bias=None) -> None:
+def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, bias=None, w2=None) -> None:
     """The launch body of a GEMV (gemv, gemv_q4): per tile (tx, ty), number t = tx*herd_y + ty, on its own
     channel: the whole x, (with `bias`: the tile's bias elements [t*rows, (t+1)*rows), which the tile takes in
-    x's transfer,) then its `rows` rows [t*rows, (t+1)*rows) of w as one contiguous run. `x`, `w`: (launch value,
-    memref type, row length in elements); `bias`: (launch value, memref type [1, m], m)."""
+    x's transfer,) then its `rows` rows [t*rows, (t+1)*rows) of w as one contiguous run (with `w2`, a second
+    matrix of w's shape: then its rows [t*rows, (t+1)*rows) too, gemv_q4_swiglu's up rows after the gate rows).
+    `x`, `w`, `w2`: (launch value, memref type, row length in elements); `bias`: (launch value, memref type
+    [1, m], m)."""
     hx, hy = herd_shape
     (xv, x_ty, k), (wv, w_ty, row) = x, w
     for tx in range(hx):
@@ -108,6 +110,8 @@ def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, b
                 bv, b_ty, m = bias
                 lb.channel_put(ch, [tx, ty], bv, b_ty, ([0, r0], [1, rows], [m, 1]))
             lb.channel_put(ch, [tx, ty], wv, w_ty, ([r0, 0], [rows, row], [row, 1]))
+            if w2 is not None:
+                lb.channel_put(ch, [tx, ty], w2[0], w2[1], ([r0, 0], [rows, w2[2]], [w2[2], 1]))
 
 
 def tile_row0(b, tx, ty, hy: int, rows: int):

@@ -21,7 +21,7 @@ Q4_K_MULTIPLE = NPU2.vector_lanes_bf16   # one int4 vector of 32 lanes -> 32 bf1
 
 
 def gemv_q4_kernel(k: int, group: int, mins: int, tile_m: int, rows: int, bits: int | None = 4,
-                   bias: bool = False) -> ExternalKernel:
+                   bias: bool = False, swiglu: bool = False) -> ExternalKernel:
     """One 4-bit GEMV step of a herd tile: `(w u8[tile_m * row_bytes], x bf16[k], y bf16[rows], int32 row)`:
     tile_m whole rows in the q4 row layout (format.Q4Layout), dequantized in the core, f32 accumulation.
     bits=8: the same with 8-bit codes (symbol and object end in `_b8`). `bias` (kernel_builder.gemv_q4_bias): x
@@ -34,13 +34,24 @@ def gemv_q4_kernel(k: int, group: int, mins: int, tile_m: int, rows: int, bits: 
     if rows % tile_m:
         raise ValueError(f"gemv_q4: tile_m={tile_m} must divide rows={rows}")
     tag = f"k{k}_g{group}_z{int(mins)}_m{tile_m}_r{rows}" + ("_b8" if bits == 8 else "")
-    base = "mvq4b" if bias else "mvq4"
+    base = "mvq4s" if swiglu else "mvq4b" if bias else "mvq4"
     symbol = f"{base}_bf16_{tag}"
-    return ExternalKernel(
+    kern = ExternalKernel(
         symbol=symbol, obj=f"{base}_{tag}.o", source="gemv_q4.cc",
         defines=(("Q4_K", str(k)), ("Q4_G", str(group)), ("Q4_MINS", str(int(mins))), ("Q4_TILE_M", str(tile_m)),
                  ("Q4_ROWS", str(rows)), ("Q4_RB", str(lay.row_bytes)), ("Q4_SYMBOL", symbol))
         + ((("Q4_BITS", "8"),) if bits == 8 else ()) + ((("Q4_BIAS", "1"),) if bias else ()))
+    if swiglu:       # gemv_q4_swiglu: the object's second entry, the SwiGLU of the tile's gate and up rows
+        if rows % 2:
+            raise ValueError(f"gemv_q4_swiglu: rows={rows} must be even (gate rows then up rows)")
+        kern = ExternalKernel(symbol=symbol, obj=kern.obj, source=kern.source,
+                              defines=kern.defines + (("Q4_SWIGLU_SYMBOL", swiglu_symbol(kern)),))
+    return kern
+
+
+def swiglu_symbol(kern: ExternalKernel) -> str:
+    """The SwiGLU entry of a gemv_q4_swiglu object (`mvq4a_bf16_...`, beside its GEMV step `mvq4s_bf16_...`)."""
+    return kern.symbol.replace("mvq4s_", "mvq4a_", 1)
 
 
 def gemv_q4_model(k: int, group: int, mins: int, tm: int, rows: int, bits: int | None = 4, bias: bool = False):

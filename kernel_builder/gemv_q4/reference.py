@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernel_builder.gemv.reference import gemv
+from kernel_builder.gemv.reference import gemv_f32
 from kernel_builder.gemv_q4.format import Q4Layout, dequantize
-from kernel_builder.numerics import check_dims
+from kernel_builder.numerics import check_dims, to_bf16
 
 
-def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int, bits: int = 4) -> np.ndarray:
-    """y[1, m] from w: u8 [m, row_bytes] (the q4 row layout; `bits` 4 or 8) and x[k]."""
-    check_dims("gemv_q4", m=m, k=k)
+def gemv_q4_f32(w, x, *, m: int, k: int, group: int, mins: int, bits: int = 4, kind: str = "gemv_q4") -> np.ndarray:
+    """f32 y[m] before the rounding, from w: u8 [m, row_bytes] (the q4 row layout; `bits` 4 or 8) and x[k]: the
+    host q4 GEMV on the rows as stored when the host kernels are built (the same bits as the GEMV on the
+    dequantized weights, tests/test_gemv_q4.py), else that GEMV."""
+    check_dims(kind, m=m, k=k)
     lay = Q4Layout(k, group, bool(mins), bits)
     wa = np.asarray(w)
     wa = wa.view(np.uint8) if wa.dtype.itemsize == 1 else wa.astype(np.int8).view(np.uint8)   # bytes (i8 on device)
     if wa.size != m * lay.row_bytes:
-        raise ValueError(f"gemv_q4: w has {wa.size} bytes, m={m} rows of {lay.row_bytes} bytes expected")
+        raise ValueError(f"{kind}: w has {wa.size} bytes, m={m} rows of {lay.row_bytes} bytes expected")
     from external_kernels import host_build
     lib = host_build.library()
     if lib is not None:
         from kernel_builder.gemv_q4 import host
-        from kernel_builder.numerics import f32_input, to_bf16
-        y = host.run(lib, wa, f32_input("gemv_q4", "x", x, (k,)), m=m, k=k, group=group, mins=mins,
-                     row_bytes=lay.row_bytes, bits=bits)
-        return to_bf16(y).reshape(1, m)
-    return gemv(dequantize(wa, k, group, bool(mins), bits), x, m=m, k=k)
+        from kernel_builder.numerics import f32_input
+        return host.run(lib, wa, f32_input(kind, "x", x, (k,)), m=m, k=k, group=group, mins=mins,
+                        row_bytes=lay.row_bytes, bits=bits)
+    return gemv_f32(dequantize(wa, k, group, bool(mins), bits), x, m=m, k=k, kind=kind)
+
+
+def gemv_q4(w, x, *, m: int, k: int, group: int, mins: int, bits: int = 4) -> np.ndarray:
+    """y[1, m] from w: u8 [m, row_bytes] (the q4 row layout; `bits` 4 or 8) and x[k]."""
+    return to_bf16(gemv_q4_f32(w, x, m=m, k=k, group=group, mins=mins, bits=bits)).reshape(1, m)

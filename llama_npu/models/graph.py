@@ -241,9 +241,10 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
 
 
 def _fuse(ops: list[Op], graph: LayerGraph, phase: Phase, rules: dict) -> list[Op]:
-    """Epilogue fusion: an op followed in its segment by an op that alone consumes its output becomes one op
-    when `rules[(first kind, second kind)](first, second, phase, graph)` returns it (None: not in this phase;
-    e.g. a decode projection and its bias: one GEMV with the bias epilogue)."""
+    """Epilogue fusion: an op followed in its segment by an op that alone consumes its output (as any of its
+    inputs) becomes one op when `rules[(first kind, second kind)](first, second, phase, graph)` returns it (None:
+    not in this phase or not this operand; e.g. a decode projection and its bias, or its residual add: one GEMV
+    with the bias epilogue)."""
     readers: dict[str, int] = {}
     for op in graph.ops:
         for t in op.ins:
@@ -252,11 +253,16 @@ def _fuse(ops: list[Op], graph: LayerGraph, phase: Phase, rules: dict) -> list[O
     for op in ops:
         prev = out[-1] if out else None
         fuse = rules.get((prev.kind, op.kind)) if prev is not None else None
-        if fuse and not prev.into and op.ins[0] == prev.out and readers.get(prev.out) == 1 \
+        if fuse and not prev.into and prev.out in op.ins and readers.get(prev.out) == 1 \
                 and prev.out not in graph.outputs:
             fused = fuse(prev, op, phase, graph)
             if fused is not None:
                 out[-1] = fused
+                # an earlier op whose output only the replaced op read, and the fused op no longer reads
+                # (swiglu(gate, up) -> linear_swiglu(x, w_gate, w_up): the gate projection) is dropped
+                gone = {t for t in op.ins if is_activation(t) and t != prev.out and readers.get(t) == 1
+                        and t not in fused.ins and t not in graph.outputs}
+                out = [o for o in out if o.into or o.out not in gone]
                 continue
         out.append(op)
     return out

@@ -13,7 +13,7 @@ from kernel_builder.registry import kernel
 from kernel_builder.gemm_q4.plan import prefer_l1
 from kernel_builder.gemv_q4.format import Q4Layout
 
-from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase
+from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase, is_activation
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
 Q8_SUFFIX = "_q8"    # the same layout with 8-bit codes (a GGUF's Q8_0 LM head)
@@ -66,10 +66,18 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
 
 
 def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
-    """silu(x . w_gate^T) * (x . w_up^T) in one GEMM launch (models/fusion.py; GEMM phases only), w the [2n, k]
-    gate/up weight interleaved by 8 rows the decode GEMV reads too (kernel_builder/gemm_swiglu/layout.py)."""
-    x, w = op.ins
+    """silu(x . w_gate^T) * (x . w_up^T) in one launch: a GEMM phase's gemm_swiglu (models/fusion.py) on the [2n, k]
+    gate/up weight interleaved by 8 rows the decode GEMV reads too (kernel_builder/gemm_swiglu/layout.py), or a
+    4-bit decode's gemv_q4_swiglu on separate gate and up weights (op ins (x, w_gate, w_up): fuse_gate_up_swiglu)."""
+    x = op.ins[0]
     n, k = op.width, graph.width(x)
+    if len(op.ins) == 3:
+        if phase.rows != 1 or graph.weights != "q4":
+            raise ValueError(f"linear_swiglu with separate gate and up weights is a 4-bit decode op ({op.out})")
+        g = graph.q4_group
+        q4 = [Arg(w.name + Q4_SUFFIX, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8") for w in op.ins[1:]]
+        return kernel("gemv_q4_swiglu", n, k, g, 1), (q4[0].name, q4[1].name, x, op.out), q4
+    w = op.ins[1]
     return kernel("gemm_swiglu", phase.rows, k, n), (x, w.name, op.out), [_static(w.name, (2 * n, k), graph)]
 
 
@@ -101,9 +109,35 @@ def bias_add(op: Op, phase: Phase, graph: LayerGraph):
 def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | None:
     """A decode projection (GEMV, bf16 or 4-bit) and its bias_add: one `linear_bias` op (the GEMV with the bias
     epilogue); prefill (GEMM) keeps the two launches."""
-    if phase.rows != 1 or graph.weights not in ("bf16", "q4"):
+    if phase.rows != 1 or graph.weights not in ("bf16", "q4") or add.ins[0] != lin.out:
         return None
     return Op("linear_bias", (*lin.ins, add.ins[1]), add.out, add.width, into=add.into)
+
+
+def fuse_linear_residual(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | None:
+    """A decode projection (GEMV, bf16 or 4-bit) and the residual add reading it: one `linear_bias` op whose bias
+    is the residual activation (the GEMV's epilogue adds it to the f32 accumulator before the one bf16 rounding;
+    the separate add rounded the product first); prefill (GEMM) keeps the two launches."""
+    if phase.rows != 1 or graph.weights not in ("bf16", "q4") or add.into:
+        return None
+    (other,) = [t for t in add.ins if t != lin.out] or [None]
+    if other is None or not is_activation(other) or graph.width(other) != lin.width:
+        return None
+    return Op("linear_bias", (*lin.ins, other), add.out, add.width)
+
+
+def fuse_gate_up_swiglu(up: Op, act: Op, phase: Phase, graph: LayerGraph) -> Op | None:
+    """A 4-bit decode's swiglu(linear(x, w_gate), linear(x, w_up)), met at (up projection, swiglu): one
+    `linear_swiglu` op (gemv_q4_swiglu: each tile streams its gate rows then its up rows and writes the SwiGLU of
+    its rows); the gate projection, read by the swiglu alone, is dropped (graph._fuse). bf16 decode and prefill
+    keep their launches."""
+    if phase.rows != 1 or graph.weights != "q4" or act.into or act.ins[1] != up.out:
+        return None
+    gate = next((o for o in graph.ops if o.out == act.ins[0] and not o.into), None)
+    if gate is None or gate.kind != "linear" or gate.ins[0] != up.ins[0] \
+            or not gate.width == up.width == act.width:
+        return None
+    return Op("linear_swiglu", (up.ins[0], gate.ins[1], up.ins[1]), act.out, act.width)
 
 
 def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
@@ -114,13 +148,14 @@ def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
         return linear_bias(op, phase, graph)
     x, w, b = op.ins
     n, k = op.width, graph.width(x)
-    bias = _static(b.name, (1, n), graph)
+    # the bias: a [1, out] static, or an activation (a residual: an INPUT or an earlier op's output)
+    bias, b_name = ([], b) if is_activation(b) else ([_static(b.name, (1, n), graph)], b.name)
     if graph.weights == "q4":
         g = graph.q4_group
         name = w.name + Q4_SUFFIX
-        return (kernel("gemv_q4_bias", n, k, g, 1), (name, x, b.name, op.out),
-                [Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8"), bias])
-    return kernel("gemv_bias", n, k), (w.name, x, b.name, op.out), [_static(w.name, (n, k), graph), bias]
+        return (kernel("gemv_q4_bias", n, k, g, 1), (name, x, b_name, op.out),
+                [Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8"), *bias])
+    return kernel("gemv_bias", n, k), (w.name, x, b_name, op.out), [_static(w.name, (n, k), graph), *bias]
 
 
 def rope(op: Op, phase: Phase, graph: LayerGraph):
@@ -173,4 +208,5 @@ RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "
          "bias_add": bias_add, "rope": rope, "attention": attention, "add": add,
          "swiglu": swiglu, "geglu": swiglu,
          # epilogue fusions (graph._fuse): (first op kind, second op kind) -> the fused op, or None in a phase
-         ("linear", "bias_add"): fuse_linear_bias}
+         ("linear", "bias_add"): fuse_linear_bias, ("linear", "add"): fuse_linear_residual,
+         ("linear", "swiglu"): fuse_gate_up_swiglu}

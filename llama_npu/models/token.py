@@ -13,6 +13,7 @@ buffers the per-layer modules use (`Arg.shares`) and its KV cache is the layer's
 from __future__ import annotations
 
 from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
+from kernel_builder.gemv_q4.format import Q4Layout
 from kernel_builder.registry import kernel
 
 from .graph import POS, layer_plan
@@ -45,12 +46,29 @@ def unsupported(model) -> str:
     return ""
 
 
+def embed_q4(model) -> bool:
+    """An untied model's embedding rows on the device in 4 bits (q4 rows of group Q4_GROUP with mins, rounded to
+    nearest from the checkpoint's rows, llama_npu.weights.Q4EmbedRows): with 4-bit weights; bf16 otherwise."""
+    return not model.tied and model.weights == "q4"
+
+
+def embed_row_args(model) -> tuple[int, str]:
+    """(bytes, element type) of one row of the EMBED state (an untied model's embedding rows)."""
+    h = model.shapes.hidden
+    return (Q4Layout(h, Q4_GROUP, True).row_bytes, "i8") if embed_q4(model) else (2 * h, "bf16")
+
+
 def _embedding(model, head: ModuleDecl) -> tuple[list[Arg], list[Launch]]:
     """The token's embedding row `embed_row` bf16 [1, hidden]: tied, a window of the VOCAB state (the LM head's
-    rows) at the token, dequantized on the core when those rows are 4-bit; untied, a window of the EMBED state."""
+    rows) at the token, dequantized on the core when those rows are 4-bit; untied, a window of the EMBED state,
+    dequantized on the core when the model's weights are 4-bit (embed_q4)."""
     h = model.shapes.hidden
     if not model.tied:
-        return [Arg(EMBED_ROW, (1, h), Role.STATE, "bf16", state=EMBED, at=TOKEN)], []
+        if not embed_q4(model):
+            return [Arg(EMBED_ROW, (1, h), Role.STATE, "bf16", state=EMBED, at=TOKEN)], []
+        row = Arg("embed_q4", (1, embed_row_args(model)[0]), Role.STATE, "i8", state=EMBED, at=TOKEN)
+        return ([row, Arg(EMBED_ROW, (1, h), Role.INTERMEDIATE, "bf16")],
+                [Launch("embed", kernel("dequant_q4", 1, h, Q4_GROUP, 1), (row.name, EMBED_ROW))])
     lm = next(a for a in head.args if a.role is Role.STATE and a.state_name == VOCAB)
     if lm.dtype == "bf16":
         return [Arg(EMBED_ROW, (1, h), Role.STATE, "bf16", state=VOCAB, at=TOKEN)], []

@@ -120,14 +120,17 @@ class ReferenceExecutor:
 
     def raw_reads(self, launch: LaunchSpec) -> tuple[int, ...]:
         """Operand positions this launch takes in their stored element type (bf16) instead of the device's
-        f32 shadow: a gemv's weight when the host GEMV kernel is built (it reads bf16: half the bytes); a
-        gemv_q4's packed 4-bit weight always (bytes, not numbers)."""
-        if launch.kind == "gemv_q4":
+        f32 shadow: a gemv's (gemv_bias's) weight when the host GEMV kernel is built (it reads bf16: half the
+        bytes); a gemv_q4's (gemv_q4_bias's, gemv_q4_swiglu's two) packed 4-bit weights always (bytes, not
+        numbers)."""
+        if launch.kind in ("gemv_q4", "gemv_q4_bias"):
             return (launch.reads[0],)
-        if launch.kind == "gemv":
+        if launch.kind == "gemv_q4_swiglu":
+            return tuple(launch.reads[:2])
+        if launch.kind in ("gemv", "gemv_bias"):      # gemv_bias: a decode's residual add in its epilogue
             from external_kernels import host_build as host_native
             from kernel_builder import reference
-            if self.kernels.get("gemv") is reference.gemv and host_native.library() is not None:
+            if self.kernels.get(launch.kind) is getattr(reference, launch.kind) and host_native.library() is not None:
                 return (launch.reads[0],)
         return ()
 
