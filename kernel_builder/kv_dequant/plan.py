@@ -2,41 +2,21 @@
 tile_m KV8 rows in (codes and scales, ping-ponged), their bf16 K and V rows out (written by the call)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kernel_builder.kv_dequant.external import KVD_HEAD_DIM_MULTIPLE
+from kernel_builder.kv_quant.plan import KvQuantPlan
 from kernel_builder.planner import BF16, L1_BUDGET, NPU2_COLS, check_positive, divisors_desc, kib, pingpong_copies
 
 MAX_STEP_BYTES = 8 * 1024    # bf16 output bytes per step (K and V each)
 
 
-@dataclass(frozen=True)
-class KvDequantPlan:
-    rows: int
-    kv_heads: int
-    head_dim: int
-    tiles: int
-    tile_m: int
-
-    @property
-    def width(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    @property
-    def rows_per_tile(self) -> int:
-        return self.rows // self.tiles
-
-    @property
-    def steps(self) -> int:
-        return self.rows_per_tile // self.tile_m
+class KvDequantPlan(KvQuantPlan):
+    """kv_quant's plan (rows, kv heads, head_dim, tiles, rows per step) with the reverse buffers: KV8 rows in,
+    bf16 K and V rows out."""
 
     def l1_buffers(self) -> dict[str, int]:
         n = pingpong_copies(self.steps) * self.tile_m
         return {"kv": n * (2 * self.width + 8 * self.kv_heads),
                 "k": BF16 * self.tile_m * self.width, "v": BF16 * self.tile_m * self.width}
-
-    def l1_bytes(self) -> int:
-        return sum(self.l1_buffers().values())
 
 
 def plan_kv_dequant(rows: int, kv_heads: int, head_dim: int) -> KvDequantPlan:
