@@ -92,7 +92,7 @@ def plan_memory(cfg_or_shapes, buckets: Iterable[int], context: int, decode_atte
     return MemoryPlan(sum(statics.values()) + embed, states, activations, scratch, embed)
 
 
-from .sizes import DEFAULT_CONTEXT_CAP  # noqa: E402 (positions the KV cache is planned for without --context)
+from .sizes import DEFAULT_CONTEXT_CAP, context_tiles  # noqa: E402 (positions the KV cache is planned for without --context)
 KV_SHARE = 0.5                # of the memory left after weights and activations, what the KV cache may take
 
 
@@ -114,8 +114,9 @@ def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
     """The context (KV-cache positions) of a run, checked against memory before any weight is read.
 
     `requested` (--context) is validated against the model's context and the available memory; without it,
-    the largest power of two <= min(model context, DEFAULT_CONTEXT_CAP) whose KV cache takes at most KV_SHARE
-    of what the weights and activations leave (the model's own context when it is smaller). ContextError
+    the largest power of two <= min(model context, DEFAULT_CONTEXT_CAP) whose attention the kernels tile
+    (sizes.context_tiles) and whose KV cache takes at most KV_SHARE of what the weights and activations leave
+    (the model's own context when it is smaller). ContextError
     (one line, with a --context that fits) when even that cannot fit."""
     from .errors import ContextError
 
@@ -126,8 +127,18 @@ def choose_context(cfg, buckets: Iterable[int], requested: int | None = None,
         if requested > limit:
             raise ContextError(f"--context {requested} exceeds the model's context of {limit} positions")
         ctx = requested
+        model = model_for(cfg, weights, kv)
+        if not context_tiles(model, ctx):
+            fits = 1 << ((ctx - 1).bit_length() - 1)
+            while fits > 256 and not context_tiles(model, fits):
+                fits //= 2
+            raise ContextError(f"--context {ctx}: the attention kernel cannot tile this model's decode over "
+                               f"{model.kv_windows(ctx)[-1]} cached positions yet; pass --context {fits}")
     else:
         ctx = min(limit, DEFAULT_CONTEXT_CAP)
+        model = model_for(cfg, weights, kv)
+        while ctx > 256 and not context_tiles(model, ctx):   # what the kernels can tile
+            ctx = 1 << ((ctx - 1).bit_length() - 1)
         while available is not None and ctx > 256:
             plan = plan_memory(cfg, buckets, ctx, decode_attention, weights, kv=kv)
             if plan.kv_cache_bytes <= KV_SHARE * (available - plan.weights_bytes - plan.activation_bytes):

@@ -105,3 +105,24 @@ def plan_modules(model, cfg, buckets, context: int, decode_attention: str = "npu
     with kernel_sizes(cfg):
         return model.modules(buckets, context, decode_attention) + token_decls(
             model, model.kv_windows(context), decode_attention == "npu")
+
+
+def context_tiles(model, context: int) -> bool:
+    """Whether the kernels tile the decode attention of this context's largest KV window in every layer variant:
+    the window only grows with the context, so a smaller context tiles whenever this one does (Gemma-3-1B's
+    head_dim 256 at 32768 positions does not: more K/V tiles per split than one DMA task may repeat,
+    kernel_builder/attention/plan.py). (The prefill attention's planner tiles any window: not asked here, its
+    plan at a large window takes seconds.)"""
+    from .models.llama import K_CACHE
+
+    top = model.kv_windows(context)[-1]
+    try:
+        for v in model.layer_variants:
+            for d in model.decode(top, v).decls:
+                window = {a.name for a in d.args if getattr(a, "state_name", None) == K_CACHE}
+                for la in d.launches:
+                    if window & set(la.wiring):   # a kernel reading the KV window: its planner runs (cached)
+                        la.build()
+    except ValueError:
+        return False
+    return True

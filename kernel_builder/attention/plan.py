@@ -27,6 +27,9 @@ SHIM_S2MM = NPU2.shim_s2mm_total
 MEMTILE_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile: a gather buffer takes
                                       # at most this many core streams
 N_CORES = NPU2.core_tiles
+# a decode split's K/V tiles per launch iteration: each item carries the group's query rows again, read from DDR
+# by one shim DMA task that runs once per tile (airrt-to-npu folds the loop into the task's repeat count)
+DECODE_MAX_TILES = NPU2.bd_max_repeat_count + 1
 NPU2_MEMTILES = NPU2.memtiles      # one memory tile per column
 DECODE_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # decode step: query rows per block (attention.cc ATTN_MODE 2)
 
@@ -277,7 +280,7 @@ def _decode_plans(args, group: int, window: int = 0):
                     or herd_x + herd_y > NPU2_MEMTILES:
                 continue
             for lk in ATTN_DECODE_LK:
-                if (kv_rows // herd_x) % lk == 0:
+                if (kv_rows // herd_x) % lk == 0 and kv_rows // herd_x // lk <= DECODE_MAX_TILES:
                     yield AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
 
 
@@ -334,6 +337,7 @@ def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim:
         return max(fits, key=_work_key)
     what = "decode" if rows == 1 else f"prefill (query tiles must divide rows={rows} in multiples of " \
                                       f"{ATTN_LQ_MULTIPLE})"
+    tiles = f", {DECODE_MAX_TILES} K/V tiles per split (the query rows' DMA task repeat count)" if rows == 1 else ""
     raise ValueError(f"attention: no {what} tiling of rows={rows}, kv_rows={kv_rows}, head_dim={head_dim} fits "
-                     f"{kib(L1_BUDGET)} of L1 per tile, one {kib(MEMTILE_BYTES)} memory tile per L2 buffer and "
+                     f"{kib(L1_BUDGET)} of L1 per tile, one {kib(MEMTILE_BYTES)} memory tile per L2 buffer{tiles} and "
                      f"{SHIM_MM2S} shim MM2S channels")

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from kernel_builder.hw.dma import canonical_dims, is_contiguous, iteration_space, linear_offset
 from kernel_builder.hw.ir import Access, Loop, Transfer
-from kernel_builder.hw.results import AIR_TO_AIE, AIRRT_TO_NPU
+from kernel_builder.hw.results import AIECC, AIR_TO_AIE, AIRRT_TO_NPU
 
 
 class TransferChecks:
     """Checks of one side of a transfer, mixed into analyze._LaunchAnalyzer (uses `self.facts` and
     `self.violate`)."""
 
-    def _check_shim_access(self, t: Transfer, acc: Access, stride: int, ndims: int) -> None:
+    def _check_shim_access(self, t: Transfer, acc: Access, stride: int, ndims: int, runs: int = 1) -> None:
+        if runs - 1 > self.facts.bd_max_repeat_count:
+            self.violate("shim", "DMA task repeat count", runs - 1, self.facts.bd_max_repeat_count, AIECC,
+                         f"{acc.buffer.name}: one shim DMA task runs {runs} times (a folded loop that reads the "
+                         f"same rows again, or the highest BD dim, is the task's repeat count): aie-dma-tasks-to-npu "
+                         f"refuses 'Repeat count exceeds the [0:255] range'", t.line)
         limit = self.facts.shim_bd_max_stride
         if stride * acc.buffer.type.elem_bytes // self.facts.transfer_granularity_bytes > limit:
             self.violate("shim", "BD stride", stride, limit, AIRRT_TO_NPU,

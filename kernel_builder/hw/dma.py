@@ -39,10 +39,10 @@ def _largest_factor(n: int, cap: int) -> int:
 
 
 def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tuple[int, ...],
-              facts: NPU2Facts, chained_write: bool = False) -> tuple[int, int, bool, int, int]:
+              facts: NPU2Facts, chained_write: bool = False) -> tuple[int, int, bool, int, int, int]:
     """How the DDR side of a transfer becomes shim DMA tasks (air-opt-shim-dma-bds, airrt-to-npu):
     (tasks in flight per wait, loop iterations folded into one task, non-affine, largest stride in elements,
-    BD dimensions of the access itself).
+    BD dimensions of the access itself, runs of one task: `task_runs`).
 
     The enclosing loops, then the launch grid (innermost dim first), fold into the BD as extra wrap/stride
     dims while the offset is affine in the iv, the trip count is static and at most 3 dims are in use before
@@ -98,7 +98,19 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
                 in_flight *= inner
     merged = Access(acc.buffer, [sym.const(0)] * len(dims), [s for s, _ in dims], [t for _, t in dims])
     dims = canonical_dims(merged)
-    return in_flight, folded, non_affine, max((t for s, t in dims if s > 1), default=1), own_dims
+    return in_flight, folded, non_affine, max((t for s, t in dims if s > 1), default=1), own_dims, task_runs(dims)
+
+
+def task_runs(dims: list[tuple[int, int]]) -> int:
+    """How often one shim DMA task runs its BD (its repeat count + 1), from its folded (size, stride) dims,
+    outermost first: airrt-to-npu (mlir-air AIRRtToNpuPass.cpp) makes the highest of the 4 BD dims the repeat
+    count (size - 1) and folds every other dim of stride 0 (the same rows read again: a loop-invariant access
+    folded out of its loop) into it by multiplying; aiex.npu.push_queue refuses a count past 255."""
+    runs, rest = (dims[0][0], dims[1:]) if len(dims) >= 4 else (1, dims)
+    for size, stride in rest:
+        if stride == 0 and size > 1:
+            runs *= size
+    return runs
 
 
 def iteration_space(e: sym.Expr, loops: tuple[Loop, ...]) -> sym.Expr:

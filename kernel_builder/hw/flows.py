@@ -37,10 +37,10 @@ class FlowAccounting:
             self._check_side(t, acc, "memtile" if acc.buffer.space == L2 else
                              ("shim" if acc.buffer.space == L3 else "core"), path)
             if acc.buffer.space == L3:
-                in_flight, folded, non_affine, stride, ndims = shim_fold(
+                in_flight, folded, non_affine, stride, ndims, runs = shim_fold(
                     acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, self.facts,
                     chained_write=inbound and acc.buffer in self.chained_writes)
-                self._check_shim_access(t, acc, stride, ndims)
+                self._check_shim_access(t, acc, stride, ndims, runs)
                 flow = Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
                             acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
                 other = t.src if inbound else t.dst
@@ -135,10 +135,10 @@ class FlowAccounting:
             groups = n_tiles if not inbound_to_core else n_tiles // shared
             execs = totals[t]
             if space == L3:
-                in_flight, folded, non_affine, stride, ndims = shim_fold(
+                in_flight, folded, non_affine, stride, ndims, runs = shim_fold(
                     acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, f,
                     chained_write=not inbound_to_core and acc.buffer in self.chained_writes)
-                self._check_shim_access(t, acc, stride, ndims)
+                self._check_shim_access(t, acc, stride, ndims, runs)
                 per_tile_execs = execs / n_tiles  # averaged over the tiles (a causal herd is uneven)
                 what = f"{'load' if inbound_to_core else 'store'} {acc.buffer.name} by {herd_name(herd)}" + \
                     (f" (shared by {shared} tiles)" if inbound_to_core and shared > 1 else "")
