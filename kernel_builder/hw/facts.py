@@ -84,8 +84,9 @@ class NPU2Facts:
                                           "failing CREATE_HWCTX / timing out")
     core_task_max_repeats: int = _f(256, "aie-rt XAie_DmaChannelSetStartQueue: RepeatCount <= MaxRepeatCount = 256 "
                                          "(driver/src/global/xaie2pgbl_reginit.c)")
-    bd_max_repeat_count: int = _f(255, "kernel_registry GEMV page: launch loop beyond 'the 255 buffer-descriptor "
-                                       "repeat-count limit' (mlir-air programming_examples/kernel_registry)")
+    bd_max_repeat_count: int = _f(255, "AIEXDialect.cpp NpuPushQueueOp::verify: 'Repeat count exceeds the [0:255] "
+                                       "range'; kernel_registry GEMV page: 'the 255 buffer-descriptor repeat-count "
+                                       "limit' (mlir-air programming_examples/kernel_registry)")
 
     @property
     def core_tiles(self) -> int:
