@@ -70,3 +70,19 @@ def test_context_steps_down_to_one_whose_decode_tiles(tmp_path):
     cfg.update(head_dim=64, max_position_embeddings=32768)      # head_dim 64: 64-row tiles, 32768 tiles
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert choose_context(load_config(tmp_path), (64,)) == 32768
+
+
+def test_strided_query_rows_past_63_tiles_are_one_task_per_part():
+    """Phi-4-mini / Llama-3.2-3B widths (24 heads, 8 kv heads, head_dim 128) at 32768 positions: with 4 kv heads
+    side by side the query rows are a 3-dim access, so the folded tiles are the 4th BD dim, which airrt-to-npu
+    tiles below 64: 256 tiles -> 8 tasks of 32 per launch iteration, 2 iterations: 16 BDs + the K stream on one
+    shim tile. The real lowering refused that plan ('Allocator exhausted available buffer descriptor IDs') and
+    lowered the 16384 one (4 tasks per iteration); the planner now takes one kv head per launch iteration there
+    (contiguous rows: one task), which lowered (70 s, standalone)."""
+    old = AttentionPlan(1, 32768, 24, 8, 128, lq=3, lk=32, herd_x=4, herd_y=4)
+    assert old.q_tasks == 16
+    rep = analyze_module(builder._decode(old, None), "attn_kv32768")
+    assert not rep.ok and "shim BDs" in rep.first_violation() and "16 DMA tasks" in rep.first_violation()
+    new = plan_attention(1, 32768, 24, 8, 128)
+    assert (new.herd_y, new.q_tasks) == (1, 1) and analyze_module(builder._decode(new, None), "attn").ok
+    assert plan_attention(1, 16384, 24, 8, 128).q_tasks == 8            # unchanged below: 4 x 2 tasks

@@ -30,6 +30,10 @@ N_CORES = NPU2.core_tiles
 # a decode split's K/V tiles per launch iteration: each item carries the group's query rows again, read from DDR
 # by one shim DMA task that runs once per tile (airrt-to-npu folds the loop into the task's repeat count)
 DECODE_MAX_TILES = NPU2.bd_max_repeat_count + 1
+# ... and when those rows are strided (herd_y kv heads of a group > 1 side by side) the task has 4 BD dims, whose
+# outermost (the tiles) airrt-to-npu tiles below 64 into one task per part, per launch iteration: at most half
+# of a shim tile's BDs for that stream (Phi-4-mini at 32768 positions: 8 x 2 tasks + the K stream = 17 of 16)
+DECODE_MAX_Q_TASKS = NPU2.shim_bds // 2
 NPU2_MEMTILES = NPU2.memtiles      # one memory tile per column
 DECODE_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # decode step: query rows per block (attention.cc ATTN_MODE 2)
 
@@ -136,6 +140,16 @@ class AttentionPlan:
         """Copies of the item buffers (L1 and L2) under the ping-pong transform: 1 for one trip, 2 for an
         even trip count, 3 for an odd one (kernel_builder.hw.analyze counts the same)."""
         return 1 if self.steps == 1 else (3 if self.steps % 2 else 2)
+
+    @property
+    def q_tasks(self) -> int:
+        """Decode: shim DMA tasks of one split's query rows per launch: one when the rows are contiguous (one kv
+        head per launch iteration, or one query head per kv head), else the tiles' parts below 64 per iteration
+        (kernel_builder.hw.dma.shim_fold)."""
+        if not self.decode or self.herd_y == 1 or self.group == 1 or self.kv_tiles < NPU2.bd_max_repeat:
+            return 1 if self.decode and (self.herd_y == 1 or self.group == 1) else self.iterations
+        part = max(f for f in range(1, NPU2.bd_max_repeat) if self.kv_tiles % f == 0)
+        return -(-self.kv_tiles // part) * self.iterations
 
     @property
     def share(self) -> int:
@@ -281,7 +295,9 @@ def _decode_plans(args, group: int, window: int = 0):
                 continue
             for lk in ATTN_DECODE_LK:
                 if (kv_rows // herd_x) % lk == 0 and kv_rows // herd_x // lk <= DECODE_MAX_TILES:
-                    yield AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
+                    p = AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
+                    if p.q_tasks <= DECODE_MAX_Q_TASKS:
+                        yield p
 
 
 def _prefill_plans(args, group: int, window: int = 0):
@@ -337,7 +353,8 @@ def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim:
         return max(fits, key=_work_key)
     what = "decode" if rows == 1 else f"prefill (query tiles must divide rows={rows} in multiples of " \
                                       f"{ATTN_LQ_MULTIPLE})"
-    tiles = f", {DECODE_MAX_TILES} K/V tiles per split (the query rows' DMA task repeat count)" if rows == 1 else ""
+    tiles = (f", {DECODE_MAX_TILES} K/V tiles per split (the query rows' DMA task repeat count), "
+             f"{DECODE_MAX_Q_TASKS} query-row DMA tasks per split") if rows == 1 else ""
     raise ValueError(f"attention: no {what} tiling of rows={rows}, kv_rows={kv_rows}, head_dim={head_dim} fits "
                      f"{kib(L1_BUDGET)} of L1 per tile, one {kib(MEMTILE_BYTES)} memory tile per L2 buffer{tiles} and "
                      f"{SHIM_MM2S} shim MM2S channels")

@@ -98,6 +98,13 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
                 in_flight *= inner
     merged = Access(acc.buffer, [sym.const(0)] * len(dims), [s for s, _ in dims], [t for _, t in dims])
     dims = canonical_dims(merged)
+    if len(dims) >= facts.shim_bd_dims and dims[0][0] >= facts.bd_max_repeat:
+        # airrt-to-npu (AIRRtToNpuPass.cpp tileIllegalWrapDim): the outermost of the 4 BD dims stays below 64; it
+        # is tiled by its largest factor <= 63 and the dims past 4 unrolled, one task (one BD) each, all issued
+        # before a wait (Phi-4-mini's decode query rows: 256 re-reads -> 8 tasks of 32 per launch iteration)
+        part = _largest_factor(dims[0][0], facts.bd_max_repeat - 1)
+        in_flight *= -(-dims[0][0] // part)
+        dims[0] = (part, dims[0][1])
     return in_flight, folded, non_affine, max((t for s, t in dims if s > 1), default=1), own_dims, task_runs(dims)
 
 
