@@ -62,7 +62,7 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
     X, Y, G = p.herd_x, p.herd_y, p.group
-    qw, kw = p.heads * hd, p.kv_heads * hd
+    qw = p.heads * hd
     ext = attention_prefill_kernels(hd, lq, lk, p.window, scale_dim, p.qcycle)
     mod, types, la = _module(p, scale_dim)
     q_ty, kv_ty = types[0], types[1]
@@ -77,27 +77,7 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     ch_in = mod.channel("attn_in", [1, 1], [X, Y])     # the item stream reaches every core
     ch_o = mod.channel("attn_o", [X, Y])               # core (x, y)'s output tile -> query block x's L2 buffer
 
-    # ---- launch (iteration = kv head g, round rd, head pass hs): on each feed channel (one shim stream each),
-    # one put of the round's Q stream and one put of the whole K (V) window; the segment's gets take them an
-    # item half at a time. The Q stream is the round's X*lq rows of each of the Y heads, head-major: item rows
-    # [0, lk) of every item on feed k, [lk, 2lk) on feed v (X*lq is a multiple of 2lk: the plan). No loops here:
-    # each put is one shim BD (air-opt-shim-dma-bds folds a loop into a BD only when the loop variable is an
-    # offset by itself).
-    rl = la.body
-    q, k, v, pos, o = la.args
-    g, rd, hs = la.ids
-    head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # the query head of core y = 0
-    per_head = p.q_items_per_head
-    for f, ch, src in ((0, ch_fk, k), (1, ch_fv, v)):
-        if X * lq == lk:   # one item per head: both halves carry the head's rows (the second is never kept)
-            offs, sizes, strides = [head0, rd, 0, 0], [Y, 1, lk, hd], [hd, lk * qw, qw, 1]
-        else:
-            offs, sizes, strides = [head0, rl.muli(rd, per_head), f * lk, 0], [Y, per_head, lk, hd], \
-                [hd, 2 * lk * qw, qw, 1]
-        rl.channel_put(ch, [0, 0], q, q_ty, (offs, sizes, strides))
-        if p.q_items > Y * per_head:   # the pad item (no core keeps it): the item loops get an even trip count
-            rl.channel_put(ch, [0, 0], q, q_ty, (offs, [1, 1] + sizes[2:], strides))
-        rl.channel_put(ch, [0, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
+    _feed(la, p, ch_fk, ch_fv, q_ty, kv_ty)   # ---- launch: the Q stream and the K / V windows on the feeds
 
     # ---- segment: one uniform item loop: both halves from the feeds into one L2 item, one broadcast put
     seg = segment_of(la, types)
@@ -115,7 +95,56 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
         sl.channel_get(ch, [0, 0], it2, item2_ty, ([r0 // 8, 0, 0, 0], [lk // 8, 8, hd // 8, 8], [8 * hd, 8, 64, 1]))
     sl.channel_put(ch_in, [0, 0], it2, item2_ty, None)
     sl.dealloc(it2, item2_ty)
-    # ---- herd: per launch iteration, Q capture, the window's tiles, finish, the output tile to L2
+    _prefill_herd(s, srd, p, ext, (ch_pos, ch_in, ch_o), (item_ty, qt_ty, st_ty))   # ---- herd
+
+    # ---- segment, after the herd: per query block x, its herd_y output tiles side by side in one L2 buffer, then
+    # ONE DMA to o (the memory-tile drain of kernels/gemm.py): its row blocks go to rows rd*X*lq + (x + i*X)*8
+    out2_ty = memref([lq, Y * hd], "bf16", L2)
+    shead0 = s.addi(s.muli(sg, G), s.muli(shs, Y))
+    for x in range(X):
+        o2 = s.alloc("out_l2", out2_ty)
+        for y in range(Y):
+            # tile y at columns y*hd: a 3-d pattern whose stepping dimension (stride hd) is no dimension of the
+            # buffer, so air-split-l2-memref does not cut the buffer into herd_y pieces with an L3 write each
+            s.channel_get(ch_o, [x, y], o2, out2_ty, ([0, y, 0], [lq, 1, hd], [Y * hd, hd, 1]))
+        blk0 = s.muli(srd, lq // 8)                      # rd*X*lq rows = (rd*lq/8) strides of 8X rows
+        s.dma(so, q_ty, ([blk0, 8 * x, s.muli(shead0, hd)], [lq // 8, 8, Y * hd], [8 * X * qw, qw, 1]),
+              o2, out2_ty, None)
+        s.dealloc(o2, out2_ty)
+    return mod.text()
+
+
+def _feed(la, p: planner.AttentionPlan, ch_fk: str, ch_fv: str, q_ty: str, kv_ty: str) -> None:
+    """The prefill launch (iteration = kv head g, round rd, head pass hs): on each feed channel (one shim stream
+    each), one put of the round's Q stream and one put of the whole K (V) window; the segment's gets take them an
+    item half at a time. The Q stream is the round's X*lq rows of each of the Y heads, head-major: item rows
+    [0, lk) of every item on feed k, [lk, 2lk) on feed v (X*lq is a multiple of 2lk: the plan). No loops here:
+    each put is one shim BD (air-opt-shim-dma-bds folds a loop into a BD only when the loop variable is an
+    offset by itself)."""
+    hd, lq, lk, X, Y, G = p.head_dim, p.lq, p.lk, p.herd_x, p.herd_y, p.group
+    qw, kw = p.heads * hd, p.kv_heads * hd
+    rl = la.body
+    q, k, v, pos, o = la.args
+    g, rd, hs = la.ids
+    head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # the query head of core y = 0
+    per_head = p.q_items_per_head
+    for f, ch, src in ((0, ch_fk, k), (1, ch_fv, v)):
+        if X * lq == lk:   # one item per head: both halves carry the head's rows (the second is never kept)
+            offs, sizes, strides = [head0, rd, 0, 0], [Y, 1, lk, hd], [hd, lk * qw, qw, 1]
+        else:
+            offs, sizes, strides = [head0, rl.muli(rd, per_head), f * lk, 0], [Y, per_head, lk, hd], \
+                [hd, 2 * lk * qw, qw, 1]
+        rl.channel_put(ch, [0, 0], q, q_ty, (offs, sizes, strides))
+        if p.q_items > Y * per_head:   # the pad item (no core keeps it): the item loops get an even trip count
+            rl.channel_put(ch, [0, 0], q, q_ty, (offs, [1, 1] + sizes[2:], strides))
+        rl.channel_put(ch, [0, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
+
+
+def _prefill_herd(s, srd: str, p: planner.AttentionPlan, ext, channels: tuple, l1_types: tuple) -> None:
+    """The prefill herd, per launch iteration: Q capture, the window's tiles, finish, the output tile to L2."""
+    ch_pos, ch_in, ch_o = channels
+    item_ty, qt_ty, st_ty = l1_types
+    lq, lk, X, Y = p.lq, p.lk, p.herd_x, p.herd_y
     h = herd(s, "attention_herd", (X, Y), [(srd, "index")], [f'link_with = "{ext.obj}"'])
     hb = h.body
     tx, ty = h.ids
@@ -139,22 +168,6 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     hb.channel_put(ch_o, [tx, ty], qt, qt_ty, None)
     hb.dealloc(qt, qt_ty)
     hb.dealloc(st, st_ty)
-
-    # ---- segment, after the herd: per query block x, its herd_y output tiles side by side in one L2 buffer, then
-    # ONE DMA to o (the memory-tile drain of kernels/gemm.py): its row blocks go to rows rd*X*lq + (x + i*X)*8
-    out2_ty = memref([lq, Y * hd], "bf16", L2)
-    shead0 = s.addi(s.muli(sg, G), s.muli(shs, Y))
-    for x in range(X):
-        o2 = s.alloc("out_l2", out2_ty)
-        for y in range(Y):
-            # tile y at columns y*hd: a 3-d pattern whose stepping dimension (stride hd) is no dimension of the
-            # buffer, so air-split-l2-memref does not cut the buffer into herd_y pieces with an L3 write each
-            s.channel_get(ch_o, [x, y], o2, out2_ty, ([0, y, 0], [lq, 1, hd], [Y * hd, hd, 1]))
-        blk0 = s.muli(srd, lq // 8)                      # rd*X*lq rows = (rd*lq/8) strides of 8X rows
-        s.dma(so, q_ty, ([blk0, 8 * x, s.muli(shead0, hd)], [lq // 8, 8, Y * hd], [8 * X * qw, qw, 1]),
-              o2, out2_ty, None)
-        s.dealloc(o2, out2_ty)
-    return mod.text()
 
 
 def _decode(p: planner.AttentionPlan, scale_dim: int | None) -> str:
