@@ -122,8 +122,9 @@ inline void round_split(__m512 lo, __m512 hi, __m512& e, __m512& o) {
 }
 
 // A row's scales (and mins) as f32 in sf[0, groups) (mf), zero up to a multiple of 16; true when each is zero
-// or a finite bf16 of magnitude >= 2^-100: then every d * q (+ m) of the row (|q| < 256, 8 + 8 significant bits)
-// is zero or normal and the HW rounding gives round_bf16's bits.
+// or a bf16 of magnitude in [2^-100, 2^120): then every d * q of the row (|q| < 256: at most 8 + 8 significant
+// bits) is exact and finite, so fma(d, q, m) is the product and sum's one rounding, and every d * q + m is zero or
+// normal, where the HW rounding gives round_bf16's bits.
 inline bool tame_row(const uint8_t* sc, int groups, int mins, float* sf, float* mf) {
   __mmask16 wild = 0;
   for (int t = 0; t < 1 + mins; ++t)
@@ -132,7 +133,7 @@ inline bool tame_row(const uint8_t* sc, int groups, int mins, float* sf, float* 
       const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(in, sc + 2 * (g + t * groups)));
       const __m512i e = _mm512_and_si512(_mm512_srli_epi32(u, 7), _mm512_set1_epi32(0xff));
       wild |= _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7fff)) &
-              (_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(27)) | _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)));
+              (_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(27)) | _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(246)));
       _mm512_storeu_ps((t ? mf : sf) + g, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
     }
   if (!mins)
@@ -162,11 +163,19 @@ inline void tables_q4(const Row512& row, int g, __m512& t0, __m512& t1) {
   const __m512 nib_hi = MINS ? _mm512_setr_ps(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)
                              : _mm512_setr_ps(-8, -8, -7, -7, -6, -6, -5, -5, -4, -4, -3, -3, -2, -2, -1, -1);
   const __m512 d = bcast2(row.sf + g);
-  __m512 lo = _mm512_mul_ps(d, nib_lo), hi = _mm512_mul_ps(d, nib_hi);
-  if (MINS) {
+  __m512 lo, hi;
+  if (MINS && HW) {     // a tame row: d * q is exact, the fma rounds once as the add does
     const __m512 z = bcast2(row.mf + g);
-    lo = _mm512_add_ps(lo, z);
-    hi = _mm512_add_ps(hi, z);
+    lo = _mm512_fmadd_ps(d, nib_lo, z);
+    hi = _mm512_fmadd_ps(d, nib_hi, z);
+  } else {
+    lo = _mm512_mul_ps(d, nib_lo);
+    hi = _mm512_mul_ps(d, nib_hi);
+    if (MINS) {
+      const __m512 z = bcast2(row.mf + g);
+      lo = _mm512_add_ps(lo, z);
+      hi = _mm512_add_ps(hi, z);
+    }
   }
   round_split<HW>(lo, hi, t0, t1);
 }
