@@ -288,7 +288,7 @@ void block_512(const uint8_t* w, const float* xd, float* y, int k, int group, in
   if (R == 2) finish_512(q, y + first + 1);
 }
 
-// Rows [r0, r1) on AVX-512 (shapes checked by the caller): 4 rows at a time, then one by one.
+// Rows [r0, r1) on AVX-512 (shapes checked by the caller): 2 rows at a time, then the last one alone.
 template <int BITS, int MINS>
 void span_512(const uint8_t* w, const float* x, float* y, int k, int group, int rb, int r0, int r1) {
   constexpr int R = 2;
