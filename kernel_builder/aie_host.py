@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,14 @@ def aligned(a: np.ndarray, offset: int = 0) -> np.ndarray:
     out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
+
+
+@dataclass
+class Run:
+    """One checked call on the host aie_api (the drivers of kernel_builder/aie_host_runs*.py): what the kernel
+    wrote, the reference, the per-element bound and the instruction counts of one call."""
+
+    got: np.ndarray
+    want: np.ndarray
+    bound: np.ndarray
+    counts: dict

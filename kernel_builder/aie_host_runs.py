@@ -23,13 +23,13 @@ Tolerances (why, per family):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from kernel_builder import aie_host
 from kernel_builder import externals as ext
 from kernel_builder import reference as ref
+from kernel_builder.aie_host import Run
 from kernel_builder.numerics import BF16, to_bf16, to_bfp16ebs8
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.add.external import add_kernel
@@ -45,14 +45,6 @@ from kernel_builder.gemm_swiglu.layout import split as split_glu
 from kernel_builder.bias_add.external import bias_add_kernel
 
 A = aie_host.aligned
-
-
-@dataclass
-class Run:
-    got: np.ndarray
-    want: np.ndarray
-    bound: np.ndarray
-    counts: dict
 
 
 def rand(rng, shape, scale=1.0) -> np.ndarray:

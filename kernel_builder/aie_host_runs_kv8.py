@@ -4,28 +4,17 @@ KV8 items `attention_kv8` (the bf16 decode's bound: 2^-6 |ref| + 2^-8 max|ref|; 
 past the position hold random bytes (scales that are no power of two, NaN bits): the step must not read them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from kernel_builder import aie_host
 from kernel_builder import reference as ref
+from kernel_builder.aie_host import Run
 from kernel_builder.attention_kv8.external import SCALE_PAIR, attention_kv8_kernels
 from kernel_builder.kv_quant.external import kv_quant_kernel
 from kernel_builder.kv_quant.reference import dequantize, quantize
 from kernel_builder.numerics import BF16, to_bf16
 
 A = aie_host.aligned
-
-
-@dataclass
-class Run:
-    """kernel_builder.aie_host_runs.Run's fields (got, want, per-element bound, counts of one call)."""
-
-    got: np.ndarray
-    want: np.ndarray
-    bound: np.ndarray
-    counts: dict
 
 
 def kv_rows_input(rng, rows: int, heads: int, hd: int) -> np.ndarray:

@@ -200,6 +200,21 @@ def _attrs_clause(attrs: list[str]) -> str:
     return f" attributes {{{', '.join(attrs)}}}" if attrs else ""
 
 
+def tile_steps(b: Block, tile: str, per: int, step: int, steps: int, written=(), hint: str = "r") -> tuple[Block, str]:
+    """The step loop of a bare herd's tile that owns `per` units (rows, elements) from `tile * per`, `steps` steps
+    of `step` units: the loop block (`b` itself with one step, no loop) and the SSA index of the step's first unit.
+    With more than one step the L1 buffers the call writes (`written`: (buffer, type) pairs, allocated in `b`)
+    are pinned to `b` first: one copy each, outside the loop aircc ping-pongs (Block.pin_to_scope)."""
+    if steps > 1:
+        for buf, ty in written:
+            b.pin_to_scope(buf, ty)
+    first = b.muli(tile, per)
+    if steps == 1:
+        return b, first
+    loop, i = b.for_(0, per, step, hint)
+    return loop, loop.addi(first, i)
+
+
 def elementwise_body(h: AirRegion, plan, symbol: str, l1_ty: str, names: tuple[str, str], in_ty: str,
                      out_ty: str) -> None:
     """The herd body of a two-input elementwise kernel over 1-D data (add, swiglu; `plan` a planner.RowPlan):
@@ -209,12 +224,8 @@ def elementwise_body(h: AirRegion, plan, symbol: str, l1_ty: str, names: tuple[s
     iv (no div/rem)."""
     b, n = h.body, plan.chunk_elements
     x0, x1, y = h.args
-    yl = b.alloc("y_l1", l1_ty)
-    if plan.steps > 1:
-        b.pin_to_scope(yl, l1_ty)  # written by the call: one copy, outside the ping-ponged loop
-    first = b.muli(h.ids[0], plan.units_per_tile)
-    loop, i = b.for_(0, plan.units_per_tile, n, "e") if plan.steps > 1 else (b, 0)
-    off = loop.addi(first, i) if plan.steps > 1 else first
+    yl = b.alloc("y_l1", l1_ty)   # written by the call
+    loop, off = tile_steps(b, h.ids[0], plan.units_per_tile, n, plan.steps, [(yl, l1_ty)], "e")
     l0, l1 = loop.alloc(f"{names[0]}_l1", l1_ty), loop.alloc(f"{names[1]}_l1", l1_ty)
     loop.dma(l0, l1_ty, None, x0, in_ty, ([off], [n], [1]))
     loop.dma(l1, l1_ty, None, x1, in_ty, ([off], [n], [1]))

@@ -82,3 +82,16 @@ def external_cost(symbol: str) -> tuple[ExternalCost, re.Match] | None:
         if m:
             return c, m
     return None
+
+
+def call_counts(calls, tiles: int = 1) -> dict:
+    """Instruction counts (hw/cost.py ISSUE_KINDS) of `tiles` times the (external kernel, calls) pairs: per call
+    what the kernel's cost descriptor counts, its scalar ops and one "calls", as the analyzer adds them."""
+    counts: dict = {}
+    for kernel, n in calls:
+        desc, match = external_cost(kernel.symbol)
+        w = desc.work(match, [])
+        for kind, v in list(w.counts.items()) + [("calls", 1), ("scalar_ops", w.scalar_ops)]:
+            if v:
+                counts[kind] = counts.get(kind, 0) + tiles * n * v
+    return counts

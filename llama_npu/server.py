@@ -62,6 +62,63 @@ class _JobStream(StreamingResponse):
             self.job.stop.set()
 
 
+async def _complete(worker: EngineWorker, request: Request, job: Job) -> JSONResponse:
+    fut = asyncio.wrap_future(worker.submit(job))
+    while not fut.done():
+        await asyncio.wait({fut}, timeout=DISCONNECT_POLL_S)
+        if not fut.done() and await request.is_disconnected():
+            job.stop.set()  # nobody will read the answer: stop (or skip) the generation
+    try:
+        out = fut.result()
+    except Exception as e:
+        raise _server_error(e) from None
+    return JSONResponse(response(job.req, new_id(job.req.kind), out.text, _finish(out),
+                                 usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens),
+                                 out.tool_calls, out.logprobs))
+
+
+async def _events(worker: EngineWorker, job: Job):
+    req, loop = job.req, asyncio.get_running_loop()
+    rid, t = new_id(req.kind), int(time.time())
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def put(item) -> None:  # from the engine thread
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the event loop is gone (server shut down)
+            pass
+
+    fut = worker.submit(job, emit=put)
+    fut.add_done_callback(lambda _f: put(None))  # after every emitted delta
+    if req.kind == "chat":
+        yield sse(chunk(req, rid, t, role=True))
+    while (delta := await queue.get()) is not None:
+        yield sse(chunk(req, rid, t, delta=delta))
+    try:
+        out = fut.result()
+    except Exception as e:
+        yield sse(_server_error(e).body())
+    else:
+        yield sse(chunk(req, rid, t, finish=_finish(out)))
+        if req.include_usage:
+            yield sse(chunk(req, rid, t, u=usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens)))
+    yield sse("[DONE]")
+
+
+async def _api_error(_request: Request, e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=getattr(e, "headers", None))
+
+
+async def _internal_error(_request: Request, e: Exception) -> JSONResponse:  # logged by serve_limits.catch_all
+    err = ApiError(500, f"internal error: {type(e).__name__}")
+    return JSONResponse(err.body(), status_code=500, headers={"Connection": "close"})
+
+
+async def _http_error(_request: Request, e: HTTPException) -> JSONResponse:  # unknown path, wrong method
+    err = ApiError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None)
+    return JSONResponse(err.body(), status_code=e.status_code, headers=getattr(e, "headers", None))
+
+
 def create_app(worker: EngineWorker, limits: ServeLimits = ServeLimits()) -> Starlette:
     created = int(time.time())
     card = model_card(worker.model_id, created)
@@ -91,59 +148,7 @@ def create_app(worker: EngineWorker, limits: ServeLimits = ServeLimits()) -> Sta
     async def _generate(request: Request, parse):
         job = await run_in_threadpool(_prepare, await read_body(request, limits), parse)
         req = job.req
-        return _JobStream(_events(job), job) if req.stream else await _complete(request, job)
-
-    async def _complete(request: Request, job: Job) -> JSONResponse:
-        fut = asyncio.wrap_future(worker.submit(job))
-        while not fut.done():
-            await asyncio.wait({fut}, timeout=DISCONNECT_POLL_S)
-            if not fut.done() and await request.is_disconnected():
-                job.stop.set()  # nobody will read the answer: stop (or skip) the generation
-        try:
-            out = fut.result()
-        except Exception as e:
-            raise _server_error(e) from None
-        return JSONResponse(response(job.req, new_id(job.req.kind), out.text, _finish(out),
-                                     usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens),
-                                     out.tool_calls, out.logprobs))
-
-    async def _events(job: Job):
-        req, loop = job.req, asyncio.get_running_loop()
-        rid, t = new_id(req.kind), int(time.time())
-        queue: asyncio.Queue = asyncio.Queue()
-
-        def put(item) -> None:  # from the engine thread
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the event loop is gone (server shut down)
-                pass
-
-        fut = worker.submit(job, emit=put)
-        fut.add_done_callback(lambda _f: put(None))  # after every emitted delta
-        if req.kind == "chat":
-            yield sse(chunk(req, rid, t, role=True))
-        while (delta := await queue.get()) is not None:
-            yield sse(chunk(req, rid, t, delta=delta))
-        try:
-            out = fut.result()
-        except Exception as e:
-            yield sse(_server_error(e).body())
-        else:
-            yield sse(chunk(req, rid, t, finish=_finish(out)))
-            if req.include_usage:
-                yield sse(chunk(req, rid, t, u=usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens)))
-        yield sse("[DONE]")
-
-    async def api_error(_request: Request, e: ApiError) -> JSONResponse:
-        return JSONResponse(e.body(), status_code=e.status, headers=getattr(e, "headers", None))
-
-    async def internal_error(_request: Request, e: Exception) -> JSONResponse:  # logged by serve_limits.catch_all
-        err = ApiError(500, f"internal error: {type(e).__name__}")
-        return JSONResponse(err.body(), status_code=500, headers={"Connection": "close"})
-
-    async def http_error(_request: Request, e: HTTPException) -> JSONResponse:  # unknown path, wrong method
-        err = ApiError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None)
-        return JSONResponse(err.body(), status_code=e.status_code, headers=getattr(e, "headers", None))
+        return _JobStream(_events(worker, job), job) if req.stream else await _complete(worker, request, job)
 
     routes = [
         Route("/v1/models", list_models, methods=["GET"]),
@@ -152,8 +157,8 @@ def create_app(worker: EngineWorker, limits: ServeLimits = ServeLimits()) -> Sta
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
-                                                        Exception: internal_error})
+    return Starlette(routes=routes, exception_handlers={ApiError: _api_error, HTTPException: _http_error,
+                                                        Exception: _internal_error})
 
 
 def model_id(arg: str | None, model_dir) -> str:

@@ -9,9 +9,8 @@ import os
 
 import pytest
 
-from kernel_builder.hw import analyze_module
 from kernel_builder.registry import kernel_text
-from multi_launch_builder.compile.lowering import lower_with_tool
+from tooling import assert_lowers
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")
 
@@ -27,10 +26,4 @@ KERNELS = [
 @pytest.mark.parametrize("case", KERNELS, ids=lambda c: "_".join(map(str, c)))
 def test_kv8_kernels_lower(tmp_path, case):
     kind, *args = case
-    text = kernel_text(kind, *args)
-    src = tmp_path / f"{kind}.mlir"
-    src.write_text(text)
-    res = lower_with_tool(LOWER, src, tmp_path / "out", timeout=1800)
-    rep = analyze_module(text)
-    assert rep.ok, rep.first_violation()
-    assert res.ok, f"{res.stage}: {res.message}"
+    assert_lowers(LOWER, tmp_path, kind, kernel_text(kind, *args))

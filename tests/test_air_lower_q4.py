@@ -10,9 +10,8 @@ import os
 
 import pytest
 
-from kernel_builder.hw import analyze_module
 from kernel_builder.registry import kernel_text
-from multi_launch_builder.compile.lowering import lower_with_tool
+from tooling import assert_lowers
 
 LOWER = os.environ.get("LLAMA_NPU_AIR_LOWER", "")
 
@@ -29,19 +28,10 @@ KERNELS = [
 ]
 
 
-def _lower(tmp_path, name, text):
-    src = tmp_path / f"{name}.mlir"
-    src.write_text(text)
-    res = lower_with_tool(LOWER, src, tmp_path / "out", timeout=1800)
-    rep = analyze_module(text)
-    assert rep.ok, rep.first_violation()
-    assert res.ok, f"{res.stage}: {res.message}"
-
-
 @pytest.mark.parametrize("case", KERNELS, ids=lambda c: "_".join(map(str, c)))
 def test_q4_kernels_lower(tmp_path, case):
     kind, *args = case
-    _lower(tmp_path, kind, kernel_text(kind, *args))
+    assert_lowers(LOWER, tmp_path, kind, kernel_text(kind, *args))
 
 
 @pytest.mark.parametrize("name", ["qkv_s256", "ffn_s256", "layer_kv256", "lm_head", "lm_head_q8"])
@@ -53,5 +43,5 @@ def test_stitched_q4_modules_lower(tmp_path, name):
         m.head_weights = "q8"
     decls = m.prefill(256).decls + m.decode(256).decls + m.head().decls
     (decl,) = [d for d in decls if d.name == name.removesuffix("_q8")]
-    _lower(tmp_path, name, stitch(decl))
+    assert_lowers(LOWER, tmp_path, name, stitch(decl))
 

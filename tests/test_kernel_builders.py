@@ -139,7 +139,7 @@ GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
 def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n, epilogue):
     p = gemm_plan.plan_gemm(m, k, n, epilogue)
-    k2, tm, tn, tk, parts, rows = p.tile_k_l2, p.tile_m, p.tile_n, p.tile_k, p.w_parts, p.part_rows
+    k2, tm, tn, tk, parts = p.tile_k_l2, p.tile_m, p.tile_n, p.tile_k, p.w_parts
     text = gemm.build(m, k, n, epilogue)
     rep = air_checks.check_module(text)
     assert rep.errors == []
@@ -201,6 +201,12 @@ def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n, epilogue):
     (c_put,) = [a for a in puts if a.symbol == "gemm_c"]
     assert [consts[v] for v in c_put.lists[1]] == [tm * p.out_n]
     assert herd.attrs["link_with"] == f"gemm_{tag}.o"
+    _check_gemm_w_loads_and_drain(p, n, text, seg_outside_herd, consts, gets)
+
+
+def _check_gemm_w_loads_and_drain(p, n: int, text: str, seg_outside_herd: str, consts: dict, gets: list) -> None:
+    """The GEMM segment's W panel loads and its drain of the C tiles to L3 (test_gemm_structure_...)."""
+    k2, tm, tn, parts, rows = p.tile_k_l2, p.tile_m, p.tile_n, p.w_parts, p.part_rows
     # W panel loads: w_parts DMAs per panel, part q into rows [q*rows, +rows)
     w_dmas = re.findall(r"air\.dma_memcpy_nd \((%w_l2\w*)\[([^\]]*)\]", seg_outside_herd)
     assert len(w_dmas) == p.herd_n * parts

@@ -38,6 +38,14 @@ def make_pyxrt(log: list, final_state: str = COMPLETED):
         def sync(self, direction):
             log.append(("sync", self.id, direction))
 
+    _fake_hw_context_api(xrt, log, bos, _Bo, final_state)
+    _fake_xclbin_api(xrt, log, _Bo, final_state)
+    return xrt
+
+
+def _fake_hw_context_api(xrt, log: list, bos: list, _Bo, final_state: str) -> None:
+    """pyxrt's device / elf / hw_context / ext.kernel / ext.bo / run (the ELF path), logging every call."""
+
     class device:
         def __init__(self, index):
             log.append(("device", index))
@@ -83,6 +91,10 @@ def make_pyxrt(log: list, final_state: str = COMPLETED):
 
     xrt.device, xrt.elf, xrt.hw_context, xrt.run = device, elf, hw_context, run
 
+
+def _fake_xclbin_api(xrt, log: list, _Bo, final_state: str) -> None:
+    """pyxrt's xclbin / kernel / bo (the xclbin path), logging every call."""
+
     class _K:
         def __init__(self, name):
             self._n = name
@@ -118,7 +130,6 @@ def make_pyxrt(log: list, final_state: str = COMPLETED):
             super().__init__(size, f"bo[{flags},g{group}]")
 
     xrt.xclbin, xrt.kernel, xrt.bo = xclbin, kernel, bo
-    return xrt
 
 
 @pytest.fixture

@@ -41,3 +41,17 @@ def require_module(name: str):
         if tools_required():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg, allow_module_level=True)
+
+
+def assert_lowers(lower: str, tmp_path, name: str, text: str, timeout: int = 1800) -> None:
+    """A module `text` (written to tmp_path/<name>.mlir) through the real lowering driver `lower` and the
+    hardware model: both must accept it (docs/verification.md, "Real lowering")."""
+    from kernel_builder.hw import analyze_module
+    from multi_launch_builder.compile.lowering import lower_with_tool
+
+    src = tmp_path / f"{name}.mlir"
+    src.write_text(text)
+    res = lower_with_tool(lower, src, tmp_path / "out", timeout=timeout)
+    rep = analyze_module(text)
+    assert rep.ok, rep.first_violation()
+    assert res.ok, f"{res.stage}: {res.message}"

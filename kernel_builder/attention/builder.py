@@ -35,7 +35,9 @@ from __future__ import annotations
 
 from kernel_builder.attention import plan as planner
 from kernel_builder.attention.external import attention_decode_kernels, attention_prefill_kernels
-from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.attention.schedule import (decode_channels, decode_cores, frame, i32, receive_position,
+                                               segment_of, send_position)
+from kernel_builder.emit import L1, L2, herd, memref
 
 KIND = "attention"
 
@@ -50,49 +52,17 @@ def build(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim: int, win
 
 
 def _module(p: planner.AttentionPlan, scale_dim: int | None):
-    hd = p.head_dim
-    q_ty, kv_ty = memref([p.rows, p.heads * hd]), memref([p.kv_rows, p.kv_heads * hd])
+    q_ty, kv_ty = memref([p.rows, p.heads * p.head_dim]), memref([p.kv_rows, p.kv_heads * p.head_dim])
     types = [q_ty, kv_ty, kv_ty, memref([1], "i32"), q_ty]
-    mod = Module(KIND, types)
-    params = {"rows": p.rows, "kv_rows": p.kv_rows, "heads": p.heads, "kv_heads": p.kv_heads, "head_dim": hd,
-              **({"window": p.window} if p.window else {}), **({"scale_dim": scale_dim} if scale_dim else {})}
-    la = launch(mod.body, list(p.launch_grid), list(zip(mod.args, types)), [attr_dict(KIND, params)])
+    mod, la = frame(KIND, p, types, scale_dim)
     return mod, types, la
-
-
-def _segment(la, types):
-    """The segment (after any launch-level ops already emitted into the launch body); its trailing operands
-    are the launch ids."""
-    return segment(la.body, "attention_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
-
-
-def _send_position(s, ch_pos: str, pos_l3: str) -> None:
-    """The segment puts pos from L3 straight on the broadcast channel to every core of the herd (one shim
-    stream, no L2 buffer: the memory tiles stay for the item, output and partial buffers - a ninth L2 buffer
-    made air-to-aie place two on one memory tile, over its 6 S2MM channels)."""
-    s.channel_put(ch_pos, [0, 0], pos_l3, memref([1], "i32"), None)
-
-
-def _receive_position(hb, ch_pos: str, tx: str, ty: str, p: planner.AttentionPlan) -> str:
-    """A core receives the position into L1 (4 bytes) and loads it: the i32 SSA value. The load records the
-    positions the shape admits (`llama_npu.range`, inclusive): a chunk of `rows` rows ends inside the window,
-    so pos <= kv_rows - rows (decode: kv_rows - 1)."""
-    pos1_ty = memref([1], "i32", L1)
-    pos1 = hb.alloc("pos_l1", pos1_ty)
-    hb.channel_get(ch_pos, [tx, ty], pos1, pos1_ty, None)
-    top = p.kv_rows - p.rows
-    return hb.value("pos", f"memref.load {pos1}[{hb.idx(0)}] {{llama_npu.range = [0, {top}]}} : {pos1_ty}")
-
-
-def _i32(b, v: str) -> str:
-    return b.value("i", f"arith.index_cast {v} : index to i32")
 
 
 def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
 
     hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
     X, Y, G = p.herd_x, p.herd_y, p.group
-    qw, kw = p.heads * hd, p.kv_heads * hd
+    qw = p.heads * hd
     ext = attention_prefill_kernels(hd, lq, lk, p.window, scale_dim, p.qcycle)
     mod, types, la = _module(p, scale_dim)
     q_ty, kv_ty = types[0], types[1]
@@ -107,33 +77,13 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     ch_in = mod.channel("attn_in", [1, 1], [X, Y])     # the item stream reaches every core
     ch_o = mod.channel("attn_o", [X, Y])               # core (x, y)'s output tile -> query block x's L2 buffer
 
-    # ---- launch (iteration = kv head g, round rd, head pass hs): on each feed channel (one shim stream each),
-    # one put of the round's Q stream and one put of the whole K (V) window; the segment's gets take them an
-    # item half at a time. The Q stream is the round's X*lq rows of each of the Y heads, head-major: item rows
-    # [0, lk) of every item on feed k, [lk, 2lk) on feed v (X*lq is a multiple of 2lk: the plan). No loops here:
-    # each put is one shim BD (air-opt-shim-dma-bds folds a loop into a BD only when the loop variable is an
-    # offset by itself).
-    rl = la.body
-    q, k, v, pos, o = la.args
-    g, rd, hs = la.ids
-    head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # the query head of core y = 0
-    per_head = p.q_items_per_head
-    for f, ch, src in ((0, ch_fk, k), (1, ch_fv, v)):
-        if X * lq == lk:   # one item per head: both halves carry the head's rows (the second is never kept)
-            offs, sizes, strides = [head0, rd, 0, 0], [Y, 1, lk, hd], [hd, lk * qw, qw, 1]
-        else:
-            offs, sizes, strides = [head0, rl.muli(rd, per_head), f * lk, 0], [Y, per_head, lk, hd], \
-                [hd, 2 * lk * qw, qw, 1]
-        rl.channel_put(ch, [0, 0], q, q_ty, (offs, sizes, strides))
-        if p.q_items > Y * per_head:   # the pad item (no core keeps it): the item loops get an even trip count
-            rl.channel_put(ch, [0, 0], q, q_ty, (offs, [1, 1] + sizes[2:], strides))
-        rl.channel_put(ch, [0, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
+    _feed(la, p, ch_fk, ch_fv, q_ty, kv_ty)   # ---- launch: the Q stream and the K / V windows on the feeds
 
     # ---- segment: one uniform item loop: both halves from the feeds into one L2 item, one broadcast put
-    seg = _segment(la, types)
+    seg = segment_of(la, types)
     s = seg.body
     sq, sk, sv, spos, so, sg, srd, shs = seg.args
-    _send_position(s, ch_pos, spos)
+    send_position(s, ch_pos, spos)
     item2_ty = memref([ir, hd], "bf16", L2)
     sl, _ = s.for_(0, p.steps, 1, "t")
     it2 = sl.alloc("item_l2", item2_ty)
@@ -145,30 +95,7 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
         sl.channel_get(ch, [0, 0], it2, item2_ty, ([r0 // 8, 0, 0, 0], [lk // 8, 8, hd // 8, 8], [8 * hd, 8, 64, 1]))
     sl.channel_put(ch_in, [0, 0], it2, item2_ty, None)
     sl.dealloc(it2, item2_ty)
-    # ---- herd: per launch iteration, Q capture, the window's tiles, finish, the output tile to L2
-    h = herd(s, "attention_herd", (X, Y), [(srd, "index")], [f'link_with = "{ext.obj}"'])
-    hb = h.body
-    tx, ty = h.ids
-    (hrd,) = h.args
-    pos_i32 = _receive_position(hb, ch_pos, tx, ty, p)
-    # core (x, y) keeps the Q stream's 8-row blocks y*(per_head*2lk/8) + x + i*X (head y's rows, every X-th block)
-    slot = _i32(hb, hb.addi(hb.muli(ty, p.q_items_per_head * 2 * lk // 8), tx))
-    n_q = hb.i32(p.q_items)
-    # the Q/output tile and the state live outside the item loop (the only loop aircc should ping-pong)
-    qt, st = hb.alloc("q_l1", qt_ty), hb.alloc("state_l1", st_ty)
-    hb.call(ext.init.symbol, [(st, st_ty), (qt, qt_ty)])
-    first_row = hb.addi(hb.muli(hrd, X * lq), hb.muli(tx, 8))   # this core's first row in the chunk
-    q_pos0 = hb.value("i", f"arith.addi {pos_i32}, {_i32(hb, first_row)} : i32")
-    il, it = hb.for_(0, p.steps, 1, "t")
-    item = il.alloc("item_l1", item_ty)
-    il.channel_get(ch_in, [tx, ty], item, item_ty, None)
-    il.call(ext.update.symbol, [(item, item_ty), (qt, qt_ty), (st, st_ty), (_i32(il, it), "i32"), (n_q, "i32"),
-                                (slot, "i32"), (q_pos0, "i32")])
-    il.dealloc(item, item_ty)
-    hb.call(ext.out.symbol, [(st, st_ty), (qt, qt_ty)])  # the output tile replaces the Q tile
-    hb.channel_put(ch_o, [tx, ty], qt, qt_ty, None)
-    hb.dealloc(qt, qt_ty)
-    hb.dealloc(st, st_ty)
+    _prefill_herd(s, srd, p, ext, (ch_pos, ch_in, ch_o), (item_ty, qt_ty, st_ty))   # ---- herd
 
     # ---- segment, after the herd: per query block x, its herd_y output tiles side by side in one L2 buffer, then
     # ONE DMA to o (the memory-tile drain of kernels/gemm.py): its row blocks go to rows rd*X*lq + (x + i*X)*8
@@ -187,28 +114,76 @@ def _prefill(p: planner.AttentionPlan, scale_dim: int | None) -> str:
     return mod.text()
 
 
+def _feed(la, p: planner.AttentionPlan, ch_fk: str, ch_fv: str, q_ty: str, kv_ty: str) -> None:
+    """The prefill launch (iteration = kv head g, round rd, head pass hs): on each feed channel (one shim stream
+    each), one put of the round's Q stream and one put of the whole K (V) window; the segment's gets take them an
+    item half at a time. The Q stream is the round's X*lq rows of each of the Y heads, head-major: item rows
+    [0, lk) of every item on feed k, [lk, 2lk) on feed v (X*lq is a multiple of 2lk: the plan). No loops here:
+    each put is one shim BD (air-opt-shim-dma-bds folds a loop into a BD only when the loop variable is an
+    offset by itself)."""
+    hd, lq, lk, X, Y, G = p.head_dim, p.lq, p.lk, p.herd_x, p.herd_y, p.group
+    qw, kw = p.heads * hd, p.kv_heads * hd
+    rl = la.body
+    q, k, v, pos, o = la.args
+    g, rd, hs = la.ids
+    head0 = rl.addi(rl.muli(g, G), rl.muli(hs, Y))       # the query head of core y = 0
+    per_head = p.q_items_per_head
+    for f, ch, src in ((0, ch_fk, k), (1, ch_fv, v)):
+        if X * lq == lk:   # one item per head: both halves carry the head's rows (the second is never kept)
+            offs, sizes, strides = [head0, rd, 0, 0], [Y, 1, lk, hd], [hd, lk * qw, qw, 1]
+        else:
+            offs, sizes, strides = [head0, rl.muli(rd, per_head), f * lk, 0], [Y, per_head, lk, hd], \
+                [hd, 2 * lk * qw, qw, 1]
+        rl.channel_put(ch, [0, 0], q, q_ty, (offs, sizes, strides))
+        if p.q_items > Y * per_head:   # the pad item (no core keeps it): the item loops get an even trip count
+            rl.channel_put(ch, [0, 0], q, q_ty, (offs, [1, 1] + sizes[2:], strides))
+        rl.channel_put(ch, [0, 0], src, kv_ty, ([0, g, 0], [p.kv_rows, 1, hd], [kw, hd, 1]))
+
+
+def _prefill_herd(s, srd: str, p: planner.AttentionPlan, ext, channels: tuple, l1_types: tuple) -> None:
+    """The prefill herd, per launch iteration: Q capture, the window's tiles, finish, the output tile to L2."""
+    ch_pos, ch_in, ch_o = channels
+    item_ty, qt_ty, st_ty = l1_types
+    lq, lk, X, Y = p.lq, p.lk, p.herd_x, p.herd_y
+    h = herd(s, "attention_herd", (X, Y), [(srd, "index")], [f'link_with = "{ext.obj}"'])
+    hb = h.body
+    tx, ty = h.ids
+    (hrd,) = h.args
+    pos_i32 = receive_position(hb, ch_pos, tx, ty, p)
+    # core (x, y) keeps the Q stream's 8-row blocks y*(per_head*2lk/8) + x + i*X (head y's rows, every X-th block)
+    slot = i32(hb, hb.addi(hb.muli(ty, p.q_items_per_head * 2 * lk // 8), tx))
+    n_q = hb.i32(p.q_items)
+    # the Q/output tile and the state live outside the item loop (the only loop aircc should ping-pong)
+    qt, st = hb.alloc("q_l1", qt_ty), hb.alloc("state_l1", st_ty)
+    hb.call(ext.init.symbol, [(st, st_ty), (qt, qt_ty)])
+    first_row = hb.addi(hb.muli(hrd, X * lq), hb.muli(tx, 8))   # this core's first row in the chunk
+    q_pos0 = hb.value("i", f"arith.addi {pos_i32}, {i32(hb, first_row)} : i32")
+    il, it = hb.for_(0, p.steps, 1, "t")
+    item = il.alloc("item_l1", item_ty)
+    il.channel_get(ch_in, [tx, ty], item, item_ty, None)
+    il.call(ext.update.symbol, [(item, item_ty), (qt, qt_ty), (st, st_ty), (i32(il, it), "i32"), (n_q, "i32"),
+                                (slot, "i32"), (q_pos0, "i32")])
+    il.dealloc(item, item_ty)
+    hb.call(ext.out.symbol, [(st, st_ty), (qt, qt_ty)])  # the output tile replaces the Q tile
+    hb.channel_put(ch_o, [tx, ty], qt, qt_ty, None)
+    hb.dealloc(qt, qt_ty)
+    hb.dealloc(st, st_ty)
+
+
 def _decode(p: planner.AttentionPlan, scale_dim: int | None) -> str:
 
-    hd, lq, lk, ir = p.head_dim, p.lq, p.lk, p.item_rows
+    hd, lk, ir = p.head_dim, p.lk, p.item_rows
     X, Y, G = p.herd_x, p.herd_y, p.group
     qw, kw = p.heads * hd, p.kv_heads * hd
-    ext = attention_decode_kernels(hd, lq, lk, X, p.window, scale_dim)
+    ext = attention_decode_kernels(hd, p.lq, lk, X, p.window, scale_dim)
     mod, types, la = _module(p, scale_dim)
-    seg = _segment(la, types)
+    seg = segment_of(la, types)
     q_ty, kv_ty = types[0], types[1]
-    item_ty, st_ty = memref([ir, hd], "bf16", L1), memref([p.state_floats], "f32", L1)
-    parts_ty, out_ty = memref([X * p.state_floats], "f32", L1), memref([lq, hd], "bf16", L1)
-    mod.declare(ext.init.symbol, ext.obj, [st_ty])
-    mod.declare(ext.update.symbol, ext.obj, [item_ty, st_ty, "i32", "i32"])
-    mod.declare(ext.out.symbol, ext.obj, [parts_ty, out_ty])
-    ch_pos = mod.channel("attn_pos", [1, 1], [X, Y])
-    ch_in = mod.channel("attn_in", [X, Y])
-    ch_part = mod.channel("attn_part", [X, Y])
-    ch_merge = mod.channel("attn_merge", [1, Y])
+    c = decode_channels(mod, ext, p, memref([ir, hd], "bf16", L1))
 
     s = seg.body
     q, k, v, pos, o, gi = seg.args                       # gi: this launch iteration's first kv head / herd_y
-    _send_position(s, ch_pos, pos)
+    send_position(s, c.ch_pos, pos)
     g0 = s.muli(gi, Y)
 
     # ---- segment: per K/V tile step, per split x: the K and V rows of the herd_y kv heads (one DMA each) and
@@ -227,45 +202,8 @@ def _decode(p: planner.AttentionPlan, scale_dim: int | None) -> str:
         tl.dma(kv2, kv2_ty, ([2 * lk, 0, 0], [G, Y, hd], [Y * hd, hd, 1]), q, q_ty,
                ([0, 0, g0, 0], [1, G, Y, hd], [qw, hd, G * hd, 1]))
         for y in range(Y):
-            tl.channel_put(ch_in, [x, y], kv2, kv2_ty, ([0, y * hd], [ir, hd], [Y * hd, 1]))
+            tl.channel_put(c.ch_in, [x, y], kv2, kv2_ty, ([0, y * hd], [ir, hd], [Y * hd, 1]))
         tl.dealloc(kv2, kv2_ty)
 
-    # ---- herd: each core's share of its kv head's window into an online-softmax partial
-    h = herd(s, "attention_herd", (X, Y), [], [f'link_with = "{ext.obj}"'])
-    hb = h.body
-    tx, ty = h.ids
-    pos_i32 = _receive_position(hb, ch_pos, tx, ty, p)
-    st = hb.alloc("state_l1", st_ty)
-    hb.call(ext.init.symbol, [(st, st_ty)])
-    share0 = hb.muli(tx, p.share)
-    il, it = hb.for_(0, p.kv_tiles, 1, "t")
-    item = il.alloc("item_l1", item_ty)
-    il.channel_get(ch_in, [tx, ty], item, item_ty, None)
-    k_pos0 = _i32(il, il.addi(share0, il.muli(it, lk)))
-    il.call(ext.update.symbol, [(item, item_ty), (st, st_ty), (pos_i32, "i32"), (k_pos0, "i32")])
-    il.dealloc(item, item_ty)
-    hb.channel_put(ch_part, [tx, ty], st, st_ty, None)
-    hb.dealloc(st, st_ty)
-
-    # ---- segment: per kv head y, its herd_x partials L1 -> L2 -> merge core y
-    p2_ty = memref([X * p.state_floats], "f32", L2)
-    for y in range(Y):
-        p2 = s.alloc("parts_l2", p2_ty)
-        for x in range(X):
-            s.channel_get(ch_part, [x, y], p2, p2_ty, ([x * p.state_floats], [p.state_floats], [1]))
-        s.channel_put(ch_merge, [0, y], p2, p2_ty, None)
-        s.dealloc(p2, p2_ty)
-
-    # ---- merge herd: combine each kv head's partials, write its group's output rows
-    mh = herd(s, "attention_merge", (1, Y), [(o, q_ty), (g0, "index")], [f'link_with = "{ext.obj}"'])
-    mb = mh.body
-    mx, my = mh.ids
-    o_l3, mg0 = mh.args
-    parts, out = mb.alloc("parts_l1", parts_ty), mb.alloc("out_l1", out_ty)
-    mb.channel_get(ch_merge, [mx, my], parts, parts_ty, None)
-    mb.call(ext.out.symbol, [(parts, parts_ty), (out, out_ty)])
-    col = mb.muli(mb.addi(mg0, my), G * hd)
-    mb.dma(o_l3, q_ty, ([0, col], [1, G * hd], [qw, 1]), out, out_ty, None)
-    mb.dealloc(parts, parts_ty)
-    mb.dealloc(out, out_ty)
+    decode_cores(s, c, p, o, q_ty, g0)   # the split herd, the partials through L2, the merge herd
     return mod.text()

@@ -117,6 +117,56 @@ def attention_decode_kernels(head_dim: int, lq: int, lk: int, n_parts: int, wind
 _LOWEST = np.finfo(F32).min  # -0x1.fffffep127f, "no key seen yet"
 
 
+def _online_softmax_update(acc, m, l_, k, v, q, qpos, k_pos0: int, window: int | None, scale) -> bool:
+    """One K/V tile (k, v [lk, hd]) into the online-softmax state (acc [lq, hd], m, l_ [lq], updated in place) of
+    the query rows q [lq, hd] at positions qpos, keys at k_pos0..; False (nothing changed) when no row sees a key
+    of the tile."""
+    lq, lk = len(qpos), len(k)
+    vis = np.clip(qpos - k_pos0 + 1, 0, lk)                       # visible keys: a range per row
+    first = np.clip(qpos - window + 1 - k_pos0, 0, lk) if window else np.zeros_like(vis)
+    rows = vis > first
+    if not rows.any():
+        return False
+    keep = (np.arange(lk)[None, :] < vis[:, None]) & (np.arange(lk)[None, :] >= first[:, None])   # [lq, lk]
+    qf, kf, vf = q.astype(F32), k.astype(F32), v.astype(F32)
+    with np.errstate(all="ignore"):                                # masked keys may hold anything
+        # dot products accumulated over d sequentially in f32 (the host loop's order)
+        s = np.cumsum(qf[:, None, :] * kf[None, :, :], axis=2, dtype=F32)[:, :, -1] * scale
+        row_max = np.where(keep, s, _LOWEST).max(axis=1)
+        m_new = np.where(m > row_max, m, row_max).astype(F32)
+        alpha = np.exp(m - m_new).astype(F32)
+        p = np.where(keep, np.exp(s - m_new[:, None]), F32(0.0)).astype(F32)
+    new_acc = acc * alpha[:, None]
+    total = np.zeros(lq, dtype=F32)
+    for j in range(lk):  # sequential over keys, as in the host loop; masked keys are skipped
+        kj = keep[:, j]
+        total[kj] += p[kj, j]
+        new_acc[kj] += p[kj, j, None] * vf[j][None, :]
+    acc[rows] = new_acc[rows]
+    l_[rows] = (alpha * l_ + total)[rows]
+    m[rows] = m_new[rows]
+    return True
+
+
+def _merge_partials(data, lq: int, hd: int):
+    """The f32 output rows [lq, hd] of n_parts partial states (data [n_parts, lq*(hd+2)]), in the host order."""
+    n_parts = len(data)
+    acc = data[:, :lq * hd].reshape(n_parts, lq, hd)
+    m, l_ = data[:, lq * hd:lq * hd + lq], data[:, lq * hd + lq:]
+    mx = np.full(lq, _LOWEST, dtype=F32)
+    for s in range(n_parts):
+        mx = np.where(m[s] > mx, m[s], mx)
+    w = np.exp(m - mx[None, :]).astype(F32)                        # [n_parts, lq]
+    total = np.zeros(lq, dtype=F32)
+    o = np.zeros((lq, hd), dtype=F32)
+    for s in range(n_parts):                                      # sequential over parts (host order)
+        total += w[s] * l_[s]
+    for s in range(n_parts):
+        o += w[s][:, None] * acc[s]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total[:, None] > 0, o / np.where(total > 0, total, F32(1.0))[:, None], F32(0.0))
+
+
 def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: int | None, window: int | None = None,
                     scale_dim: int | None = None):
     """attention.cc (kernels/attention.py): prefill (mode "p": init / item / finish) and decode (mode "d": init /
@@ -148,30 +198,8 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
     def update(k, v, q, state, q_pos0: int, q_step: int, k_pos0: int, qpos=None):
         acc, m, l_ = parts_of(state)
         qpos = q_pos0 + q_step * np.arange(lq) if qpos is None else qpos
-        vis = np.clip(qpos - k_pos0 + 1, 0, lk)                       # visible keys: a range per row
-        first = np.clip(qpos - window + 1 - k_pos0, 0, lk) if window else np.zeros_like(vis)
-        rows = vis > first
-        if not rows.any():
-            return
-        keep = (np.arange(lk)[None, :] < vis[:, None]) & (np.arange(lk)[None, :] >= first[:, None])   # [lq, lk]
-        qf, kf, vf = q.astype(F32), k.astype(F32), v.astype(F32)
-        with np.errstate(all="ignore"):                                # masked keys may hold anything
-            # dot products accumulated over d sequentially in f32 (the host loop's order)
-            s = np.cumsum(qf[:, None, :] * kf[None, :, :], axis=2, dtype=F32)[:, :, -1] * scale
-            row_max = np.where(keep, s, _LOWEST).max(axis=1)
-            m_new = np.where(m > row_max, m, row_max).astype(F32)
-            alpha = np.exp(m - m_new).astype(F32)
-            p = np.where(keep, np.exp(s - m_new[:, None]), F32(0.0)).astype(F32)
-        new_acc = acc * alpha[:, None]
-        total = np.zeros(lq, dtype=F32)
-        for j in range(lk):  # sequential over keys, as in the host loop; masked keys are skipped
-            kj = keep[:, j]
-            total[kj] += p[kj, j]
-            new_acc[kj] += p[kj, j, None] * vf[j][None, :]
-        acc[rows] = new_acc[rows]
-        l_[rows] = (alpha * l_ + total)[rows]
-        m[rows] = m_new[rows]
-        state.written = True
+        if _online_softmax_update(acc, m, l_, k, v, q, qpos, k_pos0, window, scale):
+            state.written = True
 
     qcycle = n_parts or 1                                 # prefill: the herd's interleaved 8-row blocks
     row_pos = (np.arange(lq) // 8) * 8 * qcycle + np.arange(lq) % 8   # local row -> position - q_pos0
@@ -208,21 +236,7 @@ def attention_model(mode: str, part: str, hd: int, lq: int, lk: int, n_parts: in
 
     def merge(parts, out):
         data = need_memref(parts, "parts", n_parts * n_state, "f32").reshape(n_parts, n_state)
-        acc = data[:, :lq * hd].reshape(n_parts, lq, hd)
-        m, l_ = data[:, lq * hd:lq * hd + lq], data[:, lq * hd + lq:]
-        mx = np.full(lq, _LOWEST, dtype=F32)
-        for s in range(n_parts):
-            mx = np.where(m[s] > mx, m[s], mx)
-        w = np.exp(m - mx[None, :]).astype(F32)                        # [n_parts, lq]
-        total = np.zeros(lq, dtype=F32)
-        o = np.zeros((lq, hd), dtype=F32)
-        for s in range(n_parts):                                      # sequential over parts (host order)
-            total += w[s] * l_[s]
-        for s in range(n_parts):
-            o += w[s][:, None] * acc[s]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            res = np.where(total[:, None] > 0, o / np.where(total > 0, total, F32(1.0))[:, None], F32(0.0))
-        need_memref(out, "out", lq * hd)[:] = to_bf16(res).reshape(-1)
+        need_memref(out, "out", lq * hd)[:] = to_bf16(_merge_partials(data, lq, hd)).reshape(-1)
         out.written = True
 
     table = {("p", "init"): init, ("p", "item"): item, ("p", "finish"): finish,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kernel_builder.bias_add.external import bias_add_kernel
 from kernel_builder.bias_add.plan import plan_bias_add
-from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment, tile_steps
 
 KIND = "bias_add"
 
@@ -35,12 +35,8 @@ def build(rows: int, dim: int) -> str:
     b = h.body
     x, bias, y = h.args
     per_tile = plan.units_per_tile          # rows of a tile; one row per step
-    yl = b.alloc("y_l1", l1_ty)
-    if plan.steps > 1:
-        b.pin_to_scope(yl, l1_ty)  # written by the call: one copy, outside the ping-ponged loop
-    first = b.muli(h.ids[0], per_tile)
-    loop, i = b.for_(0, per_tile, 1, "r") if plan.steps > 1 else (b, 0)
-    row = loop.addi(first, i) if plan.steps > 1 else first
+    yl = b.alloc("y_l1", l1_ty)   # written by the call
+    loop, row = tile_steps(b, h.ids[0], per_tile, 1, plan.steps, [(yl, l1_ty)])
     xl = loop.alloc("x_l1", l1_ty)
     bl = loop.alloc("b_l1", l1_ty)
     loop.dma(bl, l1_ty, None, bias, b2_ty, ([0], [dim], [1]))

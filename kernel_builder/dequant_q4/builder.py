@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kernel_builder.dequant_q4.external import dequant_q4_kernel
 from kernel_builder.dequant_q4.plan import plan_dequant_q4
-from kernel_builder.emit import L1, Module, attr_dict, herd, memref
+from kernel_builder.emit import L1, Module, attr_dict, herd, memref, tile_steps
 
 KIND = "dequant_q4"
 
@@ -30,12 +30,8 @@ def build(m: int, k: int, group: int = 32, mins: int = 1) -> str:
     h = herd(mod.body, "dqq4_herd", (plan.tiles, 1), [(mod.args[0], w_ty), (mod.args[1], y_ty)], attrs)
     b = h.body
     w, y = h.args
-    yl = b.alloc("y_l1", yl_ty)
-    if plan.steps > 1:
-        b.pin_to_scope(yl, yl_ty)    # written by the call: one copy, outside the ping-ponged loop
-    first = b.muli(h.ids[0], rows)
-    loop, i = b.for_(0, rows, tm, "r") if plan.steps > 1 else (b, 0)
-    row = loop.addi(first, i) if plan.steps > 1 else first
+    yl = b.alloc("y_l1", yl_ty)   # written by the call
+    loop, row = tile_steps(b, h.ids[0], rows, tm, plan.steps, [(yl, yl_ty)])
     wl = loop.alloc("w_l1", wl_ty)
     loop.dma(wl, wl_ty, None, w, w_ty, ([row, 0], [tm, rb], [rb, 1]))
     loop.call(ext.symbol, [(wl, wl_ty), (yl, yl_ty)])

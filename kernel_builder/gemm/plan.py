@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from kernel_builder.external_costs import external_cost
+from kernel_builder.external_costs import call_counts
 from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels, scratch_elems
 from kernel_builder.hw import cost, memtile_place
 from kernel_builder.hw.facts import NPU2
@@ -371,11 +371,4 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
     k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
     hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
     ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
-    counts: dict = {}
-    for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.epilogue(p.epilogue), 1)):
-        desc, match = external_cost(kernel.symbol)
-        w = desc.work(match, [])
-        for kind, v in list(w.counts.items()) + [("calls", 1), ("scalar_ops", w.scalar_ops)]:
-            if v:
-                counts[kind] = counts.get(kind, 0) + tiles * calls * v
-    return counts
+    return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.epilogue(p.epilogue), 1)), tiles)

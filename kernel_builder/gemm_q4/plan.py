@@ -13,7 +13,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from kernel_builder.external_costs import external_cost
+from kernel_builder.external_costs import call_counts
 from kernel_builder.gemm import plan as gp
 from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, scratch_elems
 from kernel_builder.gemm_q4.external import gemm_q4_kernels, slice_bytes
@@ -166,14 +166,7 @@ def modeled_seconds(p: GemmQ4Plan, m: int, k: int, n: int, params: cost.CostPara
 
 def tile_counts(p: GemmQ4Plan, k: int, tiles: int = 1) -> dict:
     ks = gemm_q4_kernels(p.tile_m, p.tile_k, p.tile_n, p.group)
-    counts: dict = {}
-    for kernel, calls in ((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.out, 1)):
-        desc, match = external_cost(kernel.symbol)
-        w = desc.work(match, [])
-        for kind, v in list(w.counts.items()) + [("calls", 1), ("scalar_ops", w.scalar_ops)]:
-            if v:
-                counts[kind] = counts.get(kind, 0) + tiles * calls * v
-    return counts
+    return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.out, 1)), tiles)
 
 
 @functools.lru_cache(maxsize=None)

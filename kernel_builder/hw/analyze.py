@@ -158,7 +158,6 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
 
     # ---- herds
     def _herd(self, herd: Region, launch_envs, flows: list, mem: dict) -> tuple:
-        f = self.facts
         n_tiles = herd.n_instances
         self.usage.herd_tiles = max(self.usage.herd_tiles, n_tiles)
         paths = cnt.loop_paths(herd.body)
@@ -182,7 +181,23 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         for t in [n for n in paths if isinstance(n, Transfer)]:
             self._herd_transfer(herd, t, paths[t], per_tile, totals, bundles, mem)
         packet = self._herd_streams(herd, bundles, flows)
-        # L1, stack, core channels and BDs (identical on every tile of a herd)
+        self._herd_core(herd, paths, packet)   # L1, stack, core channels, BDs and locks
+        self._pingpong_failure(herd, paths)
+        # transfers: shim flows, memtile endpoints, checks
+        # work
+        for n, k in totals.items():
+            if isinstance(n, Call):
+                ec = external_cost(n.symbol)
+                if ec is not None:
+                    self.work.vector_macs += ec[0].work(ec[1], n.args).vector_macs * k
+            elif isinstance(n, Compute):
+                self.work.scalar_macs += n.macs * k
+        return self._herd_work(herd, by_tile, paths)
+
+    def _herd_core(self, herd: Region, paths: dict, packet) -> None:
+        """A herd tile's L1, stack, core DMA channels, BDs and locks (identical on every tile of a herd) into the
+        usage, with a violation for each over its limit; `packet`: the herd's packet-switched transfers."""
+        f = self.facts
         l1 = sum(b.nbytes * self.copies.get(b, 1) for b in (n.buffer for n in paths if isinstance(n, Alloc))
                  if b.space == L1)
         stack_need = f.default_stack_bytes
@@ -244,17 +259,6 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
             self.violate("core", "stack bytes", stack_need, self.preset.stack_size, RUNTIME,
                          f"{hname} calls soft-float division (scalar divf/rsqrt or an external kernel's "
                          f"scalar division); raise aircc --stack-size", herd.line, kind="rule")
-        self._pingpong_failure(herd, paths)
-        # transfers: shim flows, memtile endpoints, checks
-        # work
-        for n, k in totals.items():
-            if isinstance(n, Call):
-                ec = external_cost(n.symbol)
-                if ec is not None:
-                    self.work.vector_macs += ec[0].work(ec[1], n.args).vector_macs * k
-            elif isinstance(n, Compute):
-                self.work.scalar_macs += n.macs * k
-        return self._herd_work(herd, by_tile, paths)
 
     def _herd_work(self, herd: Region, by_tile: dict, paths: dict) -> tuple:
         """(counts, linalg.matmul MACs, scalar ops, likely cycles, (busiest L1 in, out bytes)) of the busiest tile."""

@@ -131,25 +131,7 @@ class _Parser:
             env[op.results[0]] = self.value(env, m.group(1), op) if m else sym.opaque()
             return None
         if name in _FLOAT_OPS or name in ("memref.load", "memref.store"):
-            reads, writes = [], []
-            m = re.search(rf"({air_ops.SSA})\[", text)
-            if m is not None:
-                b = env.get(m.group(1))
-                if isinstance(b, Buffer):
-                    (writes if name == "memref.store" else reads).append(b)
-            for r in op.results:
-                env[r] = None
-            rng = _RANGE_RE.search(text) if name == "memref.load" else None
-            if rng is not None and len(op.results) == 1:
-                # a loaded integer the builder bounds (e.g. the attention position): a variable of known range
-                lo, hi = int(rng.group(1)), int(rng.group(2))
-                if lo > hi:
-                    raise HwParseError(f"{op.where()}: llama_npu.range [{lo}, {hi}] is empty")
-                v = self.fresh(f"range:{op.results[0]}")
-                self.ranges[v] = (lo, hi)
-                env[op.results[0]] = sym.var(v)
-            return Compute(op.line, "scalar", 1 if name in _FLOAT_OPS else 0, reads, writes,
-                           divf=name in _SOFT_FLOAT_CALLS)
+            return self.scalar(op, env, text)
         if name == "memref.alloc":
             m = re.fullmatch(r"memref\.alloc\(\)\s*:\s*(memref<.*>)", text, re.DOTALL)
             if m is None:
@@ -192,6 +174,30 @@ class _Parser:
         for r in op.results:
             env[r] = sym.opaque(deps)
         return None
+
+    def scalar(self, op: Op, env: dict, text: str) -> Compute:
+        """A scalar float op or a memref.load / store: its buffer read or written; a load with a
+        `llama_npu.range` is a variable of that range."""
+        name = op.name
+        reads, writes = [], []
+        m = re.search(rf"({air_ops.SSA})\[", text)
+        if m is not None:
+            b = env.get(m.group(1))
+            if isinstance(b, Buffer):
+                (writes if name == "memref.store" else reads).append(b)
+        for r in op.results:
+            env[r] = None
+        rng = _RANGE_RE.search(text) if name == "memref.load" else None
+        if rng is not None and len(op.results) == 1:
+            # a loaded integer the builder bounds (e.g. the attention position): a variable of known range
+            lo, hi = int(rng.group(1)), int(rng.group(2))
+            if lo > hi:
+                raise HwParseError(f"{op.where()}: llama_npu.range [{lo}, {hi}] is empty")
+            v = self.fresh(f"range:{op.results[0]}")
+            self.ranges[v] = (lo, hi)
+            env[op.results[0]] = sym.var(v)
+        return Compute(op.line, "scalar", 1 if name in _FLOAT_OPS else 0, reads, writes,
+                       divf=name in _SOFT_FLOAT_CALLS)
 
     def linalg(self, op: Op, env: dict) -> Compute:
         text = op.text

@@ -10,7 +10,7 @@ buffers allocated once, two DMAs store them. One L3 stream in and two out per ti
 """
 from __future__ import annotations
 
-from kernel_builder.emit import L1, Module, attr_dict, herd, memref
+from kernel_builder.emit import L1, Module, attr_dict, herd, memref, tile_steps
 from kernel_builder.kv_dequant.external import kv_dequant_kernel
 from kernel_builder.kv_dequant.plan import plan_kv_dequant
 from kernel_builder.kv_quant.reference import row_bytes
@@ -32,13 +32,8 @@ def build(rows: int, kv_heads: int, head_dim: int) -> str:
              attrs)
     b = h.body
     kv, k, v = h.args
-    kl, vl = b.alloc("k_l1", ol_ty), b.alloc("v_l1", ol_ty)
-    if plan.steps > 1:          # written by the call: one copy each, outside the ping-ponged loop
-        b.pin_to_scope(kl, ol_ty)
-        b.pin_to_scope(vl, ol_ty)
-    first = b.muli(h.ids[0], per)
-    loop, i = b.for_(0, per, tm, "r") if plan.steps > 1 else (b, 0)
-    row = loop.addi(first, i) if plan.steps > 1 else first
+    kl, vl = b.alloc("k_l1", ol_ty), b.alloc("v_l1", ol_ty)   # written by the call
+    loop, row = tile_steps(b, h.ids[0], per, tm, plan.steps, [(kl, ol_ty), (vl, ol_ty)])
     il = loop.alloc("kv_l1", il_ty)
     loop.dma(il, il_ty, None, kv, kv_ty, ([row, 0], [tm, rb], [rb, 1]))
     loop.call(ext.symbol, [(il, il_ty), (kl, ol_ty), (vl, ol_ty)])

@@ -4,30 +4,21 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from external_kernels.compile_rules import ExternalKernel
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import need_memref
-from kernel_builder.externals import ExternalFamily, check_multiple
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.instr_counts import Counts, add_acc, conv, load, load_unaligned, store
+from kernel_builder.kv_quant.external import rows_heads_family, rows_heads_kernel
 from kernel_builder.kv_quant.reference import block_bytes, dequantize, row_bytes, split_rows
 from kernel_builder.numerics import to_bf16
-from kernel_builder.planner import check_positive
 
 KVD_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16
 
 
 def kv_dequant_kernel(rows: int, heads: int, head_dim: int) -> ExternalKernel:
     """`(kv i8[rows*row_bytes], k bf16[rows*W], v bf16[rows*W])`, W = heads*head_dim: whole KV8 rows in."""
-    check_positive("kv_dequant", rows=rows, heads=heads, head_dim=head_dim)
-    check_multiple("kv_dequant", "head_dim", head_dim, KVD_HEAD_DIM_MULTIPLE)
-    tag = f"r{rows}_h{heads}_d{head_dim}"
-    symbol = f"kvd_bf16_{tag}"
-    return ExternalKernel(symbol=symbol, obj=f"kvd_{tag}.o", source="kv_dequant.cc",
-                          defines=(("KVD_ROWS", str(rows)), ("KVD_HEADS", str(heads)),
-                                   ("KVD_HEAD_DIM", str(head_dim)), ("KVD_SYMBOL", symbol)))
+    return rows_heads_kernel("kv_dequant", "kvd", rows, heads, head_dim, KVD_HEAD_DIM_MULTIPLE)
 
 
 def kv_dequant_model(rows: int, heads: int, hd: int):
@@ -55,6 +46,5 @@ def _kv_dequant(m, args):
     return CallWork(0, 2 * rows * heads, c)
 
 
-FAMILY = ExternalFamily("kv_dequant", "kv_dequant.cc", r"kvd_r(\d+)_h(\d+)_d(\d+)\.o", r"kvd_bf16_r(\d+)_h(\d+)_d(\d+)",
-                        kv_dequant_kernel, kv_dequant_model)
+FAMILY = rows_heads_family("kv_dequant", "kvd", kv_dequant_kernel, kv_dequant_model)
 COSTS = (ExternalCost("kv_dequant", re.compile(FAMILY.symbol_re), _kv_dequant, DEFAULT_STACK, (2, 3), (2, 3)),)

@@ -11,7 +11,7 @@ stream in and two out per tile.
 """
 from __future__ import annotations
 
-from kernel_builder.emit import L1, Module, attr_dict, herd, memref
+from kernel_builder.emit import L1, Module, attr_dict, herd, memref, tile_steps
 from kernel_builder.kv_quant.external import kv_quant_kernel
 from kernel_builder.kv_quant.plan import plan_kv_quant
 from kernel_builder.kv_quant.reference import SCALE_BYTES, block_bytes, row_bytes
@@ -35,13 +35,8 @@ def build(rows: int, kv_heads: int, head_dim: int, half: int) -> str:
     h = herd(mod.body, "kvq_herd", (plan.tiles, 1), [(mod.args[0], x_ty), (mod.args[1], kv_ty)], attrs)
     b = h.body
     x, kv = h.args
-    cl, sl = b.alloc("codes_l1", cl_ty), b.alloc("scales_l1", sl_ty)
-    if plan.steps > 1:          # written by the call: one copy each, outside the ping-ponged loop
-        b.pin_to_scope(cl, cl_ty)
-        b.pin_to_scope(sl, sl_ty)
-    first = b.muli(h.ids[0], per)
-    loop, i = b.for_(0, per, tm, "r") if plan.steps > 1 else (b, 0)
-    row = loop.addi(first, i) if plan.steps > 1 else first
+    cl, sl = b.alloc("codes_l1", cl_ty), b.alloc("scales_l1", sl_ty)   # written by the call
+    loop, row = tile_steps(b, h.ids[0], per, tm, plan.steps, [(cl, cl_ty), (sl, sl_ty)])
     xl = loop.alloc("x_l1", xl_ty)
     loop.dma(xl, xl_ty, None, x, x_ty, ([row, 0], [tm, w], [w, 1]))
     loop.call(ext.symbol, [(xl, xl_ty), (cl, cl_ty), (sl, sl_ty)])

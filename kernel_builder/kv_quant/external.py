@@ -19,15 +19,28 @@ KVQ_HEAD_DIM_MULTIPLE = NPU2.vector_lanes_bf16   # one 32-lane to_fixed per step
 LANES = NPU2.vector_lanes_f32
 
 
+def rows_heads_kernel(kind: str, prefix: str, rows: int, heads: int, head_dim: int, multiple: int) -> ExternalKernel:
+    """The frame of the KV8 row kernels (kv_quant.cc, kv_dequant.cc): `rows` rows of `heads` heads, symbol
+    `<prefix>_bf16_r<R>_h<H>_d<D>` in `<prefix>_r<R>_h<H>_d<D>.o`, shape and symbol from -D <PREFIX>_ROWS,
+    _HEADS, _HEAD_DIM and _SYMBOL; head_dim a multiple of `multiple`."""
+    check_positive(kind, rows=rows, heads=heads, head_dim=head_dim)
+    check_multiple(kind, "head_dim", head_dim, multiple)
+    tag = f"r{rows}_h{heads}_d{head_dim}"
+    symbol, up = f"{prefix}_bf16_{tag}", prefix.upper()
+    return ExternalKernel(symbol=symbol, obj=f"{prefix}_{tag}.o", source=f"{kind}.cc",
+                          defines=((f"{up}_ROWS", str(rows)), (f"{up}_HEADS", str(heads)),
+                                   (f"{up}_HEAD_DIM", str(head_dim)), (f"{up}_SYMBOL", symbol)))
+
+
+def rows_heads_family(kind: str, prefix: str, kernel, model) -> ExternalFamily:
+    """The ExternalFamily of a KV8 row kernel named as `rows_heads_kernel` names it."""
+    return ExternalFamily(kind, f"{kind}.cc", rf"{prefix}_r(\d+)_h(\d+)_d(\d+)\.o",
+                          rf"{prefix}_bf16_r(\d+)_h(\d+)_d(\d+)", kernel, model)
+
+
 def kv_quant_kernel(rows: int, heads: int, head_dim: int) -> ExternalKernel:
     """`(x bf16[rows*heads*hd], codes i8[rows*heads*hd], scales i8[rows*heads*4])`: rows quantized per head."""
-    check_positive("kv_quant", rows=rows, heads=heads, head_dim=head_dim)
-    check_multiple("kv_quant", "head_dim", head_dim, KVQ_HEAD_DIM_MULTIPLE)
-    tag = f"r{rows}_h{heads}_d{head_dim}"
-    symbol = f"kvq_bf16_{tag}"
-    return ExternalKernel(symbol=symbol, obj=f"kvq_{tag}.o", source="kv_quant.cc",
-                          defines=(("KVQ_ROWS", str(rows)), ("KVQ_HEADS", str(heads)),
-                                   ("KVQ_HEAD_DIM", str(head_dim)), ("KVQ_SYMBOL", symbol)))
+    return rows_heads_kernel("kv_quant", "kvq", rows, heads, head_dim, KVQ_HEAD_DIM_MULTIPLE)
 
 
 def kv_quant_model(rows: int, heads: int, hd: int):
@@ -54,6 +67,5 @@ def _kv_quant(m, args):
     return CallWork(0, 4 * rows * heads, head_counts(hd) * (rows * heads))
 
 
-FAMILY = ExternalFamily("kv_quant", "kv_quant.cc", r"kvq_r(\d+)_h(\d+)_d(\d+)\.o", r"kvq_bf16_r(\d+)_h(\d+)_d(\d+)",
-                        kv_quant_kernel, kv_quant_model)
+FAMILY = rows_heads_family("kv_quant", "kvq", kv_quant_kernel, kv_quant_model)
 COSTS = (ExternalCost("kv_quant", re.compile(FAMILY.symbol_re), _kv_quant, DEFAULT_STACK, (1, 2), ()),)

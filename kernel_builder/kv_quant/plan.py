@@ -45,10 +45,21 @@ def plan_kv_quant(rows: int, kv_heads: int, head_dim: int) -> KvQuantPlan:
         raise ValueError(f"kv_quant: head_dim={head_dim} must be a multiple of {KVQ_HEAD_DIM_MULTIPLE} "
                          f"(32-lane to_fixed of the external kernel)")
     width = kv_heads * head_dim
-    for tiles in divisors_desc(rows, NPU2_COLS):     # one shim column per tile: x in, codes and scales out
-        for tm in divisors_desc(rows // tiles, max(1, MAX_STEP_BYTES // (BF16 * width))):
-            p = KvQuantPlan(rows, kv_heads, head_dim, tiles, tm)
-            if p.l1_bytes() <= L1_BUDGET:
-                return p
+    p = first_fit(KvQuantPlan, rows, kv_heads, head_dim, MAX_STEP_BYTES)   # x in, codes and scales out
+    if p:
+        return p
     raise ValueError(f"kv_quant: a row of {width} values needs {kib(5 * width)} of L1 per tile; the NPU2 limit "
                      f"is {kib(L1_BUDGET)}")
+
+
+def first_fit(cls, rows: int, kv_heads: int, head_dim: int, step_bytes: int):
+    """The first plan `cls(rows, kv_heads, head_dim, tiles, tile_m)` within L1: the most tiles (one shim column
+    each), then the most rows per step with at most `step_bytes` bf16 bytes of a row's width; None when none
+    fits (kv_quant's and kv_dequant's search)."""
+    width = kv_heads * head_dim
+    for tiles in divisors_desc(rows, NPU2_COLS):
+        for tm in divisors_desc(rows // tiles, max(1, step_bytes // (BF16 * width))):
+            p = cls(rows, kv_heads, head_dim, tiles, tm)
+            if p.l1_bytes() <= L1_BUDGET:
+                return p
+    return None

@@ -181,30 +181,8 @@ class ModuleExecutor:
             if bad:
                 raise ValueError(f"module {name}: read= names {bad}, which are not outputs; "
                                  f"outputs: {list(decl.names(Role.OUTPUT))}")
-        refs: dict[int, Buffer] = {}
         bo_key = name if bo_key is None else bo_key
-        # Validate everything before touching the device so a bad call transfers nothing.
-        for i, ((arg, dt, role), v) in enumerate(zip(rows, values)):
-            if role is Role.INPUT:
-                if v is None:
-                    raise ValueError(f"module {name} arg {arg.name}: input missing (inputs are written every call)")
-                if isinstance(v, DeviceRef):
-                    refs[i] = self._resolve_ref(decl, arg, v)
-                else:
-                    check_value(decl, arg, dt, v)
-            elif isinstance(v, DeviceRef):
-                raise ValueError(f"module {name} arg {arg.name}: role {role.value} cannot take a ref "
-                                 f"(only inputs can be bound to another module's buffer)")
-            elif role is Role.STATIC:
-                if v is None:
-                    if (name, bo_key) not in self._resident and not self._mem.static_resident(decl, bo_key, arg):
-                        raise ValueError(f"module {name} arg {arg.name}: static missing on the first call "
-                                         f"of bo_key {bo_key!r}")
-                else:
-                    check_value(decl, arg, dt, v)
-            elif v is not None:
-                raise ValueError(f"module {name} arg {arg.name}: role {role.value} is never written by the "
-                                 f"host; pass None" + (" (scalars go by name)" if role is Role.SCALAR else ""))
+        refs = self._checked_refs(name, decl, rows, values, bo_key)   # a bad call transfers nothing
         windows = {i: self._states.window(decl, arg, bo_key, scalars)
                    for i, (arg, _, role) in enumerate(rows) if role is Role.STATE}
         handle = self._handle(name)
@@ -259,6 +237,33 @@ class ModuleExecutor:
         c.run_s += t2 - t1
         c.read_s += t3 - t2
         return out
+
+    def _checked_refs(self, name: str, decl, rows, values, bo_key: str) -> dict[int, Buffer]:
+        """Every argument of a call checked before the device is touched (one ValueError naming the module and
+        argument); the inputs bound to another module's buffer, by argument index."""
+        refs: dict[int, Buffer] = {}
+        for i, ((arg, dt, role), v) in enumerate(zip(rows, values)):
+            if role is Role.INPUT:
+                if v is None:
+                    raise ValueError(f"module {name} arg {arg.name}: input missing (inputs are written every call)")
+                if isinstance(v, DeviceRef):
+                    refs[i] = self._resolve_ref(decl, arg, v)
+                else:
+                    check_value(decl, arg, dt, v)
+            elif isinstance(v, DeviceRef):
+                raise ValueError(f"module {name} arg {arg.name}: role {role.value} cannot take a ref "
+                                 f"(only inputs can be bound to another module's buffer)")
+            elif role is Role.STATIC:
+                if v is None:
+                    if (name, bo_key) not in self._resident and not self._mem.static_resident(decl, bo_key, arg):
+                        raise ValueError(f"module {name} arg {arg.name}: static missing on the first call "
+                                         f"of bo_key {bo_key!r}")
+                else:
+                    check_value(decl, arg, dt, v)
+            elif v is not None:
+                raise ValueError(f"module {name} arg {arg.name}: role {role.value} is never written by the "
+                                 f"host; pass None" + (" (scalars go by name)" if role is Role.SCALAR else ""))
+        return refs
 
     def free(self, name: str, bo_key: str | None = None) -> None:
         """Release one module's buffer set (the next call of that bo_key starts fresh)."""
