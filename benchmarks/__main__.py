@@ -1,7 +1,8 @@
 """`make bench`: the printed figures the speed and memory targets are checked against.
 
 1. Generating + stitching all six modules for Llama-3.2-1B (target < 2 s on 2 cores).
-2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token; then the
+2. Embedded model on emu: TTFT for a 30-token prompt, decode tok/s (target >= 15 tok/s), ms/token, with bf16 weights
+   and with its GGUF in 4 bits, interleaved in one run (benchmarks/emu_decode.py: medians of --reps runs); then the
    per-token cost of grammar-constrained decoding beside that decode step (benchmarks/constrained.py).
 3. Llama-3.2-1B shapes on the null-compute device: dispatches per decode token, host<->device bytes per prefill
    pass and per decode token, host time per decode token (everything except device compute); the device
@@ -51,45 +52,22 @@ def bench_stitch() -> None:
           f"{sum(map(len, texts)) / 1e3:.0f} kB MLIR) for Llama-3.2-1B @2048: {dt:.3f} s (target < 2 s)")
 
 
-def bench_embedded(model: str | None, n_tokens: int):
-    from llama_npu.engine import Engine
+def bench_embedded(model: str | None, n_tokens: int, reps: int = 5):
+    """TTFT and decode of the embedded model on emu, bf16 and its GGUF in 4 bits in one interleaved run
+    (benchmarks/emu_decode.py); then its device buffers."""
+    from benchmarks.emu_decode import bench_embedded_decode
 
-    eng = Engine.load(model, device="emu", progress=False)
-    # A 30-token prompt, measured in tokens of this model's tokenizer.
-    words = ("The quick brown fox jumps over the lazy dog while the curious cat watches from the warm "
-             "sunny window and thinks about dinner tonight").split()
-    ids = eng.tokenizer.encode(" ".join(words), add_special_tokens=False)
-    ids = (ids * 2)[:30]
-    eng.generate(ids, max_new_tokens=4)  # warm-up: loads modules, first-call buffer writes
-    eng.reset()
-    res = eng.generate(ids, max_new_tokens=n_tokens, stop_on_eos=False) if _accepts(eng.generate, "stop_on_eos") \
-        else eng.generate(ids, max_new_tokens=n_tokens)
-    # the same prompt with 4-bit weights (the model's own GGUF, WEIGHTS=q4): its decode beside bf16's
-    q4 = Engine.load(model, device="emu", progress=False, weights_mode="q4")
-    q4.generate(ids, max_new_tokens=4)
-    q4.reset()
-    rq = q4.generate(ids, max_new_tokens=n_tokens, stop_on_eos=False) if _accepts(q4.generate, "stop_on_eos") \
-        else q4.generate(ids, max_new_tokens=n_tokens)
-    print(f"[bench] embedded model on emu: TTFT (30-token prompt) {res.ttft_s * 1e3:.1f} ms, "
-          f"prefill {res.prefill_tok_s:.1f} tok/s, decode {res.decode_tok_s:.1f} tok/s "
-          f"({res.ms_per_token:.1f} ms/token, {len(res.tokens)} tokens; target >= 15 tok/s); q4 weights: decode "
-          f"{rq.decode_tok_s:.1f} tok/s ({rq.ms_per_token:.1f} ms/token)")
-    del q4
+    eng, ms_per_token = bench_embedded_decode(model, n_tokens, reps)
     mem = eng.cache.memory_report()["cache_allocated_bytes"]
     print(f"[bench] embedded model device buffers, buckets {list(eng.buckets)}: {mem / 2**20:.0f} MiB")
-    return eng, res.ms_per_token
-
-
-def _accepts(fn, name: str) -> bool:
-    import inspect
-
-    return name in inspect.signature(fn).parameters
+    return eng, ms_per_token
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--model", default=None)
     ap.add_argument("--n-tokens", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=5, help="interleaved runs of the emu decode per weight format")
     ap.add_argument("--skip", action="append", default=[],
                     choices=["stitch", "embedded", "constrained", "null1b", "serve", "hw", "long", "q4"])
     ap.add_argument("--quick", action="store_true", help="every section with small sizes (a smoke test, not figures)")
@@ -101,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_stitch()
     decode_ms = None
     if "embedded" not in args.skip:
-        eng, decode_ms = bench_embedded(args.model, 4 if q else args.n_tokens)
+        eng, decode_ms = bench_embedded(args.model, 4 if q else args.n_tokens, 1 if q else args.reps)
         shared = {"engine": eng} if q else None
     if "constrained" not in args.skip:
         from benchmarks.constrained import bench_constrained
