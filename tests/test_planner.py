@@ -274,9 +274,17 @@ def test_attention_prefill_plans(s, seq):
 
 
 @pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
-@pytest.mark.parametrize("window", [256, 2048, 8192, 131072])
+@pytest.mark.parametrize("window", [256, 2048, 8192, 32768])
 def test_attention_decode_plans(s, window):
     _check_attention_plan(A.plan_attention(1, window, s.n_heads, s.n_kv_heads, s.head_dim), s, 1, window)
+
+
+@pytest.mark.parametrize("s", MODELS, ids=["1b", "3b", "smollm2"])
+def test_attention_decode_refuses_windows_past_the_repeat_count(s):
+    """131072 positions need 512 K/V tiles per split: the query rows' shim task would repeat past 255
+    (aie-dma-tasks-to-npu), so no decode plan exists and the planner says why in one line."""
+    with pytest.raises(ValueError, match="256 K/V tiles per split"):
+        A.plan_attention(1, 131072, s.n_heads, s.n_kv_heads, s.head_dim)
 
 
 def test_attention_plans_use_the_array():
