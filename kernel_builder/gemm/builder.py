@@ -90,9 +90,13 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
 
 def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, chans: tuple, ext):
     """A resident in L2 (plan.a_resident): one launch point per BM row block; per herd row its whole [tile_m, k]
-    A panel is loaded once; a loop over the n / bn_out column blocks streams the W panels through L2 per K step and
-    re-sends the A slices from the resident panel; after the herd (which loops over the column blocks likewise) a
-    second such loop drains each block's C row panels. Returns the herd."""
+    A panel is loaded once; a loop over the n / bn_out column blocks streams the W panels through L2 per K step,
+    and a loop nest of its own re-sends the A slices from the resident panel; after the herd (which loops over the
+    column blocks likewise) a second such loop drains each block's C row panels. Both panels are stored pre-blocked
+    in L2 (`_preblocked`: the memory tile's S2MM writes the rows into 8x8 blocks), so a tile_k slice is two dims
+    and the loops over the slices fold into one memory-tile BD (mlir-air air-opt-memtile-dma-bds folds a loop
+    only into a pattern of at most three dims and unrolls the rest: with the 4-dim [rows/8][tile_k/8][8][8]
+    slices every A and W slice of every column block became a BD of its own). Returns the herd."""
     a, a_ty, ws, w_ty, c, c_ty = args
     ch_a, ch_b, ch_c = chans
     k2 = p.tile_k_l2
@@ -100,32 +104,59 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     a2 = [s.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     for i, buf in enumerate(a2):
-        s.dma(buf, a2_ty, None, a, a_ty, ([_plus(s, m0, i * p.tile_m), 0], [p.tile_m, k], [k, 1]))
+        s.dma(buf, a2_ty, _preblocked(p.tile_m, k), a, a_ty,
+              ([_plus(s, m0, i * p.tile_m), 0], [p.tile_m, k], [k, 1]))
+    al, _ = s.for_(0, n, p.bn_out, "na")
+    sl, kb = al.for_(0, k // BLOCK, p.tile_k // BLOCK, "ka")
+    for i, buf in enumerate(a2):
+        sl.channel_put(ch_a, [i, 0], buf, a2_ty, _slice(p.tile_m, p.tile_k, k, kb))
     nl, n0 = s.for_(0, n, p.bn_out, "nb")
     kl, kq = nl.for_(0, k // BLOCK, k2 // BLOCK, "kq")   # the K step in 8-column blocks
     kp = kl.muli(kq, BLOCK)
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
     for j, buf in enumerate(w2):
-        kl.dma(buf, w2_ty, None, ws[0], w_ty, ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
-    sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
-    col = sl.addi(kq, kb)
-    for i, buf in enumerate(a2):
-        sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k, col))
+        kl.dma(buf, w2_ty, _preblocked(p.tile_n, k2), ws[0], w_ty,
+               ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
+    wl, wb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for j, buf in enumerate(w2):
-        sl.channel_put(ch_b, [0, j], buf, w2_ty, _blocked(p.tile_n, p.tile_k, k2, kb))
+        wl.channel_put(ch_b, [0, j], buf, w2_ty, _slice(p.tile_n, p.tile_k, k2, wb))
     for buf in w2:
         kl.dealloc(buf, w2_ty)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
+    # the C row panels: one copy each, kept out of the drain loop (pin_to_scope), pre-blocked: each drain is one
+    # run per 8-row block and the panel leaves in 8-row pieces of three dims, so every drain and every write folds
+    # the loop into one BD (a ping-pong pair, or a drain unrolled into a BD chain, gives the last drain of a
+    # memory tile a seventh S2MM allocation: air-to-aie deals the channel index as the count of allocations
+    # modulo 6, and the tile's first channel then carries two flows: aie-create-pathfinder-flows fails)
+    c2 = [s.alloc("c_l2", c2_ty) for _ in range(p.herd_m)]
+    for buf in c2:
+        s.pin_to_scope(buf, c2_ty)
     dl, d0 = s.for_(0, n, p.bn_out, "nd")
-    for i in range(p.herd_m):
-        buf = dl.alloc("c_l2", c2_ty)
+    for i, buf in enumerate(c2):
         for j in range(p.herd_n):
-            dl.channel_get(ch_c, [i, j], buf, c2_ty, _blocked(p.tile_m, p.out_n, p.bn_out, j * p.out_n // BLOCK))
-        dl.dma(c, c_ty, ([_plus(dl, m0, i * p.tile_m), d0], [p.tile_m, p.bn_out], [n, 1]), buf, c2_ty, None)
-        dl.dealloc(buf, c2_ty)
+            dl.channel_get(ch_c, [i, j], buf, c2_ty, _slice(p.tile_m, p.out_n, p.bn_out, j * p.out_n // BLOCK))
+        rl, rb = dl.for_(0, p.tile_m // BLOCK, 1, "rb")
+        row = rl.addi(rl.muli(rb, BLOCK), _plus(rl, m0, i * p.tile_m))
+        rl.dma(c, c_ty, ([row, d0], [BLOCK, p.bn_out], [n, 1]), buf, c2_ty,
+               ([rb, 0, 0, 0], [1, BLOCK, p.bn_out // BLOCK, BLOCK], [BLOCK * p.bn_out, BLOCK, BLOCK * BLOCK, 1]))
+    for buf in c2:
+        s.dealloc(buf, c2_ty)
     for buf in a2:
         s.dealloc(buf, a2_ty)
     return h
+
+
+def _preblocked(rows: int, cols: int) -> tuple:
+    """Write pattern of a row-major [rows, cols] stream into an L2 buffer laid out as 8x8 blocks
+    [rows/8][cols/8][8][8] (block (r, c) at (r*cols/8 + c)*64, each block row-major)."""
+    return ([0, 0, 0, 0], [rows // BLOCK, BLOCK, cols // BLOCK, BLOCK], [BLOCK * cols, BLOCK, BLOCK * BLOCK, 1])
+
+
+def _slice(rows: int, cols: int, row_len: int, col_block0) -> tuple:
+    """Read pattern of the [rows, cols] slice starting at column block `col_block0` of a pre-blocked L2 buffer
+    (`_preblocked` with `row_len` columns), in the micro-kernel's stream order [rows/8][cols/8][8][8]: per 8-row
+    block one contiguous run of cols/8 blocks."""
+    return ([0, col_block0, 0], [rows // BLOCK, cols // BLOCK, BLOCK * BLOCK], [BLOCK * row_len, BLOCK * BLOCK, 1])
 
 
 def _blocked(rows: int, cols: int, row_len: int, col_block0) -> tuple:
