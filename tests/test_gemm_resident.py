@@ -24,27 +24,30 @@ def _build(p: gp.GemmPlan, m: int, k: int, n: int) -> str:
 
 
 def test_planner_keeps_a_resident_for_the_big_prefill_gemms(monkeypatch):
-    # off by default (gemm/plan.py A_RESIDENT: the real lowering of the resident 2048x2048x8192 did not finish)
-    assert not gp.plan_gemm(2048, 2048, 8192).a_resident
-    monkeypatch.setattr(gp, "A_RESIDENT", True)
-    for shape in ((2048, 2048, 8192), (2048, 2048, 2048), (4096, 2048, 8192)):
-        p = gp.plan_gemm(*shape)
+    # on by default (gemm/plan.py A_RESIDENT: the real lowering of the pre-blocked, flat-loop module passes)
+    for shape, epi in (((2048, 2048, 8192), "none"), ((2048, 2048, 2048), "none"), ((4096, 2048, 8192), "none"),
+                       ((2048, 2048, 8192), "swiglu")):
+        p = gp.plan_gemm(*shape, epi)
         assert p.a_resident, (shape, p)
         m, k, n = shape
         # A read once, W once per BM row block
-        assert p.ddr_read_bytes(m, k, n) == 2 * (m * k + k * n * (m // p.bm))
+        assert p.ddr_read_bytes(m, k, n) == 2 * (m * k + p.w_per_out * k * n * (m // p.bm))
         # memory tiles 0-3: the resident A panel, its C row panel and a W panel (two copies) within 512 KiB
         assert p.memtile_placement()[0] == [("a", 0), ("w", 0), ("c", 0)] and p.memtile_bytes() <= 512 * 1024
+        # pre-blocked panels: one BD per A broadcast, one per W copy (the slice loops fold)
+        assert p.memtile_bds()["a_put"] == 1 and p.memtile_bds()["w_put"] == p.copies(p.tile_k_l2)
+    monkeypatch.setattr(gp, "A_RESIDENT", False)
+    assert not gp.plan_gemm(2048, 2048, 8192).a_resident
+    monkeypatch.setattr(gp, "A_RESIDENT", True)
     # k = 8192 (down): a [64, 8192] panel is 1 MiB, more than a memory tile; 64 rows: no gain, not chosen
     assert not gp.plan_gemm(2048, 8192, 2048).a_resident and not gp.plan_gemm(64, 2048, 8192).a_resident
     with pytest.raises(ValueError, match="resident"):
         gp.GemmPlan(64, 64, 64, 8, 4, k=2048, spread=True, a_resident=True)
 
 
-def test_resident_module_fits_and_streams_w_alone_on_four_shim_columns(monkeypatch):
-    from kernel_builder.hw import flows
-    monkeypatch.setattr(gp, "A_RESIDENT", True)
-    monkeypatch.setattr(flows, "SHIM_SAME_COLUMN", True)   # the tool's shim allocation (off by default)
+def test_resident_module_fits_and_streams_w_alone_on_four_shim_columns():
+    # the W stream: launch-level puts on @gemm_w[j]; the shim allocator starts each at its get's memory-tile column
+    # (the real lowering: W panel j from shim column j beside A panel j), as the analyzer now does by default
     rep = analyze_module(gemm_builder.build(2048, 2048, 8192))
     assert rep.ok, rep.first_violation()
     la = rep.launches[0]
@@ -65,9 +68,38 @@ def test_resident_gemm_result_and_traffic_on_the_interpreter():
     c = np.zeros((m, n), BF16)
     stats = air_interp.compile_module(text).run([a, w, c])
     blocks, tiles = n // SMALL.bn_out, SMALL.herd_m * SMALL.herd_n
-    assert stats.dma_bytes == SMALL.ddr_read_bytes(m, k, n) + 2 * m * n
+    # DMAs: A once (its resident panels) and C; the W panels stream from the launch on @gemm_w (channel puts:
+    # W once per row block from L3, again slice by slice to the cores, the A slices per column block, the C tiles)
+    assert stats.dma_bytes == 2 * m * k + 2 * m * n
+    assert stats.channel_put_bytes == 2 * m * k * blocks + 2 * 2 * n * k * (m // SMALL.bm) + 2 * m * n
+    assert SMALL.ddr_read_bytes(m, k, n) == 2 * m * k + 2 * n * k * (m // SMALL.bm)
     assert stats.calls_by_symbol[f"gemm_zero_bf16_m16_k64_n64"] == blocks * tiles
     ref = a.astype(np.float32) @ w.astype(np.float32).T
     got = c.astype(np.float32)
     # bf16 output of an f32 accumulation: within 2 bf16 ulps of the f32 product (plus a small absolute floor)
     assert np.all(np.abs(got - ref) <= 2 * 2.0 ** -7 * np.abs(ref) + 1e-2), np.max(np.abs(got - ref))
+
+
+def test_resident_gemm_swiglu_on_the_interpreter():
+    # the fused gate/up launch with A resident: the launch streams the interleaved [2n, k] weight, 2 * bn_out rows
+    # per column block; each tile's epilogue applies swiglu to its (gate, up) column pairs
+    from kernel_builder.gemm_swiglu.reference import gemm_swiglu
+    p = gp.GemmPlan(tile_m=16, tile_k=64, tile_n=64, herd_m=8, herd_n=4, tile_k_l2=128, k=256, epilogue="swiglu",
+                    a_resident=True)
+    m, k, n = 128, 256, 256      # 1 launch point, 2 column blocks of bn_out = 128 outputs, 2 L2 K steps
+    with mock.patch.object(gp, "plan_gemm", lambda *a, **kw: p):
+        text = gemm_builder.build(m, k, n, "swiglu")
+    assert analyze_module(text).ok
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((m, k)) * 0.5).astype(BF16)
+    w = (rng.standard_normal((2 * n, k)) * 0.5).astype(BF16)
+    c = np.zeros((m, n), BF16)
+    stats = air_interp.compile_module(text).run([a, w, c])
+    assert stats.dma_bytes == 2 * m * k + 2 * m * n                      # A once, C (the weight: on @gemm_w)
+    blocks = n // p.bn_out
+    assert stats.channel_put_bytes == 2 * m * k * blocks + 2 * 2 * (2 * n) * k * (m // p.bm) + 2 * m * n
+    ref = gemm_swiglu(a, w, m=m, k=k, n=n).astype(np.float32)
+    got = c.astype(np.float32)
+    assert np.all(np.abs(got - ref) <= 2 * 2.0 ** -7 * np.abs(ref) + 2e-2), np.max(np.abs(got - ref))
+    # an off-by-one column block in the W stream would give another block's outputs: the blocks differ
+    assert not np.allclose(got[:, :128], got[:, 128:])

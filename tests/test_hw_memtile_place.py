@@ -58,7 +58,8 @@ def _two_load_w_gemm(m: int, k: int, n: int) -> str:
         return gemm_builder.build(m, k, n)
 
 
-def test_two_load_w_panel_is_rejected_on_memory_tile_0():
+def test_two_load_w_panel_is_rejected_on_memory_tile_0(monkeypatch):
+    monkeypatch.setattr(gp, "A_RESIDENT", False)   # the streamed plan's two-load W panel
     # the real lowering: FAIL route/aie-create-pathfinder-flows: "... on TileID(0, 1) targets same dst as another
     # connect op" (A panel 0 + W panel 0 with 2 loads + C row panel 0 with 4 drains = 7 S2MM)
     rep = analyze_module(_two_load_w_gemm(64, 576, 576))

@@ -36,10 +36,10 @@ def test_gemm_plans_fit_and_divide(s, seq):
         assert p.l1_bytes() <= P.L1_BUDGET
         # every L2 buffer is its own allocation; the fullest memory tile still fits
         l2, c = p.l2_buffers(), p.copies(p.tile_k_l2)
-        # (a resident A panel: the whole [tile_m, k], one copy; its C row panels sit in a drain loop: two copies)
-        a_cols, c_copies = (k, 2) if p.a_resident else (c * p.tile_k_l2, 1)
+        # (a resident A panel: the whole [tile_m, k], one copy; its C row panels: one copy, out of the drain loop)
+        a_cols = k if p.a_resident else c * p.tile_k_l2
         assert l2 == {"a_panel": P.BF16 * p.tile_m * a_cols, "w_panel": c * P.BF16 * p.tile_n * p.tile_k_l2,
-                      "c_panel": c_copies * P.BF16 * p.tile_m * p.bn}
+                      "c_panel": P.BF16 * p.tile_m * p.bn}
         assert max(l2.values()) <= p.memtile_bytes() <= P.MEMTILE_BYTES
         # memory-tile BDs: each panel broadcast within its budget, the busiest tile within 48
         bds = p.memtile_bds()
@@ -53,7 +53,7 @@ def test_gemm_plans_fit_and_divide(s, seq):
         assert (ch["core_s2mm"], ch["core_mm2s"]) == (2, 1)
 
 
-def test_gemm_ping_pong_copies_follow_the_trip_counts():
+def test_gemm_ping_pong_copies_follow_the_trip_counts(monkeypatch):
     """aircc's ping-pong transform gives a loop of one trip no copy, an even trip count two, and (in the mlir-air
     the lowering toolchain builds) an odd one a third: the plan budgets L1 and L2 accordingly."""
     even = G.GemmPlan(64, 64, 64, 8, 4, 512, k=2048)     # 32 herd steps, 4 panel steps
@@ -64,7 +64,8 @@ def test_gemm_ping_pong_copies_follow_the_trip_counts():
     assert one.copies(512) == 1 and one.l2_buffers()["a_panel"] == P.BF16 * 64 * 512
     assert odd.l1_buffers()["a_tiles"] == 3 * P.BF16 * 64 * 64
     # 64x1536x576: panel depth 512 would be 3 steps x 8 slices = 24 BDs for the W broadcast (what aiecc's
-    # aie-assign-bd-ids rejected); the planner takes 384 (4 steps, 2 copies x 6 slices)
+    # aie-assign-bd-ids rejected); the streamed plan takes 384 (4 steps, 2 copies x 6 slices)
+    monkeypatch.setattr(G, "A_RESIDENT", False)
     p = G.plan_gemm(64, 1536, 576)
     assert p.tile_k_l2 == 384 and p.memtile_bds()["w_put"] == 12
     assert G.GemmPlan(8, 64, 48, 8, 4, 512, k=1536).memtile_bds()["w_put"] == 24 > G.MAX_GEMM_PUT_BDS
@@ -122,13 +123,15 @@ def test_gemm_l2_accounting_channels_and_ddr_reads():
         G.GemmPlan(64, 64, 64, 8, 4, 96)
 
 
-def test_gemm_plan_is_the_cost_models_fastest():
+def test_gemm_plan_is_the_cost_models_fastest(monkeypatch):
     """The planner ranks fitting plans by the cost model's time (modeled_seconds, rounded to 0.1 %), then deeper
     tile_k: at 2048x2048x8192 it leaves the 64x64 tile for 64x128 at tile_k 32 (BN 512: A read from DDR 16 times,
     not 32; the A and W loads interleaved over the shim columns), which the hardware model times faster."""
     from kernel_builder.gemm import builder
     from kernel_builder.hw import analyze_module
 
+    # the streamed plans (A re-read per column block); the A-resident ones: tests/test_gemm_resident.py
+    monkeypatch.setattr(G, "A_RESIDENT", False)
     big = G.plan_gemm(2048, 2048, 8192)
     assert (big.tile_m, big.tile_n, big.tile_k, big.herd_m, big.herd_n, big.w_parts) == (64, 128, 32, 8, 4, 1)
     old = G._deepest_l2_panel(G.GemmPlan(64, 64, 64, 8, 4, k=2048), 2048)
@@ -364,6 +367,7 @@ def test_gemm_planner_follows_the_cost_descriptor(monkeypatch):
             return dataclasses.replace(w, counts={**w.counts, "vstore": w.counts.get("vstore", 0) + tm * tn // 2})
         return dataclasses.replace(desc, work=work), match
 
+    monkeypatch.setattr(G, "A_RESIDENT", False)   # the streamed plans (the resident one already takes tile_k 64)
     assert G.plan_gemm(2048, 2048, 8192).tile_k == 32
     monkeypatch.setattr(EC, "external_cost", with_acc_traffic)
     assert G.plan_gemm(2048, 2048, 8192).tile_k == 64

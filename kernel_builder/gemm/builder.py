@@ -69,13 +69,14 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
     ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
     la = launch(mod.body, [m // p.bm, 1 if p.a_resident else n // p.bn_out], list(zip(mod.args, types)),
                 [attr_dict(kind, {"m": m, "k": k, "n": n})])
+    ch_w = _stream_w(la.body, p, k, n, la.args[1], w_ty, mod) if p.a_resident else None
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body
     a, *ws, c, bi, bj = seg.args
     bias = ws.pop() if epilogue == "bias" else None
     m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.launch_n())
     if p.a_resident:
-        h = _resident(s, p, k, n, (a, a_ty, ws, w_ty, c, c_ty), m0, (ch_a, ch_b, ch_c), ext)
+        h = _resident(s, p, k, n, (a, a_ty, c, c_ty), m0, (ch_a, ch_b, ch_c, ch_w), ext)
         _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c, n // p.bn_out)
         return mod.text()
     if bias is not None:
@@ -97,8 +98,8 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     and the loops over the slices fold into one memory-tile BD (mlir-air air-opt-memtile-dma-bds folds a loop
     only into a pattern of at most three dims and unrolls the rest: with the 4-dim [rows/8][tile_k/8][8][8]
     slices every A and W slice of every column block became a BD of its own). Returns the herd."""
-    a, a_ty, ws, w_ty, c, c_ty = args
-    ch_a, ch_b, ch_c = chans
+    a, a_ty, c, c_ty = args
+    ch_a, ch_b, ch_c, ch_w = chans
     k2 = p.tile_k_l2
     a2_ty, w2_ty = memref([p.tile_m, k], "bf16", L2), memref([p.tile_n, k2], "bf16", L2)
     c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
@@ -110,13 +111,12 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     sl, kb = al.for_(0, k // BLOCK, p.tile_k // BLOCK, "ka")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, _slice(p.tile_m, p.tile_k, k, kb))
-    nl, n0 = s.for_(0, n, p.bn_out, "nb")
-    kl, kq = nl.for_(0, k // BLOCK, k2 // BLOCK, "kq")   # the K step in 8-column blocks
-    kp = kl.muli(kq, BLOCK)
+    # the W panels of every (column block, K step) in one flat loop: a loop of its own around the K loop would be
+    # unrolled by the tool (only the loop holding the panel allocations stays a ping-pong loop)
+    kl, _ = s.for_(0, (n // p.bn_out) * (k // k2), 1, "wq")
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
     for j, buf in enumerate(w2):
-        kl.dma(buf, w2_ty, _preblocked(p.tile_n, k2), ws[0], w_ty,
-               ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, k2], [k, 1]))
+        kl.channel_get(ch_w, [j], buf, w2_ty, _preblocked(p.tile_n, k2))
     wl, wb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for j, buf in enumerate(w2):
         wl.channel_put(ch_b, [0, j], buf, w2_ty, _slice(p.tile_n, p.tile_k, k2, wb))
@@ -144,6 +144,18 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     for buf in a2:
         s.dealloc(buf, a2_ty)
     return h
+
+
+def _stream_w(lb, p: gemm_plan.GemmPlan, k: int, n: int, w: str, w_ty: str, mod) -> str:
+    """A resident: the launch body streams every W panel of the launch point, column block by column block and
+    K step by K step, on channel @gemm_w[j] of herd column j (the segment's flat panel loop gets them in that
+    order). The L3 side folds both loops into one shim BD. Returns the channel."""
+    ch_w = mod.channel("gemm_w", [p.herd_n])
+    nl, n0 = lb.for_(0, p.w_per_out * n, p.bn, "nw")   # the W rows of one column block (swiglu: gate + up rows)
+    kl, kp = nl.for_(0, k, p.tile_k_l2, "kw")
+    for j in range(p.herd_n):
+        kl.channel_put(ch_w, [j], w, w_ty, ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, p.tile_k_l2], [k, 1]))
+    return ch_w
 
 
 def _preblocked(rows: int, cols: int) -> tuple:

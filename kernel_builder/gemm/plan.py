@@ -28,7 +28,7 @@ EPILOGUES = ("none", "swiglu", "bias")   # what the tile's epilogue does (extern
 # A resident in L2 (GemmPlan.a_resident): modeled faster for the big prefill GEMMs (2048x2048x8192: 11.5 instead of
 # 15.3 ms) and right on the interpreter, but the real lowering of 2048x2048x8192 was killed in its AIR stage after
 # 933 s (memory; its segment loops over 32 column blocks); off until it lowers
-A_RESIDENT = False
+A_RESIDENT = True
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
 MEMTILE_DMA_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile
 SHIM_DMA_PER_COL = NPU2.shim_mm2s  # MM2S (and S2MM) DMA channels of one shim tile
@@ -72,8 +72,8 @@ class GemmPlan:
             raise ValueError(f"gemm plan: unknown epilogue {self.epilogue!r} (known: {', '.join(EPILOGUES)})")
         if self.tile_n % (8 * self.w_parts):
             raise ValueError(f"gemm plan: tile_n={self.tile_n} does not split into {self.w_parts} 8-row W parts")
-        if self.a_resident and (not self.k or self.spread or self.w_parts != 1 or self.epilogue != "none"):
-            raise ValueError("gemm plan: a resident A panel needs k, one W part, no spread and no epilogue")
+        if self.a_resident and (not self.k or self.spread or self.w_parts != 1 or self.epilogue == "bias"):
+            raise ValueError("gemm plan: a resident A panel needs k, one W part, no spread and no bias")
 
     @property
     def out_n(self) -> int:
@@ -135,7 +135,7 @@ class GemmPlan:
         a_panel = BF16 * self.tile_m * (self.k if self.a_resident else c * self.tile_k_l2)
         sizes = {"a_panel": a_panel,
                  "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
-                 "c_panel": BF16 * self.tile_m * self.bn_out * (2 if self.a_resident else 1)}   # in its drain loop
+                 "c_panel": BF16 * self.tile_m * self.bn_out}   # resident: one copy, pinned outside its drain loop
         return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
     def l2_counts(self) -> dict[str, int]:
@@ -151,6 +151,10 @@ class GemmPlan:
         """BDs per memory-tile DMA channel: a panel broadcast needs one BD per ping-pong copy and, when its
         8x8-blocked slice pattern has four non-unit dims (no room to fold the slice loop into the BD), one per
         slice of the panel; a panel's L3 -> L2 load one per copy; each drain and the C write one."""
+        if self.a_resident:   # pre-blocked panels: a slice is two dims, the slice loop folds (builder._slice)
+            return {"a_put": 1, "w_put": self.copies(self.tile_k_l2), "panel_load": self.copies(self.tile_k_l2),
+                    "drain": 1, "c_write": 1}
+
         def put(rows: int) -> int:
             dims = sum(1 for d in (rows // 8, self.tile_k // 8, 8, 8) if d > 1)
             slices = self.tile_k_l2 // self.tile_k if dims > 3 else 1
@@ -277,7 +281,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                 # one W load per panel (the swiglu epilogue's gate and up interleaved in one weight): the real
                 # lowering puts each herd row's A and C panels on its column's memory tile, 1 + herd_n S2MM, so a
                 # two-load W panel finds no tile with room (aie-create-pathfinder-flows failed)
-                resident = (False, True) if A_RESIDENT and epilogue == "none" else (False,)
+                resident = (False, True) if A_RESIDENT and epilogue != "bias" else (False,)
                 for parts, spread, res in ((1, sp, r) for sp in (False, True)
                                            for r in (resident if not sp else (False,))):
                     if tile_n % (8 * parts):

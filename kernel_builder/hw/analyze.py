@@ -55,6 +55,7 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         self.copies: dict[Buffer, int] = {}
         self.channel_flows: dict[tuple, Flow] = {}   # (direction, channel, index) -> its one shim flow
         self.chan_cols: dict[tuple, set] = {}          # (channel, index) -> columns of the cores using it
+        self.chan_l2: dict = {}                         # (channel, index) -> the L2 buffer of its segment side
         self.l2_tile: dict[Buffer, int] = {}          # L2 buffer -> the memory tile AIR places it on
 
     @staticmethod

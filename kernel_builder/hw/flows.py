@@ -46,6 +46,8 @@ class FlowAccounting:
                 other = t.src if inbound else t.dst
                 if t.kind == "dma" and other is not None and other.buffer.space == L2:
                     flow.l2 = other.buffer
+                elif t.kind != "dma":   # an L3 channel op: its L2 side is the matching get / put (_shim resolves it)
+                    flow.l2 = self._chan_key(t.channel, t.indices, {})
                 # channel ops on the same channel index share one shim allocation (the shim allocator reuses
                 # the allocation of a channel declaration, AIRToAIESchedulingUtils.cpp): one stream, its
                 # transfers issued one after the other - but each is its own DMA task holding its own BD, all
@@ -69,7 +71,9 @@ class FlowAccounting:
                 item["s2mm" if inbound else "mm2s"] += 1
                 item["bds"] += self.copies.get(acc.buffer, 1)
                 if t.kind != "dma":   # the specialised channel this buffer's side uses (placement buckets)
-                    item.setdefault("chans", set()).add(self._chan_key(t.channel, t.indices, {}))
+                    key = self._chan_key(t.channel, t.indices, {})
+                    item.setdefault("chans", set()).add(key)
+                    self.chan_l2.setdefault(key, acc.buffer)
 
     # ---- which cores' columns each specialised channel reaches (memtile_place's column affinity)
     def _chan_key(self, channel: str, indices, env: dict, herd_side: bool = False) -> tuple:
@@ -265,7 +269,13 @@ class FlowAccounting:
                 # a segment DMA's flow starts at its L2 buffer's memory-tile column and walks right to the first
                 # column with a free channel (ShimDMAAllocator::allocNewDmaChannel, "same_column"); the others
                 # (herd DMAs) fill the columns two channels at a time in program order
-                home = self.l2_tile.get(x.l2) if SHIM_SAME_COLUMN and x.l2 is not None else None
+                # an L3 channel op (a launch-level put of the A-resident GEMM's W stream) always starts at its
+                # get's memory-tile column: checked on the tool's aie.flow ops (2048x2048x8192: W panel j from
+                # shim column j beside A panel j); no other module has one
+                if isinstance(x.l2, tuple):
+                    home = self.l2_tile.get(self.chan_l2.get(x.l2))
+                else:
+                    home = self.l2_tile.get(x.l2) if SHIM_SAME_COLUMN and x.l2 is not None else None
                 col = home if home is not None else packed
                 for _ in range(f.columns):
                     if taken[col] < cap_col:
