@@ -87,3 +87,31 @@ def test_two_load_w_panel_gemm_fails_on_memory_tile_0(tmp_path):
     assert "TileID(0, 1)" in res.message
     rep = analyze_module(text)
     assert "memtile S2MM channels 7/6 - memory tile 0 gets" in rep.first_violation()
+
+
+# the A-resident GEMM (gemm/plan.py A_RESIDENT, on: the 2048-row Q/O and gate/up launches of Llama-3.2-1B): its
+# first form (row-major L2 panels, every slice a BD of its own in column-block loops) is refused by both; the
+# pre-blocked form with the W stream on @gemm_w lowers in seconds (checked 2026-11-27: 2048x2048x2048 6 s,
+# 2048x2048x8192 8 s, gemm_swiglu 2048x2048x8192 6 s)
+def test_row_major_resident_gemm_fails_as_the_model_says(tmp_path):
+    from tests.test_gemm_resident import _row_major_resident
+    text = _row_major_resident(512, 1024, 1024)
+    src = tmp_path / "gemm_res_rm.mlir"
+    src.write_text(text)
+    res = lower_with_tool(LOWER, src, tmp_path / "out", [], timeout=1800)
+    assert not res.ok and "more than 48 blocks" in res.message, f"{res.stage}: {res.message}"
+    assert any(v.resource == "BD chain" for v in analyze_module(text).violations)
+
+
+@pytest.mark.parametrize("kind,shape", [("gemm", (2048, 2048, 2048)), ("gemm", (256, 2048, 2048)),
+                                        ("gemm_swiglu", (2048, 576, 1536))], ids=str)
+def test_resident_gemm_lowers(tmp_path, kind, shape):
+    from kernel_builder.hw.tune import preset_for_kernels
+    text = kernel_text(kind, *shape)
+    assert "@gemm_w" in text           # the planner takes the A-resident plan here
+    preset = preset_for_kernels([text])
+    src = tmp_path / (f"{kind}_%d_%d_%d.mlir" % shape)
+    src.write_text(text)
+    res = lower_with_tool(LOWER, src, tmp_path / "out", preset.flags(), timeout=1800)
+    rep = analyze_module(text, preset=preset)
+    assert res.ok and rep.ok, f"{res.stage}: {res.message}; {rep.first_violation()}"

@@ -103,3 +103,26 @@ def test_resident_gemm_swiglu_on_the_interpreter():
     assert np.all(np.abs(got - ref) <= 2 * 2.0 ** -7 * np.abs(ref) + 2e-2), np.max(np.abs(got - ref))
     # an off-by-one column block in the W stream would give another block's outputs: the blocks differ
     assert not np.allclose(got[:, :128], got[:, 128:])
+
+
+def _row_major_resident(m: int, k: int, n: int) -> str:
+    """The deliberately broken A-resident GEMM (its first form): row-major L2 panels, so every A / W slice is the
+    4-dim [rows/8][tile_k/8][8][8] pattern that no loop can fold into."""
+    p = gp.GemmPlan(tile_m=64, tile_k=32, tile_n=64, herd_m=8, herd_n=4, tile_k_l2=512, k=k, a_resident=True)
+    with mock.patch.object(gp, "plan_gemm", lambda *a, **kw: p), \
+            mock.patch.object(gemm_builder, "_preblocked", lambda rows, cols: None), \
+            mock.patch.object(gemm_builder, "_slice", gemm_builder._blocked):
+        return gemm_builder.build(m, k, n)
+
+
+def test_unfoldable_slices_in_column_block_loops_are_refused():
+    # the real lowering (mlir-air efeb41ce4): "'aie.memtile_dma' op has more than 48 blocks" at 512x1024x1024 (A
+    # broadcast: 4 column blocks x 32 slices = 128 BDs); at 2048x2048x8192 its AIR stage did not finish
+    rep = analyze_module(_row_major_resident(512, 1024, 1024))
+    assert not rep.ok
+    v = next(v for v in rep.violations if v.resource == "BD chain")
+    assert (v.tile, v.used, v.available, v.kind) == ("memtile", 128, 48, "rule")
+    assert "%a_l2" in v.detail and "more than 48 blocks" in v.detail
+    # the pre-blocked module of the same shape folds every slice loop: one BD per A broadcast
+    assert analyze_module(_build(gp.GemmPlan(64, 32, 64, 8, 4, tile_k_l2=512, k=1024, a_resident=True),
+                                 512, 1024, 1024)).ok

@@ -52,14 +52,14 @@ def test_gemm_placement_is_the_real_lowerings():
 
 
 def _two_load_w_gemm(m: int, k: int, n: int) -> str:
-    """A deliberately broken GEMM: the planner's 8x4 plan with each W panel filled by two L3 DMAs."""
-    p = replace(gp.plan_gemm(m, k, n), w_parts=2)
+    """A deliberately broken GEMM: the planner's streamed 8x4 plan with each W panel filled by two L3 DMAs."""
+    with mock.patch.object(gp, "A_RESIDENT", False):
+        p = replace(gp.plan_gemm(m, k, n), w_parts=2)
     with mock.patch.object(gp, "plan_gemm", lambda *a, **kw: p):
         return gemm_builder.build(m, k, n)
 
 
-def test_two_load_w_panel_is_rejected_on_memory_tile_0(monkeypatch):
-    monkeypatch.setattr(gp, "A_RESIDENT", False)   # the streamed plan's two-load W panel
+def test_two_load_w_panel_is_rejected_on_memory_tile_0():
     # the real lowering: FAIL route/aie-create-pathfinder-flows: "... on TileID(0, 1) targets same dst as another
     # connect op" (A panel 0 + W panel 0 with 2 loads + C row panel 0 with 4 drains = 7 S2MM)
     rep = analyze_module(_two_load_w_gemm(64, 576, 576))

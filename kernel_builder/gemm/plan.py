@@ -29,6 +29,7 @@ EPILOGUES = ("none", "swiglu", "bias")   # what the tile's epilogue does (extern
 # 15.3 ms) and right on the interpreter, but the real lowering of 2048x2048x8192 was killed in its AIR stage after
 # 933 s (memory; its segment loops over 32 column blocks); off until it lowers
 A_RESIDENT = True
+BLOCK_ROWS = MMUL_M           # rows of one 8x8 block of the pre-blocked L2 panels (gemm/builder.py)
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
 MEMTILE_DMA_CHANNELS = NPU2.memtile_s2mm  # S2MM (and MM2S) DMA channels of one memory tile
 SHIM_DMA_PER_COL = NPU2.shim_mm2s  # MM2S (and S2MM) DMA channels of one shim tile
@@ -249,6 +250,11 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     launch loop over output-column blocks into its BD with a stride of BN rows of w (BN * k elements)."""
     ch = p.channels()
     bds = p.memtile_bds()
+    # pre-blocked resident panels: a slice or a drain is one contiguous run of 8 rows per 8-row block, and the
+    # panel writes step over k / 8 (A) and tile_k_l2 / 8 (W) blocks: dims of non-contiguous memory-tile BDs (at
+    # most NPU2.bd_max_size each)
+    if p.a_resident and max(BLOCK_ROWS * max(p.tile_k, p.out_n), k // BLOCK_ROWS) > NPU2.bd_max_size:
+        return False
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.w_per_out * p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kernel_builder.hw.dma import shim_fold
+from kernel_builder.hw import count as cnt
+from kernel_builder.hw.dma import canonical_dims, linear_offset, shim_fold
 from kernel_builder.hw.ir import L1, L2, L3, Access, Region, Transfer
+from kernel_builder.hw.ir_nodes import Alloc, walk
 from kernel_builder.hw.memtile_place import Bucket, affinity, place
 from kernel_builder.hw.results import AIECC, AIR_TO_AIE, AIRRT_TO_NPU, Flow
 
@@ -67,6 +69,7 @@ class FlowAccounting:
                     self.channel_flows[key] = flow
                 flows.append(flow)
             elif acc.buffer.space == L2:
+                self._check_bd_chain(t, acc, path)
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["s2mm" if inbound else "mm2s"] += 1
                 item["bds"] += self.copies.get(acc.buffer, 1)
@@ -74,6 +77,48 @@ class FlowAccounting:
                     key = self._chan_key(t.channel, t.indices, {})
                     item.setdefault("chans", set()).add(key)
                     self.chan_l2.setdefault(key, acc.buffer)
+
+    def _check_bd_chain(self, t: Transfer, acc: Access, path) -> None:
+        """The BD chain one memory-tile side of a segment transfer becomes (mlir-air air-opt-memtile-dma-bds:
+        AIRSpecializeChannelWrapAndStrideInScfFor, then AIRUnrollScfForIntoBDChain): innermost loop first, a loop
+        folds into the BD while the pattern has at most 3 non-unit dims and the offset is affine in its iv (a loop
+        the offset does not depend on folds away, skipZeroStride); the first loop that does not fold and every
+        loop around it are unrolled into one BD per iteration, except the loop allocating the buffer (the ping-pong
+        loop) when no other segment loop encloses it (nested in one, the tool unrolled it too: the W panels of
+        the A-resident GEMM in a K loop inside a column-block loop, 128 BDs per W broadcast at 2048x2048x8192;
+        air-to-aie ran for more than 10 minutes). More BDs than a memory tile has: air-to-aie fails ("'aie.
+        memtile_dma' op has more than 48 blocks"; the A-resident GEMM with [rows/8][tile_k/8][8][8] slices of a
+        row-major panel in column-block x K loops: 128 BDs per A broadcast at 512x1024x1024, the AIR stage ran
+        for hours at 2048x2048x8192)."""
+        loops = [lp for lp in path if cnt.static_trip(lp) != 1]
+        if not loops:
+            return
+        ndims = sum(1 for s_, _ in canonical_dims(acc) if s_ > 1)
+        off = linear_offset(acc)
+        owner = max((i for i, lp in enumerate(loops)   # the innermost loop allocating the buffer
+                     if any(isinstance(n, Alloc) and n.buffer is acc.buffer for n in walk(lp.body))), default=None)
+        bds, unrolled = 1, []
+        for i in reversed(range(len(loops))):
+            lp, trip = loops[i], cnt.static_trip(loops[i])
+            if i == owner:
+                if i == 0:
+                    bds *= self.copies.get(acc.buffer, 1)   # the outermost ping-pong loop stays a loop
+                    break
+            elif not unrolled and trip is not None and off.affine_in(lp.iv):
+                if lp.iv not in off.variables:
+                    continue
+                if ndims <= 3:
+                    ndims += 1
+                    continue
+            unrolled.append(lp.iv)
+            bds *= trip or 1
+        if bds > self.facts.memtile_bds:
+            self.violate("memtile", "BD chain", bds, self.facts.memtile_bds, AIR_TO_AIE,
+                         f"{t.kind} {acc.buffer.name}: its {len(canonical_dims(acc))}-dim pattern cannot take the "
+                         f"loops {', '.join(unrolled)} as BD dims (at most 4; a ping-pong loop inside another loop "
+                         f"never stays a loop): air-opt-memtile-dma-bds unrolls them into one BD each "
+                         f"('aie.memtile_dma' op has more than {self.facts.memtile_bds} blocks)",
+                         t.line, kind="rule")
 
     # ---- which cores' columns each specialised channel reaches (memtile_place's column affinity)
     def _chan_key(self, channel: str, indices, env: dict, herd_side: bool = False) -> tuple:
