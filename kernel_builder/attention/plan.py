@@ -31,15 +31,23 @@ N_CORES = NPU2.core_tiles
 # by one shim DMA task that runs once per tile (airrt-to-npu folds the loop into the task's repeat count)
 DECODE_MAX_TILES = NPU2.bd_max_repeat_count + 1
 # ... and when those rows are strided (herd_y kv heads of a group > 1 side by side) the task has 4 BD dims, whose
-# outermost (the tiles) airrt-to-npu tiles below 64 into one task per part, per launch iteration: at most half
-# of a shim tile's BDs for that stream (Phi-4-mini at 32768 positions: 8 x 2 tasks + the K stream = 17 of 16)
-DECODE_MAX_Q_TASKS = NPU2.shim_bds // 2
+# outermost (the tiles) airrt-to-npu tiles below 64 into one task per part after the waits were made: the parts
+# but the first are never freed and their BDs add up over a decode token's layers (query_rows_split)
 NPU2_MEMTILES = NPU2.memtiles      # one memory tile per column
 DECODE_ROW_BLOCK = NPU2.bf16_mmul_shape[0]   # decode step: query rows per block (attention.cc ATTN_MODE 2)
 
 
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
+
+
+def query_rows_split(herd_y: int, group: int, kv_tiles: int) -> bool:
+    """Decode: whether airrt-to-npu would split a split's query-row read (re-read once per K/V tile, folded into
+    one task's repeat count) - strided rows (herd_y kv heads of a group > 1 side by side: 4 BD dims) over 64 or
+    more tiles (kernel_builder.hw.dma.wrap_split). Its extra parts keep their BDs to the end of the runtime
+    sequence: Llama-3.2-1B's two-layer decode token at 32768 positions ran a shim tile out of BD IDs
+    (docs/kernels.md, "decode attention"), so the planners take no such plan."""
+    return herd_y > 1 and group > 1 and kv_tiles >= NPU2.bd_max_repeat
 
 
 @dataclass(frozen=True)
@@ -296,7 +304,7 @@ def _decode_plans(args, group: int, window: int = 0):
             for lk in ATTN_DECODE_LK:
                 if (kv_rows // herd_x) % lk == 0 and kv_rows // herd_x // lk <= DECODE_MAX_TILES:
                     p = AttentionPlan(*args, lq=group, lk=lk, herd_x=herd_x, herd_y=herd_y, window=window)
-                    if p.q_tasks <= DECODE_MAX_Q_TASKS:
+                    if not query_rows_split(herd_y, group, p.kv_tiles):
                         yield p
 
 
@@ -354,7 +362,7 @@ def plan_attention(rows: int, kv_rows: int, heads: int, kv_heads: int, head_dim:
     what = "decode" if rows == 1 else f"prefill (query tiles must divide rows={rows} in multiples of " \
                                       f"{ATTN_LQ_MULTIPLE})"
     tiles = (f", {DECODE_MAX_TILES} K/V tiles per split (the query rows' DMA task repeat count), "
-             f"{DECODE_MAX_Q_TASKS} query-row DMA tasks per split") if rows == 1 else ""
+             f"query rows read without a DMA split") if rows == 1 else ""
     raise ValueError(f"attention: no {what} tiling of rows={rows}, kv_rows={kv_rows}, head_dim={head_dim} fits "
                      f"{kib(L1_BUDGET)} of L1 per tile, one {kib(MEMTILE_BYTES)} memory tile per L2 buffer{tiles} and "
                      f"{SHIM_MM2S} shim MM2S channels")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_builder.attention.plan import MEMTILE_CHANNELS, N_CORES, NPU2_MEMTILES, SHIM_MM2S, SHIM_S2MM, _attention_checks
+from kernel_builder.attention.plan import (MEMTILE_CHANNELS, N_CORES, NPU2_MEMTILES, SHIM_MM2S, SHIM_S2MM,
+                                          _attention_checks, query_rows_split)
 from kernel_builder.attention_kv8.external import item_bytes
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.kv_quant.reference import block_bytes
@@ -107,7 +108,7 @@ def plan_attention_kv8(kv_rows: int, heads: int, kv_heads: int, head_dim: int,
             for lk in KV8_DECODE_LK:   # two halves of whole 8-byte-aligned runs (lk / 2 keys each)
                 if (kv_rows // herd_x) % lk == 0:
                     p = AttentionKv8Plan(kv_rows, heads, kv_heads, head_dim, lk, herd_x, herd_y, window or 0)
-                    if p.fits():
+                    if p.fits() and not query_rows_split(herd_y, p.group, p.kv_tiles):
                         fits.append(p)
     if not fits:
         raise ValueError(f"attention_kv8: no decode tiling of kv_rows={kv_rows}, head_dim={head_dim} fits "

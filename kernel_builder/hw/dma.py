@@ -42,7 +42,8 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
               facts: NPU2Facts, chained_write: bool = False) -> tuple[int, int, bool, int, int, int]:
     """How the DDR side of a transfer becomes shim DMA tasks (air-opt-shim-dma-bds, airrt-to-npu):
     (tasks in flight per wait, loop iterations folded into one task, non-affine, largest stride in elements,
-    BD dimensions of the access itself, runs of one task: `task_runs`).
+    BD dimensions of the access itself, runs of one task: `task_runs`, the parts airrt-to-npu splits each task
+    into: `wrap_split`, 1 when it does not).
 
     The enclosing loops, then the launch grid (innermost dim first), fold into the BD as extra wrap/stride
     dims while the offset is affine in the iv, the trip count is static and at most 3 dims are in use before
@@ -98,14 +99,25 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
                 in_flight *= inner
     merged = Access(acc.buffer, [sym.const(0)] * len(dims), [s for s, _ in dims], [t for _, t in dims])
     dims = canonical_dims(merged)
-    if len(dims) >= facts.shim_bd_dims and dims[0][0] >= facts.bd_max_repeat:
-        # airrt-to-npu (AIRRtToNpuPass.cpp tileIllegalWrapDim): the outermost of the 4 BD dims stays below 64; it
-        # is tiled by its largest factor <= 63 and the dims past 4 unrolled, one task (one BD) each, all issued
-        # before a wait (Phi-4-mini's decode query rows: 256 re-reads -> 8 tasks of 32 per launch iteration)
-        part = _largest_factor(dims[0][0], facts.bd_max_repeat - 1)
-        in_flight *= -(-dims[0][0] // part)
-        dims[0] = (part, dims[0][1])
-    return in_flight, folded, non_affine, max((t for s, t in dims if s > 1), default=1), own_dims, task_runs(dims)
+    split = wrap_split(dims, facts)
+    if split > 1:
+        # all parts issued before a wait (Phi-4-mini's decode query rows: 256 re-reads -> 8 tasks of 32 per
+        # launch iteration)
+        in_flight *= split
+        dims[0] = (-(-dims[0][0] // split), dims[0][1])
+    return (in_flight, folded, non_affine, max((t for s, t in dims if s > 1), default=1), own_dims, task_runs(dims),
+            split)
+
+
+def wrap_split(dims: list[tuple[int, int]], facts: NPU2Facts) -> int:
+    """Into how many DMA tasks airrt-to-npu cuts one task of these folded (size, stride) dims, outermost first
+    (mlir-air AIRRtToNpuPass.cpp tileIllegalWrapDim): the outermost of 4 BD dims must stay below 64, so it is
+    tiled by its largest factor <= 63 and the dims past 4 unrolled into one task (one BD) per part. The pass
+    runs after the waits were generated (one per original task, generateNpuWaitFromAIRRtWaitAll), and waits are
+    paired with tasks in order per channel (generateAwaitsFromWaitAllOps): the extra parts are never freed."""
+    if len(dims) < facts.shim_bd_dims or dims[0][0] < facts.bd_max_repeat:
+        return 1
+    return -(-dims[0][0] // _largest_factor(dims[0][0], facts.bd_max_repeat - 1))
 
 
 def task_runs(dims: list[tuple[int, int]]) -> int:

@@ -39,12 +39,13 @@ class FlowAccounting:
             self._check_side(t, acc, "memtile" if acc.buffer.space == L2 else
                              ("shim" if acc.buffer.space == L3 else "core"), path)
             if acc.buffer.space == L3:
-                in_flight, folded, non_affine, stride, ndims, runs = shim_fold(
+                in_flight, folded, non_affine, stride, ndims, runs, split = shim_fold(
                     acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, self.facts,
                     chained_write=inbound and acc.buffer in self.chained_writes)
                 self._check_shim_access(t, acc, stride, ndims, runs)
                 flow = Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
                             acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
+                flow.leak = flow.tasks * (split - 1)
                 other = t.src if inbound else t.dst
                 if t.kind == "dma" and other is not None and other.buffer.space == L2:
                     flow.l2 = other.buffer
@@ -61,6 +62,7 @@ class FlowAccounting:
                     same.bytes += flow.bytes
                     same.tasks += flow.tasks
                     same.pieces += flow.pieces
+                    same.leak += flow.leak
                     same.non_affine = same.non_affine or flow.non_affine
                     if acc.buffer.name not in same.what:
                         same.what += f" + {acc.buffer.name}"
@@ -184,7 +186,7 @@ class FlowAccounting:
             groups = n_tiles if not inbound_to_core else n_tiles // shared
             execs = totals[t]
             if space == L3:
-                in_flight, folded, non_affine, stride, ndims, runs = shim_fold(
+                in_flight, folded, non_affine, stride, ndims, runs, split = shim_fold(
                     acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, f,
                     chained_write=not inbound_to_core and acc.buffer in self.chained_writes)
                 self._check_shim_access(t, acc, stride, ndims, runs)
@@ -194,7 +196,8 @@ class FlowAccounting:
                 bundles.append(dict(transfer=t, direction="MM2S" if inbound_to_core else "S2MM", line=t.line, what=what,
                                     groups=groups, broadcast=shared > 1, bytes=int(acc.nbytes * per_tile_execs),
                                     tasks=max(1, int(per_tile_execs) // max(1, folded)), in_flight=in_flight,
-                                    non_affine=non_affine))
+                                    non_affine=non_affine,
+                                    leak=max(1, int(per_tile_execs) // max(1, folded)) * (split - 1)))
             else:
                 item = mem.setdefault(acc.buffer, {"s2mm": 0, "mm2s": 0, "bds": 0, "line": t.line})
                 item["mm2s" if inbound_to_core else "s2mm"] += groups
@@ -222,16 +225,17 @@ class FlowAccounting:
                 total_tasks = sum(b["tasks"] * b["groups"] for b in bs)
                 in_flight = sum(b["in_flight"] * b["groups"] for b in bs) // cols
                 what = f"{len(bs)} packet-switched {direction} channels of {herd_name(herd)}"
+                leak = -(-sum(b["leak"] * b["groups"] for b in bs) // cols)
                 for _ in range(cols):
                     flows.append(Flow(direction, bs[0]["line"], what, total_bytes // cols,
                                       max(1, total_tasks // cols), max(1, in_flight),
-                                      any(b["non_affine"] for b in bs)))
+                                      any(b["non_affine"] for b in bs), leak=leak))
                 packet |= {b["transfer"] for b in bs}
                 continue
             for b in bs:
                 for _ in range(b["groups"]):
                     flows.append(Flow(direction, b["line"], b["what"], b["bytes"], b["tasks"], b["in_flight"],
-                                      b["non_affine"]))
+                                      b["non_affine"], leak=b["leak"]))
         return packet
 
     # ---- memory tiles: AIR's placement of the L2 buffers (air-split-l2-memref splits a buffer with too many
@@ -333,6 +337,8 @@ class FlowAccounting:
                 if home is None:
                     packed = col
                 per_col_bds[x.column] += x.pieces
+                if x.leak:
+                    u.shim_leak[x.column] = u.shim_leak.get(x.column, 0) + x.leak
             total = len(fl)
             if direction == "MM2S":
                 u.shim_mm2s = total
@@ -346,6 +352,7 @@ class FlowAccounting:
                 self.violate("shim", f"{direction} channels", total, cap, AIR_TO_AIE,
                              f"{top} ({cap_col} per shim column x {f.columns} columns)", fl[cap].line)
         u.shim_bds = max(per_col_bds.values(), default=0)
+        u.shim_bds_by_column = dict(per_col_bds)
         u.shim_tasks = sum(x.tasks for x in flows)
         for col, n in sorted(per_col_bds.items()):
             if n > f.shim_bds:

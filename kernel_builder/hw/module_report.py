@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kernel_builder.hw import cost as cost_mod
 from kernel_builder.hw.analyze import analyze_launches
-from kernel_builder.hw.results import STAGES, LaunchReport, Usage, Violation
+from kernel_builder.hw.results import AIECC, STAGES, LaunchReport, Usage, Violation
 from kernel_builder.hw.facts import NPU2, NPU2Facts
 from kernel_builder.hw.ir import HwParseError
 
@@ -65,9 +65,31 @@ def analyze_module(text: str, name: str | None = None, preset=None, facts: NPU2F
     params = params or cost_mod.PARAMS
     for la in launches:
         la.modeled_ms = cost_mod.launch_cost(la.work, params).total_s * 1e3
-    violations = sorted((v for la in launches for v in la.violations),
+    violations = sorted([v for la in launches for v in la.violations] + sequence_bd_leaks(name, launches, facts),
                         key=lambda v: (STAGES.index(v.stage), v.launch, v.line))
     return ModuleReport(name, launches, violations, params)
+
+
+def sequence_bd_leaks(name: str, launches: list[LaunchReport], facts: NPU2Facts = NPU2) -> list[Violation]:
+    """The shim BDs a module's launches leave allocated, added up over its runtime sequence: aiecc inlines every
+    launch's sequence into one (aie-materialize-runtime-sequences) before aie-assign-runtime-sequence-bd-ids
+    gives each shim tile's tasks their 16 BD IDs, freeing one only at its task's wait; a task that airrt-to-npu
+    split (dma.wrap_split) has waits for only its first part. So the parts left over accumulate from launch to
+    launch, and a later launch that fits on its own runs out ("Allocator exhausted available buffer descriptor
+    IDs": Llama-3.2-1B's two-layer decode token at 32768 positions, 6 BDs left per layer on 4 shim tiles by the
+    decode attention's split query-row reads, then 8 held by the next GEMV)."""
+    leaked: dict[int, int] = {}
+    for la in launches:
+        for col, held in sorted(la.usage.shim_bds_by_column.items()):
+            before = leaked.get(col, 0)
+            if before and before + held > facts.shim_bds:
+                return [Violation(name, la.index, la.name, "shim", "BDs", before + held, facts.shim_bds, AIECC,
+                                  "rule", f"column {col}: {before} BDs left allocated by earlier launches' split DMA "
+                                  f"tasks (airrt-to-npu tileIllegalWrapDim splits a task after its waits were made; "
+                                  f"the extra parts are never freed) + {held} this launch holds at once")]
+        for col, n in la.usage.shim_leak.items():
+            leaked[col] = leaked.get(col, 0) + n
+    return []
 
 
 # ------------------------------------------------------------------------------------------ table

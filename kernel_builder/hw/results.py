@@ -46,6 +46,7 @@ class Flow:
     pieces: int          # BDs the flow holds at once: launch iterations its BD cannot fold, issued before a wait
     non_affine: bool = False
     column: int = -1
+    leak: int = 0        # BDs its tasks leave allocated to the end of the runtime sequence (dma.wrap_split)
     l2: object = None    # the L2 buffer on the other side of a segment DMA: the shim allocator starts at its memory
                          # tile's column (mlir-air ShimDMAAllocator "same_column"); None: packed in program order
 
@@ -70,10 +71,14 @@ class Usage:
     shim_mm2s: int = 0
     shim_s2mm: int = 0
     shim_bds: int = 0            # busiest shim column
+    shim_bds_by_column: dict = field(default_factory=dict)   # BDs held at once per shim column
+    shim_leak: dict = field(default_factory=dict)   # per shim column: BDs left allocated after the launch
     shim_tasks: int = 0
 
     def merge_max(self, other: "Usage") -> "Usage":
-        return Usage(**{k: max(getattr(self, k), getattr(other, k)) for k in self.__dataclass_fields__})
+        def mx(a, b):
+            return {c: max(a.get(c, 0), b.get(c, 0)) for c in {*a, *b}} if isinstance(a, dict) else max(a, b)
+        return Usage(**{k: mx(getattr(self, k), getattr(other, k)) for k in self.__dataclass_fields__})
 
 
 @dataclass
