@@ -137,7 +137,9 @@ GEMM_SHAPES = [(64, 576, 192), (64, 2048, 8192), (2048, 8192, 2048), (2048, 3072
 
 @pytest.mark.parametrize("epilogue", ["none", "swiglu"])
 @pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
-def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n, epilogue):
+def test_gemm_structure_panels_drain_and_micro_kernel(m, k, n, epilogue, monkeypatch):
+    # the streamed plan's structure (the A-resident module's: tests/test_gemm_resident.py)
+    monkeypatch.setattr(gemm_plan, "A_RESIDENT", False)
     p = gemm_plan.plan_gemm(m, k, n, epilogue)
     k2, tm, tn, tk, parts = p.tile_k_l2, p.tile_m, p.tile_n, p.tile_k, p.w_parts
     text = gemm.build(m, k, n, epilogue)
@@ -234,9 +236,13 @@ def _check_gemm_w_loads_and_drain(p, n: int, text: str, seg_outside_herd: str, c
         assert [(consts[r], consts[c], consts[st]) for _, r, c, st in out] == [(tm, p.bn_out, n)] * p.herd_m
 
 
-def test_gemm_panels_cut_ddr_reads():
-    """Broadcasting the L2 panels reads A n/BN times and W m/BM times (was n/tile_n and m/tile_m)."""
+def test_gemm_panels_cut_ddr_reads(monkeypatch):
+    """Broadcasting the L2 panels reads A n/BN times and W m/BM times (was n/tile_n and m/tile_m); with A resident
+    in L2, A once."""
     m, k, n = 2048, 2048, 8192
+    r = gemm_plan.plan_gemm(m, k, n)
+    assert r.a_resident and r.ddr_read_bytes(m, k, n) == 2 * (m * k + k * n * (m // r.bm))
+    monkeypatch.setattr(gemm_plan, "A_RESIDENT", False)
     p = gemm_plan.plan_gemm(m, k, n)
     assert p.ddr_read_bytes(m, k, n) == 2 * (m * k * (n // p.bn) + k * n * (m // p.bm))
     g = gemm_plan.plan_gemm(m, k, n, "swiglu")   # two weights, each read m/BM times; A n/bn_out times
