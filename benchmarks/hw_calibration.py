@@ -78,7 +78,7 @@ def gemm(m: int, k: int, n: int, tile_m: int | None = None, tile_n: int | None =
     reference's shim layout is not published), C drained through L2 over herd_m channels; MACs on the mmul
     unit. Without tile sizes: kernel_builder.gemm.plan's plan."""
     if tile_m is None:
-        p = gemm_plan.plan_gemm(m, k, n)
+        p = gemm_plan.plan_gemm(m, k, n, resident=False)   # the upstream design streams A per column block
         tile_m, tile_n, herd_m, herd_n = p.tile_m, p.tile_n, p.herd_m, p.herd_n
     bm, bn = herd_m * tile_m, herd_n * tile_n
     iters = (m // bm) * (n // bn)

@@ -25,9 +25,9 @@ from kernel_builder.planner import (BF16, F32, L1_BUDGET, MEMTILE_BYTES, MMUL_K,
 
 MAX_GEMM_TILE = 128           # largest L1 GEMM tile edge considered
 EPILOGUES = ("none", "swiglu", "bias")   # what the tile's epilogue does (external_kernels/gemm.cc out / glu / bias)
-# A resident in L2 (GemmPlan.a_resident): modeled faster for the big prefill GEMMs (2048x2048x8192: 11.5 instead of
-# 15.3 ms) and right on the interpreter, but the real lowering of 2048x2048x8192 was killed in its AIR stage after
-# 933 s (memory; its segment loops over 32 column blocks); off until it lowers
+# A resident in L2 (GemmPlan.a_resident): A read from DDR once instead of n / bn_out times; the planner takes it
+# where the cost model times it faster (2048x2048x8192: 11.5 instead of 15.3 ms). Its module (pre-blocked L2 panels,
+# W streamed from the launch in one flat panel loop: gemm/builder.py) lowers with the real tool in seconds
 A_RESIDENT = True
 BLOCK_ROWS = MMUL_M           # rows of one 8x8 block of the pre-blocked L2 panels (gemm/builder.py)
 MAX_GEMM_L2_K = 512           # deepest L2 GEMM panel considered (mlir-air's registry uses tile_k_l2 256/512)
@@ -262,9 +262,10 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
 
 
-def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
+def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool | None = None) -> GemmPlan:
     """The fastest fitting plan for c[m, n] (n output columns; with the swiglu epilogue each tile computes the
-    gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs)."""
+    gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs). `resident`: whether
+    A-resident plans are candidates (None: A_RESIDENT; False: the streamed plans only, as upstream designs)."""
     check_positive("gemm", m=m, k=k, n=n)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
@@ -287,9 +288,10 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none") -> GemmPlan:
                 # one W load per panel (the swiglu epilogue's gate and up interleaved in one weight): the real
                 # lowering puts each herd row's A and C panels on its column's memory tile, 1 + herd_n S2MM, so a
                 # two-load W panel finds no tile with room (aie-create-pathfinder-flows failed)
-                resident = (False, True) if A_RESIDENT and epilogue != "bias" else (False,)
+                on = A_RESIDENT if resident is None else resident
+                resident_opts = (False, True) if on and epilogue != "bias" else (False,)
                 for parts, spread, res in ((1, sp, r) for sp in (False, True)
-                                           for r in (resident if not sp else (False,))):
+                                           for r in (resident_opts if not sp else (False,))):
                     if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
