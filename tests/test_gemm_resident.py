@@ -126,3 +126,42 @@ def test_unfoldable_slices_in_column_block_loops_are_refused():
     # the pre-blocked module of the same shape folds every slice loop: one BD per A broadcast
     assert analyze_module(_build(gp.GemmPlan(64, 32, 64, 8, 4, tile_k_l2=512, k=1024, a_resident=True),
                                  512, 1024, 1024)).ok
+
+
+def test_engine_with_resident_gemms_on_the_interpreter(tmp_path, monkeypatch):
+    # every prefill GEMM of a tiny model forced onto the A-resident plan where it fits (the planner picks it only
+    # at larger shapes): the stitched modules (channels renamed per launch, the launch-level W stream included)
+    # give emu-interp the tokens and logits of the reference emulator
+    from checkpoints import write_numpy_checkpoint
+    from llama_npu.engine import Engine
+
+    real, used = gp.plan_gemm, []
+
+    def resident_first(m, k, n, epilogue="none", **kw):
+        p = real(m, k, n, epilogue, **kw)
+        if epilogue == "bias" or m == 1:
+            return p
+        q = gp.GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k_l2, k, epilogue=epilogue,
+                        a_resident=True)
+        if gp._gemm_fits(q, k):
+            used.append((m, k, n, epilogue))
+            return q
+        return p
+
+    monkeypatch.setattr(gp, "plan_gemm", resident_first)
+    model = write_numpy_checkpoint(tmp_path / "model", hidden=64, n_heads=2, n_kv_heads=1, ffn=128, vocab=256,
+                                   max_position=64, seed=3)
+
+    def run(device):
+        eng = Engine.load(str(model), device=device, buckets=(16,), cache_dir=tmp_path / "k", progress=False,
+                          warmup=False)
+        steps = []
+        res = eng.generate([1, 7, 9, 11, 13, 15], max_new_tokens=3, on_logits=lambda s, lg: steps.append(lg.copy()))
+        return res.tokens, steps
+
+    ref_tokens, ref_logits = run("emu")
+    int_tokens, int_logits = run("emu-interp")
+    assert any(e == "swiglu" for *_, e in used) and any(e == "none" for *_, e in used), used
+    assert int_tokens == ref_tokens
+    for a, b in zip(ref_logits, int_logits):
+        np.testing.assert_allclose(b, a, atol=2 * 2.0 ** -8 * float(np.abs(a).max()), rtol=0)
