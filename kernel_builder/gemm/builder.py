@@ -24,6 +24,12 @@ tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_
       per herd row i: c_l2_i [tile_m, BN]; air.channel.get @gemm_c[i, j] for each herd column j, un-blocking
         the tile into columns [j*tile_n, +tile_n); then ONE DMA c_l2_i -> c[m0 + i*tile_m, n0]
 
+With A resident (plan.a_resident, `_resident`): one launch point per BM rows; the launch streams every W panel
+on @gemm_w[j] (column block by column block, K step by K step); the segment keeps each herd row's whole A panel and
+one C row panel per herd row, all pre-blocked in L2 (8x8 blocks, written so by the memory tile's S2MM), so every
+slice, drain and C write is a pattern whose loops fold into one memory-tile BD; the W panels pass through one flat
+ping-pong loop; the herd loops over the column blocks (docs/kernels.md "A resident in L2" says why each choice).
+
 Every L2 buffer is its own allocation sized for one memory tile (the split air-split-l2-memref would make):
 a memory tile serves at most one A panel, one W panel and one C row panel, i.e. <= 2 + herd_n S2MM and 3 MM2S
 channels; the shim moves herd_m + herd_n panels in and herd_m C row panels out per launch point (<= 12 MM2S,
