@@ -45,8 +45,8 @@ def query_rows_split(herd_y: int, group: int, kv_tiles: int) -> bool:
     """Decode: whether airrt-to-npu would split a split's query-row read (re-read once per K/V tile, folded into
     one task's repeat count) - strided rows (herd_y kv heads of a group > 1 side by side: 4 BD dims) over 64 or
     more tiles (kernel_builder.hw.dma.wrap_split). Its extra parts keep their BDs to the end of the runtime
-    sequence: Llama-3.2-1B's two-layer decode token at 32768 positions ran a shim tile out of BD IDs
-    (docs/kernels.md, "decode attention"), so the planners take no such plan."""
+    sequence: a two-layer decode token of 4 x 128 tiles ran a shim tile out of BD IDs (docs/kernels.md,
+    "decode attention"), so the planners take no such plan."""
     return herd_y > 1 and group > 1 and kv_tiles >= NPU2.bd_max_repeat
 
 

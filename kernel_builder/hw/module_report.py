@@ -76,8 +76,8 @@ def sequence_bd_leaks(name: str, launches: list[LaunchReport], facts: NPU2Facts 
     gives each shim tile's tasks their 16 BD IDs, freeing one only at its task's wait; a task that airrt-to-npu
     split (dma.wrap_split) has waits for only its first part. So the parts left over accumulate from launch to
     launch, and a later launch that fits on its own runs out ("Allocator exhausted available buffer descriptor
-    IDs": Llama-3.2-1B's two-layer decode token at 32768 positions, 6 BDs left per layer on 4 shim tiles by the
-    decode attention's split query-row reads, then 8 held by the next GEMV)."""
+    IDs": a two-layer decode token whose attention's split query-row reads left 6 BDs per layer on 4 shim tiles,
+    then 8 held by the next GEMV; docs/hardware-model.md "Shim BD folding")."""
     leaked: dict[int, int] = {}
     for la in launches:
         for col, held in sorted(la.usage.shim_bds_by_column.items()):
