@@ -13,11 +13,16 @@
 //   K       [lk/8][hd/8] blocks (rows = keys, columns = dims): exactly mac_8x8_8x8T's B for S = Q.K^T as stored;
 //   V       [lk/8][hd/8] blocks; P.V needs B = V^T blocks ([dims][keys]). DMAs move 32-bit words, so a bf16
 //           transpose cannot be done by the data movement (docs/hardware-model.md, transfers); the core
-//           transposes each V block once per item in place (lk*hd/64 shuffles), shared by all lq/8 row blocks.
+//           transposes each V block once per item, shared by all lq/8 row blocks.
 //   acc     [lq/8][hd/8] f32 blocks (the state's first lq*hd floats; m and l follow as in the other paths).
+// Every operand block is converted to block float ONCE and re-read as block float (aie_api's block_vector buffer
+// streams, as gemm.cc does), IN PLACE: block b's 72 bytes go to byte 72*b of its buffer, below the 128*(b+1) where
+// the next unread bf16 block starts. Q when captured (each row block's hd/8 blocks packed at the front of that row
+// block's bf16 region), K and the transposed V once per item, the probabilities once per row block; the values are
+// the ones the per-use conversions gave (same blocks, same rounding).
 // A row block is 8 query rows; block i of this core sits at position q_pos0 + i * 8 * ATTN_QCYCLE (the herd's
-// cores interleave their 8-row blocks, which balances the causal work). Two output blocks share each converted A
-// block (S: two key blocks; P.V: two dim blocks). Probabilities are bf16 (exp2), converted to block float for P.V.
+// cores interleave their 8-row blocks, which balances the causal work). Two output blocks share each block-float
+// A block read (S: two key blocks; P.V: two dim blocks). Probabilities are bf16 (exp2), then block float for P.V.
 #if AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 != 1
 #error "attention.cc's prefill vector path is block-float: compile with -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1"
 #endif
@@ -30,10 +35,21 @@ static_assert(kLq % 8 == 0 && kLk % 16 == 0 && kHd % 16 == 0, "prefill tiles mus
 using Mmul8 = ::aie::mmul<8, 8, 8, bfp16ebs8, bfp16ebs8, accauto>;
 using Bfp = ::aie::block_vector<bfp16ebs8, kBlk>;
 
-static inline Bfp to_bfp(const bfloat16 *LLAMA_NPU_RESTRICT p) {
+using BfpOut = ::aie::block_vector_output_buffer_stream<bfp16ebs8, kBlk>;
+using BfpIn = ::aie::block_vector_input_buffer_stream<bfp16ebs8, kBlk>;
+
+static inline Bfp to_bfp(const ::aie::vector<bfloat16, kBlk> &x) {
   ::aie::accum<accfloat, kBlk> wide;
-  wide.from_vector(::aie::load_v<kBlk>(p));
+  wide.from_vector(x);
   return wide.template to_vector<bfp16ebs8>();
+}
+static inline bfp16ebs8 *as_bfp(bfloat16 *p) { return reinterpret_cast<bfp16ebs8 *>(p); }
+static inline const bfp16ebs8 *as_bfp(const bfloat16 *p) { return reinterpret_cast<const bfp16ebs8 *>(p); }
+
+// the n bf16 blocks at p as block float, in place, in order
+static void blocks_to_bfp(bfloat16 *LLAMA_NPU_RESTRICT p, int n) {
+  BfpOut out(as_bfp(p));
+  for (int b = 0; b < n; ++b) out << to_bfp(::aie::load_v<kBlk>(p + b * kBlk));
 }
 
 extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAMA_NPU_RESTRICT q) {
@@ -41,14 +57,17 @@ extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state, bfloat16 *LLAM
   for (int i = 0; i < kLq * kHd; i += kDotLanes) ::aie::store_v(q + i, ::aie::zeros<bfloat16, kDotLanes>());
 }
 
-// S (8 rows x kLk keys, f32, row-major, log2 units) = Q block row . K^T
+// S (8 rows x kLk keys, f32, row-major, log2 units) = Q block row . K^T; qb: the row block's kDB block-float Q
+// blocks, k: the item's [kKB][kDB] block-float K blocks
 static void scores8(const bfloat16 *LLAMA_NPU_RESTRICT qb, const bfloat16 *LLAMA_NPU_RESTRICT k,
                     float *LLAMA_NPU_RESTRICT s) {
   for (int jb = 0; jb < kKB; jb += 2) {
+    BfpIn as(as_bfp(qb)), b0s(as_bfp(k)), b1s(as_bfp(k));
+    b0s.seek(jb * kDB);
+    b1s.seek((jb + 1) * kDB);
     Mmul8 c0, c1;
     for (int d = 0; d < kDB; ++d) {
-      const Bfp a = to_bfp(qb + d * kBlk);
-      const Bfp b0 = to_bfp(k + (jb * kDB + d) * kBlk), b1 = to_bfp(k + ((jb + 1) * kDB + d) * kBlk);
+      const Bfp a = as.pop(), b0 = b0s.pop(), b1 = b1s.pop();
       if (d == 0) {
         c0.mul(a, b0);
         c1.mul(a, b1);
@@ -130,24 +149,29 @@ static void softmax8(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p
   }
 }
 
-// acc (one row block: kDB f32 blocks) = alpha * acc + P . V, with vt the transposed V blocks ([dims][keys])
-static void pv8(const bfloat16 *LLAMA_NPU_RESTRICT p, const bfloat16 *LLAMA_NPU_RESTRICT vt,
-                float *LLAMA_NPU_RESTRICT acc, const float *LLAMA_NPU_RESTRICT a64) {
+// acc (one row block: kDB f32 blocks) = alpha * acc + P . V; p: the kKB probability blocks (bf16, converted to
+// block float here, in place), vt: the item's [kKB][kDB] block-float V^T blocks ([dims][keys] each)
+static void pv8(bfloat16 *LLAMA_NPU_RESTRICT p, const bfloat16 *LLAMA_NPU_RESTRICT vt, float *LLAMA_NPU_RESTRICT acc,
+                const float *LLAMA_NPU_RESTRICT a64) {
+  blocks_to_bfp(p, kKB);
   const ::aie::vector<float, kBlk> alpha = ::aie::load_v<kBlk>(a64);
   for (int db = 0; db < kDB; db += 2) {
     float *c0 = acc + db * kBlk, *c1 = c0 + kBlk;
     Mmul8 m0(::aie::mul(::aie::load_v<kBlk>(c0), alpha)), m1(::aie::mul(::aie::load_v<kBlk>(c1), alpha));
+    BfpIn ps(as_bfp(p));
     for (int jb = 0; jb < kKB; ++jb) {
-      const Bfp a = to_bfp(p + jb * kBlk);
-      m0.mac(a, to_bfp(vt + (jb * kDB + db) * kBlk));
-      m1.mac(a, to_bfp(vt + (jb * kDB + db + 1) * kBlk));
+      BfpIn vs(as_bfp(vt));
+      vs.seek(jb * kDB + db);   // V^T blocks (jb, db) and (jb, db + 1): adjacent
+      const Bfp a = ps.pop(), y0 = vs.pop(), y1 = vs.pop();
+      m0.mac(a, y0);
+      m1.mac(a, y1);
     }
     ::aie::store_v(c0, m0.template to_vector<float>());
     ::aie::store_v(c1, m1.template to_vector<float>());
   }
 }
 
-static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA_NPU_RESTRICT v,
+static void update_prefill(bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA_NPU_RESTRICT v,
                            const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int32_t q_pos0,
                            int32_t k_pos0) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
@@ -159,11 +183,15 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
   alignas(::aie::vector_decl_align) static float a64[kBlk];
   float *m = state_m(state), *l = state_l(state);
   // keys no row of the tile sees may hold anything (a KV window past the chunk): zero their V rows so that
-  // p = 0 never meets a NaN/inf (a block-float block holding one is NaN as a whole); then V^T blocks in place
+  // p = 0 never meets a NaN/inf (a block-float block holding one is NaN as a whole); then K and the V^T blocks as
+  // block float, in place
   for (int j = visible_keys(q_last, k_pos0); j < kLk; ++j)
     for (int d = 0; d < kDB; ++d) ::aie::store_v(v + ((j / 8) * kDB + d) * kBlk + (j % 8) * 8, ::aie::zeros<bfloat16, 8>());
-  for (int b = 0; b < kKB * kDB; ++b)
-    ::aie::store_v(v + b * kBlk, ::aie::transpose(::aie::load_v<kBlk>(v + b * kBlk), 8, 8));
+  blocks_to_bfp(k, kKB * kDB);
+  {
+    BfpOut out(as_bfp(v));
+    for (int b = 0; b < kKB * kDB; ++b) out << to_bfp(::aie::transpose(::aie::load_v<kBlk>(v + b * kBlk), 8, 8));
+  }
   for (int i = 0; i < kQB; ++i) {
     const int32_t qp = q_pos0 + i * kQStep;
     if (k_pos0 > qp + 7) continue;                                  // no row of this block sees a key of the tile
@@ -180,7 +208,8 @@ static void update_prefill(const bfloat16 *LLAMA_NPU_RESTRICT k, bfloat16 *LLAMA
 }
 
 // A Q item: row blocks u of the stream's block t * kItemBlocks + u; this core's block i is stream block
-// slot + i * kCycle. Captured scaled by scale * log2(e) = c_hi + c_lo (a bf16 pair): exact products, one rounding.
+// slot + i * kCycle. Captured scaled by scale * log2(e) = c_hi + c_lo (a bf16 pair): exact products, one rounding;
+// stored as block float.
 static void capture_q(const bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_NPU_RESTRICT q, int32_t t, int32_t slot) {
   const bfloat16 c_hi = static_cast<bfloat16>(kScaleLog2e);
   const bfloat16 c_lo = static_cast<bfloat16>(kScaleLog2e - static_cast<float>(c_hi));
@@ -188,10 +217,10 @@ static void capture_q(const bfloat16 *LLAMA_NPU_RESTRICT item, bfloat16 *LLAMA_N
     const int32_t d = t * kItemBlocks + u - slot;
     if (d < 0 || d >= kQB * kCycle || d % kCycle) continue;
     const bfloat16 *src = item + u * kDB * kBlk;
-    bfloat16 *dst = q + (d / kCycle) * kDB * kBlk;
+    BfpOut out(as_bfp(q + (d / kCycle) * kDB * kBlk));   // packed at the front of the row block's region
     for (int e = 0; e < kDB * kBlk; e += kBlk) {
       const ::aie::vector<bfloat16, kBlk> x = ::aie::load_v<kBlk>(src + e);
-      ::aie::store_v(dst + e, ::aie::mac(::aie::mul(x, c_hi), x, c_lo).template to_vector<bfloat16>());
+      out << to_bfp(::aie::mac(::aie::mul(x, c_hi), x, c_lo).template to_vector<bfloat16>());
     }
   }
 }

@@ -95,11 +95,14 @@ MUTATIONS = [
      "m < GEMV_TILE_M - 1; ++m) {\n    const bfloat16 *LLAMA_NPU_RESTRICT"),
     ("bias_add_n1536.o", "add.cc", r"i < ADD_N; i \+= kLanes\)", "i < ADD_N - kLanes; i += kLanes)"),
     # attention's block-float prefill (attention_prefill.h, ATTN_MODE 1): every loop of its vector path one short
-    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"jb < kKB; jb \+= 2\) \{\n    Mmul8", "jb < kKB - 2; jb += 2) {\n    Mmul8"),
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"jb < kKB; jb \+= 2\) \{\n    BfpIn as",
+     "jb < kKB - 2; jb += 2) {\n    BfpIn as"),
     ("attnp_hd128_q16_k16_n4.o", "attention_prefill.h", r"d < kDB; \+\+d\) \{\n      const Bfp a",
      "d < kDB - 1; ++d) {\n      const Bfp a"),
-    ("attnp_hd64_q64_k32_n8.o", "attention_prefill.h", r"jb < kKB; \+\+jb\) \{\n      const Bfp a = to_bfp\(p",
-     "jb < kKB - 1; ++jb) {\n      const Bfp a = to_bfp(p"),
+    ("attnp_hd64_q64_k32_n8.o", "attention_prefill.h", r"jb < kKB; \+\+jb\) \{\n      BfpIn vs",
+     "jb < kKB - 1; ++jb) {\n      BfpIn vs"),
+    # the in-place block-float conversion (K per item, the probabilities per row block) one block short
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"b < n; \+\+b\)", "b < n - 1; ++b)"),
     ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"db < kDB; db \+= 2\)", "db < kDB - 2; db += 2)"),
     ("attnp_hd64_q64_k32_n8.o", "attention_prefill.h", r"i < kQB; \+\+i\) \{\n    const int32_t qp",
      "i < kQB - 1; ++i) {\n    const int32_t qp"),

@@ -77,6 +77,11 @@ def _to_bfp() -> Counts:        # a bf16 8x8 block loaded, widened, converted to
     return load(BLK, 2) + Counts(vconvert=1, bfp16_convert=1)
 
 
+BFP = 72   # bytes of one v64bfp16ebs8 in memory: a buffer-stream push / pop is two 512-bit accesses
+_PUSH = Counts(vstore=2, vstore_bytes=BFP)
+_POP = Counts(vload=2, vload_bytes=BFP)
+
+
 def q_blocks_taken(lk: int, lq: int, t: int, slot: int, qcycle: int) -> int:
     """Row blocks of Q item t that the core whose first block is stream block `slot` keeps."""
     taken = 0
@@ -90,18 +95,20 @@ def q_blocks_taken(lk: int, lq: int, t: int, slot: int, qcycle: int) -> int:
 def prefill_item(hd: int, lq: int, lk: int, t: int, n_q: int, slot: int, q_pos0: int, qcycle: int = 1) -> Counts:
     """One prefill item call (attention.cc ATTN_MODE 1, AIE2P path): a Q item copies (scaled) the row blocks it
     holds of this core's tile; a K/V item zeroes the V rows no row sees, transposes the V blocks in place, then
-    runs each 8-row block that sees a key of the tile (`continue`s as in the kernel)."""
+    runs each 8-row block that sees a key of the tile (`continue`s as in the kernel). Every operand block is
+    converted to block float once: Q when captured, K and the transposed V per item, P per row block."""
     db, kb = hd // 8, lk // 8
     if t < n_q:
         return scalar_bf16(2) + q_blocks_taken(lk, lq, t, slot, qcycle) * db * (
-            load(BLK, 2) + vmac(BLK) * 2 + conv() + store(BLK, 2))
+            load(BLK, 2) + vmac(BLK) * 2 + conv() + Counts(vconvert=1, bfp16_convert=1) + _PUSH)
     k_pos0 = (t - n_q) * lk
     step = 8 * qcycle
     q_last = q_pos0 + (lq // 8 - 1) * step + 7
     if k_pos0 > q_last:
         return Counts()
     c = store(8, 2) * ((lk - visible_keys(q_last, k_pos0, lk)) * db)                  # zeroed V rows
-    c += (load(BLK, 2) + Counts(shuffle=1) + store(BLK, 2)) * (kb * db)              # V^T blocks
+    c += (_to_bfp() + _PUSH) * (kb * db)                                             # K as block float
+    c += (_to_bfp() + Counts(shuffle=1) + _PUSH) * (kb * db)                         # V^T blocks likewise
     blocks = Counter()
     for i in range(lq // 8):
         qp = q_pos0 + i * step
@@ -115,12 +122,12 @@ def prefill_item(hd: int, lq: int, lk: int, t: int, n_q: int, slot: int, q_pos0:
 
 @functools.lru_cache(maxsize=None)
 def _row_block8(hd: int, lk: int, vis: tuple) -> Counts:
-    """One 8-row block: S = Q.K^T (two key blocks per converted Q block), the softmax of its rows, acc = alpha *
-    acc + P.V (two dim blocks per converted P block)."""
+    """One 8-row block: S = Q.K^T (two key blocks per Q block read), the softmax of its rows, its probabilities
+    as block float, acc = alpha * acc + P.V (two dim blocks per P block read); operands re-read as block float."""
     db, kb = hd // 8, lk // 8
-    scores = (kb // 2) * (db * (_to_bfp() * 3 + Counts(mmul_bfp16_8x8x8=2)) + conv(2) + store(LANES, 4) * 8)
-    pv = load(BLK, 4) + (db // 2) * ((load(BLK, 4) + fmul(BLK)) * 2 + kb * (_to_bfp() * 3 + Counts(
-        mmul_bfp16_8x8x8=2)) + (conv() + store(BLK, 4)) * 2)
+    scores = (kb // 2) * (db * (_POP * 3 + Counts(mmul_bfp16_8x8x8=2)) + conv(2) + store(LANES, 4) * 8)
+    pv = kb * (_to_bfp() + _PUSH) + load(BLK, 4) + (db // 2) * ((load(BLK, 4) + fmul(BLK)) * 2 + kb * (
+        _POP * 3 + Counts(mmul_bfp16_8x8x8=2)) + (conv() + store(BLK, 4)) * 2)
     return scores + softmax8(vis, lk) + pv
 
 
