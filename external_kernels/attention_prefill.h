@@ -82,6 +82,45 @@ static void scores8(const bfloat16 *LLAMA_NPU_RESTRICT qb, const bfloat16 *LLAMA
   }
 }
 
+// Lanes [0, 8): op over each of the 8 rows' 16 partials r[0..8) (max, or an f32 sum), without a reduction per
+// row: three halving steps, each pairing 8-lane halves (a register concat, no instruction) after a 16-lane
+// transpose (one shuffle), with the rows paired so that lane i ends as row i (AIE2P transposes 32-bit 2x8, 4x4 and
+// 8x2 in one shuffle: aie_api detail/aie2/transpose.hpp). 9 ops + 7 shuffles for 8 rows instead of 8 reductions.
+template <typename Op>
+static inline ::aie::vector<float, 8> rows_reduce8(const ::aie::vector<float, kLanes> *r, Op op) {
+  constexpr int kA[4] = {0, 1, 4, 5}, kB[4] = {2, 3, 6, 7};
+  ::aie::vector<float, kLanes> w[4], x[2];
+  for (int p = 0; p < 4; ++p)   // lanes [0, 8): row kA[p], [8, 16): row kB[p]; 8 partials each
+    w[p] = op(::aie::concat(r[kA[p]].template extract<8>(0), r[kB[p]].template extract<8>(0)),
+              ::aie::concat(r[kA[p]].template extract<8>(1), r[kB[p]].template extract<8>(1)));
+  for (int g = 0; g < 2; ++g) {  // 4 partials of 4 rows
+    const ::aie::vector<float, kLanes> t0 = ::aie::transpose(w[2 * g], 2, 8), t1 = ::aie::transpose(w[2 * g + 1], 2, 8);
+    x[g] = op(::aie::concat(t0.template extract<8>(0), t1.template extract<8>(0)),
+              ::aie::concat(t0.template extract<8>(1), t1.template extract<8>(1)));
+  }
+  const ::aie::vector<float, kLanes> u0 = ::aie::transpose(x[0], 4, 4), u1 = ::aie::transpose(x[1], 4, 4);
+  const ::aie::vector<float, kLanes> y =   // 2 partials of 8 rows
+      ::aie::concat(op(u0.template extract<8>(0), u0.template extract<8>(1)),
+                    op(u1.template extract<8>(0), u1.template extract<8>(1)));
+  const ::aie::vector<float, kLanes> z = ::aie::transpose(y, 8, 2);
+  return op(z.template extract<8>(0), z.template extract<8>(1));
+}
+struct MaxOp {
+  template <unsigned N>
+  ::aie::vector<float, N> operator()(const ::aie::vector<float, N> &a, const ::aie::vector<float, N> &b) const {
+    return ::aie::max(a, b);
+  }
+};
+struct AddOp {   // f32 adds through the accumulator, as vadd
+  template <unsigned N>
+  ::aie::vector<float, N> operator()(const ::aie::vector<float, N> &a, const ::aie::vector<float, N> &b) const {
+    ::aie::accum<accfloat, N> x, y;
+    x.from_vector(a);
+    y.from_vector(b);
+    return ::aie::add(x, y).template to_vector<float>();
+  }
+};
+
 // Online softmax of 8 rows of scores s[8][kLk] (log2 units); row r sees keys [first[r], vis[r]) (possibly none:
 // then its probabilities are 0 and, below, alpha = 2^0 = 1, m and l unchanged). Writes p (bf16, 8x8-blocked
 // [kKB][8][8], masked keys 0), updates m[0, 8) and l[0, 8), and a64 = alpha of row r in lanes [8r, 8r + 8).
@@ -96,15 +135,19 @@ static void softmax8(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p
     mo[r] = r < 8 ? m[r] : kLowest;
     lo[r] = r < 8 ? l[r] : 0.0f;
   }
+  ::aie::vector<float, kLanes> part[8];   // each row's max over its chunks, lane by lane
   for (int r = 0; r < 8; ++r) {
-    if (first[r] >= vis[r]) continue;
+    if (first[r] >= vis[r]) {
+      part[r] = ::aie::broadcast<float, kLanes>(kLowest);
+      continue;
+    }
     float *sr = s + r * kLk;
     for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
     for (int j = 0; j < first[r]; ++j) sr[j] = kLowest;   // ... nor the keys before the sliding window
-    ::aie::vector<float, kLanes> vmax = ::aie::load_v<kLanes>(sr);
-    for (int j = kLanes; j < kLk; j += kLanes) vmax = ::aie::max(vmax, ::aie::load_v<kLanes>(sr + j));
-    rmax[r] = ::aie::reduce_max(vmax);
+    part[r] = ::aie::load_v<kLanes>(sr);
+    for (int j = kLanes; j < kLk; j += kLanes) part[r] = ::aie::max(part[r], ::aie::load_v<kLanes>(sr + j));
   }
+  ::aie::store_v(rmax, rows_reduce8(part, MaxOp{}));   // lanes [8, 16) stay kLowest
   const ::aie::vector<float, kLanes> vmo = ::aie::load_v<kLanes>(mo);
   const ::aie::vector<float, kLanes> vmn = ::aie::max(vmo, ::aie::load_v<kLanes>(rmax));
   ::aie::store_v(mn, vmn);
@@ -114,6 +157,7 @@ static void softmax8(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p
     bfloat16 *pr = p + r * 8;                            // row r of each 8x8 block
     if (first[r] >= vis[r]) {
       for (int jb = 0; jb < kKB; ++jb) ::aie::store_v(pr + jb * kBlk, ::aie::zeros<bfloat16, 8>());
+      part[r] = ::aie::zeros<float, kLanes>();
       continue;
     }
     float *sr = s + r * kLk;
@@ -133,8 +177,9 @@ static void softmax8(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p
       ::aie::store_v(pr + (j / 8 + 1) * kBlk, pj.template extract<8>(1));
       sum = ::aie::mac(sum, pj, ones);
     }
-    rsum[r] = ::aie::reduce_add(sum.template to_vector<float>());
+    part[r] = sum.template to_vector<float>();
   }
+  ::aie::store_v(rsum, rows_reduce8(part, AddOp{}));   // lanes [8, 16) stay 0
   // alpha = 2^max(m_old - m_new, kMaskedArg) (1 for a row without keys: m_new = m_old); l = alpha * l + sum
   const ::aie::vector<float, kLanes> va =
       bf16_to_f32_16(exp16(::aie::max(vsub(vmo, vmn), ::aie::broadcast<float, kLanes>(kMaskedArg))));

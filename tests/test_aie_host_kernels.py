@@ -91,8 +91,10 @@ def test_counts_follow_the_loops():
     c = _one("attnp_hd64_q32_k32_n8.o")              # a fully visible K/V tile: Q.K^T and P.V, 8x8x8 blocks
     blocks = 2 * (32 // 8) * (32 // 8) * (64 // 8)
     assert c["mmul_bfp16_8x8x8"] == blocks and c["mmul_bf16_4x8x8_emulated"] == 0
-    # the only shuffles: one transpose per V block per item (K/V arrive 8x8-blocked; K needs none)
-    assert c["shuffle"] == (32 // 8) * (64 // 8) and c["vmac_bf16"] == (32 // 16) * 32   # probability sums
+    # the only shuffles: one transpose per V block per item (K/V arrive 8x8-blocked; K needs none) and the 7 of
+    # each of the two 8-row reduction trees (maxima, sums) per row block; no reduce_max / reduce_add per row
+    assert c["shuffle"] == (32 // 8) * (64 // 8) + 2 * 7 * (32 // 8) and c["vmac_bf16"] == (32 // 16) * 32
+    assert c.get("reduce_max", 0) == 0 and c.get("reduce_add", 0) == 0
     # each operand block converted to block float once: K and V^T per item (2 x 4 x 8), the probabilities per row
     # block (4 x 4; Q when captured, not in this call), not per use (it was 3 per 2 mmuls: 384 here); no f32 multiply
     # in the softmax (Q arrives scaled by scale * log2e): the only f32 multiplies are the accumulators' rescale (4

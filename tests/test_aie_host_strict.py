@@ -101,6 +101,8 @@ MUTATIONS = [
      "d < kDB - 1; ++d) {\n      const Bfp a"),
     ("attnp_hd64_q64_k32_n8.o", "attention_prefill.h", r"jb < kKB; \+\+jb\) \{\n      BfpIn vs",
      "jb < kKB - 1; ++jb) {\n      BfpIn vs"),
+    # the 8-row reduction tree pairing two rows the wrong way round (rows 6 and 7 get each other's max and sum)
+    ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"kB\[4\] = \{2, 3, 6, 7\}", "kB[4] = {2, 3, 7, 6}"),
     # the in-place block-float conversion (K per item, the probabilities per row block) one block short
     ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"b < n; \+\+b\)", "b < n - 1; ++b)"),
     ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"db < kDB; db \+= 2\)", "db < kDB - 2; db += 2)"),
