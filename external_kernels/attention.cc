@@ -87,7 +87,8 @@ static inline int first_key(int32_t q_pos, int32_t k_pos0) {
 // f32/bf16 vectors (aie::exp2 returns bf16, so probabilities carry bf16 precision) in log2 units: m, in the state,
 // is kept in those units by this path (prefill: Q arrives scaled by scale * log2(e); decode: the scores are
 // scaled by that one f32 constant).
-// Decode (a few query rows): 32-lane aie::mac dot products and 16-lane p.V macs.
+// Decode (a few query rows): 32-lane aie::mac dot products reduced 8 keys at a time (the reduction tree), and
+// 32-lane p.V macs.
 // Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core); the per-row
 // softmax statistics (max, sum, alpha) are computed in 16-lane vectors, one lane per row (no scalar float
 // arithmetic). Score/probability scratch and the statistics live in static arrays (core data memory, < 2 KiB;
@@ -138,6 +139,56 @@ static inline ::aie::vector<float, kLanes> bf16_to_f32_16(::aie::vector<bfloat16
   a.from_vector(v);
   return a.template to_vector<float>();
 }
+
+// The 8-row reduction tree (rows_reduce8 below): lanes [0, 8) = op over each of 8 rows' 16 partials r[0..8) (max,
+// or an f32 sum), without a reduction per row: three halving steps, each pairing 8-lane halves (a register concat,
+// no instruction) after a 16-lane transpose (one shuffle), with the rows paired so that lane i ends as row i (AIE2P
+// transposes 32-bit 2x8, 4x4 and 8x2 in one shuffle: aie_api detail/aie2/transpose.hpp). 9 ops + 7 shuffles for 8
+// rows instead of 8 reductions (prefill: the rows' maxima and sums; decode: 8 keys' dot products).
+static constexpr int kTreeA[4] = {0, 1, 4, 5}, kTreeB[4] = {2, 3, 6, 7};   // the rows level 1 pairs
+
+// levels 2 and 3 of rows_reduce8 from its level-1 vectors w[p] (lanes [0, 8): row kTreeA[p], [8, 16): row
+// kTreeB[p]; 8 partials each)
+template <typename Op>
+static inline ::aie::vector<float, 8> reduce8_tail(const ::aie::vector<float, kLanes> *w, Op op) {
+  ::aie::vector<float, kLanes> x[2];
+  for (int g = 0; g < 2; ++g) {  // 4 partials of 4 rows
+    const ::aie::vector<float, kLanes> t0 = ::aie::transpose(w[2 * g], 2, 8), t1 = ::aie::transpose(w[2 * g + 1], 2, 8);
+    x[g] = op(::aie::concat(t0.template extract<8>(0), t1.template extract<8>(0)),
+              ::aie::concat(t0.template extract<8>(1), t1.template extract<8>(1)));
+  }
+  const ::aie::vector<float, kLanes> u0 = ::aie::transpose(x[0], 4, 4), u1 = ::aie::transpose(x[1], 4, 4);
+  const ::aie::vector<float, kLanes> y =   // 2 partials of 8 rows
+      ::aie::concat(op(u0.template extract<8>(0), u0.template extract<8>(1)),
+                    op(u1.template extract<8>(0), u1.template extract<8>(1)));
+  const ::aie::vector<float, kLanes> z = ::aie::transpose(y, 8, 2);
+  return op(z.template extract<8>(0), z.template extract<8>(1));
+}
+struct MaxOp {
+  template <unsigned N>
+  ::aie::vector<float, N> operator()(const ::aie::vector<float, N> &a, const ::aie::vector<float, N> &b) const {
+    return ::aie::max(a, b);
+  }
+};
+struct AddOp {   // f32 adds through the accumulator, as vadd
+  template <unsigned N>
+  ::aie::vector<float, N> operator()(const ::aie::vector<float, N> &a, const ::aie::vector<float, N> &b) const {
+    ::aie::accum<accfloat, N> x, y;
+    x.from_vector(a);
+    y.from_vector(b);
+    return ::aie::add(x, y).template to_vector<float>();
+  }
+};
+
+template <typename Op>
+static inline ::aie::vector<float, 8> rows_reduce8(const ::aie::vector<float, kLanes> *r, Op op) {
+  ::aie::vector<float, kLanes> w[4];
+  for (int p = 0; p < 4; ++p)   // lanes [0, 8): row kTreeA[p], [8, 16): row kTreeB[p]; 8 partials each
+    w[p] = op(::aie::concat(r[kTreeA[p]].template extract<8>(0), r[kTreeB[p]].template extract<8>(0)),
+              ::aie::concat(r[kTreeA[p]].template extract<8>(1), r[kTreeB[p]].template extract<8>(1)));
+  return reduce8_tail(w, op);
+}
+
 
 static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
   for (int i = 0; i < kLq * kHd; i += kLanes) ::aie::store_v(state + i, ::aie::zeros<float, kLanes>());
@@ -221,36 +272,54 @@ static void softmax_rows(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRI
 
 extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(state); }
 
+// Lanes [0, 8): the dot products q . k_u of 8 consecutive keys (rows of k), f32 sums of exact bf16 products: each
+// key's 32-lane partials folded to 16 in the accumulator, pairs of keys' halves added there too (tree level 1),
+// then levels 2 and 3 of the reduction tree; no reduction per key.
+static inline ::aie::vector<float, 8> dots8(const bfloat16 *LLAMA_NPU_RESTRICT q, const bfloat16 *LLAMA_NPU_RESTRICT k) {
+  ::aie::accum<accfloat, kLanes> h[8];
+  for (int u = 0; u < 8; ++u) {
+    ::aie::accum<accfloat, kDotLanes> dot = ::aie::mul(::aie::load_v<kDotLanes>(q), ::aie::load_v<kDotLanes>(k + u * kHd));
+    for (int d = kDotLanes; d < kHd; d += kDotLanes)
+      dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + d), ::aie::load_v<kDotLanes>(k + u * kHd + d));
+    h[u] = ::aie::add(dot.template extract<kLanes>(0), dot.template extract<kLanes>(1));
+  }
+  ::aie::vector<float, kLanes> w[4];
+  for (int p = 0; p < 4; ++p)
+    w[p] = ::aie::add(::aie::concat(h[kTreeA[p]].template extract<8>(0), h[kTreeB[p]].template extract<8>(0)),
+                      ::aie::concat(h[kTreeA[p]].template extract<8>(1), h[kTreeB[p]].template extract<8>(1)))
+               .template to_vector<float>();
+  return reduce8_tail(w, AddOp{});
+}
+
 // One decode update of the kLq rows at pos with keys [first, vis) of a bf16 K/V tile (rounding mode set by the
-// caller).
+// caller). Scores 8 keys at a time from the 8-aligned key below first (keys outside [first, vis) are computed from
+// whatever their rows hold and masked by softmax_rows); p.V one broadcast probability per key for the whole row
+// (kHd/32 accumulators of 32 lanes), each output lane the same sequence of f32 MACs as one lane at a time.
 static void decode_update(const bfloat16 *LLAMA_NPU_RESTRICT k, const bfloat16 *LLAMA_NPU_RESTRICT v,
                           const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int vis, int first) {
   alignas(::aie::vector_decl_align) static float s[4 * kLk];
   alignas(::aie::vector_decl_align) static bfloat16 p[4 * kLk];
+  constexpr int kC = kHd / kDotLanes;                 // 32-lane chunks of a row
   float *m = state_m(state), *l = state_l(state);
   const int visv[4] = {vis, vis, vis, vis};          // every row is at the position
   const int firstv[4] = {first, first, first, first};
+  const int j8 = first / 8 * 8;
   for (int i0 = 0; i0 < kLq; i0 += 4) {
     const int n = kLq - i0 < 4 ? kLq - i0 : 4;
     for (int r = 0; r < n; ++r)
-      for (int j = first; j < vis; ++j) {
-        ::aie::accum<accfloat, kDotLanes> dot = ::aie::zeros<accfloat, kDotLanes>();
-        for (int d = 0; d < kHd; d += kDotLanes)
-          dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + (i0 + r) * kHd + d),
-                           ::aie::load_v<kDotLanes>(k + j * kHd + d));
-        s[r * kLk + j] = ::aie::reduce_add(dot.template to_vector<float>());
-      }
+      for (int j = j8; j < vis; j += 8) ::aie::store_v(s + r * kLk + j, dots8(q + (i0 + r) * kHd, k + j * kHd));
     alignas(::aie::vector_decl_align) float alpha[4];
     softmax_rows(s, p, n, visv, firstv, m + i0, l + i0, alpha);
     for (int r = 0; r < n; ++r) {
       float *acc_r = state + (i0 + r) * kHd;
-      for (int d = 0; d < kHd; d += kLanes) {
-        ::aie::accum<accfloat, kLanes> o = ::aie::mul(::aie::load_v<kLanes>(acc_r + d), alpha[r]);
-        for (int j = first; j < vis; ++j)
-          o = ::aie::mac(o, ::aie::load_v<kLanes>(v + j * kHd + d),
-                         ::aie::broadcast<bfloat16, kLanes>(p[r * kLk + j]));
-        ::aie::store_v(acc_r + d, o.template to_vector<float>());
+      ::aie::accum<accfloat, kDotLanes> o[kC];
+      for (int c = 0; c < kC; ++c) o[c] = ::aie::mul(::aie::load_v<kDotLanes>(acc_r + c * kDotLanes), alpha[r]);
+      for (int j = first; j < vis; ++j) {
+        const ::aie::vector<bfloat16, kDotLanes> pj = ::aie::broadcast<bfloat16, kDotLanes>(p[r * kLk + j]);
+        for (int c = 0; c < kC; ++c)
+          o[c] = ::aie::mac(o[c], ::aie::load_v<kDotLanes>(v + j * kHd + c * kDotLanes), pj);
       }
+      for (int c = 0; c < kC; ++c) ::aie::store_v(acc_r + c * kDotLanes, o[c].template to_vector<float>());
     }
   }
 }

@@ -82,45 +82,6 @@ static void scores8(const bfloat16 *LLAMA_NPU_RESTRICT qb, const bfloat16 *LLAMA
   }
 }
 
-// Lanes [0, 8): op over each of the 8 rows' 16 partials r[0..8) (max, or an f32 sum), without a reduction per
-// row: three halving steps, each pairing 8-lane halves (a register concat, no instruction) after a 16-lane
-// transpose (one shuffle), with the rows paired so that lane i ends as row i (AIE2P transposes 32-bit 2x8, 4x4 and
-// 8x2 in one shuffle: aie_api detail/aie2/transpose.hpp). 9 ops + 7 shuffles for 8 rows instead of 8 reductions.
-template <typename Op>
-static inline ::aie::vector<float, 8> rows_reduce8(const ::aie::vector<float, kLanes> *r, Op op) {
-  constexpr int kA[4] = {0, 1, 4, 5}, kB[4] = {2, 3, 6, 7};
-  ::aie::vector<float, kLanes> w[4], x[2];
-  for (int p = 0; p < 4; ++p)   // lanes [0, 8): row kA[p], [8, 16): row kB[p]; 8 partials each
-    w[p] = op(::aie::concat(r[kA[p]].template extract<8>(0), r[kB[p]].template extract<8>(0)),
-              ::aie::concat(r[kA[p]].template extract<8>(1), r[kB[p]].template extract<8>(1)));
-  for (int g = 0; g < 2; ++g) {  // 4 partials of 4 rows
-    const ::aie::vector<float, kLanes> t0 = ::aie::transpose(w[2 * g], 2, 8), t1 = ::aie::transpose(w[2 * g + 1], 2, 8);
-    x[g] = op(::aie::concat(t0.template extract<8>(0), t1.template extract<8>(0)),
-              ::aie::concat(t0.template extract<8>(1), t1.template extract<8>(1)));
-  }
-  const ::aie::vector<float, kLanes> u0 = ::aie::transpose(x[0], 4, 4), u1 = ::aie::transpose(x[1], 4, 4);
-  const ::aie::vector<float, kLanes> y =   // 2 partials of 8 rows
-      ::aie::concat(op(u0.template extract<8>(0), u0.template extract<8>(1)),
-                    op(u1.template extract<8>(0), u1.template extract<8>(1)));
-  const ::aie::vector<float, kLanes> z = ::aie::transpose(y, 8, 2);
-  return op(z.template extract<8>(0), z.template extract<8>(1));
-}
-struct MaxOp {
-  template <unsigned N>
-  ::aie::vector<float, N> operator()(const ::aie::vector<float, N> &a, const ::aie::vector<float, N> &b) const {
-    return ::aie::max(a, b);
-  }
-};
-struct AddOp {   // f32 adds through the accumulator, as vadd
-  template <unsigned N>
-  ::aie::vector<float, N> operator()(const ::aie::vector<float, N> &a, const ::aie::vector<float, N> &b) const {
-    ::aie::accum<accfloat, N> x, y;
-    x.from_vector(a);
-    y.from_vector(b);
-    return ::aie::add(x, y).template to_vector<float>();
-  }
-};
-
 // Online softmax of 8 rows of scores s[8][kLk] (log2 units); row r sees keys [first[r], vis[r]) (possibly none:
 // then its probabilities are 0 and, below, alpha = 2^0 = 1, m and l unchanged). Writes p (bf16, 8x8-blocked
 // [kKB][8][8], masked keys 0), updates m[0, 8) and l[0, 8), and a64 = alpha of row r in lanes [8r, 8r + 8).

@@ -173,14 +173,27 @@ def decode_step(hd: int, lq: int, lk: int, pos: int, k_pos0: int, window: int = 
     if first >= vis:
         return Counts()
     seen = vis - first
+    groups = -(-(vis - first // 8 * 8) // 8)   # dots8 calls per row: 8 keys each from the 8-aligned key below first
+    chunks = hd // DOT
     c = Counts()
     for i0 in range(0, lq, 4):
         n = min(4, lq - i0)
-        c += n * seen * ((hd // DOT) * (load(DOT, 2) * 2 + vmac(DOT)) + conv() + Counts(reduce_add=1))
+        c += n * groups * (_dots8(hd) + store(8, 4))
         c += softmax_rows([vis] * n, lk, first)
-        c += n * (hd // LANES) * (load(LANES, 4) + fmul(LANES) + seen * (load(LANES, 2) + Counts(broadcast=1)
-                                                                         + vmac(LANES)) + conv() + store(LANES, 4))
+        c += n * (chunks * (load(DOT, 4) + fmul(DOT) + conv() + store(DOT, 4))
+                  + seen * (Counts(broadcast=1) + chunks * (load(DOT, 2) + vmac(DOT))))
     return c
+
+
+def _reduce8_tail() -> Counts:
+    """attention.cc reduce8_tail with AddOp: 7 transposes and 5 f32 adds through the accumulator."""
+    return Counts(shuffle=7) + 5 * _vsub()
+
+
+def _dots8(hd: int) -> Counts:
+    """attention.cc dots8: 8 keys' hd/32 MACs of two 32-lane loads each, each key's halves added in the
+    accumulator, tree level 1 as 4 accumulator adds and conversions, then reduce8_tail."""
+    return 8 * ((hd // DOT) * (load(DOT, 2) * 2 + vmac(DOT)) + add_acc()) + 4 * (add_acc() + conv()) + _reduce8_tail()
 
 
 def decode_merge(hd: int, lq: int, parts: int) -> Counts:

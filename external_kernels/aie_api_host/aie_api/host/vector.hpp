@@ -180,6 +180,17 @@ vector<T, N *(1 + sizeof...(Rest))> concat(const vector<T, N> &first, const Rest
   return r;
 }
 
+// aie_api aie.hpp:1032: accumulators likewise (register concatenation, not counted)
+template <typename Tag, unsigned N, typename... Rest>
+accum<Tag, N *(1 + sizeof...(Rest))> concat(const accum<Tag, N> &first, const Rest &...rest) {
+  static_assert((std::is_same_v<Rest, accum<Tag, N>> && ...), "aie::concat: all accumulators must have the same type");
+  accum<Tag, N *(1 + sizeof...(Rest))> r;
+  const accum<Tag, N> *parts[] = {&first, &rest...};
+  for (unsigned p = 0; p < 1 + sizeof...(Rest); ++p)
+    for (unsigned i = 0; i < N; ++i) r.d[p * N + i] = parts[p]->d[i];
+  return r;
+}
+
 // aie_api aie.hpp:2821: v read as a row-major rows x cols matrix, returned transposed
 template <typename T, unsigned N>
 vector<T, N> transpose(const vector<T, N> &v, unsigned rows, unsigned cols) {
