@@ -91,8 +91,9 @@ static inline int first_key(int32_t q_pos, int32_t k_pos0) {
 // 32-lane p.V macs.
 // Reciprocals use aie::inv on bf16 plus one f32 Newton step (no soft-float division on the core); the per-row
 // softmax statistics (max, sum, alpha) are computed in 16-lane vectors, one lane per row (no scalar float
-// arithmetic). Score/probability scratch and the statistics live in static arrays (core data memory, < 2 KiB;
-// the planner's L1 reserve holds it), not on the stack, so the call chain stays within aircc's default 1 KiB.
+// arithmetic). Score/probability scratch, the statistics and the reduction tree's vectors live in static arrays
+// (core data memory: decode < 2.5 KiB, in the planner's L1 reserve; prefill in its plan's "scratch"), not on the
+// stack, so the call chain stays within aircc's default 1 KiB.
 static constexpr int kLanes = 16;
 static constexpr int kDotLanes = 32;
 static constexpr float kLog2e = 1.4426950408889634f;
@@ -140,30 +141,16 @@ static inline ::aie::vector<float, kLanes> bf16_to_f32_16(::aie::vector<bfloat16
   return a.template to_vector<float>();
 }
 
-// The 8-row reduction tree (rows_reduce8 below): lanes [0, 8) = op over each of 8 rows' 16 partials r[0..8) (max,
-// or an f32 sum), without a reduction per row: three halving steps, each pairing 8-lane halves (a register concat,
-// no instruction) after a 16-lane transpose (one shuffle), with the rows paired so that lane i ends as row i (AIE2P
-// transposes 32-bit 2x8, 4x4 and 8x2 in one shuffle: aie_api detail/aie2/transpose.hpp). 9 ops + 7 shuffles for 8
-// rows instead of 8 reductions (prefill: the rows' maxima and sums; decode: 8 keys' dot products).
+// The 8-row reduction tree: lanes [0, 8) = op over each of 8 rows' 16 partials (max, or an f32 sum), without a
+// reduction per row: three halving steps, each pairing 8-lane halves (a register concat, no instruction) after a
+// 16-lane transpose (one shuffle), with the rows paired so that lane i ends as row i (AIE2P transposes 32-bit 2x8,
+// 4x4 and 8x2 in one shuffle: aie_api detail/aie2/transpose.hpp). 9 ops + 7 shuffles for 8 rows instead of 8
+// reductions (prefill: the rows' maxima and sums; decode: 8 keys' dot products). The caller takes level 1 as each
+// pair of rows is ready (pair_halves of rows kTreeA[p] and kTreeB[p] into g_tree_w), then reduce8_tail.
 static constexpr int kTreeA[4] = {0, 1, 4, 5}, kTreeB[4] = {2, 3, 6, 7};   // the rows level 1 pairs
+// The tree's level-1 vectors (4 x 16 floats) in core data memory: the call chain keeps no array on its stack.
+alignas(::aie::vector_decl_align) static float g_tree_w[4 * kLanes];
 
-// levels 2 and 3 of rows_reduce8 from its level-1 vectors w[p] (lanes [0, 8): row kTreeA[p], [8, 16): row
-// kTreeB[p]; 8 partials each)
-template <typename Op>
-static inline ::aie::vector<float, 8> reduce8_tail(const ::aie::vector<float, kLanes> *w, Op op) {
-  ::aie::vector<float, kLanes> x[2];
-  for (int g = 0; g < 2; ++g) {  // 4 partials of 4 rows
-    const ::aie::vector<float, kLanes> t0 = ::aie::transpose(w[2 * g], 2, 8), t1 = ::aie::transpose(w[2 * g + 1], 2, 8);
-    x[g] = op(::aie::concat(t0.template extract<8>(0), t1.template extract<8>(0)),
-              ::aie::concat(t0.template extract<8>(1), t1.template extract<8>(1)));
-  }
-  const ::aie::vector<float, kLanes> u0 = ::aie::transpose(x[0], 4, 4), u1 = ::aie::transpose(x[1], 4, 4);
-  const ::aie::vector<float, kLanes> y =   // 2 partials of 8 rows
-      ::aie::concat(op(u0.template extract<8>(0), u0.template extract<8>(1)),
-                    op(u1.template extract<8>(0), u1.template extract<8>(1)));
-  const ::aie::vector<float, kLanes> z = ::aie::transpose(y, 8, 2);
-  return op(z.template extract<8>(0), z.template extract<8>(1));
-}
 struct MaxOp {
   template <unsigned N>
   ::aie::vector<float, N> operator()(const ::aie::vector<float, N> &a, const ::aie::vector<float, N> &b) const {
@@ -180,15 +167,31 @@ struct AddOp {   // f32 adds through the accumulator, as vadd
   }
 };
 
+// lanes [0, 8) / [8, 16) of x and y, paired: op(concat(x_lo, y_lo), concat(x_hi, y_hi)) (halves of a pair of rows)
 template <typename Op>
-static inline ::aie::vector<float, 8> rows_reduce8(const ::aie::vector<float, kLanes> *r, Op op) {
-  ::aie::vector<float, kLanes> w[4];
-  for (int p = 0; p < 4; ++p)   // lanes [0, 8): row kTreeA[p], [8, 16): row kTreeB[p]; 8 partials each
-    w[p] = op(::aie::concat(r[kTreeA[p]].template extract<8>(0), r[kTreeB[p]].template extract<8>(0)),
-              ::aie::concat(r[kTreeA[p]].template extract<8>(1), r[kTreeB[p]].template extract<8>(1)));
-  return reduce8_tail(w, op);
+static inline ::aie::vector<float, kLanes> pair_halves(const ::aie::vector<float, kLanes> &x,
+                                                       const ::aie::vector<float, kLanes> &y, Op op) {
+  return op(::aie::concat(x.template extract<8>(0), y.template extract<8>(0)),
+            ::aie::concat(x.template extract<8>(1), y.template extract<8>(1)));
 }
 
+// levels 2 and 3 of the tree from its level-1 vectors in g_tree_w (vector p: lanes [0, 8) row kTreeA[p], [8, 16)
+// row kTreeB[p]; 8 partials each)
+template <typename Op>
+static inline ::aie::vector<float, 8> reduce8_tail(Op op) {
+  const ::aie::vector<float, kLanes> x0 =   // 4 partials of 4 rows
+      pair_halves(::aie::transpose(::aie::load_v<kLanes>(g_tree_w), 2, 8),
+                  ::aie::transpose(::aie::load_v<kLanes>(g_tree_w + kLanes), 2, 8), op);
+  const ::aie::vector<float, kLanes> x1 =
+      pair_halves(::aie::transpose(::aie::load_v<kLanes>(g_tree_w + 2 * kLanes), 2, 8),
+                  ::aie::transpose(::aie::load_v<kLanes>(g_tree_w + 3 * kLanes), 2, 8), op);
+  const ::aie::vector<float, kLanes> u0 = ::aie::transpose(x0, 4, 4), u1 = ::aie::transpose(x1, 4, 4);
+  const ::aie::vector<float, kLanes> y =   // 2 partials of 8 rows
+      ::aie::concat(op(u0.template extract<8>(0), u0.template extract<8>(1)),
+                    op(u1.template extract<8>(0), u1.template extract<8>(1)));
+  const ::aie::vector<float, kLanes> z = ::aie::transpose(y, 8, 2);
+  return op(z.template extract<8>(0), z.template extract<8>(1));
+}
 
 static inline void reset_state(float *LLAMA_NPU_RESTRICT state) {
   for (int i = 0; i < kLq * kHd; i += kLanes) ::aie::store_v(state + i, ::aie::zeros<float, kLanes>());
@@ -275,20 +278,23 @@ extern "C" void ATTN_INIT_SYMBOL(float *LLAMA_NPU_RESTRICT state) { reset_state(
 // Lanes [0, 8): the dot products q . k_u of 8 consecutive keys (rows of k), f32 sums of exact bf16 products: each
 // key's 32-lane partials folded to 16 in the accumulator, pairs of keys' halves added there too (tree level 1),
 // then levels 2 and 3 of the reduction tree; no reduction per key.
+// key u's 32-lane dot-product partials, folded to 16 lanes in the accumulator
+static inline ::aie::accum<accfloat, kLanes> dot16(const bfloat16 *LLAMA_NPU_RESTRICT q, const bfloat16 *LLAMA_NPU_RESTRICT kr) {
+  ::aie::accum<accfloat, kDotLanes> dot = ::aie::mul(::aie::load_v<kDotLanes>(q), ::aie::load_v<kDotLanes>(kr));
+  for (int d = kDotLanes; d < kHd; d += kDotLanes)
+    dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + d), ::aie::load_v<kDotLanes>(kr + d));
+  return ::aie::add(dot.template extract<kLanes>(0), dot.template extract<kLanes>(1));
+}
+
 static inline ::aie::vector<float, 8> dots8(const bfloat16 *LLAMA_NPU_RESTRICT q, const bfloat16 *LLAMA_NPU_RESTRICT k) {
-  ::aie::accum<accfloat, kLanes> h[8];
-  for (int u = 0; u < 8; ++u) {
-    ::aie::accum<accfloat, kDotLanes> dot = ::aie::mul(::aie::load_v<kDotLanes>(q), ::aie::load_v<kDotLanes>(k + u * kHd));
-    for (int d = kDotLanes; d < kHd; d += kDotLanes)
-      dot = ::aie::mac(dot, ::aie::load_v<kDotLanes>(q + d), ::aie::load_v<kDotLanes>(k + u * kHd + d));
-    h[u] = ::aie::add(dot.template extract<kLanes>(0), dot.template extract<kLanes>(1));
+  for (int p = 0; p < 4; ++p) {   // tree level 1 in the accumulator: keys kTreeA[p] and kTreeB[p]
+    const ::aie::accum<accfloat, kLanes> ha = dot16(q, k + kTreeA[p] * kHd), hb = dot16(q, k + kTreeB[p] * kHd);
+    ::aie::store_v(g_tree_w + p * kLanes,
+                   ::aie::add(::aie::concat(ha.template extract<8>(0), hb.template extract<8>(0)),
+                              ::aie::concat(ha.template extract<8>(1), hb.template extract<8>(1)))
+                       .template to_vector<float>());
   }
-  ::aie::vector<float, kLanes> w[4];
-  for (int p = 0; p < 4; ++p)
-    w[p] = ::aie::add(::aie::concat(h[kTreeA[p]].template extract<8>(0), h[kTreeB[p]].template extract<8>(0)),
-                      ::aie::concat(h[kTreeA[p]].template extract<8>(1), h[kTreeB[p]].template extract<8>(1)))
-               .template to_vector<float>();
-  return reduce8_tail(w, AddOp{});
+  return reduce8_tail(AddOp{});
 }
 
 // One decode update of the kLq rows at pos with keys [first, vis) of a bf16 K/V tile (rounding mode set by the

@@ -82,65 +82,75 @@ static void scores8(const bfloat16 *LLAMA_NPU_RESTRICT qb, const bfloat16 *LLAMA
   }
 }
 
+// row r's max over its chunks, lane by lane (kLowest for a row without keys); masked scores set to kLowest
+static inline ::aie::vector<float, kLanes> row_max16(float *LLAMA_NPU_RESTRICT s, int r, const int *vis, const int *first) {
+  if (first[r] >= vis[r]) return ::aie::broadcast<float, kLanes>(kLowest);
+  float *sr = s + r * kLk;
+  for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
+  for (int j = 0; j < first[r]; ++j) sr[j] = kLowest;   // ... nor the keys before the sliding window
+  ::aie::vector<float, kLanes> vmax = ::aie::load_v<kLanes>(sr);
+  for (int j = kLanes; j < kLk; j += kLanes) vmax = ::aie::max(vmax, ::aie::load_v<kLanes>(sr + j));
+  return vmax;
+}
+
+// row r's probabilities 2^(s - m_new) into p (bf16, row r of each 8x8 block; masked keys 0) and their sum, lane by
+// lane (0 for a row without keys)
+static inline ::aie::vector<float, kLanes> row_exp16(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, int r,
+                                                     const int *vis, const int *first, const float *mn, const float *mk,
+                                                     const ::aie::vector<bfloat16, kLanes> &ones) {
+  alignas(::aie::vector_decl_align) static bfloat16 edge[kLanes];
+  bfloat16 *pr = p + r * 8;                            // row r of each 8x8 block
+  if (first[r] >= vis[r]) {
+    for (int jb = 0; jb < kKB; ++jb) ::aie::store_v(pr + jb * kBlk, ::aie::zeros<bfloat16, 8>());
+    return ::aie::zeros<float, kLanes>();
+  }
+  float *sr = s + r * kLk;
+  for (int j = vis[r]; j < kLk; ++j) sr[j] = mk[r];
+  for (int j = 0; j < first[r]; ++j) sr[j] = mk[r];
+  const ::aie::vector<float, kLanes> mr = ::aie::broadcast<float, kLanes>(mn[r]);
+  ::aie::accum<accfloat, kLanes> sum = ::aie::zeros<accfloat, kLanes>();
+  for (int j = 0; j < kLk; j += kLanes) {
+    ::aie::vector<bfloat16, kLanes> pj = exp16(vsub(::aie::load_v<kLanes>(sr + j), mr));
+    if (j + kLanes > vis[r] || j < first[r]) {  // a chunk holding the causal edge or the window's start
+      ::aie::store_v(edge, pj);
+      for (int c = 0; c < kLanes; ++c)
+        if (j + c >= vis[r] || j + c < first[r]) edge[c] = static_cast<bfloat16>(0.0f);
+      pj = ::aie::load_v<kLanes>(edge);
+    }
+    ::aie::store_v(pr + (j / 8) * kBlk, pj.template extract<8>(0));
+    ::aie::store_v(pr + (j / 8 + 1) * kBlk, pj.template extract<8>(1));
+    sum = ::aie::mac(sum, pj, ones);
+  }
+  return sum.template to_vector<float>();
+}
+
 // Online softmax of 8 rows of scores s[8][kLk] (log2 units); row r sees keys [first[r], vis[r]) (possibly none:
 // then its probabilities are 0 and, below, alpha = 2^0 = 1, m and l unchanged). Writes p (bf16, 8x8-blocked
 // [kKB][8][8], masked keys 0), updates m[0, 8) and l[0, 8), and a64 = alpha of row r in lanes [8r, 8r + 8).
+// The rows' maxima and sums come out of the reduction tree, its level 1 taken as each pair of rows is done.
 static void softmax8(float *LLAMA_NPU_RESTRICT s, bfloat16 *LLAMA_NPU_RESTRICT p, const int *vis, const int *first,
                      float *LLAMA_NPU_RESTRICT m, float *LLAMA_NPU_RESTRICT l, float *LLAMA_NPU_RESTRICT a64) {
   alignas(::aie::vector_decl_align) static float rmax[kLanes], rsum[kLanes], mo[kLanes], lo[kLanes];
   alignas(::aie::vector_decl_align) static float mn[kLanes], mk[kLanes], al[kLanes], ln[kLanes];
-  alignas(::aie::vector_decl_align) static bfloat16 edge[kLanes];
   for (int r = 0; r < kLanes; ++r) {
     rmax[r] = kLowest;
     rsum[r] = 0.0f;
     mo[r] = r < 8 ? m[r] : kLowest;
     lo[r] = r < 8 ? l[r] : 0.0f;
   }
-  ::aie::vector<float, kLanes> part[8];   // each row's max over its chunks, lane by lane
-  for (int r = 0; r < 8; ++r) {
-    if (first[r] >= vis[r]) {
-      part[r] = ::aie::broadcast<float, kLanes>(kLowest);
-      continue;
-    }
-    float *sr = s + r * kLk;
-    for (int j = vis[r]; j < kLk; ++j) sr[j] = kLowest;  // masked keys never win the max
-    for (int j = 0; j < first[r]; ++j) sr[j] = kLowest;   // ... nor the keys before the sliding window
-    part[r] = ::aie::load_v<kLanes>(sr);
-    for (int j = kLanes; j < kLk; j += kLanes) part[r] = ::aie::max(part[r], ::aie::load_v<kLanes>(sr + j));
-  }
-  ::aie::store_v(rmax, rows_reduce8(part, MaxOp{}));   // lanes [8, 16) stay kLowest
+  for (int q = 0; q < 4; ++q)
+    ::aie::store_v(g_tree_w + q * kLanes, pair_halves(row_max16(s, kTreeA[q], vis, first),
+                                                      row_max16(s, kTreeB[q], vis, first), MaxOp{}));
+  ::aie::store_v(rmax, reduce8_tail(MaxOp{}));   // lanes [8, 16) stay kLowest
   const ::aie::vector<float, kLanes> vmo = ::aie::load_v<kLanes>(mo);
   const ::aie::vector<float, kLanes> vmn = ::aie::max(vmo, ::aie::load_v<kLanes>(rmax));
   ::aie::store_v(mn, vmn);
   ::aie::store_v(mk, vadd(vmn, ::aie::broadcast<float, kLanes>(kMaskedArg)));
   const ::aie::vector<bfloat16, kLanes> ones = ::aie::broadcast<bfloat16, kLanes>(static_cast<bfloat16>(1.0f));
-  for (int r = 0; r < 8; ++r) {
-    bfloat16 *pr = p + r * 8;                            // row r of each 8x8 block
-    if (first[r] >= vis[r]) {
-      for (int jb = 0; jb < kKB; ++jb) ::aie::store_v(pr + jb * kBlk, ::aie::zeros<bfloat16, 8>());
-      part[r] = ::aie::zeros<float, kLanes>();
-      continue;
-    }
-    float *sr = s + r * kLk;
-    for (int j = vis[r]; j < kLk; ++j) sr[j] = mk[r];
-    for (int j = 0; j < first[r]; ++j) sr[j] = mk[r];
-    const ::aie::vector<float, kLanes> mr = ::aie::broadcast<float, kLanes>(mn[r]);
-    ::aie::accum<accfloat, kLanes> sum = ::aie::zeros<accfloat, kLanes>();
-    for (int j = 0; j < kLk; j += kLanes) {
-      ::aie::vector<bfloat16, kLanes> pj = exp16(vsub(::aie::load_v<kLanes>(sr + j), mr));
-      if (j + kLanes > vis[r] || j < first[r]) {  // a chunk holding the causal edge or the window's start
-        ::aie::store_v(edge, pj);
-        for (int c = 0; c < kLanes; ++c)
-          if (j + c >= vis[r] || j + c < first[r]) edge[c] = static_cast<bfloat16>(0.0f);
-        pj = ::aie::load_v<kLanes>(edge);
-      }
-      ::aie::store_v(pr + (j / 8) * kBlk, pj.template extract<8>(0));
-      ::aie::store_v(pr + (j / 8 + 1) * kBlk, pj.template extract<8>(1));
-      sum = ::aie::mac(sum, pj, ones);
-    }
-    part[r] = sum.template to_vector<float>();
-  }
-  ::aie::store_v(rsum, rows_reduce8(part, AddOp{}));   // lanes [8, 16) stay 0
+  for (int q = 0; q < 4; ++q)
+    ::aie::store_v(g_tree_w + q * kLanes, pair_halves(row_exp16(s, p, kTreeA[q], vis, first, mn, mk, ones),
+                                                      row_exp16(s, p, kTreeB[q], vis, first, mn, mk, ones), AddOp{}));
+  ::aie::store_v(rsum, reduce8_tail(AddOp{}));   // lanes [8, 16) stay 0
   // alpha = 2^max(m_old - m_new, kMaskedArg) (1 for a row without keys: m_new = m_old); l = alpha * l + sum
   const ::aie::vector<float, kLanes> va =
       bf16_to_f32_16(exp16(::aie::max(vsub(vmo, vmn), ::aie::broadcast<float, kLanes>(kMaskedArg))));

@@ -136,9 +136,8 @@ def softmax8(vis: tuple, lk: int) -> Counts:
     """attention.cc softmax8 over 8 rows, row r seeing keys [0, vis[r]) (full causal): the rows' maxima and
     sums by rows_reduce8 (9 max or 9 accumulator adds, 7 transposes, one 8-lane store each), not one reduce_max
     and one reduce_add per row."""
-    tree = Counts(shuffle=7) + store(8, 4)
     c = _softmax_fixed(lk) + (Counts(broadcast=1) + store(8, 4)) * 8
-    c += tree + Counts(vmax=9) + tree + (_vsub() * 9)
+    c += _tree8(Counts(vmax=1)) + _tree8(_vsub()) + store(8, 4) * 2
     for v in vis:
         if v == 0:
             c += Counts(broadcast=1) + store(8, 2) * (lk // 8)
@@ -185,15 +184,21 @@ def decode_step(hd: int, lq: int, lk: int, pos: int, k_pos0: int, window: int = 
     return c
 
 
-def _reduce8_tail() -> Counts:
-    """attention.cc reduce8_tail with AddOp: 7 transposes and 5 f32 adds through the accumulator."""
-    return Counts(shuffle=7) + 5 * _vsub()
+def _reduce8_tail(op: Counts) -> Counts:
+    """attention.cc reduce8_tail: the 4 level-1 vectors loaded, 7 transposes and 5 ops (`op`: one)."""
+    return load(LANES, 4) * 4 + Counts(shuffle=7) + op * 5
+
+
+def _tree8(op: Counts) -> Counts:
+    """The reduction tree over 8 rows' partial vectors in registers: 4 level-1 ops stored, then reduce8_tail."""
+    return (op + store(LANES, 4)) * 4 + _reduce8_tail(op)
 
 
 def _dots8(hd: int) -> Counts:
     """attention.cc dots8: 8 keys' hd/32 MACs of two 32-lane loads each, each key's halves added in the
-    accumulator, tree level 1 as 4 accumulator adds and conversions, then reduce8_tail."""
-    return 8 * ((hd // DOT) * (load(DOT, 2) * 2 + vmac(DOT)) + add_acc()) + 4 * (add_acc() + conv()) + _reduce8_tail()
+    accumulator, tree level 1 as 4 accumulator adds, conversions and stores, then reduce8_tail with AddOp."""
+    return (8 * ((hd // DOT) * (load(DOT, 2) * 2 + vmac(DOT)) + add_acc())
+            + 4 * (add_acc() + conv() + store(LANES, 4)) + _reduce8_tail(_vsub()))
 
 
 def decode_merge(hd: int, lq: int, parts: int) -> Counts:
