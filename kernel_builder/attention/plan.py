@@ -185,9 +185,9 @@ class AttentionPlan:
         if not self.decode:
             out["q_out"] = BF16 * self.lq * hd   # the core's Q tile, then its output tile
             # attention.cc's static prefill scratch: scores f32 [8][lk], probabilities bf16 [8][lk], the 8-row
-            # statistics and alpha / 1/l vectors, the reduction tree's row partials [8][16] and level-1 vectors
-            # [4][16] f32 (beyond the planner's stack reserve)
-            out["scratch"] = 48 * self.lk + 1120 + F32 * _round_up(self.lq, 16) + F32 * 12 * 16
+            # statistics and alpha / 1/l vectors, the reduction tree's level-1 vectors [4][16] f32 (beyond the
+            # planner's stack reserve)
+            out["scratch"] = 48 * self.lk + 1120 + F32 * _round_up(self.lq, 16) + F32 * 4 * 16
         return out
 
     def l1_merge_buffers(self) -> dict[str, int]:
