@@ -297,10 +297,29 @@ static inline ::aie::vector<float, 8> dots8(const bfloat16 *LLAMA_NPU_RESTRICT q
   return reduce8_tail(AddOp{});
 }
 
+// One p.V pass over the keys [first, vis) for the 32-lane chunks c and c + 1 of one row (c only, when it is the last):
+// acc = alpha * acc + sum_j p_j v_j, one broadcast probability per key for both chunks; two named accumulators, so
+// no array of accumulators can spill onto the call chain's stack whatever the head dimension
+static inline void pv_pass(float *LLAMA_NPU_RESTRICT acc, const bfloat16 *LLAMA_NPU_RESTRICT v,
+                           const bfloat16 *LLAMA_NPU_RESTRICT pr, float alpha, int first, int vis, int c) {
+  constexpr int kC = kHd / kDotLanes;
+  const bool two = c + 1 < kC;
+  float *a0 = acc + c * kDotLanes, *a1 = a0 + kDotLanes;
+  ::aie::accum<accfloat, kDotLanes> o0 = ::aie::mul(::aie::load_v<kDotLanes>(a0), alpha), o1;
+  if (two) o1 = ::aie::mul(::aie::load_v<kDotLanes>(a1), alpha);
+  for (int j = first; j < vis; ++j) {
+    const ::aie::vector<bfloat16, kDotLanes> pj = ::aie::broadcast<bfloat16, kDotLanes>(pr[j]);
+    o0 = ::aie::mac(o0, ::aie::load_v<kDotLanes>(v + j * kHd + c * kDotLanes), pj);
+    if (two) o1 = ::aie::mac(o1, ::aie::load_v<kDotLanes>(v + j * kHd + (c + 1) * kDotLanes), pj);
+  }
+  ::aie::store_v(a0, o0.template to_vector<float>());
+  if (two) ::aie::store_v(a1, o1.template to_vector<float>());
+}
+
 // One decode update of the kLq rows at pos with keys [first, vis) of a bf16 K/V tile (rounding mode set by the
 // caller). Scores 8 keys at a time from the 8-aligned key below first (keys outside [first, vis) are computed from
-// whatever their rows hold and masked by softmax_rows); p.V one broadcast probability per key for the whole row
-// (kHd/32 accumulators of 32 lanes), each output lane the same sequence of f32 MACs as one lane at a time.
+// whatever their rows hold and masked by softmax_rows); p.V in passes of two 32-lane chunks (pv_pass), each output
+// lane the same sequence of f32 MACs as one lane at a time.
 static void decode_update(const bfloat16 *LLAMA_NPU_RESTRICT k, const bfloat16 *LLAMA_NPU_RESTRICT v,
                           const bfloat16 *LLAMA_NPU_RESTRICT q, float *LLAMA_NPU_RESTRICT state, int vis, int first) {
   alignas(::aie::vector_decl_align) static float s[4 * kLk];
@@ -316,17 +335,8 @@ static void decode_update(const bfloat16 *LLAMA_NPU_RESTRICT k, const bfloat16 *
       for (int j = j8; j < vis; j += 8) ::aie::store_v(s + r * kLk + j, dots8(q + (i0 + r) * kHd, k + j * kHd));
     alignas(::aie::vector_decl_align) float alpha[4];
     softmax_rows(s, p, n, visv, firstv, m + i0, l + i0, alpha);
-    for (int r = 0; r < n; ++r) {
-      float *acc_r = state + (i0 + r) * kHd;
-      ::aie::accum<accfloat, kDotLanes> o[kC];
-      for (int c = 0; c < kC; ++c) o[c] = ::aie::mul(::aie::load_v<kDotLanes>(acc_r + c * kDotLanes), alpha[r]);
-      for (int j = first; j < vis; ++j) {
-        const ::aie::vector<bfloat16, kDotLanes> pj = ::aie::broadcast<bfloat16, kDotLanes>(p[r * kLk + j]);
-        for (int c = 0; c < kC; ++c)
-          o[c] = ::aie::mac(o[c], ::aie::load_v<kDotLanes>(v + j * kHd + c * kDotLanes), pj);
-      }
-      for (int c = 0; c < kC; ++c) ::aie::store_v(acc_r + c * kDotLanes, o[c].template to_vector<float>());
-    }
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < kC; c += 2) pv_pass(state + (i0 + r) * kHd, v, p + r * kLk, alpha[r], first, vis, c);
   }
 }
 

@@ -58,6 +58,17 @@ def test_vector_path_matches_reference(obj):
     assert not runs.mismatch(r), f"{obj}: {runs.mismatch(r)}"
 
 
+@pytest.mark.parametrize("obj", ["attnd_hd96_q3_k64_n4.o", "attnd_hd256_q4_k16_n2_w24_s128.o",
+                                 "attnp_hd96_q32_k32_n8.o"])
+def test_family_head_dims_vector_path(obj):
+    """Head dims no reference model links: Phi-4-mini's 96 (three 32-lane chunks: decode's p.V passes take two and
+    then one) and Gemma 3's 256 with its window and query pre-attention scalar."""
+    aie_host.build_all([runs.kernel_of(obj)])
+    r = runs.run(obj, np.random.default_rng(sum(map(ord, obj))))
+    assert np.isfinite(r.got.astype(np.float32)).all(), f"{obj}: non-finite output"
+    assert not runs.mismatch(r), f"{obj}: {runs.mismatch(r)}"
+
+
 def test_listed_objects_are_the_builders():
     from multi_launch_builder.stitcher import stitch
     from llama_npu.models import llama as shapes

@@ -118,7 +118,7 @@ MUTATIONS = [
      "for (int j = visible_keys(q_last, k_pos0) + 1;"),
     ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"d < kHd; d \+= kDotLanes\)\n    dot",
      "d < kHd - kDotLanes; d += kDotLanes)\n    dot"),
-    ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"c < kC; \+\+c\)\n          o\[c\]", "c < kC - 1; ++c)\n          o[c]"),
+    ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"c < kC; c \+= 2\) pv_pass", "c < kC - 2; c += 2) pv_pass"),
     ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"j < vis; j \+= 8\)", "j < vis - 8; j += 8)"),
     # the sliding window one key too wide (prefill and decode; Gemma 3's local layers, head_dim 256)
     ("attnp_hd64_q32_k32_n8_w40.o", "attention.cc", r"q_pos - kWindow \+ 1 - k_pos0", "q_pos - kWindow - k_pos0"),

@@ -81,11 +81,13 @@ def test_descriptor_counts_equal_host_counts(obj):
 
 @pytest.mark.parametrize("obj", ["attnp_hd64_q32_k32_n8.o", "attnp_hd128_q16_k16_n4.o", "attnp_hd64_q64_k32_n8.o",
                                  "attnd_hd64_q3_k64_n4.o", "attnd_hd128_q3_k32_n4.o", "attnd_hd64_q3_k64_n4_w100.o",
-                                 "attnd_hd64_q4_k16_n2_w24.o"])
+                                 "attnd_hd64_q4_k16_n2_w24.o", "attnd_hd96_q3_k64_n4.o",
+                                 "attnd_hd256_q4_k16_n2_w24_s128.o"])
 def test_attention_counts_at_causal_edges(obj):
     """Positions where the causal bound cuts a tile, lands on its edge, or leaves decode shares empty; with a
     sliding window (decode _w), where the window's first key cuts a tile (mid-chunk, on a 16-key chunk edge) or
-    leaves a tile before it (the windowed step counts only the keys it computes)."""
+    leaves a tile before it (the windowed step counts only the keys it computes); head dims 96 (Phi-4-mini: an
+    odd number of 32-lane chunks, so the p.V pass takes one) and 256 (Gemma 3)."""
     name, (mode, hd, lq, lk, n, window, _) = runs.family(obj)
     extra = (window + 7, window + 16, window + lk, 2 * window + 3) if window else ()
     for pos in (0, 1, lk - 1, lk + 1, 3 * lk - 5, *extra):

@@ -179,8 +179,9 @@ def decode_step(hd: int, lq: int, lk: int, pos: int, k_pos0: int, window: int = 
         n = min(4, lq - i0)
         c += n * groups * (_dots8(hd) + store(8, 4))
         c += softmax_rows([vis] * n, lk, first)
+        passes = -(-chunks // 2)   # pv_pass: two 32-lane chunks per pass over the keys, one broadcast per key
         c += n * (chunks * (load(DOT, 4) + fmul(DOT) + conv() + store(DOT, 4))
-                  + seen * (Counts(broadcast=1) + chunks * (load(DOT, 2) + vmac(DOT))))
+                  + seen * (Counts(broadcast=passes) + chunks * (load(DOT, 2) + vmac(DOT))))
     return c
 
 
