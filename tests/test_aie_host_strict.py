@@ -102,8 +102,8 @@ MUTATIONS = [
     ("attnp_hd64_q64_k32_n8.o", "attention_prefill.h", r"jb < kKB; \+\+jb\) \{\n      BfpIn vs",
      "jb < kKB - 1; ++jb) {\n      BfpIn vs"),
     # the 8-row reduction tree pairing two rows the wrong way round (rows 6 and 7 get each other's max and sum)
-    ("attnp_hd64_q32_k32_n8.o", "attention.cc", r"kTreeB\[4\] = \{2, 3, 6, 7\}", "kTreeB[4] = {2, 3, 7, 6}"),
-    ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"kTreeB\[4\] = \{2, 3, 6, 7\}", "kTreeB[4] = {2, 3, 7, 6}"),
+    ("attnp_hd64_q32_k32_n8.o", "attention_tree.h", r"kTreeB\[4\] = \{2, 3, 6, 7\}", "kTreeB[4] = {2, 3, 7, 6}"),
+    ("attnd_hd64_q4_k64_n4.o", "attention_tree.h", r"kTreeB\[4\] = \{2, 3, 6, 7\}", "kTreeB[4] = {2, 3, 7, 6}"),
     # the in-place block-float conversion (K per item, the probabilities per row block) one block short
     ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"b < n; \+\+b\)", "b < n - 1; ++b)"),
     ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"db < kDB; db \+= 2\)", "db < kDB - 2; db += 2)"),
@@ -116,7 +116,7 @@ MUTATIONS = [
      "r < 7; ++r) ::aie::store_v(out"),
     ("attnp_hd64_q32_k32_n8.o", "attention_prefill.h", r"for \(int j = visible_keys\(q_last, k_pos0\);",
      "for (int j = visible_keys(q_last, k_pos0) + 1;"),
-    ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"d < kHd; d \+= kDotLanes\)\n    dot",
+    ("attnd_hd64_q4_k64_n4.o", "attention_tree.h", r"d < kHd; d \+= kDotLanes\)\n    dot",
      "d < kHd - kDotLanes; d += kDotLanes)\n    dot"),
     ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"c < kC; c \+= 2\) pv_pass", "c < kC - 2; c += 2) pv_pass"),
     ("attnd_hd64_q4_k64_n4.o", "attention.cc", r"j < vis; j \+= 8\)", "j < vis - 8; j += 8)"),
