@@ -64,10 +64,11 @@ block_vector<bfp16ebs8, N> to_block_vector(const float *d) {  // accfloat -> bfp
 }
 }  // namespace detail_host
 
-// A v64bfp16ebs8 in memory: 72 bytes (64 signed 8-bit mantissas + one 8-bit exponent per block of 8). The byte
-// layout here is the host model's own (mantissas, then exponents as e + 128); a kernel only reads back what it wrote
-// through these streams. One push is one 576-bit store, one pop one 576-bit load (counted as two 512-bit
-// instructions and 72 bytes).
+// A v64bfp16ebs8 in memory: 72 bytes, per block of 8 values 9 bytes [E, m0 .. m7]: the biased exponent E = e + 127
+// (value = m * 2^(E - 127 - 6)) then the 8 two's-complement mantissas. That is the layout of AMD's host converter
+// for bfp16ebs8 operands (mlir-aie programming_examples/ml/block_datatypes/helper.h, floatToBfp16 with block 8),
+// the bytes kernel_builder/block_float.py stores weights at rest in. One push is one 576-bit store, one pop one
+// 576-bit load (counted as two 512-bit instructions and 72 bytes).
 namespace detail_host {
 constexpr unsigned kBfpBlockBytes = 72;
 
@@ -85,17 +86,21 @@ inline void encode_bfp(const float *q, unsigned char *out) {
         break;
       }
     }
+    // E is 8 bits: the smallest exponent -127 (block_float.py raises it likewise; an all-zero block gets E = 0)
+    if (shift < -127 || amax == 0.0f) shift = -127;
+    out[b * 9] = static_cast<unsigned char>(shift + 127);
     for (unsigned i = 0; i < 8; ++i)   // mantissas m = q / 2^(e-6): exact integers in [-128, 127]
-      out[b * 8 + i] = static_cast<unsigned char>(static_cast<signed char>(std::ldexp(q[b * 8 + i], 6 - shift)));
-    out[64 + b] = static_cast<unsigned char>(shift + 128);
+      out[b * 9 + 1 + i] =
+          static_cast<unsigned char>(static_cast<signed char>(std::nearbyint(std::ldexp(q[b * 8 + i], 6 - shift))));
   }
 }
 
 inline void decode_bfp(const unsigned char *in, float *q) {
   for (unsigned b = 0; b < 8; ++b) {
-    const int e = static_cast<int>(in[64 + b]) - 128;   // e - 6: the scale of the mantissas
+    const int e = static_cast<int>(in[b * 9]) - 127;   // the block's exponent; e - 6: the scale of the mantissas
     for (unsigned i = 0; i < 8; ++i)
-      q[b * 8 + i] = std::ldexp(static_cast<float>(static_cast<signed char>(in[b * 8 + i])), e - 6);
+      q[b * 8 + i] =
+          std::ldexp(static_cast<float>(static_cast<signed char>(in[b * 9 + 1 + i])), e - 6);
   }
 }
 }  // namespace detail_host
