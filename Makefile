@@ -47,7 +47,7 @@ help: ## list the targets
 	@echo "Variables: PROMPT=\"...\" N_TOKENS=64 MODEL=<hf dir, id or .gguf> DEVICE=auto|npu|emu|emu-interp|null BUCKETS=64,256,1024,2048"
 	@echo "           HOST=127.0.0.1 PORT=8000 (make serve)  DRY_RUN=1 (make run: check, print the prompt, exit)"
 	@echo "           QUICK=1 (make bench / bench-serve: every section with small sizes, a smoke test)"
-	@echo "           WEIGHTS=bf16|q4 (q4: 4-bit linear layers, docs/quantization.md)"
+	@echo "           WEIGHTS=bf16|q4|bfp16 (q4: 4-bit linear layers; bfp16: block float, docs/quantization.md)"
 	@echo "           KV=bf16|int8 (int8: the 8-bit KV cache, docs/quantization.md)"
 	@echo "           CONTEXT=<positions> (make check-lowering; default as compile)"
 

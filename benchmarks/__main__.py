@@ -25,6 +25,9 @@
    modeled q4 decode of Llama-3.2-1B / 3.1-8B per-layer vs one dispatch, and the 1B token's per-launch breakdown;
    the 8-bit KV cache (benchmarks/kv8.py): the modeled 1B q4 token at a 32k context with the bf16 vs the KV8
    cache, and the embedded model's perplexity with its K/V through KV8 beside bf16.
+8. Block-float weights (benchmarks/bfp16.py, `--weights bfp16`): the modeled Llama-3.2-1B decode token at 1k with
+   bf16 vs bfp16 weights (per-layer and one-dispatch, likely and pessimistic), device buffers, and the embedded
+   model's perplexity with its layer weights in block float.
 
 `--quick` (`make bench QUICK=1`) runs every section through the same code with small sizes (few tokens, short
 prompts, 2 chat turns, 2 serve clients): a smoke test of the benchmarks (tests/test_make_targets.py), not
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-tokens", type=int, default=32)
     ap.add_argument("--reps", type=int, default=5, help="interleaved runs of the emu decode per weight format")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["stitch", "embedded", "constrained", "null1b", "serve", "hw", "long", "q4"])
+                    choices=["stitch", "embedded", "constrained", "null1b", "serve", "hw", "long", "q4", "bfp16"])
     ap.add_argument("--quick", action="store_true", help="every section with small sizes (a smoke test, not figures)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -124,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_kv8_decode(**({"window": 1024} if q else {}))
         bench_kv8_perplexity()
+    if "bfp16" not in args.skip:
+        from benchmarks.bfp16 import bench_bfp16_decode, bench_bfp16_memory, bench_bfp16_perplexity
+
+        bench_bfp16_decode()
+        bench_bfp16_memory()
+        bench_bfp16_perplexity()
     if "long" not in args.skip:
         from benchmarks.long_context import bench_long_chat, bench_long_prompts, bench_null_long
 

@@ -55,32 +55,36 @@ def prefill_seconds(model, tokens: int, params) -> float:
     return total + cost.module_seconds([la.work for la in rep.launches], params)
 
 
-def bench_prefill_targets(host_s_per_chunk: float | None = None, tokens=(2048, 4096)) -> dict:
-    """Print the 1B prefill figures (likely, pessimistic) against the targets; return {tokens: {scenario: s}}."""
+def bench_prefill_targets(host_s_per_chunk: float | None = None, tokens=(2048, 4096),
+                          weights=("bf16", "bfp16")) -> dict:
+    """Print the 1B prefill figures (likely, pessimistic) against the targets, per weight format (bf16; bfp16: the
+    linear layers at rest in block float, `--weights bfp16`); return {(weights, tokens): {scenario: s}}."""
     from kernel_builder.hw.scenarios import scenario_params
     from llama_npu.models.llama import LLAMA32_1B, LlamaModel
 
-    m = LlamaModel(LLAMA32_1B)
     host = host_s_per_chunk or 0.0
     src = "host time measured on the null device" if host_s_per_chunk else "no host time measured (--skip null1b)"
     out = {}
     print(f"[bench] Llama-3.2-1B prefill vs issue 25's targets (modeled NPU + host per {CHUNK}-token chunk, {src}):")
-    for n in tokens:
-        chunks = -(-n // CHUNK)
-        out[n] = {s: prefill_seconds(m, n, scenario_params(s)) + chunks * host for s in ("likely", "pessimistic")}
-        target = TARGETS_S.get(n)
-        print(f"[bench]   {n} tokens: {out[n]['likely']:.2f} s likely, {out[n]['pessimistic']:.2f} s pessimistic"
-              + (f" (target {target} s likely)" if target else ""))
-    _gemm_rates(m, tokens[0])
+    for w in weights:
+        m = LlamaModel(LLAMA32_1B, w)
+        label = "bf16 weights" if w == "bf16" else f"--weights {w}"
+        for n in tokens:
+            chunks = -(-n // CHUNK)
+            out[w, n] = {s: prefill_seconds(m, n, scenario_params(s)) + chunks * host for s in ("likely", "pessimistic")}
+            target = TARGETS_S.get(n)
+            print(f"[bench]   {label}, {n} tokens: {out[w, n]['likely']:.2f} s likely, "
+                  f"{out[w, n]['pessimistic']:.2f} s pessimistic" + (f" (target {target} s likely)" if target else ""))
+        _gemm_rates(m, tokens[0], label)
     return out
 
 
-def _gemm_rates(m, rows: int) -> None:
+def _gemm_rates(m, rows: int, label: str) -> None:
     from multi_launch_builder.stitcher import stitch
 
     decls = m.prefill(rows).decls
     reps = _reports(decls)
-    print(f"[bench]   prefill GEMMs at {rows} rows (modeled, likely, ELF factor included; kernel_registry GEMM "
+    print(f"[bench]   {label}: prefill GEMMs at {rows} rows (modeled, likely, ELF factor included; kernel_registry GEMM "
           f"bf16-in/bf16-out measured on NPU2 for the same shape):")
     for d in decls:
         r = reps[d.name]
@@ -91,13 +95,13 @@ def _gemm_rates(m, rows: int) -> None:
             shape = (params["m"], params["k"], params["n"])
             tflops = 2 * la.work.vector_macs / (la.modeled_ms * 1e-3) / 1e12
             reg = REGISTRY_BF16_OUT_GFLOPS.get(shape)
-            if reg and kind == "gemm_swiglu":
+            if reg and (kind == "gemm_swiglu" or params.get("swiglu")):
                 beside = f"registry 2 x {shape[0]}x{shape[1]}x{shape[2]}: {reg / 1e3:.2f} TFLOPS"
             elif reg:
                 beside = f"registry {reg / 1e3:.2f} TFLOPS"
             else:
                 beside = "no registry figure for this shape"
-            print(f"[bench]     {la.name.split('@')[-1].removesuffix('_seg'):14s} {kind:11s} "
+            print(f"[bench]     {la.name.split('@')[-1].removesuffix('_seg'):14s} {kind:12s} "
                   f"{shape[0]}x{shape[1]}x{shape[2]}: {la.modeled_ms:6.2f} ms, {tflops:5.2f} TFLOPS ({beside})")
 
 

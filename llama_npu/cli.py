@@ -39,10 +39,11 @@ def _common(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument("--decode-attention", choices=("npu", "host"), default="npu",
                    help="decode attention on the device (default: the whole layer is one dispatch) or on the "
                         "host CPU (fallback: two dispatches per layer, K/V rows mirrored to the host)")
-    p.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+    p.add_argument("--weights", choices=("bf16", "q4", "bfp16"), default="bf16",
                    help="q4: every linear layer in 4 bits on the device (a GGUF's Q4_0/Q4_1 blocks as they are, "
                         "its Q8_0 vocabulary in 8 bits, an AWQ/GPTQ checkpoint's int4 tensors, else round-to-nearest "
-                        "per group of 32 at load; docs/quantization.md)")
+                        "per group of 32 at load; docs/quantization.md); bfp16: every linear layer at rest in block "
+                        "float, 9 bits a weight, rounded once at load (the LM head stays bf16)")
     p.add_argument("--kv", choices=("bf16", "int8"), default="bf16",
                    help="the KV cache's format: int8 = codes with a power-of-two scale per position and kv head, "
                         "half the bytes decode attention reads (docs/quantization.md, \"KV cache\")")
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     low.add_argument("--context", type=positive_int, default=None, help="KV-cache positions (default: as compile)")
     low.add_argument("--no-progress", action="store_true", help="no progress bar")
     low.add_argument("--only", action="append", default=[], metavar="MODULE", help="only this module (repeatable)")
-    low.add_argument("--weights", choices=("bf16", "q4"), default="bf16", help="q4: the 4-bit modules")
+    low.add_argument("--weights", choices=("bf16", "q4", "bfp16"), default="bf16", help="q4: the 4-bit modules; bfp16: the block-float modules")
     low.add_argument("--kv", choices=("bf16", "int8"), default="bf16", help="int8: the KV8 cache's modules")
     low.add_argument("--full-depth", action="store_true", help="lower the one-dispatch decode token modules at the "
                      "model's full depth (default: the model cut to its first 2 layers; hours at full depth)")
@@ -122,8 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prefill lengths the memory figure assumes (default 64,256,1024,2048)")
     doc.add_argument("--context", type=positive_int, default=None,
                      help="KV-cache positions the memory figure assumes (default: the model's context)")
-    doc.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
-                     help="weight format the memory figure assumes (q4: 4-bit rows + the prefill scratch)")
+    doc.add_argument("--weights", choices=("bf16", "q4", "bfp16"), default="bf16",
+                     help="weight format the memory figure assumes (q4: 4-bit rows + the prefill scratch; "
+                          "bfp16: 9 bits a weight)")
     doc.add_argument("--cache-dir", default=None, help="kernel cache directory (default: $LLAMA_NPU_CACHE/kernels)")
     doc.add_argument("--json", action="store_true", help="one JSON document instead of lines")
     doc.add_argument("--timeout", type=positive_float, default=10.0,

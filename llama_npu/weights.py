@@ -16,6 +16,7 @@ from kernel_builder.numerics import BF16, to_bf16
 
 from .config import ModelConfig
 from .errors import WeightsError
+from .models.lowering import BFP_SUFFIX
 
 _DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.float32),
            "I32": np.dtype(np.int32)}   # I32: AWQ/GPTQ packed 4-bit codes (llama_npu.quant)
@@ -197,20 +198,9 @@ class ModelWeights:
             return self.q4.writer(spec)
         if self.q4 is not None and arg.endswith(("_q4", "_q8")):     # an LM-head partition in 4 or 8 bits
             return self.q4.head_writer(spec)
-
-        def fill(view: np.ndarray) -> None:
-            if spec.index:                    # rows of a (fused) tensor, in the order the description asks
-                _gather_rows(self.ckpt, spec, view)
-            elif spec.rows:                   # a block of rows, zero-padded past the tensor's end
-                hidden = spec.shape[1]
-                lo, hi = spec.row0, min(spec.row0 + spec.rows, spec.shape[0])
-                n = max(0, hi - lo) * hidden * 2
-                if n:
-                    self.ckpt.read_into(spec.name, view[:n], lo * hidden, (hi - lo) * hidden)
-                view[n:] = 0
-            else:
-                self.ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
-        return fill
+        if arg.endswith(BFP_SUFFIX):          # a weight at rest in block float: its bf16 rows, encoded once here
+            return lambda view: _fill_bfp(self.ckpt, spec, view)
+        return lambda view: _fill_bf16(self.ckpt, spec, view)
 
 
 class Q4Source:
@@ -337,6 +327,35 @@ class Q4EmbedRows:
         from kernel_builder.gemv_q4.format import dequantize
         out = dequantize(self.packed(idx), self.shape[1], self.group, True)
         return out[0] if np.ndim(idx) == 0 else out
+
+
+def _fill_bf16(ckpt: Checkpoint, spec, view: np.ndarray) -> None:
+    """The bf16 bytes of `spec` (a tensor, some of its rows in a given order, or a zero-padded block of rows)."""
+    if spec.index:                    # rows of a (fused) tensor, in the order the description asks
+        _gather_rows(ckpt, spec, view)
+    elif spec.rows:                   # a block of rows, zero-padded past the tensor's end
+        hidden = spec.shape[1]
+        lo, hi = spec.row0, min(spec.row0 + spec.rows, spec.shape[0])
+        n = max(0, hi - lo) * hidden * 2
+        if n:
+            ckpt.read_into(spec.name, view[:n], lo * hidden, (hi - lo) * hidden)
+        view[n:] = 0
+    else:
+        ckpt.read_into(spec.name, view, 0, int(np.prod(spec.shape)))
+
+
+def _fill_bfp(ckpt: Checkpoint, spec, view: np.ndarray) -> None:
+    """`spec`'s rows at rest in block float (kernel_builder/block_float.py): read as bf16 like `_fill_bf16`, then
+    encoded into `view` (bytes [rows/8, 9 * cols])."""
+    from kernel_builder import block_float
+
+    rows = len(spec.index) if spec.index else spec.rows or spec.shape[0]
+    cols = int(np.prod(spec.shape[1:], dtype=np.int64))
+    if view.nbytes != rows * cols * block_float.GROUP_BYTES // block_float.BLOCK:
+        raise WeightsError(f"{spec.name}: a {view.nbytes}-byte buffer for {rows} x {cols} weights in block float")
+    tmp = np.empty(rows * cols * 2, dtype=np.uint8)
+    _fill_bf16(ckpt, spec, tmp)
+    np.copyto(view.reshape(-1), block_float.encode(tmp.view(BF16).reshape(rows, cols)).reshape(-1))
 
 
 def _gather_rows(ckpt: Checkpoint, spec, view: np.ndarray) -> None:

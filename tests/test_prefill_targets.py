@@ -7,9 +7,12 @@ from benchmarks import prefill_targets as pt
 
 def test_prints_scenarios_and_gemm_rates(capsys):
     out = pt.bench_prefill_targets(0.001, tokens=(64,))
-    assert out[64]["likely"] < out[64]["pessimistic"]      # the pessimistic scenario is slower
+    for w in ("bf16", "bfp16"):
+        assert out[w, 64]["likely"] < out[w, 64]["pessimistic"]      # the pessimistic scenario is slower
+    assert out["bfp16", 64]["likely"] < out["bf16", 64]["likely"]   # 9/16 of the weight bytes
     text = capsys.readouterr().out
-    assert "64 tokens:" in text and "pessimistic" in text
+    assert "bf16 weights, 64 tokens:" in text and "--weights bfp16, 64 tokens:" in text and "pessimistic" in text
+    assert "gemm_bfp" in text
     # every prefill GEMM launch of the 64-row chunk gets a line with its shape and TFLOPS
     for name in ("q_gemm", "k_gemm", "v_new_gemm", "proj_gemm", "act_gemm", "down_gemm"):   # act: gate+up+SwiGLU
         assert name in text, name

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--buckets", type=_buckets, default=None, help="prefill buckets, e.g. 64,256")
         sp.add_argument("--threads", type=_positive, default=DEFAULT_THREADS, help="torch threads for HF (fixed for determinism)")
         sp.add_argument("--seed", type=int, default=DEFAULT_SEED)
-        sp.add_argument("--weights", choices=("bf16", "q4"), default="bf16",
+        sp.add_argument("--weights", choices=("bf16", "q4", "bfp16"), default="bf16",
                         help="our side's weights (q4: docs/quantization.md); HF runs the model directory, for a "
                              "GGUF the same blocks dequantized by transformers")
         sp.add_argument("--kv", choices=("bf16", "int8"), default="bf16",

@@ -35,8 +35,9 @@ DEFAULT: tuple[str, ...] = ("swiglu",)   # the consumer kinds fused by default (
 
 def fuse_epilogues(graph: LayerGraph, kinds: tuple[str, ...] = DEFAULT) -> LayerGraph:
     """The graph with every fusible (linear -> `kinds` op) chain replaced by its fused op (bf16 weights only: a
-    q4 GEMM reads its weight through a dequant_q4 scratch, which the fused rules do not wire)."""
-    if graph.weights != "bf16":
+    q4 GEMM reads its weight through a dequant_q4 scratch, which the fused rules do not wire; block-float weights
+    fuse the SwiGLU: gemm_bfp's swiglu epilogue)."""
+    if graph.weights not in ("bf16", "bfp16"):
         return graph
     ops = list(graph.ops)
     by_out = {op.out: op for op in ops if not op.into}

@@ -186,7 +186,8 @@ class LayerGraph:
     ops: list[Op]
     states: dict[str, int]
     dtype: str = "bf16"
-    weights: str = "bf16"    # "q4": linear layers read the 4-bit row format (docs/quantization.md)
+    weights: str = "bf16"    # "q4": linear layers read the 4-bit row format (docs/quantization.md); "bfp16": at
+                             # rest in block float (kernel_builder/block_float.py)
     q4_group: int = 32       # its group size (32: GGUF Q4_0/Q4_1 and RTN; 128: AWQ/GPTQ checkpoints)
 
     def width(self, tensor: str) -> int:

@@ -18,7 +18,7 @@ from .fusion import fuse_epilogues
 from .kv8 import kv8_graph
 from .graph import (HEAD_PLAN, LayerGraph, Op, PhasePlan, State, Weight, decode_plan, lower, plan_decls,
                     prefill_plan)
-from .lowering import Q4_GROUP, Q4_SUFFIX, Q8_SUFFIX, RULES
+from .lowering import BFP_SUFFIX, Q4_GROUP, Q4_SUFFIX, Q8_SUFFIX, RULES
 from .shapes import (GATE_UP, GATE_UP_PAIR, GLOBAL_TENSORS, LAYER_TENSORS, LLAMA31_8B, LLAMA32_1B,  # noqa: F401
                      LLAMA32_3B, QK_NORM_TENSORS, QKV_BIAS_TENSORS, QWEN3_0P6B, QWEN3_1P7B, REFERENCE_SHAPES,
                      SMOLLM2_135M, ModelShapes, TensorSpec, gate_up_index, rotary_order)
@@ -46,7 +46,7 @@ class LlamaModel:
     layer_variants: tuple[str, ...] = ("",)   # kinds of layer with their own modules (Gemma 3: sliding, global)
     shared_states: tuple[str, ...] = (ROPE_TABLE,)   # states one buffer serves every layer (not per bo_key)
 
-    WEIGHTS = ("bf16", "q4")
+    WEIGHTS = ("bf16", "q4", "bfp16")   # bfp16: linear layers at rest in block float (kernel_builder/block_float.py)
     KV = ("bf16", "int8")     # the KV cache's format (int8: models/kv8.py, docs/quantization.md "KV cache")
 
     def __init__(self, shapes: ModelShapes, weights: str = "bf16", sliding_window: int | None = None,
@@ -59,7 +59,9 @@ class LlamaModel:
         self.weights = weights
         self.kv = kv
         self.sliding_window = sliding_window   # a query sees its last sliding_window keys (None: all, causal)
-        self.head_weights = weights   # the LM head's: bf16 / q8 when a q4 source keeps it so (ModelWeights)
+        # the LM head's: bf16 / q8 when a q4 source keeps it so (ModelWeights); bf16 with block-float layers (a tied
+        # head's rows are the embedding the one-dispatch token reads on the device, which has no block-float form)
+        self.head_weights = "bf16" if weights == "bfp16" else weights
         self.q4_group = self.head_group = Q4_GROUP   # group sizes of the layers' / LM head's 4-bit weights
         self.tied = True              # the LM head is the embedding (ModelWeights says from the checkpoint)
         lm = plan_lm_head(shapes.vocab, shapes.hidden)
@@ -109,7 +111,7 @@ class LlamaModel:
                 return TensorSpec(name, (self.shapes.vocab, self.shapes.hidden), row0=p * self.lm_rows,
                                   rows=self.lm_rows)
             raise KeyError(f"no tensor for LM-head argument {arg!r}")
-        base = arg[:-len(Q4_SUFFIX)] if arg.endswith(Q4_SUFFIX) else arg
+        base = arg.removesuffix(Q4_SUFFIX).removesuffix(BFP_SUFFIX)
         if base == GATE_UP:   # the gate and up rows interleaved by 8 (kernel_builder/gemm_swiglu/layout.py)
             (g, shape), (u, _) = self.layer_tensors()["w_gate"], self.layer_tensors()["w_up"]
             return TensorSpec(f"model.layers.{layer}.{g}", shape, index=gate_up_index(shape[0]),
@@ -182,7 +184,7 @@ class LlamaModel:
         gemm_swiglu/layout.py), its output's (gate, up) pairs into SwiGLU (models/fusion.py fuses the two into
         the GEMM's epilogue in prefill). 4-bit weights, or a [2 ffn, hidden] GEMV that does not plan (Mistral-7B's
         28672 x 4096: more weight blocks per core than one DMA task repeats): the two projections."""
-        if self.weights == "bf16" and _plans(lambda: plan_gemv(2 * ffn, self.shapes.hidden)):
+        if self.weights in ("bf16", "bfp16") and _plans(lambda: plan_gemv(2 * ffn, self.shapes.hidden)):
             return [Op("linear", ("h2", Weight(GATE_UP)), "gate_up", 2 * ffn),
                     Op("swiglu", ("gate_up",), "act", ffn, {"pairs": GATE_UP_PAIR})]
         return [Op("linear", ("h2", Weight("w_gate")), "gate", ffn),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from multi_launch_builder.decl import Arg, Role
 from kernel_builder.registry import kernel
 
+from kernel_builder import block_float
 from kernel_builder.gemm_q4.plan import prefer_l1
 from kernel_builder.gemv_q4.format import Q4Layout
 
@@ -17,6 +18,7 @@ from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase, is_activation
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
 Q8_SUFFIX = "_q8"    # the same layout with 8-bit codes (a GGUF's Q8_0 LM head)
+BFP_SUFFIX = "_bfp"  # the static argument of a weight at rest in block float (kernel_builder/block_float.py)
 Q4_GROUP = 32        # GGUF Q4_0/Q4_1 blocks and `--weights q4` (round to nearest per group); AWQ/GPTQ: 128
 DEQ_SUFFIX = "_deq"  # a q4 prefill GEMM's bf16 weight: a window of the scratch state of its k
 SCRATCH_PREFIX = "wdeq_k"   # the scratch states (one per input width k), each ONE buffer for every layer
@@ -24,6 +26,11 @@ SCRATCH_PREFIX = "wdeq_k"   # the scratch states (one per input width k), each O
 
 def _static(name: str, shape, graph: LayerGraph) -> Arg:
     return Arg(name, tuple(shape), Role.STATIC, graph.dtype)
+
+
+def _bfp(name: str, n: int, k: int) -> Arg:
+    """Weight `name` [n, k] at rest in block float: `<name>_bfp`, bytes [n/8, 9k] (kernel_builder/block_float.py)."""
+    return Arg(name + BFP_SUFFIX, block_float.shape(n, k), Role.STATIC, "i8")
 
 
 def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
@@ -41,7 +48,8 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
     where the counted cost model times it below the other way (kernel_builder.gemm_q4.plan.prefer_l1), else it is
     preceded by a `dequant_q4` launch writing the bf16 weight into rows [0, n) of the scratch state `wdeq_k<k>` (one
     buffer shared by every layer, module and bucket), which it then reads: the device holds no bf16 copy of the
-    weights either way."""
+    weights either way. With block-float weights both read `<w>_bfp` (kernel_builder/block_float.py): gemv_bfp and
+    gemm_bfp consume the blocks as the matrix unit's operands, with no conversion on the device."""
     x, w = op.ins
     n, k = op.width, graph.width(x)
     weight = [_static(w.name, (n, k), graph)]
@@ -60,6 +68,11 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
         deq = Arg(w.name + DEQ_SUFFIX, (n, k), Role.STATE, graph.dtype, state=f"{SCRATCH_PREFIX}{k}")
         return (kernel("gemm", phase.rows, k, n), (x, deq.name, op.out), [q4, deq],
                 (("deq", kernel("dequant_q4", n, k, g, 1), (name, deq.name)),))
+    if graph.weights == "bfp16":
+        b = _bfp(w.name, n, k)
+        if phase.rows == 1:
+            return kernel("gemv_bfp", n, k), (b.name, x, op.out), [b]
+        return kernel("gemm_bfp", phase.rows, k, n), (x, b.name, op.out), [b]
     if phase.rows == 1:
         return kernel("gemv", n, k), (w.name, x, op.out), weight
     return kernel("gemm", phase.rows, k, n), (x, w.name, op.out), weight
@@ -78,6 +91,9 @@ def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
         q4 = [Arg(w.name + Q4_SUFFIX, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8") for w in op.ins[1:]]
         return kernel("gemv_q4_swiglu", n, k, g, 1), (q4[0].name, q4[1].name, x, op.out), q4
     w = op.ins[1]
+    if graph.weights == "bfp16":     # the same interleaved [2n, k] weight, at rest in block float
+        b = _bfp(w.name, 2 * n, k)
+        return kernel("gemm_bfp", phase.rows, k, n, "swiglu"), (x, b.name, op.out), [b]
     return kernel("gemm_swiglu", phase.rows, k, n), (x, w.name, op.out), [_static(w.name, (2 * n, k), graph)]
 
 
@@ -85,6 +101,9 @@ def linear_bias(op: Op, phase: Phase, graph: LayerGraph):
     """x . w^T + b in one GEMM launch (models/fusion.py; GEMM phases only)."""
     x, w, b = op.ins
     n, k = op.width, graph.width(x)
+    if graph.weights == "bfp16":
+        raise ValueError(f"linear_bias ({op.out}): the fused GEMM bias epilogue has no block-float form (the "
+                         f"default fusions keep a GEMM and a bias_add launch)")
     return (kernel("gemm_bias", phase.rows, k, n), (x, w.name, b.name, op.out),
             [_static(w.name, (n, k), graph), _static(b.name, (1, n), graph)])
 
@@ -109,7 +128,7 @@ def bias_add(op: Op, phase: Phase, graph: LayerGraph):
 def fuse_linear_bias(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> Op | None:
     """A decode projection (GEMV, bf16 or 4-bit) and its bias_add: one `linear_bias` op (the GEMV with the bias
     epilogue); prefill (GEMM) keeps the two launches."""
-    if phase.rows != 1 or graph.weights not in ("bf16", "q4") or add.ins[0] != lin.out:
+    if phase.rows != 1 or graph.weights not in ("bf16", "q4", "bfp16") or add.ins[0] != lin.out:
         return None
     return Op("linear_bias", (*lin.ins, add.ins[1]), add.out, add.width, into=add.into)
 
@@ -118,7 +137,7 @@ def fuse_linear_residual(lin: Op, add: Op, phase: Phase, graph: LayerGraph) -> O
     """A decode projection (GEMV, bf16 or 4-bit) and the residual add reading it: one `linear_bias` op whose bias
     is the residual activation (the GEMV's epilogue adds it to the f32 accumulator before the one bf16 rounding;
     the separate add rounded the product first); prefill (GEMM) keeps the two launches."""
-    if phase.rows != 1 or graph.weights not in ("bf16", "q4") or add.into:
+    if phase.rows != 1 or graph.weights not in ("bf16", "q4", "bfp16") or add.into:
         return None
     (other,) = [t for t in add.ins if t != lin.out] or [None]
     if other is None or not is_activation(other) or graph.width(other) != lin.width:
@@ -155,6 +174,9 @@ def linear_bias_row(op: Op, phase: Phase, graph: LayerGraph):
         name = w.name + Q4_SUFFIX
         return (kernel("gemv_q4_bias", n, k, g, 1), (name, x, b_name, op.out),
                 [Arg(name, (n, Q4Layout(k, g, True).row_bytes), Role.STATIC, "i8"), *bias])
+    if graph.weights == "bfp16":
+        wb = _bfp(w.name, n, k)
+        return kernel("gemv_bfp_bias", n, k), (wb.name, x, b_name, op.out), [wb, *bias]
     return kernel("gemv_bias", n, k), (w.name, x, b_name, op.out), [_static(w.name, (n, k), graph), *bias]
 
 

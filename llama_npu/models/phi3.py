@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import UnsupportedModel
 from .family import Family, sliding_window_option
 from .llama import GATE_UP, LlamaModel, ModelShapes, TensorSpec, gate_up_index
-from .lowering import Q4_SUFFIX
+from .lowering import BFP_SUFFIX, Q4_SUFFIX
 
 # Phi-4-mini-instruct config.json: partial_rotary_factor 0.75 (96 of 128 dims), longrope, tied embeddings
 PHI4_MINI = ModelShapes(hidden=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn=8192, vocab=200064, n_layers=32,
@@ -42,7 +42,7 @@ class Phi3Model(LlamaModel):
         return list(dict.fromkeys(plain + [self._fused_rows(w)[:2] for w in FUSED]))
 
     def static_tensor(self, arg: str, layer: int | None, lm_source: str = "lm_head") -> TensorSpec:
-        base = arg.removesuffix(Q4_SUFFIX)      # a q4 weight's rows: the same rows of the same tensor
+        base = arg.removesuffix(Q4_SUFFIX).removesuffix(BFP_SUFFIX)   # the same rows of the same tensor
         if layer is not None and base == GATE_UP:   # gate_up_proj IS [gate; up]: its rows interleaved by 8
             return TensorSpec(f"model.layers.{layer}.{FUSED['w_gate']}", (2 * self.shapes.ffn, self.shapes.hidden),
                               index=gate_up_index(self.shapes.ffn))
