@@ -81,22 +81,16 @@ extern "C" void GEMM_ZERO_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
 using BfpOut = ::aie::block_vector_output_buffer_stream<bfp16ebs8, kBlockElems>;
 using BfpIn = ::aie::block_vector_input_buffer_stream<bfp16ebs8, kBlockElems>;
 
-extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
-  float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
-  bfp16ebs8 *bfp_a = reinterpret_cast<bfp16ebs8 *>(scratch);
-  ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  {  // every a block converted once per call into the block-float scratch, in its [mb][kb] order
-    BfpOut out(bfp_a);
-    for (int i = 0; i < kMB * kKB; ++i) out << to_bfp(a + i * kBlockElems);
-  }
-  // every w block converted once per call IN PLACE, in its [nb][kb] order: block i's 72 bytes go to byte 72*i,
-  // below the 128*(i+1) where the next unread bf16 block starts, so no write reaches an unread block
-  bfp16ebs8 *bfp_w = reinterpret_cast<bfp16ebs8 *>(w);
-  {
-    BfpOut out(bfp_w);
-    for (int i = 0; i < kNB * kKB; ++i) out << to_bfp(w + i * kBlockElems);
-  }
+// `count` consecutive 8x8 bf16 blocks converted to block float, stored in the same order from `dst`
+static inline void to_bfp_blocks(const bfloat16 *src, bfp16ebs8 *dst, int count) {  // dst may alias src (in place)
+  BfpOut out(dst);
+  for (int i = 0; i < count; ++i) out << to_bfp(src + i * kBlockElems);
+}
+
+// acc += a . w^T on block-float operands in L1: bfp_a [kMB][kKB] and bfp_w [kNB][kKB] blocks of 72 bytes (one
+// v64bfp16ebs8 each, rows of w = output columns), the register-blocked loop of the mac (gemm_bfp.cc's mac runs it
+// on a weight tile stored in block float at rest)
+static inline void mac_bfp_blocks(bfp16ebs8 *bfp_a, bfp16ebs8 *bfp_w, float *LLAMA_NPU_RESTRICT acc) {
   for (int mb = 0; mb < kMB; mb += kUM) {
     for (int nb = 0; nb < kNB; nb += 2) {
       float *LLAMA_NPU_RESTRICT c00 = acc + (mb * kNB + nb) * kBlockElems;
@@ -132,6 +126,20 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
       ::aie::store_v(c00 + kBlockElems, m01.template to_vector<float>());
     }
   }
+}
+
+extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
+                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
+  float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
+  bfp16ebs8 *bfp_a = reinterpret_cast<bfp16ebs8 *>(scratch);
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  // every a block converted once per call into the block-float scratch, in its [mb][kb] order
+  to_bfp_blocks(a, bfp_a, kMB * kKB);
+  // every w block converted once per call IN PLACE, in its [nb][kb] order: block i's 72 bytes go to byte 72*i,
+  // below the 128*(i+1) where the next unread bf16 block starts, so no write reaches an unread block
+  bfp16ebs8 *bfp_w = reinterpret_cast<bfp16ebs8 *>(w);
+  to_bfp_blocks(w, bfp_w, kNB * kKB);
+  mac_bfp_blocks(bfp_a, bfp_w, acc);
 }
 
 // f32 lanes [i, i + 32) of the accumulator as bf16 (RNE)
