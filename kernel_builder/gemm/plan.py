@@ -275,10 +275,11 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
         return False
     # W at rest in block float (i8): a block row's tile_k slice is one run of 9 * tile_k bytes, which the tools
     # merge into one BD dim of that many elements (the real lowering refused 576: 'Size may not exceed 1023' is
-    # checked as NPU2.bd_max_size), and its tile_k_l2 panel row one shim run of 9 * tile_k_l2 bytes (in 32-bit words
-    # at most NPU2.shim_bd_max_size)
-    if p.w_format == "bfp16" and (p.w_bytes(BLOCK_ROWS, p.tile_k) > NPU2.bd_max_size or p.w_bytes(
-            BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size * NPU2.transfer_granularity_bytes):
+    # checked as NPU2.bd_max_size), and its tile_k_l2 panel row one shim run of 9 * tile_k_l2 bytes, at most
+    # NPU2.shim_bd_max_size elements (a 2304-byte run was split into 3 x 768 by the real lowering: that dim was
+    # missing for the column-block loop of the W stream, whose BDs then exhausted the shim's IDs)
+    if p.w_format == "bfp16" and (p.w_bytes(BLOCK_ROWS, p.tile_k) > NPU2.bd_max_size
+                                  or p.w_bytes(BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size):
         return False
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.w_bytes(p.w_per_out * p.launch_n(), k) <= SHIM_MAX_STRIDE_BF16 * BF16
