@@ -4,11 +4,13 @@
 //
 // L1 layouts (the memory-tile DMAs of kernel_builder/gemm/builder.py with the "bfp16" W format build them):
 //   a   [TM/8][TK/8][8][8] bf16  block (mb, kb) = a[8mb .. 8mb+7][8kb .. 8kb+7] (as gemm.cc)
-//   w   [TN/8][TK/8][72] bytes   block (nb, kb) = w[8nb .. 8nb+7][8kb .. 8kb+7] as one v64bfp16ebs8: per row r of the
-//                                block 9 bytes at 9r: [E, m0 .. m7], value m_i * 2^(E - 127 - 6) (AMD's published
-//                                layout, mlir-aie programming_examples/ml/block_datatypes/helper.h). The tile is
-//                                the block-float encoding of the [TN, TK] weight slice: the at-rest block row's
-//                                TK/8 blocks, TN/8 block rows after one another.
+//   w   [TK/C][TN/8][C/8][72] bytes, C = GEMM_W_CHUNK_K: block (nb, kb) = w[8nb .. 8nb+7][8kb .. 8kb+7] as one
+//                                v64bfp16ebs8 at block ((kb / (C/8)) * TN/8 + nb) * C/8 + kb % (C/8): per row r of
+//                                the block 9 bytes at 9r: [E, m0 .. m7], value m_i * 2^(E - 127 - 6) (AMD's published
+//                                layout, mlir-aie programming_examples/ml/block_datatypes/helper.h). Each K chunk is
+//                                the at-rest encoding of its [TN, C] slice (per block row a run of C/8 blocks); the
+//                                chunks keep every contiguous DMA run at most 9C bytes (one memory-tile BD dim:
+//                                kernel_builder/gemm/external.py bfp_chunk_k).
 //   acc [TM/8][TN/8][8][8] f32   (as gemm.cc)
 // Entry point of this file:
 //   mac(a, w, acc, scratch)  acc += a . w^T over this K slice; scratch: TM*TK*9/16 bf16 of L1 where the vector path
@@ -38,7 +40,7 @@ extern "C" void GEMM_BFP_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, uint8_t *LLA
   bfp16ebs8 *bfp_a = reinterpret_cast<bfp16ebs8 *>(scratch);
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
   to_bfp_blocks(a, bfp_a, kMB * kKB);    // every a block converted once per call, [mb][kb] order
-  // the w tile IS the [nb][kb] sequence of v64bfp16ebs8 blocks gemm.cc's mac makes in place: read as stored
+  // the w tile IS a sequence of v64bfp16ebs8 blocks in the chunked order mac_bfp_blocks reads: read as stored
   mac_bfp_blocks(bfp_a, reinterpret_cast<bfp16ebs8 *>(w), acc);
 }
 
@@ -56,7 +58,8 @@ extern "C" void GEMM_BFP_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, uint8_t *LLA
           float s = *out;
           for (int kb = 0; kb < kKB; ++kb) {
             const bfloat16 *ar = a + static_cast<long>(mb * kKB + kb) * kBlockElems + r * kBlock;
-            const uint8_t *wr = w + static_cast<long>(nb * kKB + kb) * kBfpBlockBytes + q * kBfpRowBytes;
+            const long blk = (static_cast<long>(kb / kWC) * kNB + nb) * kWC + kb % kWC;
+            const uint8_t *wr = w + blk * kBfpBlockBytes + q * kBfpRowBytes;
             const int e = static_cast<int>(wr[0]) - 127 - 6;   // the scale of this row's 8 mantissas
             for (int c = 0; c < kBlock; ++c) {
               // m * 2^e is exact in f32 (at most 8 significant bits, e >= -133), so is its product with a bf16

@@ -15,7 +15,7 @@ import pytest
 from external_kernels.paths import SOURCE_DIR
 from kernel_builder import aie_host, block_float
 from kernel_builder.aie_host_runs import block, gemm_bfp_reference, unblock
-from kernel_builder.gemm.external import gemm_kernels, scratch_elems
+from kernel_builder.gemm.external import bfp_chunk_k, gemm_kernels, scratch_elems
 from kernel_builder.gemm.reference import gemm
 from kernel_builder.gemm_bfp import external as bfp_ext
 from kernel_builder.gemm_bfp.plan import plan
@@ -27,7 +27,7 @@ from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_tool
 
 A = aie_host.aligned
-TILES = [(16, 32, 32), (8, 64, 48)]     # (tile_m, tile_k, tile_n): two register blockings (kUM 2 and 1)
+TILES = [(16, 32, 32), (8, 64, 48), (16, 64, 32)]   # (tile_m, tile_k, tile_n): kUM 2 and 1; one and two K chunks
 
 
 def _rand(rng, shape, scale=1.0):
@@ -35,9 +35,10 @@ def _rand(rng, shape, scale=1.0):
 
 
 def _w_slice(wb: np.ndarray, tk: int, s: int) -> np.ndarray:
-    """The L1 W tile of K step s: each block row's tk/8 blocks [72 * s * tk/8, +72 * tk/8) of the at-rest bytes."""
-    run = block_float.BLOCK_BYTES * tk // 8
-    return np.ascontiguousarray(wb[:, s * run:(s + 1) * run]).reshape(-1)
+    """The L1 W tile of K step s, in K chunks (gemm_bfp.cc), cut by hand from the at-rest bytes: each chunk the
+    block rows' runs [9 * (s * tk + q * C), +9 C) of wb, one block row after the other."""
+    c = bfp_chunk_k(tk)
+    return np.concatenate([wb[:, 9 * (s * tk + q * c):9 * (s * tk + (q + 1) * c)].reshape(-1) for q in range(tk // c)])
 
 
 def _run_bfp(t, a, wb, lib=None):
@@ -235,8 +236,20 @@ def test_plans_stream_nine_sixteenths_of_the_bf16_weight():
         p, q = plan(m, k, n, epi), plan_gemm(m, k, n, epi)
         assert p.w_format == "bfp16" and p.w_bytes(n, k) * 16 == q.w_bytes(n, k) * 9
         assert modeled_seconds(p, m, k, n) < modeled_seconds(q, m, k, n)
-        # a block row's tile_k slice is one BD dim of 9 * tile_k bytes (the real lowering refuses > 512)
-        assert 9 * p.tile_k <= 512
+        # every contiguous W run within the BD limits the real lowering enforces: a chunk of a tile_k slice per
+        # block row on a memory-tile BD dim (<= 512 i8), a panel row on the shim (<= 1023)
+        assert 9 * bfp_chunk_k(p.tile_k) <= 512 and 9 * p.tile_k_l2 <= 1023
+    assert plan(2048, 2048, 8192, "swiglu").tile_k == 64 and bfp_chunk_k(64) == 32
+
+
+def test_w_tile_is_the_dma_order():
+    """external.w_tile (the tile the module delivers, in K chunks) is the hand-cut one of these tests."""
+    rng = np.random.default_rng(2)
+    wb = block_float.encode(_rand(rng, (48, 256)))
+    for tk, s in ((64, 1), (32, 3), (128, 1)):
+        np.testing.assert_array_equal(bfp_ext.w_tile(wb, tk, s), _w_slice(wb, tk, s))
+        np.testing.assert_array_equal(bfp_ext.tile_values(_w_slice(wb, tk, s), tk, 48),
+                                      block_float.decode(wb, 48, 256)[:, s * tk:(s + 1) * tk])
 
 
 @pytest.mark.parametrize("args,msg", [((64, 576, 196), "n=196 and k=576 must be positive multiples of 8"),

@@ -42,13 +42,12 @@ from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 from kernel_builder.gemm import plan as gemm_plan
-from kernel_builder.gemm.external import gemm_kernels, scratch_elems
+from kernel_builder.gemm.external import BFP_COL_BYTES as BFP_ROW, bfp_chunk_k, gemm_kernels, scratch_elems
 
 KIND = "gemm"
 BLOCK = 8   # edge of the micro-kernel's L1 blocks
 KINDS = {"none": "gemm", "swiglu": "gemm_swiglu", "bias": "gemm_bias"}   # epilogue -> registered kernel kind
 BFP_KIND = "gemm_bfp"   # every epilogue of the "bfp16" W format (kernel_builder/gemm_bfp)
-BFP_ROW = 9             # bytes per weight column of one 8-row block row in block float (72 per 8x8 block)
 
 
 def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16") -> str:
@@ -135,7 +134,10 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     bfp = p.w_format == "bfp16"   # block float: the panel arrives blocked, each slice is a run per block row
     for j, buf in enumerate(w2):
         kl.channel_get(ch_w, [j], buf, w2_ty, None if bfp else _preblocked(p.tile_n, k2))
-    wl, wb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
+    if bfp:   # the slice's first byte in each block row
+        wl, wb = kl.for_(0, BFP_ROW * k2, BFP_ROW * p.tile_k, "kb")
+    else:
+        wl, wb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for j, buf in enumerate(w2):
         wl.channel_put(ch_b, [0, j], buf, w2_ty,
                        _bfp_slice(p, k2, wb) if bfp else _slice(p.tile_n, p.tile_k, k2, wb))
@@ -191,12 +193,16 @@ def _w_l2_type(p: gemm_plan.GemmPlan, k2: int) -> str:
     return memref([p.tile_n, k2], "bf16", L2)
 
 
-def _bfp_slice(p: gemm_plan.GemmPlan, k2: int, block0) -> tuple:
-    """Read pattern of the tile_k slice starting at K block `block0` of a block-float W panel (k2 columns): per
-    block row one contiguous run of tile_k/8 blocks of 72 bytes, the L1 tile's [nb][kb] order (the run written as
-    [blocks][72]: a memory-tile BD dim holds at most NPU2.bd_max_size elements, as builder._slice's A slices)."""
-    nb = BFP_ROW * BLOCK
-    return ([0, block0, 0], [p.tile_n // BLOCK, p.tile_k // BLOCK, nb], [BFP_ROW * k2, nb, 1])
+def _bfp_slice(p: gemm_plan.GemmPlan, k2: int, byte0) -> tuple:
+    """Read pattern of the tile_k slice starting at byte `byte0` of each block row of a block-float W panel (k2
+    columns), in the L1 tile's order (gemm_bfp.cc): per K chunk of C = bfp_chunk_k(tile_k) columns, per block row
+    one contiguous run of 9 C bytes (C/8 blocks of 72). The tools merge contiguous dims into one, and a memory-tile
+    BD dim holds at most NPU2.bd_max_size elements: the chunks keep each run under it."""
+    c = bfp_chunk_k(p.tile_k)
+    rows = ([0, byte0], [p.tile_n // BLOCK, BFP_ROW * c], [BFP_ROW * k2, 1])
+    if c == p.tile_k:
+        return rows
+    return ([0] + rows[0], [p.tile_k // c] + rows[1], [BFP_ROW * c] + rows[2])
 
 
 def _preblocked(rows: int, cols: int) -> tuple:
@@ -272,8 +278,9 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
     sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))
+    wb = sl.muli(kb, BFP_ROW * BLOCK) if bfp else None   # the slice's first byte in each block row
     for j, buf in enumerate(w2):
-        sl.channel_put(ch_b, [0, j], buf, w2_ty, _bfp_slice(p, k2, kb) if bfp else _blocked(p.tile_n, p.tile_k, k2, kb))
+        sl.channel_put(ch_b, [0, j], buf, w2_ty, _bfp_slice(p, k2, wb) if bfp else _blocked(p.tile_n, p.tile_k, k2, kb))
     for buf in a2:
         kl.dealloc(buf, a2_ty)
     for buf in w2:

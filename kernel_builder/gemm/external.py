@@ -41,6 +41,14 @@ class GemmKernels(NamedTuple):
 
 
 W_FORMATS = ("bf16", "bfp16")   # the W tile's format in L1: bf16 8x8 blocks, or block float at rest (gemm_bfp.cc)
+BFP_COL_BYTES = 9                # bytes per weight column of an 8-row block row in block float (72 per 8x8 block)
+
+
+def bfp_chunk_k(tile_k: int) -> int:
+    """K columns per chunk of a block-float W tile in L1 (gemm_bfp.cc: [tile_k/C][tile_n/8][C/8] blocks): the
+    largest multiple of 8 dividing tile_k whose block-row run, 9 C bytes, fits one memory-tile BD dim of i8
+    elements (NPU2.bd_max_size; the real lowering refused a 576-byte run: the tools merge contiguous dims)."""
+    return max(c for c in range(8, tile_k + 1, 8) if tile_k % c == 0 and BFP_COL_BYTES * c <= NPU2.bd_max_size)
 
 
 def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16") -> GemmKernels:
@@ -56,8 +64,9 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16") -> Gemm
     bias(acc, b[tile_n] bf16)                                 c[tile_m*tile_n] = bf16(acc + b[col])
 
     w="bfp16": the object of external_kernels/gemm_bfp.cc (gemm.cc included, its bf16 mac renamed), whose mac takes
-    the W tile in block float ([tile_n/8][tile_k/8] blocks of 72 bytes, kernel_builder/block_float.py's layout):
-    mac(a, w[tile_n*tile_k*9/8] i8, acc, scratch); the other entry points are gemm.cc's.
+    the W tile in block float (blocks of 72 bytes, kernel_builder/block_float.py's layout, in K chunks of
+    bfp_chunk_k(tile_k) columns: [tile_k/C][tile_n/8][C/8]): mac(a, w[tile_n*tile_k*9/8] i8, acc, scratch); the
+    other entry points are gemm.cc's.
     """
     if w not in W_FORMATS:
         raise ValueError(f"gemm: unknown W format {w!r} (known: {', '.join(W_FORMATS)})")
@@ -82,7 +91,8 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16") -> Gemm
         syms = {part: f"gemm_bfp_{part}_bf16_{tag}" for part in parts}
         renamed = {f"GEMM_{part.upper()}_SYMBOL": syms[part] for part in parts}
         renamed["GEMM_MAC_SYMBOL"] = f"gemm_bfp_bf16mac_bf16_{tag}"     # gemm.cc's own mac, unused here
-        defines = tuple((name, renamed.get(name, v)) for name, v in defines) + (("GEMM_BFP_MAC_SYMBOL", syms["mac"]),)
+        defines = tuple((name, renamed.get(name, v)) for name, v in defines) + (
+            ("GEMM_BFP_MAC_SYMBOL", syms["mac"]), ("GEMM_W_CHUNK_K", str(bfp_chunk_k(tile_k))))
         obj, source = f"gemm_bfp_{tag}.o", "gemm_bfp.cc"
 
     def make(symbol: str) -> ExternalKernel:

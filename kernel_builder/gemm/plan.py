@@ -172,7 +172,7 @@ class GemmPlan:
                     "drain": 1, "c_write": 1}
 
         def put(rows: int, blocked: bool = False) -> int:
-            # a block-float slice (blocked: W at rest) is one contiguous run per 8-row block: <= 3 dims, it folds
+            # a block-float slice (blocked: W at rest): per K chunk one run per 8-row block, <= 3 dims: it folds
             dims = 3 if blocked else sum(1 for d in (rows // 8, self.tile_k // 8, 8, 8) if d > 1)
             slices = self.tile_k_l2 // self.tile_k if dims > 3 else 1
             return self.copies(self.tile_k_l2) * slices
@@ -273,13 +273,11 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     # most NPU2.bd_max_size each)
     if p.a_resident and max(BLOCK_ROWS * max(p.tile_k, p.out_n), k // BLOCK_ROWS) > NPU2.bd_max_size:
         return False
-    # W at rest in block float (i8): a block row's tile_k slice is one run of 9 * tile_k bytes, which the tools
-    # merge into one BD dim of that many elements (the real lowering refused 576: 'Size may not exceed 1023' is
-    # checked as NPU2.bd_max_size), and its tile_k_l2 panel row one shim run of 9 * tile_k_l2 bytes, at most
-    # NPU2.shim_bd_max_size elements (a 2304-byte run was split into 3 x 768 by the real lowering: that dim was
-    # missing for the column-block loop of the W stream, whose BDs then exhausted the shim's IDs)
-    if p.w_format == "bfp16" and (p.w_bytes(BLOCK_ROWS, p.tile_k) > NPU2.bd_max_size
-                                  or p.w_bytes(BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size):
+    # W at rest in block float (i8): a block row's tile_k_l2 panel row is one shim run of 9 * tile_k_l2 bytes, at
+    # most NPU2.shim_bd_max_size elements (the real lowering split a 2304-byte run into 3 x 768: that dim was then
+    # missing for the column-block loop of the W stream, whose BDs exhausted the shim's IDs). Its tile_k slices
+    # come in K chunks of runs within NPU2.bd_max_size (gemm/external.py bfp_chunk_k).
+    if p.w_format == "bfp16" and p.w_bytes(BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size:
         return False
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.w_bytes(p.w_per_out * p.launch_n(), k) <= SHIM_MAX_STRIDE_BF16 * BF16

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from kernel_builder import block_float
 from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, bfp16_mmul
 from kernel_builder.external_models import F32, need_memref
@@ -29,6 +31,22 @@ def tile_bytes(tile_k: int, tile_n: int) -> int:
     return tile_n * tile_k * block_float.BLOCK_BYTES // 64
 
 
+def w_tile(wb: np.ndarray, tile_k: int, step: int) -> np.ndarray:
+    """The L1 W tile of K step `step` cut from at-rest bytes wb [tile_n/8, 9k] (what the module's DMAs deliver):
+    its K chunks (gemm_ext.bfp_chunk_k) one after the other, each the at-rest encoding of its [tile_n, C] slice."""
+    c = gemm_ext.bfp_chunk_k(tile_k)
+    run, col = gemm_ext.BFP_COL_BYTES * c, gemm_ext.BFP_COL_BYTES * tile_k * step
+    return np.ascontiguousarray(np.stack([wb[:, col + q * run:col + (q + 1) * run] for q in range(tile_k // c)]))\
+        .reshape(-1)
+
+
+def tile_values(tile: np.ndarray, tk: int, tn: int) -> np.ndarray:
+    """The [tn, tk] weights (f32) an L1 W tile holds: its chunks back in block-row order, block_float.decode."""
+    c = gemm_ext.bfp_chunk_k(tk)
+    rows = tile.view(np.uint8).reshape(tk // c, tn // 8, gemm_ext.BFP_COL_BYTES * c).transpose(1, 0, 2)
+    return block_float.decode(np.ascontiguousarray(rows).reshape(tn // 8, -1), tn, tk)
+
+
 def gemm_bfp_model(part: str, tm: int, tk: int, tn: int):
     """The mac: the W tile decoded (block_float.decode: the tile is the at-rest encoding of its [tn, tk] slice),
     then gemm.cc's scalar accumulation (exact products, f32, ascending k); the other entry points are gemm.cc's."""
@@ -38,7 +56,7 @@ def gemm_bfp_model(part: str, tm: int, tk: int, tn: int):
     def mac(a, w, acc, scratch):
         need_memref(scratch, "scratch", gemm_ext.scratch_elems(tm, tk))
         af = gemm_ext._unblock(need_memref(a, "a", tm * tk), tm, tk).astype(F32)
-        wf = block_float.decode(need_memref(w, "w", tile_bytes(tk, tn), "i8"), tn, tk)
+        wf = tile_values(need_memref(w, "w", tile_bytes(tk, tn), "i8"), tk, tn)
         gemm_ext.mac_values(af, wf, acc, tm, tn)
     return mac
 
