@@ -22,6 +22,7 @@ from kernel_builder.gemm_bfp.plan import plan
 from kernel_builder.gemm_bfp.reference import gemm_bfp
 from kernel_builder.gemm_swiglu.layout import interleave
 from kernel_builder.gemm_swiglu.reference import gemm_swiglu
+from kernel_builder.external_costs import external_cost
 from kernel_builder.instr_counts import Counts
 from kernel_builder.numerics import BF16, to_bf16
 from tooling import require_tool
@@ -124,11 +125,12 @@ def test_epilogue_counts_equal_the_descriptor():
     ks = bfp_ext.gemm_bfp_kernels(*t)
     lib = aie_host.load(ks.mac)
     acc = A(np.zeros(2 * t[0] * t[2], BF16))
-    for part in ("zero", "out", "glu"):
+    b = A(np.zeros(t[2], BF16))
+    for part in ("zero", "out", "glu", "bias"):
         sym = getattr(ks, part).symbol
-        host = lib.call(sym, acc)
-        ec = bfp_ext.COSTS[("zero", "mac", "out", "glu").index(part)]
-        want = Counts._of(ec.work(ec.pattern.fullmatch(sym), []).counts).host()
+        host = lib.call(sym, acc, *([b] if part == "bias" else []))
+        ec = external_cost(sym)
+        want = Counts._of(ec[0].work(ec[1], []).counts).host()
         assert want == {kind: v for kind, v in host.items() if v}, part
 
 
@@ -302,3 +304,41 @@ def test_module_runs_the_vector_path_on_the_interpreter(monkeypatch):
     want = gemm_bfp_reference(a, w).astype(np.float64)
     got = c.astype(np.float64)
     assert np.all(np.abs(got - want) <= 2.0**-8 * np.abs(want) + 2.0**-12 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("symbol,kind", [("gemm_bfp_mac_bf16_m64_k64_n64", "gemm_bfp"),
+                                         ("gemm_bfp_glu_bf16_m64_k64_n64", "gemm_bfp"),
+                                         ("gemm_bfp_bias_bf16_m64_k64_n64", "gemm_bfp_bias")])
+def test_symbols_find_their_kind(symbol, kind):
+    from kernel_builder.externals import family_of_symbol
+    from kernel_builder.registry import spec
+    assert family_of_symbol(symbol)[0] is spec(kind).families[0]
+    assert external_cost(symbol)[0] in spec(kind).costs
+
+
+def test_bias_module_on_emu_interp_emu_and_the_hardware_model():
+    """gemm_bfp_bias (Qwen-style biased projections): the bias slice rides the W channel ahead of the i8 tiles."""
+    from kernel_builder.gemm_bfp_bias.reference import gemm_bfp_bias
+    from kernel_builder.gemm_bias.reference import gemm_bias
+    from kernel_builder.hw import analyze_module
+    from kernel_builder.registry import kernel_text
+    from multi_launch_builder.emulator.launch_program import ReferenceExecutor, read_launch_program, run_program
+    m, k, n = 64, 576, 192
+    rng = np.random.default_rng(4)
+    a, w, b = _rand(rng, (m, k)), _rand(rng, (n, k), 0.2), _rand(rng, (1, n))
+    wb = block_float.encode(w)
+    want = gemm_bfp_bias(a, wb, b, m=m, k=k, n=n)
+    np.testing.assert_array_equal(want, gemm_bias(a, block_float.quantize(w), b, m=m, k=k, n=n))
+    text = kernel_text("gemm_bfp_bias", m, k, n)
+    assert analyze_module(text).ok and 'kind = "gemm_bfp_bias"' in text
+    from multi_launch_builder.emulator import air_interp
+    c = np.zeros((m, n), BF16)
+    air_interp.compile_module(text).run([a, wb.view(np.int8), b, c])
+    w64 = want.astype(np.float64)
+    err = np.abs(c.astype(np.float64) - w64)
+    assert np.all(err <= 2 * 2.0**-7 * np.abs(w64) + 2.0**-9 * np.abs(w64).max()), err.max()
+    bufs = [a, wb.view(np.int8), b, np.zeros((m, n), BF16)]
+    run_program(read_launch_program(text), bufs, ReferenceExecutor())
+    np.testing.assert_array_equal(np.asarray(bufs[3]).reshape(m, n), want)
+    with pytest.raises(ValueError, match=re.escape("gemm_bfp_bias: n=196 and k=576 must be positive multiples of 8")):
+        kernel_text("gemm_bfp_bias", m, k, 196)

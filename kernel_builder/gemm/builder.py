@@ -47,7 +47,7 @@ from kernel_builder.gemm.external import BFP_COL_BYTES as BFP_ROW, bfp_chunk_k, 
 KIND = "gemm"
 BLOCK = 8   # edge of the micro-kernel's L1 blocks
 KINDS = {"none": "gemm", "swiglu": "gemm_swiglu", "bias": "gemm_bias"}   # epilogue -> registered kernel kind
-BFP_KIND = "gemm_bfp"   # every epilogue of the "bfp16" W format (kernel_builder/gemm_bfp)
+BFP_KINDS = {"none": "gemm_bfp", "swiglu": "gemm_bfp", "bias": "gemm_bfp_bias"}   # the "bfp16" W format's kinds
 
 
 def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16") -> str:
@@ -72,7 +72,7 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     b1_ty = memref([p.tile_n], "bf16", L1)
     s1_ty = memref([scratch_elems(p.tile_m, p.tile_k)], "bf16", L1)   # the mac's block-float copy of a
 
-    kind = BFP_KIND if bfp else KINDS[epilogue]
+    kind = (BFP_KINDS if bfp else KINDS)[epilogue]
     mod = Module(kind, types)
     mod.declare(ext.zero.symbol, ext.obj, [acc_ty])
     mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty, s1_ty])
@@ -82,7 +82,7 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     ch_b = mod.channel("gemm_b", [1, p.herd_n], grid)   # herd column j: one put per W part, herd_m gets
     ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
     la = launch(mod.body, [m // p.bm, 1 if p.a_resident else n // p.bn_out], list(zip(mod.args, types)),
-                [attr_dict(kind, {"m": m, "k": k, "n": n, **({"glu": epilogue == "swiglu"} if bfp else {})})])
+                [attr_dict(kind, {"m": m, "k": k, "n": n, **({"glu": epilogue == "swiglu"} if kind == "gemm_bfp" else {})})])
     ch_w = _stream_w(la.body, p, k, n, la.args[1], w_ty, mod) if p.a_resident else None
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body

@@ -6,15 +6,15 @@ from __future__ import annotations
 from kernel_builder import block_float
 from kernel_builder.gemm import builder as gemm_builder
 
-EPILOGUES = ("none", "swiglu")
+EPILOGUES = ("none", "swiglu")   # this kind's; "bias" is kind gemm_bfp_bias (kernel_builder/gemm_bfp_bias)
 
 
-def check(m: int, k: int, n: int, epilogue: str) -> None:
+def check(m: int, k: int, n: int, epilogue: str, kind: str = "gemm_bfp") -> None:
     """One clear error for a shape or epilogue this kernel does not take."""
-    if epilogue not in EPILOGUES:
+    if kind == "gemm_bfp" and epilogue not in EPILOGUES:
         raise ValueError(f"gemm_bfp: unknown epilogue {epilogue!r} (known: {', '.join(EPILOGUES)})")
     if n <= 0 or k <= 0 or n % block_float.BLOCK or k % block_float.BLOCK:
-        raise ValueError(f"gemm_bfp: n={n} and k={k} must be positive multiples of {block_float.BLOCK} (the "
+        raise ValueError(f"{kind}: n={n} and k={k} must be positive multiples of {block_float.BLOCK} (the "
                          f"weight is stored in 8x8 block-float blocks)")
 
 

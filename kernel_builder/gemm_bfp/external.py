@@ -17,7 +17,7 @@ from kernel_builder.gemm import external as gemm_ext
 
 W_FORMAT = "bfp16"
 PARTS = ("zero", "mac", "out", "glu", "bias")
-SYMBOL_RE = r"gemm_bfp_(zero|mac|out|glu|bias)_bf16_m(\d+)_k(\d+)_n(\d+)"
+SYMBOL_RE = r"gemm_bfp_(zero|mac|out|glu)_bf16_m(\d+)_k(\d+)_n(\d+)"   # bias: kind gemm_bfp_bias
 
 
 def gemm_bfp_kernels(tile_m: int, tile_k: int, tile_n: int) -> gemm_ext.GemmKernels:
@@ -83,5 +83,14 @@ COSTS = (
     _cost("mac", (2, 3)),
     _cost("out", (0,)),
     _cost("glu", (0,)),
-    _cost("bias", (0,)),
 )
+
+
+def bias_family(kind: str) -> ExternalFamily:
+    """The bias epilogue entry point of the same object, registered by the gemm_bfp_bias kind."""
+    return ExternalFamily(kind, "gemm_bfp.cc", r"gemm_bfp_m(\d+)_k(\d+)_n(\d+)\.o",
+                          r"gemm_bfp_(bias)_bf16_m(\d+)_k(\d+)_n(\d+)",
+                          lambda m, k, n: gemm_bfp_kernels(m, k, n).bias, gemm_bfp_model)
+
+
+BIAS_COSTS = (_cost("bias", (0,)),)
