@@ -18,7 +18,7 @@ from kernel_builder.numerics import to_bf16
 from kernel_builder.planner import check_positive
 
 BFP_BLOCK = block_float.BLOCK          # 8: K chunks and row steps are whole 8x8 blocks
-BFP_MAX_BLOCK_ROWS = 2                 # block rows per call (gemv_bfp.cc keeps one 64-lane accumulator each)
+BFP_MAX_ROW_BLOCKS = 2                 # block rows per call (gemv_bfp.cc keeps one 64-lane accumulator each)
 
 
 def gemv_bfp_kernel(k: int, kc: int, tile_m: int, rows: int, bias: bool = False) -> ExternalKernel:
@@ -35,8 +35,8 @@ def gemv_bfp_kernel(k: int, kc: int, tile_m: int, rows: int, bias: bool = False)
         raise ValueError(f"gemv_bfp: kc={kc} must divide k={k}")
     if rows % tile_m:
         raise ValueError(f"gemv_bfp: tile_m={tile_m} must divide rows={rows}")
-    if tile_m > BFP_BLOCK * BFP_MAX_BLOCK_ROWS:
-        raise ValueError(f"gemv_bfp: tile_m={tile_m}: at most {BFP_BLOCK * BFP_MAX_BLOCK_ROWS} rows per step "
+    if tile_m > BFP_BLOCK * BFP_MAX_ROW_BLOCKS:
+        raise ValueError(f"gemv_bfp: tile_m={tile_m}: at most {BFP_BLOCK * BFP_MAX_ROW_BLOCKS} rows per step "
                          f"(one accumulator per 8-row block row in registers)")
     tag, base = f"k{k}_c{kc}_m{tile_m}_r{rows}", "mvbfpb" if bias else "mvbfp"
     symbol = f"{base}_bf16_{tag}"

@@ -23,7 +23,7 @@ import numpy as np
 from kernel_builder import block_float
 from kernel_builder.numerics import F32, check_dims, f32_input, to_bf16, to_bfp16ebs8
 
-_CHUNK_ROWS = 1024     # weight rows decoded per step (bounds the float64 temporaries to ~1024 * k * 8 bytes)
+_DECODE_STEP = 1024     # weight rows decoded per step (bounds the float64 temporaries to ~1024 * k * 8 bytes)
 
 
 def accumulate_blocks(wf: np.ndarray, xq: np.ndarray, init: np.ndarray) -> np.ndarray:
@@ -60,9 +60,9 @@ def gemv_bfp_f32(w, x, *, m: int, k: int, kind: str = "gemv_bfp") -> np.ndarray:
     wb = weight_bytes(kind, w, m, k)
     xf = f32_input(kind, "x", x, (k,))
     out = np.empty(m, dtype=F32)
-    zero = np.zeros(min(m, _CHUNK_ROWS), dtype=F32)
-    for r0 in range(0, m, _CHUNK_ROWS):
-        n = min(_CHUNK_ROWS, m - r0)
+    zero = np.zeros(min(m, _DECODE_STEP), dtype=F32)
+    for r0 in range(0, m, _DECODE_STEP):
+        n = min(_DECODE_STEP, m - r0)
         wf = block_float.decode(wb[r0 // 8:(r0 + n) // 8], n, k)
         out[r0:r0 + n] = accumulate_blocks(wf, xf, zero[:n])
     return out
