@@ -52,13 +52,20 @@ def weight_bytes(kind: str, w, m: int, k: int) -> np.ndarray:
     return wa.view(np.uint8).reshape(m // block_float.BLOCK, block_float.row_bytes(k))
 
 
-def gemv_bfp_f32(w, x, *, m: int, k: int, kind: str = "gemv_bfp") -> np.ndarray:
-    """f32 y[m] before the rounding (see the module docstring)."""
+def gemv_bfp_f32(w, x, *, m: int, k: int, kind: str = "gemv_bfp", host: bool = True) -> np.ndarray:
+    """f32 y[m] before the rounding (see the module docstring): the host kernel on the stored bytes when the host
+    kernels are built (kernel_builder.gemv_bfp.host, the same bits) and `host`, else numpy."""
     check_dims(kind, m=m, k=k)
     if m % block_float.BLOCK or k % block_float.BLOCK:
         raise ValueError(f"{kind}: m={m} and k={k} must be multiples of {block_float.BLOCK} (8x8 block-float blocks)")
     wb = weight_bytes(kind, w, m, k)
     xf = f32_input(kind, "x", x, (k,))
+    if host:
+        from external_kernels import host_build
+        from kernel_builder.gemv_bfp import host as bfp_host
+        lib = host_build.library()
+        if lib is not None:
+            return bfp_host.run(lib, wb, xf, m=m, k=k)
     out = np.empty(m, dtype=F32)
     zero = np.zeros(min(m, _DECODE_STEP), dtype=F32)
     for r0 in range(0, m, _DECODE_STEP):
