@@ -30,6 +30,8 @@ CASES = [                        # Llama-3.2-1B decode
     ("gemv_bfp", 576, 576),          # SmolLM2-135M q / o: a [6, 2] herd of 48-row tiles
     ("gemv_bfp_bias", 576, 1536),    # SmolLM2-135M down + residual
     ("gemv_bfp", 6144, 576),         # SmolLM2-135M LM-head partition (two block rows per step)
+    ("gemv_bfp", 16384, 3072),       # Llama-3.2-3B interleaved gate/up: 2 K chunks per block row
+    ("gemv_bfp_bias", 3072, 8192),   # Llama-3.2-3B down + residual
 ]
 
 

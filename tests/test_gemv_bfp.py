@@ -248,11 +248,14 @@ def _lm_head_rows(vocab, hidden):
 
 
 # Llama-3.2-1B decode (q, k/v, gate/up, down with the residual as bias, o with bias, an LM-head partition of the
-# 128256 vocabulary) and SmolLM2-135M's
+# 128256 vocabulary, which is also the interleaved gate/up weight's 16384 rows), SmolLM2-135M's (with its
+# interleaved gate/up, 3072 rows) and Llama-3.2-3B's
 HW_SHAPES = [("gemv_bfp", 2048, 2048), ("gemv_bfp", 512, 2048), ("gemv_bfp", 8192, 2048),
              ("gemv_bfp_bias", 2048, 8192), ("gemv_bfp_bias", 2048, 2048), ("gemv_bfp", "lm", 2048),
              ("gemv_bfp", 576, 576), ("gemv_bfp", 192, 576), ("gemv_bfp", 1536, 576), ("gemv_bfp_bias", 576, 1536),
-             ("gemv_bfp_bias", 576, 576), ("gemv_bfp", "lm", 576)]
+             ("gemv_bfp_bias", 576, 576), ("gemv_bfp", "lm", 576), ("gemv_bfp", 3072, 576),
+             ("gemv_bfp", 3072, 3072), ("gemv_bfp", 1024, 3072), ("gemv_bfp", 16384, 3072),
+             ("gemv_bfp_bias", 3072, 8192)]
 
 
 @pytest.mark.parametrize("kind,m,k", HW_SHAPES)
