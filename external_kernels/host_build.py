@@ -130,6 +130,8 @@ def bind(path: Path):
         q.restype = ctypes.c_int
     lib.llama_npu_dequant_q4.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 8
     lib.llama_npu_dequant_q4.restype = ctypes.c_int
+    lib.llama_npu_gemv_bfp.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
+    lib.llama_npu_gemv_bfp.restype = ctypes.c_int
     return lib
 
 

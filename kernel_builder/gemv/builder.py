@@ -43,28 +43,39 @@ CHANNEL = "gemv_in"
 def build(m: int, k: int, bias: bool = False) -> str:
 
     plan = plan_gemv(m, k, bias)
+    ext = gemv_kernel(k, plan.k_chunk, plan.tile_m, plan.rows_per_tile, bias)
+    return emit(plan, ext, "gemv_bias" if bias else KIND, (CHANNEL, "gemv_seg", "gemv_herd"),
+                (memref([m, k]), k, 1), memref([plan.tile_m, plan.k_chunk], "bf16", L1))
+
+
+def emit(plan, ext, kind: str, names: tuple[str, str, str], w, wl_ty: str) -> str:
+    """The GEMV module of `plan` (gemv.plan.GemvPlan) calling `ext` per step: `names` = (channel, segment, herd);
+    `w` = (the weight argument's memref type, its row length in elements, output rows per weight row: 1 for bf16
+    rows, 8 for block-float block rows); `wl_ty` the L1 type of one step's weight block (gemv, gemv_bias,
+    gemv_bfp, gemv_bfp_bias)."""
+    m, k, bias = plan.m, plan.k, plan.bias
     rows, tm, kc = plan.rows_per_tile, plan.tile_m, plan.k_chunk
     hx, hy = plan.herd_x, plan.herd_y
-    ext = gemv_kernel(k, kc, tm, rows, bias)
-    w_ty, x_ty, y_ty, b_ty = memref([m, k]), memref([1, k]), memref([1, m]), memref([1, m])
-    wl_ty, xl_ty = memref([tm, kc], "bf16", L1), memref([k + rows * bias], "bf16", L1)
+    w_ty, w_row, w_group = w
+    x_ty, y_ty, b_ty = memref([1, k]), memref([1, m]), memref([1, m])
+    xl_ty = memref([k + rows * bias], "bf16", L1)
     acc_ty, yl_ty = memref([tm], "f32", L1), memref([rows], "bf16", L1)
     types = [w_ty, x_ty, b_ty, y_ty] if bias else [w_ty, x_ty, y_ty]
-    kind = "gemv_bias" if bias else KIND
     mod = Module(kind, types)
     mod.declare(ext.symbol, ext.obj, [wl_ty, xl_ty, acc_ty, yl_ty, "i32", "i32"])
-    ch = mod.channel(CHANNEL, [hx, hy])
+    ch = mod.channel(names[0], [hx, hy])
 
     la = launch(mod.body, [1, 1], list(zip(mod.args, types)), [attr_dict(kind, {"m": m, "k": k})])
     lw, lxv, ly = la.args[0], la.args[1], la.args[-1]
     lb = la.body
     # ---- launch: per tile, x (then its bias rows) then its weight rows on the tile's own channel (one shim stream
     # each)
-    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, k), (la.args[2], b_ty, m) if bias else None)
+    put_x_then_rows(lb, ch, (hx, hy), rows, (lxv, x_ty, k), (lw, w_ty, w_row), (la.args[2], b_ty, m) if bias else None,
+                    w_group=w_group)
 
     # ---- segment: the herd; its tiles store their rows straight to L3
-    seg = segment(lb, "gemv_seg", [(ly, y_ty)])
-    h = herd(seg.body, "gemv_herd", (hx, hy), [(seg.args[0], y_ty)], [f'link_with = "{ext.obj}"'])
+    seg = segment(lb, names[1], [(ly, y_ty)])
+    h = herd(seg.body, names[2], (hx, hy), [(seg.args[0], y_ty)], [f'link_with = "{ext.obj}"'])
     tx, ty = h.ids
     y = h.args[0]
     b = h.body
@@ -93,13 +104,14 @@ def build(m: int, k: int, bias: bool = False) -> str:
     return mod.text()
 
 
-def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, bias=None, w2=None) -> None:
+def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, bias=None, w2=None,
+                    w_group: int = 1) -> None:
     """The launch body of a GEMV (gemv, gemv_q4): per tile (tx, ty), number t = tx*herd_y + ty, on its own
     channel: the whole x, (with `bias`: the tile's bias elements [t*rows, (t+1)*rows), which the tile takes in
     x's transfer,) then its `rows` rows [t*rows, (t+1)*rows) of w as one contiguous run (with `w2`, a second
     matrix of w's shape: then its rows [t*rows, (t+1)*rows) too, gemv_q4_swiglu's up rows after the gate rows).
     `x`, `w`, `w2`: (launch value, memref type, row length in elements); `bias`: (launch value, memref type
-    [1, m], m)."""
+    [1, m], m). `w_group`: output rows per row of w (block float: 8, one block row holds 8 weight rows)."""
     hx, hy = herd_shape
     (xv, x_ty, k), (wv, w_ty, row) = x, w
     for tx in range(hx):
@@ -109,7 +121,7 @@ def put_x_then_rows(lb, ch: str, herd_shape: tuple[int, int], rows: int, x, w, b
             if bias is not None:
                 bv, b_ty, m = bias
                 lb.channel_put(ch, [tx, ty], bv, b_ty, ([0, r0], [1, rows], [m, 1]))
-            lb.channel_put(ch, [tx, ty], wv, w_ty, ([r0, 0], [rows, row], [row, 1]))
+            lb.channel_put(ch, [tx, ty], wv, w_ty, ([r0 // w_group, 0], [rows // w_group, row], [row, 1]))
             if w2 is not None:
                 lb.channel_put(ch, [tx, ty], w2[0], w2[1], ([r0, 0], [rows, w2[2]], [w2[2], 1]))
 

@@ -34,6 +34,8 @@ class GemvPlan:
     tile_m: int      # w rows per step
     k_chunk: int     # w columns per step
     bias: bool = False   # gemv_bias: the tile's bias rows travel after x and stay in L1
+    w_bits: int = 16     # bits per weight on the stream and in L1 (bf16: 16; block float, gemv_bfp: 9)
+    row_quantum: int = 1  # output rows per weight-layout row group (block float: 8-row block rows)
 
     @property
     def tiles(self) -> int:
@@ -63,8 +65,9 @@ class GemvPlan:
     @property
     def contiguous_stream(self) -> bool:
         """A tile's weight blocks, in the order it consumes them, are one contiguous run of w (whole rows, or one
-        row per step): its stream is one linear shim transfer, exempt from the BD wrap limits."""
-        return self.k_steps == 1 or self.tile_m == 1
+        row (block float: one 8-row block row) per step): its stream is one linear shim transfer, exempt from the BD
+        wrap limits."""
+        return self.k_steps == 1 or self.tile_m == self.row_quantum
 
     @property
     def core_task_repeats(self) -> int:
@@ -74,7 +77,7 @@ class GemvPlan:
         return -(-self.row_steps * self.k_steps // c)
 
     def l1_buffers(self) -> dict[str, int]:
-        return {"w": pingpong_copies(self.steps) * BF16 * self.tile_m * self.k_chunk, "x": BF16 * self.k,
+        return {"w": pingpong_copies(self.steps) * self.tile_m * self.k_chunk * self.w_bits // 8, "x": BF16 * self.k,
                 "acc_f32": F32 * self.tile_m, "y": BF16 * self.rows_per_tile,
                 **({"b": BF16 * self.rows_per_tile} if self.bias else {})}   # b: after x, in x's buffer
 
@@ -83,7 +86,7 @@ class GemvPlan:
 
     def stream_bytes(self) -> int:
         """Bytes on one tile's shim stream (x, its bias rows, then its weight rows)."""
-        return BF16 * (self.k + self.rows_per_tile * (self.k + self.bias))
+        return BF16 * (self.k + self.rows_per_tile * self.bias) + self.rows_per_tile * self.k * self.w_bits // 8
 
 
 @dataclass(frozen=True)
@@ -131,13 +134,22 @@ def plan_gemv(m: int, k: int, bias: bool = False) -> GemvPlan:
     if k % GEMV_K_MULTIPLE:
         raise ValueError(f"gemv: k={k} must be a multiple of {GEMV_K_MULTIPLE} "
                          f"(AIE2P 32-lane bf16 vector path of the external kernel)")
-    counts = gemv_tile_counts("gemv", m)
-    chunks = [c for c in divisors_desc(k, k) if c % GEMV_K_MULTIPLE == 0]
+    return plan_gemv_rows("gemv", m, k, bias, gemv_tile_counts("gemv", m), GEMV_K_MULTIPLE)
+
+
+def plan_gemv_rows(kind: str, m: int, k: int, bias: bool, counts: list[int], k_multiple: int, w_bits: int = 16,
+                   row_quantum: int = 1) -> GemvPlan:
+    """The GEMV plan over the tile counts `counts` (the most weight streams first) for weights of `w_bits` bits
+    streamed in groups of `row_quantum` rows (gemv: bf16 rows; gemv_bfp: 8-row block-float block rows), K chunks
+    multiples of `k_multiple`; a ValueError naming the limit when none fits."""
+    chunks = [c for c in divisors_desc(k, k) if c % k_multiple == 0]
 
     def candidates(hx, hy, rows):
         for tile_m in divisors_desc(rows, MAX_GEMV_TILE_M):
+            if tile_m % row_quantum:
+                continue
             for kc in chunks:
-                plan = GemvPlan(m, k, hx, hy, tile_m, kc, bias)
+                plan = GemvPlan(m, k, hx, hy, tile_m, kc, bias, w_bits, row_quantum)
                 if plan.l1_bytes() > L1_BUDGET or not plan.contiguous_stream \
                         or plan.core_task_repeats > CORE_TASK_MAX_REPEATS:
                     continue
@@ -150,13 +162,13 @@ def plan_gemv(m: int, k: int, bias: bool = False) -> GemvPlan:
         return best
     t = counts[0]
     rows = m // t
-    need = GemvPlan(m, k, *gemv_herd_shape(t), 1, GEMV_K_MULTIPLE, bias).l1_bytes()
+    need = GemvPlan(m, k, *gemv_herd_shape(t), row_quantum, k_multiple, bias, w_bits, row_quantum).l1_bytes()
     if need > L1_BUDGET:
-        raise ValueError(f"gemv: m={m}, k={k} needs {kib(need)} of L1 per tile (x of {k} elements and {rows} "
+        raise ValueError(f"{kind}: m={m}, k={k} needs {kib(need)} of L1 per tile (x of {k} elements and {rows} "
                          f"output rows per tile stay in L1); the NPU2 limit is {kib(L1_BUDGET)} "
                          f"({L1_BYTES // KiB} KiB minus {L1_STACK_RESERVE // KiB} KiB stack reserve): "
                          f"split {'k' if BF16 * k > L1_BUDGET // 2 else 'm into partitions'}")
-    raise ValueError(f"gemv: m={m}, k={k}: {rows} output rows per tile take more weight blocks than one core DMA "
+    raise ValueError(f"{kind}: m={m}, k={k}: {rows} output rows per tile take more weight blocks than one core DMA "
                      f"task repeats ({CORE_TASK_MAX_REPEATS} runs of the ping-pong pair): split m into partitions")
 
 
