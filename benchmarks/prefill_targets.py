@@ -95,7 +95,7 @@ def _gemm_rates(m, rows: int, label: str) -> None:
             shape = (params["m"], params["k"], params["n"])
             tflops = 2 * la.work.vector_macs / (la.modeled_ms * 1e-3) / 1e12
             reg = REGISTRY_BF16_OUT_GFLOPS.get(shape)
-            if reg and (kind == "gemm_swiglu" or params.get("swiglu")):
+            if reg and (kind == "gemm_swiglu" or params.get("glu")):
                 beside = f"registry 2 x {shape[0]}x{shape[1]}x{shape[2]}: {reg / 1e3:.2f} TFLOPS"
             elif reg:
                 beside = f"registry {reg / 1e3:.2f} TFLOPS"
