@@ -342,3 +342,26 @@ def test_bias_module_on_emu_interp_emu_and_the_hardware_model():
     np.testing.assert_array_equal(np.asarray(bufs[3]).reshape(m, n), want)
     with pytest.raises(ValueError, match=re.escape("gemm_bfp_bias: n=196 and k=576 must be positive multiples of 8")):
         kernel_text("gemm_bfp_bias", m, k, 196)
+
+
+LOWER_CASES = [("gemm_bfp", s) for s in LLAMA_1B + SMOLLM2[:2]] + [("gemm_bfp_bias", (256, 896, 896)),
+                                                                   ("gemm_bfp_bias", (2048, 896, 128))]
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("LLAMA_NPU_AIR_LOWER"),
+                    reason="LLAMA_NPU_AIR_LOWER not set (no mlir-air/mlir-aie lowering here)")
+@pytest.mark.parametrize("kind,shape", LOWER_CASES, ids=lambda c: str(c))
+def test_real_lowering(tmp_path, kind, shape):
+    """Every module above through the real pipeline (docs/verification.md "Real lowering"), with the hardware
+    model's runtime loop tiling, as `llama-npu check-lowering` lowers it."""
+    import os
+    from kernel_builder.hw.tune import runtime_tiling
+    from kernel_builder.presets import AirccPreset
+    from kernel_builder.registry import kernel_text
+    from multi_launch_builder.compile.lowering import lower_with_tool
+    text = kernel_text(kind, *shape)
+    src = tmp_path / f"{kind}.mlir"
+    src.write_text(text)
+    preset = AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text))
+    res = lower_with_tool(os.environ["LLAMA_NPU_AIR_LOWER"], src, tmp_path / "out", preset.flags(), timeout=1800)
+    assert res.ok, f"{res.stage}: {res.message}"
