@@ -365,3 +365,15 @@ def test_real_lowering(tmp_path, kind, shape):
     preset = AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text))
     res = lower_with_tool(os.environ["LLAMA_NPU_AIR_LOWER"], src, tmp_path / "out", preset.flags(), timeout=1800)
     assert res.ok, f"{res.stage}: {res.message}"
+
+
+@pytest.mark.parametrize("obj", ["gemm_bfp_m64_k64_n64.o", "gemm_bfp_m8_k64_n48.o"])
+def test_host_runs_driver_and_counts(obj):
+    """kernel_builder.aie_host_runs drives the object like gemm's (out, glu, bias on the encoded weight) within the
+    block-float model's bounds, and every call's counts equal the descriptor (tests/test_kernel_counts.py)."""
+    from kernel_builder import aie_host_runs as runs
+    from tests.test_kernel_counts import _check, recorded_calls
+    require_tool("g++")
+    r = runs.run(obj, np.random.default_rng(5))
+    assert not runs.mismatch(r), runs.mismatch(r)
+    _check(obj, recorded_calls(obj))
