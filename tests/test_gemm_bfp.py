@@ -268,7 +268,9 @@ def test_w_tile_is_the_dma_order():
 
 @pytest.mark.parametrize("args,msg", [((64, 576, 196), "n=196 and k=576 must be positive multiples of 8"),
                                       ((64, 572, 192), "n=192 and k=572 must be positive multiples of 8"),
-                                      ((64, 576, 192, "bias"), "unknown epilogue 'bias'")])
+                                      ((64, 576, 192, "bias"), "unknown epilogue 'bias'"),
+                                      ((64, 576, 200), "m=64 must be a positive multiple of 8 and n=200 of 16"),
+                                      ((60, 576, 192), "m=60 must be a positive multiple of 8 and n=192 of 16")])
 def test_bad_shapes_give_one_clear_error(args, msg):
     from kernel_builder.gemm_bfp.builder import build
     with pytest.raises(ValueError, match=re.escape(msg)):
