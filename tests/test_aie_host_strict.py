@@ -76,9 +76,11 @@ MUTATIONS = [
      "kb < kWC - 1; ++kb) {\n            const"),
     ("gemm_m8_k64_n128.o", "gemm.cc", r"nb < kNB; nb \+= 2\)", "nb < kNB - 2; nb += 2)"),
     # the block-float A scratch: one a block short of converted (the last row-block pair reads a stale block)
-    ("gemm_m64_k32_n128.o", "gemm.cc", r"to_bfp_blocks\(a, bfp_a, kMB \* kKB\)", "to_bfp_blocks(a, bfp_a, kMB * kKB - 1)"),
+    ("gemm_m64_k32_n128.o", "gemm.cc", r"to_bfp_blocks\(a, bfp_a, kMB \* kKB\)",
+     "to_bfp_blocks(a, bfp_a, kMB * kKB - 1)"),
     # the in-place block-float W: one w block short of converted (the last column block reads raw bf16 bytes)
-    ("gemm_m64_k32_n128.o", "gemm.cc", r"to_bfp_blocks\(w, bfp_w, kNB \* kKB\)", "to_bfp_blocks(w, bfp_w, kNB * kKB - 1)"),
+    ("gemm_m64_k32_n128.o", "gemm.cc", r"to_bfp_blocks\(w, bfp_w, kNB \* kKB\)",
+     "to_bfp_blocks(w, bfp_w, kNB * kKB - 1)"),
     ("gemm_m32_k64_n128.o", "gemm.cc", r"y1s.seek\(\(c \* kNB \+ nb \+ 1\) \* kWC\)",
      "y1s.seek((c * kNB + nb + 1) * kWC - 1)"),
     # the in-place epilogues: one (gate, up) pair short, the up block one block off its gate (the pair's own
