@@ -96,7 +96,7 @@ def test_reference_is_gemm_on_the_decoded_weight():
     wi = interleave(g, u)
     got = gemm_bfp(a, block_float.encode(wi), m=m, k=k, n=n, glu=1)
     np.testing.assert_array_equal(got, gemm_swiglu(a, block_float.quantize(wi), m=m, k=k, n=n))
-    with pytest.raises(ValueError, match=r"block float weights: expected 3456 bytes \(uint8\) for \[48, 64\], got 3408"):
+    with pytest.raises(ValueError, match=r"expected 3456 bytes \(uint8\) for \[48, 64\], got 3408"):
         gemm_bfp(a, wb[:, :-8], m=m, k=k, n=n)
 
 
@@ -268,7 +268,9 @@ def test_w_tile_is_the_dma_order():
 
 @pytest.mark.parametrize("args,msg", [((64, 576, 196), "n=196 and k=576 must be positive multiples of 8"),
                                       ((64, 572, 192), "n=192 and k=572 must be positive multiples of 8"),
-                                      ((64, 576, 192, "bias"), "unknown epilogue 'bias'")])
+                                      ((64, 576, 192, "bias"), "unknown epilogue 'bias'"),
+                                      ((64, 576, 200), "m=64 must be a positive multiple of 8 and n=200 of 16"),
+                                      ((60, 576, 192), "m=60 must be a positive multiple of 8 and n=192 of 16")])
 def test_bad_shapes_give_one_clear_error(args, msg):
     from kernel_builder.gemm_bfp.builder import build
     with pytest.raises(ValueError, match=re.escape(msg)):
@@ -342,3 +344,38 @@ def test_bias_module_on_emu_interp_emu_and_the_hardware_model():
     np.testing.assert_array_equal(np.asarray(bufs[3]).reshape(m, n), want)
     with pytest.raises(ValueError, match=re.escape("gemm_bfp_bias: n=196 and k=576 must be positive multiples of 8")):
         kernel_text("gemm_bfp_bias", m, k, 196)
+
+
+LOWER_CASES = [("gemm_bfp", s) for s in LLAMA_1B + SMOLLM2[:2]] + [("gemm_bfp_bias", (256, 896, 896)),
+                                                                   ("gemm_bfp_bias", (2048, 896, 128))]
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("LLAMA_NPU_AIR_LOWER"),
+                    reason="LLAMA_NPU_AIR_LOWER not set (no mlir-air/mlir-aie lowering here)")
+@pytest.mark.parametrize("kind,shape", LOWER_CASES, ids=lambda c: str(c))
+def test_real_lowering(tmp_path, kind, shape):
+    """Every module above through the real pipeline (docs/verification.md "Real lowering"), with the hardware
+    model's runtime loop tiling, as `llama-npu check-lowering` lowers it."""
+    import os
+    from kernel_builder.hw.tune import runtime_tiling
+    from kernel_builder.presets import AirccPreset
+    from kernel_builder.registry import kernel_text
+    from multi_launch_builder.compile.lowering import lower_with_tool
+    text = kernel_text(kind, *shape)
+    src = tmp_path / f"{kind}.mlir"
+    src.write_text(text)
+    preset = AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text))
+    res = lower_with_tool(os.environ["LLAMA_NPU_AIR_LOWER"], src, tmp_path / "out", preset.flags(), timeout=1800)
+    assert res.ok, f"{res.stage}: {res.message}"
+
+
+@pytest.mark.parametrize("obj", ["gemm_bfp_m64_k64_n64.o", "gemm_bfp_m8_k64_n48.o"])
+def test_host_runs_driver_and_counts(obj):
+    """kernel_builder.aie_host_runs drives the object like gemm's (out, glu, bias on the encoded weight) within the
+    block-float model's bounds, and every call's counts equal the descriptor (tests/test_kernel_counts.py)."""
+    from kernel_builder import aie_host_runs as runs
+    from tests.test_kernel_counts import _check, recorded_calls
+    require_tool("g++")
+    r = runs.run(obj, np.random.default_rng(5))
+    assert not runs.mismatch(r), runs.mismatch(r)
+    _check(obj, recorded_calls(obj))

@@ -24,6 +24,12 @@ tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_
       per herd row i: c_l2_i [tile_m, BN]; air.channel.get @gemm_c[i, j] for each herd column j, un-blocking
         the tile into columns [j*tile_n, +tile_n); then ONE DMA c_l2_i -> c[m0 + i*tile_m, n0]
 
+W at rest in block float (w_format "bfp16", kinds gemm_bfp / gemm_bfp_bias: i8 [rows/8, 9k], 72-byte 8x8 blocks,
+kernel_builder/block_float.py): the same structure with W in bytes, already blocked: each panel load or launch
+stream is one run of 9 * tile_k_l2 bytes per 8-row block row into a plain [tile_n/8, 9 * tile_k_l2] L2 panel, and
+each tile_k slice one run of 9C bytes per block row and K chunk of C columns (gemm/external.py bfp_chunk_k), the L1
+tile order of external_kernels/gemm_bfp.cc. Nothing re-blocks W, nothing converts it in the core.
+
 With A resident (plan.a_resident, `_resident`): one launch point per BM rows; the launch streams every W panel
 on @gemm_w[j] (column block by column block, K step by K step); the segment keeps each herd row's whole A panel and
 one C row panel per herd row, all pre-blocked in L2 (8x8 blocks, written so by the memory tile's S2MM), so every
@@ -82,7 +88,8 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     ch_b = mod.channel("gemm_b", [1, p.herd_n], grid)   # herd column j: one put per W part, herd_m gets
     ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
     la = launch(mod.body, [m // p.bm, 1 if p.a_resident else n // p.bn_out], list(zip(mod.args, types)),
-                [attr_dict(kind, {"m": m, "k": k, "n": n, **({"glu": epilogue == "swiglu"} if kind == "gemm_bfp" else {})})])
+                [attr_dict(kind, {"m": m, "k": k, "n": n,
+                                  **({"glu": epilogue == "swiglu"} if kind == "gemm_bfp" else {})})])
     ch_w = _stream_w(la.body, p, k, n, la.args[1], w_ty, mod) if p.a_resident else None
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body
@@ -262,6 +269,7 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
     kl, kp = s.for_(0, k, k2, "kp")
     a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
+    kp_bytes = kl.muli(kp, BFP_ROW) if bfp else None   # the K step's first byte in each block row
     for kind, i, q in gemm_plan.load_order(p):
         if kind == "a":
             kl.dma(a2[i], a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
@@ -269,8 +277,7 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
             rows = p.part_rows // BLOCK
             row = _plus(kl, w0, _w_rows(p, i, q, n) // BLOCK)
             dst = None if p.w_parts == 1 else ([q * rows, 0], [rows, BFP_ROW * k2], [BFP_ROW * k2, 1])
-            kl.dma(w2[i], w2_ty, dst, ws[0], w_ty, ([row, kl.muli(kp, BFP_ROW)], [rows, BFP_ROW * k2],
-                                                    [BFP_ROW * k, 1]))
+            kl.dma(w2[i], w2_ty, dst, ws[0], w_ty, ([row, kp_bytes], [rows, BFP_ROW * k2], [BFP_ROW * k, 1]))
         else:   # W part q: rows [q*part_rows, +part_rows) of herd column i's panel
             row = _plus(kl, w0, _w_rows(p, i, q, n))
             dst = None if p.w_parts == 1 else ([q * p.part_rows, 0], [p.part_rows, k2], [k2, 1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kernel_builder import block_float
 from kernel_builder.gemm import builder as gemm_builder
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
 
 EPILOGUES = ("none", "swiglu")   # this kind's; "bias" is kind gemm_bfp_bias (kernel_builder/gemm_bfp_bias)
 
@@ -16,6 +17,9 @@ def check(m: int, k: int, n: int, epilogue: str, kind: str = "gemm_bfp") -> None
     if n <= 0 or k <= 0 or n % block_float.BLOCK or k % block_float.BLOCK:
         raise ValueError(f"{kind}: n={n} and k={k} must be positive multiples of {block_float.BLOCK} (the "
                          f"weight is stored in 8x8 block-float blocks)")
+    if m <= 0 or m % GEMM_M_MULTIPLE or n % GEMM_N_MULTIPLE:
+        raise ValueError(f"{kind}: m={m} must be a positive multiple of {GEMM_M_MULTIPLE} and n={n} of "
+                         f"{GEMM_N_MULTIPLE} (the micro-kernel's 8x8 blocks, two column blocks per step)")
 
 
 def build(m: int, k: int, n: int, epilogue: str = "none") -> str:

@@ -36,8 +36,8 @@ def w_tile(wb: np.ndarray, tile_k: int, step: int) -> np.ndarray:
     its K chunks (gemm_ext.bfp_chunk_k) one after the other, each the at-rest encoding of its [tile_n, C] slice."""
     c = gemm_ext.bfp_chunk_k(tile_k)
     run, col = gemm_ext.BFP_COL_BYTES * c, gemm_ext.BFP_COL_BYTES * tile_k * step
-    return np.ascontiguousarray(np.stack([wb[:, col + q * run:col + (q + 1) * run] for q in range(tile_k // c)]))\
-        .reshape(-1)
+    chunks = [wb[:, col + q * run:col + (q + 1) * run] for q in range(tile_k // c)]
+    return np.ascontiguousarray(np.stack(chunks)).reshape(-1)
 
 
 def tile_values(tile: np.ndarray, tk: int, tn: int) -> np.ndarray:
