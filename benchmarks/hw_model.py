@@ -19,11 +19,15 @@ FLOOR_BYTES_PER_S = 60e9             # what an NPU2 reaches on DDR (issue 13: th
 
 
 def weight_bytes_per_token(model) -> int:
-    """Bytes of weights one decode token reads: every layer's tensors, the final norm and the LM head (bf16,
-    each read once; the LM head's zero-padded partition tail not counted)."""
+    """Bytes of weights one decode token reads: every layer's tensors, the final norm and the LM head, each read
+    once (bf16; the layers' matrices at 9/16 of that with `--weights bfp16`, kernel_builder/block_float.py; the LM
+    head's zero-padded partition tail not counted)."""
     s = model.shapes
-    layer = sum(math.prod(shape) for _, shape in model.layer_tensors().values())
-    return 2 * (s.n_layers * layer + s.hidden + s.vocab * s.hidden)
+    shapes = [shape for _, shape in model.layer_tensors().values()]
+    vectors = sum(math.prod(sh) for sh in shapes if len(sh) < 2)
+    mats = sum(math.prod(sh) for sh in shapes if len(sh) >= 2)
+    mat_bytes = mats * 9 // 8 if getattr(model, "weights", "bf16") == "bfp16" else 2 * mats
+    return s.n_layers * (mat_bytes + 2 * vectors) + 2 * (s.hidden + s.vocab * s.hidden)
 
 
 def bench_hw_model(seq: int = 2048, host_times: dict | None = None, scenarios: bool = True) -> None:
