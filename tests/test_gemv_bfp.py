@@ -166,7 +166,7 @@ def test_vector_path_matches_reference_and_its_counts(v):
 
 
 @pytest.mark.parametrize("mutation", [
-    (r"for \(int kb = 0; kb < kKB; \+\+kb\) \{\n    const auto xb", "for (int kb = 0; kb < kKB - 1; ++kb) {\n    const auto xb"),
+    (r"for \(; kb < kKB; \+\+kb\)", "for (; kb < kKB - 1; ++kb)"),
     (r"w \+ \(kNB > 1 \? kRowBytes : 0\)", "w + (kNB > 1 ? kRowBytes - 72 : 0)"),
     (r"::aie::load_v<8>\(xc \+ kBlk \* kb\)", "::aie::load_v<8>(xc + kBlk * kb + 8)"),
 ], ids=["k-loop", "second-block-row", "x-block"])
