@@ -139,7 +139,16 @@ def _print_tflops(reps: dict, names) -> None:
     flops = 4 * sh.n_heads * sh.head_dim * seq * (seq + 1) / 2   # causal q.k^T + p.v
     print(f"[bench]   beside: registry GEMM TFLOPS measured (kernel_registry GEMM_bf16_in_fp32_out): {reg}; "
           f"reference flash attention {seq} rows: {flops / REFERENCE_FLASH_ATTN_S / 1e12:.2f} TFLOPS (causal "
-          f"flops / its measured {REFERENCE_FLASH_ATTN_S * 1e3:.1f} ms)")
+          f"flops / its measured {REFERENCE_FLASH_ATTN_S * 1e3:.1f} ms); {best_bfp16_gemm()}")
+
+
+def best_bfp16_gemm() -> str:
+    """The best measured block-float GEMM on NPU2 (facts.py bfp16_gemm_tflops_measured), for the TFLOPS lines."""
+    from kernel_builder.hw.facts import NPU2
+
+    config, strix, krackan = max(NPU2.bfp16_gemm_tflops_measured, key=lambda r: r[1])
+    return (f"best measured block-float GEMM: {strix} TFLOPS on Strix, {krackan} on Krackan (mlir-aie "
+            f"gemm_asymmetric_tile_buffering config {config}, 32 cores)")
 
 
 def _print_attention(m, seq: int) -> None:

@@ -80,8 +80,10 @@ def _gemm_rates(m, rows: int) -> None:
 
     decls = m.prefill(rows).decls
     reps = _reports(decls)
+    from benchmarks.hw_model import best_bfp16_gemm
+
     print(f"[bench]   prefill GEMMs at {rows} rows (modeled, likely, ELF factor included; kernel_registry GEMM "
-          f"bf16-in/bf16-out measured on NPU2 for the same shape):")
+          f"bf16-in/bf16-out measured on NPU2 for the same shape; {best_bfp16_gemm()}):")
     for d in decls:
         r = reps[d.name]
         attrs = _kernel_attrs(stitch(d))

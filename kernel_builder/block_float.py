@@ -28,7 +28,7 @@ GROUP_BYTES = 1 + BLOCK      # one exponent byte + 8 mantissa bytes
 BLOCK_BYTES = BLOCK * GROUP_BYTES   # 72: one v64bfp16ebs8
 EXP_BIAS = 127
 _MIN_E, _MAX_E = -EXP_BIAS, 255 - EXP_BIAS
-_CHUNK_ROWS = 1024           # rows converted per step (bounds the float32 temporaries to ~1024 * k * 12 bytes)
+_ENCODE_STEP = 1024          # rows converted per step (bounds the float32 temporaries to ~1024 * k * 12 bytes)
 
 
 def row_bytes(k: int) -> int:
@@ -70,8 +70,8 @@ def encode(w) -> np.ndarray:
     _check(n, k)
     out = np.empty(shape(n, k), dtype=np.uint8)
     view = out.reshape(n // BLOCK, k // BLOCK, BLOCK, GROUP_BYTES)    # [nb, kb, r, 9]
-    for r0 in range(0, n, _CHUNK_ROWS):
-        rows = np.asarray(w[r0:r0 + _CHUNK_ROWS], dtype=np.float32)
+    for r0 in range(0, n, _ENCODE_STEP):
+        rows = np.asarray(w[r0:r0 + _ENCODE_STEP], dtype=np.float32)
         e, m = _groups(rows)                                  # [rows, kb], [rows, kb, 8]
         nb0, nbs = r0 // BLOCK, rows.shape[0] // BLOCK
         blk = view[nb0:nb0 + nbs]                              # [nbs, kb, 8, 9]

@@ -53,9 +53,10 @@ def test_gemm_mac_cycles_by_hand():
     assert c.get("vmac_bf16", 0) == 0
     vector = 512 * p.bfp16_mmul_cycles + 128 + c["vconvert"]
     assert math.isclose(cost.slot_cycles(c, p)["vector"], vector)
-    # the counted rate is what the fitted gemm_efficiency used to be: well under the 256 MAC/cycle peak
+    # the counted rate is what the fitted gemm_efficiency used to be: well under the block-float peak (512 MACs
+    # per bfp16_mmul_cycles), half of it at most (the conversions, loads and the call take their share)
     rate = 64 ** 3 / cost.compute_cycles(c, p)
-    assert 40 < rate < 128, rate
+    assert 40 < rate < 512 / p.bfp16_mmul_cycles / 2, rate
 
 
 @pytest.mark.parametrize("symbol", sorted(CALLS))

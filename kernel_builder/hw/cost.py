@@ -43,16 +43,34 @@ def _p(likely, optimistic, pessimistic, kind: str, source: str):
                                            "pessimistic": pessimistic})
 
 
+CLOCK_HZ = 1.5e9   # clock_hz's value (CostParams below), which bfp16_mmul_cycles' measured bound is expressed at
+
+
+def bfp16_mmul_cycles_bound(clock_hz: float = CLOCK_HZ, tflops: float | None = None) -> float:
+    """The most issue cycles (at `clock_hz`) one block-float 8x8x8 mmul can take on an NPU2 core, from a
+    measured whole-GEMM rate (default: the best on Strix, facts.py bfp16_gemm_tflops_measured): the GEMM's 32
+    cores issued all of its mmuls within its measured time, whatever else it waited for, so one core's mmul
+    takes at most cores x 2 x 512 / rate seconds."""
+    rate = 1e12 * (tflops or max(strix for _, strix, _ in NPU2.bfp16_gemm_tflops_measured))
+    return NPU2.core_tiles * 2 * math.prod(NPU2.bfp16_mmul_shape) * clock_hz / rate
+
+
 @dataclass(frozen=True)
 class CostParams:
-    clock_hz: float = _p(1.5e9, 1.5e9, 1.5e9, "derived",
-                         "50 TOPS int8 marketed for Strix / (32 tiles x 512 int8 MACs x 2 ops)")
-    bfp16_mmul_cycles: float = _p(512 / NPU2.bf16_mmul_macs_per_cycle, 1.0, 512 / NPU2.bf16_mmul_macs_per_cycle,
-                                  "assumption",
-                                  "issue cycles of one block-float 8x8x8 mmul (512 MACs) in the vector slot: 2 at the "
-                                  "bf16 rate facts.py bf16_mmul_macs_per_cycle (256); optimistic 1 if bfp16 runs at "
-                                  "the int8 rate (512 MAC/cycle: AMD markets XDNA 2 block FP16 at 8-bit throughput; "
-                                  "AM027 gives no figure)")
+    clock_hz: float = _p(CLOCK_HZ, CLOCK_HZ, CLOCK_HZ, "derived",
+                         "50 TOPS int8 marketed for Strix / (32 tiles x facts.py int8_macs_per_cycle (512) x 2 ops); "
+                         "the driver's turbo H-clock is higher (facts.py aie_clock_max_hz, 1.8 GHz: 59 TOPS)")
+    bfp16_mmul_cycles: float = _p(1.0, 1.0, round(bfp16_mmul_cycles_bound(), 2), "derived",
+                                  "issue cycles (at clock_hz) of one block-float 8x8x8 mmul (512 MACs) in the vector "
+                                  "slot. Pessimistic: the bound the best measured bfp16 GEMM on Strix sets (facts.py "
+                                  "bfp16_gemm_tflops_measured, ATB config 2, 31.3 TFLOPS on 32 cores): all its mmuls "
+                                  "issued within its time, so one takes at most 32 x 1024 / 31.3e12 s = 1.57 cycles "
+                                  "at 1.5 GHz (1.88 at the 1.8 GHz turbo H-clock), i.e. >= 326 (272) MAC/cycle/core, "
+                                  "which refutes the bf16 rate (facts.py bf16_mmul_macs_per_cycle 256: 2 cycles). "
+                                  "Likely and optimistic 1: one vector instruction per bundle (UG1603) at the int8 "
+                                  "rate (facts.py int8_macs_per_cycle; AMD markets XDNA 2 block FP16 at 8-bit "
+                                  "throughput); ATB config 2's inner loop counted with the other parameters likely "
+                                  "models below its measured rate even at 1 cycle (tests/test_hw_scenarios.py)")
     f32_mul_cycles: float = _p(3.0, 2.0, 6.0, "assumption",
                                "vector-slot cycles of one f32 x f32 mul/mac of 16 lanes: emulated from bf16 "
                                "products (UG1603 'Floating-Point Operations', default --aie.float-accuracy fast: "
@@ -106,7 +124,7 @@ class CostParams:
                                   "(lock / BD turnarounds)")
     shim_task_s: float = _p(0.5e-6, 0.25e-6, 1e-6, "assumption",
                             "per DMA task the runtime issues (BD write + queue push); unmeasured, x0.5-x2")
-    launch_overhead_s: float = _p(19.53e-6, 7.17e-6, 59.14e-6, "fitted",
+    launch_overhead_s: float = _p(20.55e-6, 7.48e-6, 60.37e-6, "fitted",
                                   "fitted on all points (per air.launch: array reconfiguration); range: the fits on "
                                   "the registry alone and on the reference modules alone")
     elf_gemm_factor: float = _p(1.35, 1.26, 1.94, "measured",

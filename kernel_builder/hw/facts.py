@@ -13,6 +13,7 @@ Sources (paths in mlir-aie / mlir-air, as read for docs/hardware-model.md, which
   BFP16 emulation); UG1603 = AMD AI Engine-ML Kernel and Graph Programming Guide (memory tile: 6 MM2S + 6 S2MM
   DMA channels, 512 KB; the scalar unit has no floating-point hardware)
 - guide = the 1B-model NPU2 implementation guide of mlir-air's llama32_1b example (B5: ~100 us per xrt.run)
+- amdxdna driver = AMD's NPU kernel driver (drivers/accel/amdxdna: npu4_regs.c DPM clock table, aie2_smu.c TOPS)
 """
 from __future__ import annotations
 
@@ -75,6 +76,18 @@ class NPU2Facts:
     vector_lanes_f32: int = _f(16, "512-bit vector register = 16 f32 lanes (UG1603 native vector size)")
     bfp16_mmul_shape: tuple = _f((8, 8, 8), "linalg.py _MM_MAC_DIMS['aie2p']: 8x8x8 with the BFP16 emulation "
                                            "(AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16)")
+    int8_macs_per_cycle: int = _f(512, "amdxdna driver aie2_smu.c NPU4_DPM_TOPS = 4096 x columns x H-clock (MHz) / 1e6: "
+                                       "4096 int8 ops per column per cycle = 4 cores x 512 MACs x 2")
+    aie_clock_max_hz: float = _f(1.8e9, "amdxdna driver npu4_regs.c npu4_dpm_clk_table: top DPM level H-clock 1800 MHz "
+                                        "(MP-NPU clock 1267), the clock NPU4_DPM_TOPS multiplies; npu5 (Krackan) uses "
+                                        "the same table; aie2_pm.c: power mode turbo (xrt-smi --pmode turbo) selects "
+                                        "max_dpm_level")
+    bfp16_gemm_tflops_measured: tuple = _f(
+        ((1, 24.3, 27.33), (2, 31.3, 31.58), (3, 28.5, 28.6)),
+        "mlir-aie programming_examples/ml/block_datatypes/gemm_asymmetric_tile_buffering/README.md 'Performance' "
+        "(the designs of arXiv 2511.16041): (config, Strix Point, Krackan Point) whole-GEMM TFLOPS on 32 cores, "
+        "--pmode turbo, best of 20 runs; config 1 bf16 A x bfp16 B 4096x4096x2048, config 2 bfp16 x bfp16 "
+        "3072x4096x1536, config 3 bfp16 x bfp16 (bf16 accumulation) 4096x4096x2048; chess-compiled kernels")
     scalar_float_hw: bool = _f(False, "AM020/UG1603: the scalar unit has no floating-point hardware (emulation)")
     # ---- dispatch and hardware contexts
     dispatch_overhead_s: float = _f(100e-6, "guide B5: each xrt.run() has ~100 us fixed overhead")
