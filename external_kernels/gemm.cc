@@ -40,6 +40,11 @@ static constexpr int kElems = GEMM_TILE_M * GEMM_TILE_N;
 static constexpr int kHalfNB = kNB / 2;            // (gate, up) column-block pairs = output column blocks
 static_assert(GEMM_TILE_M % kBlock == 0 && GEMM_TILE_K % kBlock == 0, "GEMM_TILE_M/K must be multiples of 8");
 static_assert(GEMM_TILE_N % (2 * kBlock) == 0, "GEMM_TILE_N must be a multiple of 16 (two w blocks per step)");
+#ifndef GEMM_W_CHUNK_K
+#define GEMM_W_CHUNK_K GEMM_TILE_K   // the block-float w tile in one K chunk: [kNB][kKB] (this file's mac)
+#endif
+static constexpr int kWC = GEMM_W_CHUNK_K / kBlock;  // K blocks per chunk of the block-float w tile
+static_assert(GEMM_W_CHUNK_K % kBlock == 0 && GEMM_TILE_K % GEMM_W_CHUNK_K == 0, "GEMM_W_CHUNK_K must divide TILE_K");
 
 #if defined(__AIENGINE__)
 
@@ -81,30 +86,22 @@ extern "C" void GEMM_ZERO_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
 using BfpOut = ::aie::block_vector_output_buffer_stream<bfp16ebs8, kBlockElems>;
 using BfpIn = ::aie::block_vector_input_buffer_stream<bfp16ebs8, kBlockElems>;
 
-extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
-  float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
-  bfp16ebs8 *bfp_a = reinterpret_cast<bfp16ebs8 *>(scratch);
-  ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  {  // every a block converted once per call into the block-float scratch, in its [mb][kb] order
-    BfpOut out(bfp_a);
-    for (int i = 0; i < kMB * kKB; ++i) out << to_bfp(a + i * kBlockElems);
-  }
-  // every w block converted once per call IN PLACE, in its [nb][kb] order: block i's 72 bytes go to byte 72*i,
-  // below the 128*(i+1) where the next unread bf16 block starts, so no write reaches an unread block
-  bfp16ebs8 *bfp_w = reinterpret_cast<bfp16ebs8 *>(w);
-  {
-    BfpOut out(bfp_w);
-    for (int i = 0; i < kNB * kKB; ++i) out << to_bfp(w + i * kBlockElems);
-  }
+// `count` consecutive 8x8 bf16 blocks converted to block float, stored in the same order from `dst`
+static inline void to_bfp_blocks(const bfloat16 *src, bfp16ebs8 *dst, int count) {  // dst may alias src (in place)
+  BfpOut out(dst);
+  for (int i = 0; i < count; ++i) out << to_bfp(src + i * kBlockElems);
+}
+
+// acc += a . w^T on block-float operands in L1: bfp_a [kMB][kKB] and bfp_w [kKB/kWC][kNB][kWC] blocks of 72 bytes
+// (one v64bfp16ebs8 each, rows of w = output columns; K chunks of kWC blocks, one chunk in this file's mac), the
+// register-blocked loop of the mac (gemm_bfp.cc's mac runs it on a weight tile stored in block float at rest)
+static inline void mac_bfp_blocks(bfp16ebs8 *bfp_a, bfp16ebs8 *bfp_w, float *LLAMA_NPU_RESTRICT acc) {
   for (int mb = 0; mb < kMB; mb += kUM) {
     for (int nb = 0; nb < kNB; nb += 2) {
       float *LLAMA_NPU_RESTRICT c00 = acc + (mb * kNB + nb) * kBlockElems;
       float *LLAMA_NPU_RESTRICT c10 = c00 + kNB * kBlockElems;  // next row block (used when kUM == 2)
-      BfpIn x0s(bfp_a), y0s(bfp_w), y1s(bfp_w);
+      BfpIn x0s(bfp_a);
       x0s.seek(mb * kKB);
-      y0s.seek(nb * kKB);
-      y1s.seek((nb + 1) * kKB);
       Mmul m00(::aie::load_v<kBlockElems>(c00));
       Mmul m01(::aie::load_v<kBlockElems>(c00 + kBlockElems));
       if constexpr (kUM == 2) {
@@ -112,20 +109,30 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
         x1s.seek((mb + 1) * kKB);
         Mmul m10(::aie::load_v<kBlockElems>(c10));
         Mmul m11(::aie::load_v<kBlockElems>(c10 + kBlockElems));
-        for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = x0s.pop(), x1 = x1s.pop(), y0 = y0s.pop(), y1 = y1s.pop();
-          m00.mac(x0, y0);
-          m01.mac(x0, y1);
-          m10.mac(x1, y0);
-          m11.mac(x1, y1);
+        for (int c = 0; c < kKB / kWC; ++c) {   // the w blocks of K chunk c: a run of kWC per block row
+          BfpIn y0s(bfp_w), y1s(bfp_w);
+          y0s.seek((c * kNB + nb) * kWC);
+          y1s.seek((c * kNB + nb + 1) * kWC);
+          for (int kb = 0; kb < kWC; ++kb) {
+            const Bfp x0 = x0s.pop(), x1 = x1s.pop(), y0 = y0s.pop(), y1 = y1s.pop();
+            m00.mac(x0, y0);
+            m01.mac(x0, y1);
+            m10.mac(x1, y0);
+            m11.mac(x1, y1);
+          }
         }
         ::aie::store_v(c10, m10.template to_vector<float>());
         ::aie::store_v(c10 + kBlockElems, m11.template to_vector<float>());
       } else {
-        for (int kb = 0; kb < kKB; ++kb) {
-          const Bfp x0 = x0s.pop(), y0 = y0s.pop(), y1 = y1s.pop();
-          m00.mac(x0, y0);
-          m01.mac(x0, y1);
+        for (int c = 0; c < kKB / kWC; ++c) {
+          BfpIn y0s(bfp_w), y1s(bfp_w);
+          y0s.seek((c * kNB + nb) * kWC);
+          y1s.seek((c * kNB + nb + 1) * kWC);
+          for (int kb = 0; kb < kWC; ++kb) {
+            const Bfp x0 = x0s.pop(), y0 = y0s.pop(), y1 = y1s.pop();
+            m00.mac(x0, y0);
+            m01.mac(x0, y1);
+          }
         }
       }
       ::aie::store_v(c00, m00.template to_vector<float>());
@@ -133,6 +140,22 @@ extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_
     }
   }
 }
+
+#if !defined(GEMM_BFP_MAC_SYMBOL)  // gemm_bfp.cc's object reads chunked w tiles: this in-place [nb][kb] one is not in it
+extern "C" void GEMM_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, bfloat16 *LLAMA_NPU_RESTRICT w,
+                                bfloat16 *LLAMA_NPU_RESTRICT acc_bytes, bfloat16 *LLAMA_NPU_RESTRICT scratch) {
+  float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
+  bfp16ebs8 *bfp_a = reinterpret_cast<bfp16ebs8 *>(scratch);
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  // every a block converted once per call into the block-float scratch, in its [mb][kb] order
+  to_bfp_blocks(a, bfp_a, kMB * kKB);
+  // every w block converted once per call IN PLACE, in its [nb][kb] order: block i's 72 bytes go to byte 72*i,
+  // below the 128*(i+1) where the next unread bf16 block starts, so no write reaches an unread block
+  bfp16ebs8 *bfp_w = reinterpret_cast<bfp16ebs8 *>(w);
+  to_bfp_blocks(w, bfp_w, kNB * kKB);
+  mac_bfp_blocks(bfp_a, bfp_w, acc);
+}
+#endif
 
 // f32 lanes [i, i + 32) of the accumulator as bf16 (RNE)
 static inline ::aie::vector<bfloat16, kLanes> acc_bf16(const float *acc, int i) {

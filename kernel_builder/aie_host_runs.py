@@ -186,22 +186,29 @@ def gemm_bfp_reference(a: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def _gemm_acc(lib, ks, a, w, tk, steps):
     """zero + `steps` mac calls on a fresh accumulator (2*tm*tn bf16 = the f32 bytes); returns it and the first
-    mac's counts."""
+    mac's counts. The W tiles: bf16 8x8 blocks, or (gemm_bfp's object) the L1 tiles of block_float.encode(w)."""
     acc = A(np.full(2 * a.shape[0] * w.shape[0], np.nan, BF16))
     scratch = A(np.full(scratch_elems(a.shape[0], tk), np.nan, BF16))
     lib.call(ks.zero.symbol, acc)
     counts = None
+    wb = None
+    if ks.obj.startswith("gemm_bfp_"):
+        from kernel_builder import block_float
+        from kernel_builder.gemm_bfp.external import w_tile
+        wb = block_float.encode(w)
     for s in range(steps):
         sl = slice(s * tk, (s + 1) * tk)
-        c = lib.call(ks.mac.symbol, A(block(a[:, sl])), A(block(w[:, sl])), acc, scratch)
+        wt = block(w[:, sl]) if wb is None else w_tile(wb, tk, s)
+        c = lib.call(ks.mac.symbol, A(block(a[:, sl])), A(wt), acc, scratch)
         counts = counts or c
     return acc, counts
 
 
-def _gemm(lib, rng, tm, tk, tn, steps=2):
+def _gemm(lib, rng, tm, tk, tn, steps=2, w_format="bf16"):
     """The three epilogues on one tile, each on its own accumulator: out (bf16 in place), glu (the tile's column
-    blocks in (gate, up) pairs: silu(gate) * up in place, [tm, tn/2]) and bias (acc + b[col]); got/want concatenated."""
-    ks = gemm_kernels(tm, tk, tn)
+    blocks in (gate, up) pairs: silu(gate) * up in place, [tm, tn/2]) and bias (acc + b[col]); got/want concatenated.
+    w_format "bfp16": gemm_bfp.cc's object, its mac fed the encoded weight (the same block-float model)."""
+    ks = gemm_kernels(tm, tk, tn, w_format)
     a, w = rand(rng, (tm, steps * tk)), rand(rng, (tn, steps * tk))
     acc, counts = _gemm_acc(lib, ks, a, w, tk, steps)
     lib.call(ks.out.symbol, acc)
@@ -230,6 +237,10 @@ def _gemm(lib, rng, tm, tk, tn, steps=2):
     bounds.append(_close(biased, 2.0**-8, 2.0**-12))
     flat = lambda xs: np.concatenate([x.reshape(-1) for x in xs])   # noqa: E731
     return Run(flat(got), flat(wants), flat(bounds), counts)
+
+
+def _gemm_bfp(lib, rng, tm, tk, tn):
+    return _gemm(lib, rng, tm, tk, tn, w_format="bfp16")
 
 
 # -------------------------------------------------------------------------------------------- attention

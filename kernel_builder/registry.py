@@ -20,7 +20,7 @@ from kernel_builder.spec import KernelSig, KernelSpec
 KINDS: tuple[str, ...] = ("rmsnorm", "gemm", "gemv", "rope", "swiglu", "attention", "add", "gemv_q4",
                          "bias_add", "geglu", "dequant_q4", "topk", "gemm_swiglu", "gemm_bias", "gemv_bias",
                          "gemv_q4_bias", "gemm_q4", "kv_quant", "attention_kv8", "kv_dequant",
-                         "gemv_q4_swiglu", "gemv_bfp", "gemv_bfp_bias")
+                         "gemv_q4_swiglu", "gemm_bfp", "gemm_bfp_bias", "gemv_bfp", "gemv_bfp_bias")
 
 
 def spec(kind: str) -> KernelSpec:

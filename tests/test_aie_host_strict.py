@@ -72,14 +72,17 @@ def test_misaligned_vector_load_and_store_fail(rng=np.random.default_rng(0)):
 
 # (object at a builder shape, source, loop-bound regex, replacement): one element/block short in the vector path
 MUTATIONS = [
-    ("gemm_m64_k64_n64.o", "gemm.cc", r"kb < kKB; \+\+kb\) \{\n          const",
-     "kb < kKB - 1; ++kb) {\n          const"),
+    ("gemm_m64_k64_n64.o", "gemm.cc", r"kb < kWC; \+\+kb\) \{\n            const",
+     "kb < kWC - 1; ++kb) {\n            const"),
     ("gemm_m8_k64_n128.o", "gemm.cc", r"nb < kNB; nb \+= 2\)", "nb < kNB - 2; nb += 2)"),
     # the block-float A scratch: one a block short of converted (the last row-block pair reads a stale block)
-    ("gemm_m64_k32_n128.o", "gemm.cc", r"i < kMB \* kKB; \+\+i\) out <<", "i < kMB * kKB - 1; ++i) out <<"),
+    ("gemm_m64_k32_n128.o", "gemm.cc", r"to_bfp_blocks\(a, bfp_a, kMB \* kKB\)",
+     "to_bfp_blocks(a, bfp_a, kMB * kKB - 1)"),
     # the in-place block-float W: one w block short of converted (the last column block reads raw bf16 bytes)
-    ("gemm_m64_k32_n128.o", "gemm.cc", r"i < kNB \* kKB; \+\+i\) out <<", "i < kNB * kKB - 1; ++i) out <<"),
-    ("gemm_m32_k64_n128.o", "gemm.cc", r"y1s.seek\(\(nb \+ 1\) \* kKB\)", "y1s.seek((nb + 1) * kKB - 1)"),
+    ("gemm_m64_k32_n128.o", "gemm.cc", r"to_bfp_blocks\(w, bfp_w, kNB \* kKB\)",
+     "to_bfp_blocks(w, bfp_w, kNB * kKB - 1)"),
+    ("gemm_m32_k64_n128.o", "gemm.cc", r"y1s.seek\(\(c \* kNB \+ nb \+ 1\) \* kWC\)",
+     "y1s.seek((c * kNB + nb + 1) * kWC - 1)"),
     # the in-place epilogues: one (gate, up) pair short, the up block one block off its gate (the pair's own
     # gate read as up), the pair index one block off (2nb + 1: a gate read from the pair's up), one bias
     # block short

@@ -24,6 +24,12 @@ tiles). Structure (plan from gemm_plan.plan_gemm; BM = herd_m*tile_m, BN = herd_
       per herd row i: c_l2_i [tile_m, BN]; air.channel.get @gemm_c[i, j] for each herd column j, un-blocking
         the tile into columns [j*tile_n, +tile_n); then ONE DMA c_l2_i -> c[m0 + i*tile_m, n0]
 
+W at rest in block float (w_format "bfp16", kinds gemm_bfp / gemm_bfp_bias: i8 [rows/8, 9k], 72-byte 8x8 blocks,
+kernel_builder/block_float.py): the same structure with W in bytes, already blocked: each panel load or launch
+stream is one run of 9 * tile_k_l2 bytes per 8-row block row into a plain [tile_n/8, 9 * tile_k_l2] L2 panel, and
+each tile_k slice one run of 9C bytes per block row and K chunk of C columns (gemm/external.py bfp_chunk_k), the L1
+tile order of external_kernels/gemm_bfp.cc. Nothing re-blocks W, nothing converts it in the core.
+
 With A resident (plan.a_resident, `_resident`): one launch point per BM rows; the launch streams every W panel
 on @gemm_w[j] (column block by column block, K step by K step); the segment keeps each herd row's whole A panel and
 one C row panel per herd row, all pre-blocked in L2 (8x8 blocks, written so by the memory tile's S2MM), so every
@@ -42,29 +48,37 @@ from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 from kernel_builder.gemm import plan as gemm_plan
-from kernel_builder.gemm.external import gemm_kernels, scratch_elems
+from kernel_builder.gemm.external import BFP_COL_BYTES as BFP_ROW, bfp_chunk_k, gemm_kernels, scratch_elems
 
 KIND = "gemm"
 BLOCK = 8   # edge of the micro-kernel's L1 blocks
 KINDS = {"none": "gemm", "swiglu": "gemm_swiglu", "bias": "gemm_bias"}   # epilogue -> registered kernel kind
+BFP_KINDS = {"none": "gemm_bfp", "swiglu": "gemm_bfp", "bias": "gemm_bfp_bias"}   # the "bfp16" W format's kinds
 
 
-def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
+def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16") -> str:
     """The module of c[m, n]: arguments (a, w, c) (w: [2n, k] with the swiglu epilogue); (a, w, b, c)
-    with the bias epilogue (b: [1, n])."""
-    p = gemm_plan.plan_gemm(m, k, n, epilogue)
-    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
+    with the bias epilogue (b: [1, n]). w_format "bfp16" (kind gemm_bfp): w is the block-float encoding of that
+    weight, i8 [rows/8, 9k] (kernel_builder/block_float.py), and the W panels and tiles move as whole 72-byte
+    blocks (no re-blocking: a block row's slice is one contiguous run)."""
+    p = gemm_plan.plan_gemm(m, k, n, epilogue, w_format=w_format)
+    bfp = w_format == "bfp16"
+    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, w_format)
     epi = ext.epilogue(epilogue)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
     if epilogue == "swiglu":   # one [2n, k] weight: gate and up rows interleaved by 8 (gemm_swiglu/layout.py)
         w_ty = memref([2 * n, k])
+    if bfp:
+        w_ty = memref([p.w_per_out * n // BLOCK, BFP_ROW * k], "i8")
     types = [a_ty, w_ty] + ([memref([1, n])] if epilogue == "bias" else []) + [c_ty]
     acc_ty = memref([2 * p.tile_m * p.tile_n], "bf16", L1)   # the f32 accumulator's bytes
     a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
+    if bfp:
+        w1_ty = memref([p.w_bytes(p.tile_n, p.tile_k)], "i8", L1)
     b1_ty = memref([p.tile_n], "bf16", L1)
     s1_ty = memref([scratch_elems(p.tile_m, p.tile_k)], "bf16", L1)   # the mac's block-float copy of a
 
-    kind = KINDS[epilogue]
+    kind = (BFP_KINDS if bfp else KINDS)[epilogue]
     mod = Module(kind, types)
     mod.declare(ext.zero.symbol, ext.obj, [acc_ty])
     mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty, s1_ty])
@@ -74,7 +88,8 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
     ch_b = mod.channel("gemm_b", [1, p.herd_n], grid)   # herd column j: one put per W part, herd_m gets
     ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
     la = launch(mod.body, [m // p.bm, 1 if p.a_resident else n // p.bn_out], list(zip(mod.args, types)),
-                [attr_dict(kind, {"m": m, "k": k, "n": n})])
+                [attr_dict(kind, {"m": m, "k": k, "n": n,
+                                  **({"glu": epilogue == "swiglu"} if kind == "gemm_bfp" else {})})])
     ch_w = _stream_w(la.body, p, k, n, la.args[1], w_ty, mod) if p.a_resident else None
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body
@@ -88,6 +103,8 @@ def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
     if bias is not None:
         _stage_bias(s, p, n, bias, n0, ch_b)
     w0 = n0 if p.w_per_out == 1 else s.muli(bj, p.w_per_out * p.launch_n())   # the launch point's first W row
+    if bfp:   # ... as an 8-row block row of the block-float weight
+        w0 = s.muli(bj, p.w_per_out * p.launch_n() // BLOCK)
     _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, w0, ch_a, ch_b)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
     _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
@@ -107,7 +124,7 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     a, a_ty, c, c_ty = args
     ch_a, ch_b, ch_c, ch_w = chans
     k2 = p.tile_k_l2
-    a2_ty, w2_ty = memref([p.tile_m, k], "bf16", L2), memref([p.tile_n, k2], "bf16", L2)
+    a2_ty, w2_ty = memref([p.tile_m, k], "bf16", L2), _w_l2_type(p, k2)
     c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     a2 = [s.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     for i, buf in enumerate(a2):
@@ -121,11 +138,16 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     # unrolled by the tool (only the loop holding the panel allocations stays a ping-pong loop)
     kl, _ = s.for_(0, (n // p.bn_out) * (k // k2), 1, "wq")
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
+    bfp = p.w_format == "bfp16"   # block float: the panel arrives blocked, each slice is a run per block row
     for j, buf in enumerate(w2):
-        kl.channel_get(ch_w, [j], buf, w2_ty, _preblocked(p.tile_n, k2))
-    wl, wb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
+        kl.channel_get(ch_w, [j], buf, w2_ty, None if bfp else _preblocked(p.tile_n, k2))
+    if bfp:   # the slice's first byte in each block row
+        wl, wb = kl.for_(0, BFP_ROW * k2, BFP_ROW * p.tile_k, "kb")
+    else:
+        wl, wb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for j, buf in enumerate(w2):
-        wl.channel_put(ch_b, [0, j], buf, w2_ty, _slice(p.tile_n, p.tile_k, k2, wb))
+        wl.channel_put(ch_b, [0, j], buf, w2_ty,
+                       _bfp_slice(p, k2, wb) if bfp else _slice(p.tile_n, p.tile_k, k2, wb))
     for buf in w2:
         kl.dealloc(buf, w2_ty)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
@@ -157,11 +179,37 @@ def _stream_w(lb, p: gemm_plan.GemmPlan, k: int, n: int, w: str, w_ty: str, mod)
     K step by K step, on channel @gemm_w[j] of herd column j (the segment's flat panel loop gets them in that
     order). The L3 side folds both loops into one shim BD. Returns the channel."""
     ch_w = mod.channel("gemm_w", [p.herd_n])
+    if p.w_format == "bfp16":   # block rows of 9k bytes; a panel is a contiguous run of 9 * tile_k_l2 per block row
+        nl, n0 = lb.for_(0, p.w_per_out * n // BLOCK, p.bn // BLOCK, "nw")
+        kl, kp = nl.for_(0, BFP_ROW * k, BFP_ROW * p.tile_k_l2, "kw")
+        for j in range(p.herd_n):
+            kl.channel_put(ch_w, [j], w, w_ty, ([_plus(kl, n0, j * p.tile_n // BLOCK), kp],
+                                                [p.tile_n // BLOCK, BFP_ROW * p.tile_k_l2], [BFP_ROW * k, 1]))
+        return ch_w
     nl, n0 = lb.for_(0, p.w_per_out * n, p.bn, "nw")   # the W rows of one column block (swiglu: gate + up rows)
     kl, kp = nl.for_(0, k, p.tile_k_l2, "kw")
     for j in range(p.herd_n):
         kl.channel_put(ch_w, [j], w, w_ty, ([_plus(kl, n0, j * p.tile_n), kp], [p.tile_n, p.tile_k_l2], [k, 1]))
     return ch_w
+
+
+def _w_l2_type(p: gemm_plan.GemmPlan, k2: int) -> str:
+    """One L2 W panel of tile_k_l2 columns: bf16 [tile_n, k2], or block float i8 [tile_n/8, 9 * k2] (block rows)."""
+    if p.w_format == "bfp16":
+        return memref([p.tile_n // BLOCK, BFP_ROW * k2], "i8", L2)
+    return memref([p.tile_n, k2], "bf16", L2)
+
+
+def _bfp_slice(p: gemm_plan.GemmPlan, k2: int, byte0) -> tuple:
+    """Read pattern of the tile_k slice starting at byte `byte0` of each block row of a block-float W panel (k2
+    columns), in the L1 tile's order (gemm_bfp.cc): per K chunk of C = bfp_chunk_k(tile_k) columns, per block row
+    one contiguous run of 9 C bytes (C/8 blocks of 72). The tools merge contiguous dims into one, and a memory-tile
+    BD dim holds at most NPU2.bd_max_size elements: the chunks keep each run under it."""
+    c = bfp_chunk_k(p.tile_k)
+    rows = ([0, byte0], [p.tile_n // BLOCK, BFP_ROW * c], [BFP_ROW * k2, 1])
+    if c == p.tile_k:
+        return rows
+    return ([0] + rows[0], [p.tile_k // c] + rows[1], [BFP_ROW * c] + rows[2])
 
 
 def _preblocked(rows: int, cols: int) -> tuple:
@@ -216,13 +264,20 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
     """Per L2 K step: one A panel per herd row and one W panel per herd column L3 -> L2, a W panel in w_parts
     row parts (one DMA each, in plan.load_order), then one put per panel for each tile_k slice."""
     k2 = p.tile_k_l2
-    a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), memref([p.tile_n, k2], "bf16", L2)
+    bfp = p.w_format == "bfp16"   # block float: rows and columns of w in block rows and bytes (9 per column)
+    a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), _w_l2_type(p, k2)
     kl, kp = s.for_(0, k, k2, "kp")
     a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
+    kp_bytes = kl.muli(kp, BFP_ROW) if bfp else None   # the K step's first byte in each block row
     for kind, i, q in gemm_plan.load_order(p):
         if kind == "a":
             kl.dma(a2[i], a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
+        elif bfp:   # W part q: block rows [q*part_rows/8, +part_rows/8) of herd column i's panel
+            rows = p.part_rows // BLOCK
+            row = _plus(kl, w0, _w_rows(p, i, q, n) // BLOCK)
+            dst = None if p.w_parts == 1 else ([q * rows, 0], [rows, BFP_ROW * k2], [BFP_ROW * k2, 1])
+            kl.dma(w2[i], w2_ty, dst, ws[0], w_ty, ([row, kp_bytes], [rows, BFP_ROW * k2], [BFP_ROW * k, 1]))
         else:   # W part q: rows [q*part_rows, +part_rows) of herd column i's panel
             row = _plus(kl, w0, _w_rows(p, i, q, n))
             dst = None if p.w_parts == 1 else ([q * p.part_rows, 0], [p.part_rows, k2], [k2, 1])
@@ -230,8 +285,9 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
     sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
     for i, buf in enumerate(a2):
         sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))
+    wb = sl.muli(kb, BFP_ROW * BLOCK) if bfp else None   # the slice's first byte in each block row
     for j, buf in enumerate(w2):
-        sl.channel_put(ch_b, [0, j], buf, w2_ty, _blocked(p.tile_n, p.tile_k, k2, kb))
+        sl.channel_put(ch_b, [0, j], buf, w2_ty, _bfp_slice(p, k2, wb) if bfp else _blocked(p.tile_n, p.tile_k, k2, kb))
     for buf in a2:
         kl.dealloc(buf, a2_ty)
     for buf in w2:

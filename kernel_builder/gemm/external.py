@@ -40,7 +40,18 @@ class GemmKernels(NamedTuple):
         return self.zero.obj
 
 
-def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
+W_FORMATS = ("bf16", "bfp16")   # the W tile's format in L1: bf16 8x8 blocks, or block float at rest (gemm_bfp.cc)
+BFP_COL_BYTES = 9                # bytes per weight column of an 8-row block row in block float (72 per 8x8 block)
+
+
+def bfp_chunk_k(tile_k: int) -> int:
+    """K columns per chunk of a block-float W tile in L1 (gemm_bfp.cc: [tile_k/C][tile_n/8][C/8] blocks): the
+    largest multiple of 8 dividing tile_k whose block-row run, 9 C bytes, fits one memory-tile BD dim of i8
+    elements (NPU2.bd_max_size; the real lowering refused a 576-byte run: the tools merge contiguous dims)."""
+    return max(c for c in range(8, tile_k + 1, 8) if tile_k % c == 0 and BFP_COL_BYTES * c <= NPU2.bd_max_size)
+
+
+def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16") -> GemmKernels:
     """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc). The
     accumulator is 2*tile_m*tile_n bf16 (the bytes of tile_m*tile_n f32); every epilogue writes its bf16 tile in
     place over the front of it:
@@ -51,7 +62,14 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
     out(acc)                                                  c[tile_m*tile_n] = bf16(acc), RNE
     glu(acc)                                                  c[tile_m*tile_n/2] = silu(gate) * up (column-block pairs)
     bias(acc, b[tile_n] bf16)                                 c[tile_m*tile_n] = bf16(acc + b[col])
+
+    w="bfp16": the object of external_kernels/gemm_bfp.cc (gemm.cc included, its bf16 mac renamed), whose mac takes
+    the W tile in block float (blocks of 72 bytes, kernel_builder/block_float.py's layout, in K chunks of
+    bfp_chunk_k(tile_k) columns: [tile_k/C][tile_n/8][C/8]): mac(a, w[tile_n*tile_k*9/8] i8, acc, scratch); the
+    other entry points are gemm.cc's.
     """
+    if w not in W_FORMATS:
+        raise ValueError(f"gemm: unknown W format {w!r} (known: {', '.join(W_FORMATS)})")
     check_positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
     check_multiple("gemm", "tile_m", tile_m, GEMM_M_MULTIPLE)
     check_multiple("gemm", "tile_k", tile_k, GEMM_K_MULTIPLE)
@@ -68,10 +86,17 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int) -> GemmKernels:
         # build mm_aie2p.cc); the host scalar path ignores it.
         ("AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16", "1"),
     )
-    obj = f"gemm_{tag}.o"
+    obj, source = f"gemm_{tag}.o", "gemm.cc"
+    if w == "bfp16":
+        syms = {part: f"gemm_bfp_{part}_bf16_{tag}" for part in parts}
+        renamed = {f"GEMM_{part.upper()}_SYMBOL": syms[part] for part in parts}
+        renamed["GEMM_MAC_SYMBOL"] = f"gemm_bfp_bf16mac_bf16_{tag}"     # gemm.cc's own mac, unused here
+        defines = tuple((name, renamed.get(name, v)) for name, v in defines) + (
+            ("GEMM_BFP_MAC_SYMBOL", syms["mac"]), ("GEMM_W_CHUNK_K", str(bfp_chunk_k(tile_k))))
+        obj, source = f"gemm_bfp_{tag}.o", "gemm_bfp.cc"
 
     def make(symbol: str) -> ExternalKernel:
-        return ExternalKernel(symbol=symbol, obj=obj, source="gemm.cc", defines=defines)
+        return ExternalKernel(symbol=symbol, obj=obj, source=source, defines=defines)
 
     return GemmKernels(*(make(syms[part]) for part in parts))
 
@@ -98,6 +123,17 @@ def _acc(acc, tm: int, tn: int) -> np.ndarray:
     return need_memref(acc, "acc", 2 * tm * tn).view(F32)
 
 
+def mac_values(af: np.ndarray, wf: np.ndarray, acc, tm: int, tn: int) -> None:
+    """acc += af . wf^T as the scalar path adds it (af [tm, tk], wf [tn, tk] f32 holding bf16 values)."""
+    view = _acc(acc, tm, tn)
+    cf = _unblock(view, tm, tn)
+    # bf16 x bf16 products are exact in f32; the host loop adds them to acc one k at a time, in
+    # ascending k: a float32 cumsum starting from acc is that order, bit for bit.
+    terms = np.concatenate([cf[:, :, None], af[:, None, :] * wf[None, :, :]], axis=2)
+    view[:] = _block(np.cumsum(terms, axis=2, dtype=F32)[:, :, -1])
+    acc.written = True
+
+
 def gemm_model(part: str, tm: int, tk: int, tn: int):
     """external_kernels/gemm.cc on its 8x8-blocked L1 tiles: zero / mac (acc += a . w^T) / the in-place
     epilogues out (bf16 RNE), glu (silu(gate) * up of the column-block pairs), bias (acc + b[col])."""
@@ -110,13 +146,7 @@ def gemm_model(part: str, tm: int, tk: int, tn: int):
         need_memref(scratch, "scratch", scratch_elems(tm, tk))   # the vector path's; the scalar path ignores it
         af = _unblock(need_memref(a, "a", tm * tk), tm, tk).astype(F32)
         wf = _unblock(need_memref(w, "w", tn * tk), tn, tk).astype(F32)
-        view = _acc(acc, tm, tn)
-        cf = _unblock(view, tm, tn)
-        # bf16 x bf16 products are exact in f32; the host loop adds them to acc one k at a time, in
-        # ascending k: a float32 cumsum starting from acc is that order, bit for bit.
-        terms = np.concatenate([cf[:, :, None], af[:, None, :] * wf[None, :, :]], axis=2)
-        view[:] = _block(np.cumsum(terms, axis=2, dtype=F32)[:, :, -1])
-        acc.written = True
+        mac_values(af, wf, acc, tm, tn)
 
     def out(acc):
         c = to_bf16(_acc(acc, tm, tn))
@@ -174,7 +204,8 @@ def _gemm(m, args):
     return CallWork(tm * tk * tn, 0, gemm_mac_counts(tm, tk, tn, bfp16_mmul(_gemm_defines(tm, tk, tn))))
 
 
-def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scratch: bool = True) -> Counts:
+def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scratch: bool = True,
+                    w_at_rest: bool = False) -> Counts:
     """One mac call (gemm.cc): every A block loaded, widened, converted to bfp16ebs8 and stored (72 bytes) once
     into the scratch, every W block likewise once, in place over the W tile; then per (row-block pair or single,
     column-block pair) the 2 x um f32 C blocks are loaded (one widen each); per K block um block-float A blocks
@@ -182,7 +213,9 @@ def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scrat
     stored), and 2 x um block-float 8x8x8 mmuls run; the C blocks are stored. gemm.cc compiles only with the
     block-float flag. `a_scratch=False`: the loops of gemm.cc before its block-float conversions were hoisted,
     converting the A and the W blocks per register block (mlir-air's mm_aie2p.cc 2x2 kernel, which
-    benchmarks/hw_calibration.py models the reference design's GEMMs with, converts at least that much)."""
+    benchmarks/hw_calibration.py models the reference design's GEMMs with, converts at least that much).
+    `w_at_rest`: gemm_bfp.cc's mac, whose W tile arrives in block float (no W conversion; its 72-byte blocks
+    popped straight from the tile by the same loop)."""
     if not block_float:
         raise ValueError("gemm.cc's vector path is block-float only (it requires "
                          "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1)")
@@ -195,7 +228,7 @@ def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scrat
     if not a_scratch:
         per_k = convert * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
         return ((load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb) * iters
-    once = (convert + Counts(vstore=2, vstore_bytes=bfp)) * (mb * kb + nb * kb)    # A to scratch, W in place
+    once = (convert + Counts(vstore=2, vstore_bytes=bfp)) * (mb * kb + (0 if w_at_rest else nb * kb))   # A, W
     per_k = Counts(vload=2, vload_bytes=bfp) * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
     per_iter = (load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb
     return once + per_iter * iters

@@ -11,12 +11,14 @@ the output columns so the launch steps through W tile_n rows at a time). The NPU
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from kernel_builder.external_costs import call_counts
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, gemm_kernels, scratch_elems
+from kernel_builder.block_float import BLOCK_BYTES as BFP_BLOCK_BYTES
+from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, W_FORMATS, gemm_kernels, scratch_elems
 from kernel_builder.hw import cost, memtile_place
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
@@ -63,6 +65,8 @@ class GemmPlan:
                              # steps through them out_n at a time (its W stride: out_n rows, not bn_out)
     a_resident: bool = field(default=False, kw_only=True)   # one launch point per BM rows: each herd row's whole [tile_m, k] A panel stays in L2
                               # while the segment loops over the column blocks (A read from DDR once)
+    w_format: str = field(default="bf16", kw_only=True)   # W_FORMATS: "bfp16" = W at rest in block float (gemm_bfp:
+                              # 72 bytes per 8x8 block instead of 128, kernel_builder/block_float.py)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -75,6 +79,17 @@ class GemmPlan:
             raise ValueError(f"gemm plan: tile_n={self.tile_n} does not split into {self.w_parts} 8-row W parts")
         if self.a_resident and (not self.k or self.spread or self.w_parts != 1 or self.epilogue == "bias"):
             raise ValueError("gemm plan: a resident A panel needs k, one W part, no spread and no bias")
+        if self.w_format not in W_FORMATS:
+            raise ValueError(f"gemm plan: unknown W format {self.w_format!r} (known: {', '.join(W_FORMATS)})")
+
+    @property
+    def w_block_bytes(self) -> int:
+        """Bytes of one 8x8 W block: 128 in bf16, 72 in block float (bfp16ebs8: 8 rows x [E, m0 .. m7])."""
+        return BFP_BLOCK_BYTES if self.w_format == "bfp16" else BF16 * BLOCK_ROWS * BLOCK_ROWS
+
+    def w_bytes(self, rows: int, cols: int) -> int:
+        """Bytes of [rows, cols] of W in its format (whole 8x8 blocks)."""
+        return rows * cols * self.w_block_bytes // (BLOCK_ROWS * BLOCK_ROWS)
 
     @property
     def out_n(self) -> int:
@@ -121,7 +136,7 @@ class GemmPlan:
         c = self.copies(self.tile_k)   # ping-pong copies of the tiles of the herd's K loop
         return {"acc_f32": F32 * self.tile_m * self.tile_n,
                 "a_tiles": c * BF16 * self.tile_m * self.tile_k,
-                "w_tiles": c * BF16 * self.tile_k * self.tile_n,
+                "w_tiles": c * self.w_bytes(self.tile_n, self.tile_k),
                 "a_bfp16": BF16 * scratch_elems(self.tile_m, self.tile_k),
                 "bias": BF16 * self.tile_n if self.epilogue == "bias" else 0}
 
@@ -135,7 +150,7 @@ class GemmPlan:
         c = self.copies(self.tile_k_l2)
         a_panel = BF16 * self.tile_m * (self.k if self.a_resident else c * self.tile_k_l2)
         sizes = {"a_panel": a_panel,
-                 "w_panel": c * BF16 * self.tile_n * self.tile_k_l2,
+                 "w_panel": c * self.w_bytes(self.tile_n, self.tile_k_l2),
                  "c_panel": BF16 * self.tile_m * self.bn_out}   # resident: one copy, pinned outside its drain loop
         return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
@@ -156,11 +171,13 @@ class GemmPlan:
             return {"a_put": 1, "w_put": self.copies(self.tile_k_l2), "panel_load": self.copies(self.tile_k_l2),
                     "drain": 1, "c_write": 1}
 
-        def put(rows: int) -> int:
-            dims = sum(1 for d in (rows // 8, self.tile_k // 8, 8, 8) if d > 1)
+        def put(rows: int, blocked: bool = False) -> int:
+            # a block-float slice (blocked: W at rest): per K chunk one run per 8-row block, <= 3 dims: it folds
+            dims = 3 if blocked else sum(1 for d in (rows // 8, self.tile_k // 8, 8, 8) if d > 1)
             slices = self.tile_k_l2 // self.tile_k if dims > 3 else 1
             return self.copies(self.tile_k_l2) * slices
-        return {"a_put": put(self.tile_m), "w_put": put(self.tile_n), "panel_load": self.copies(self.tile_k_l2),
+        return {"a_put": put(self.tile_m), "w_put": put(self.tile_n, self.w_format == "bfp16"),
+                "panel_load": self.copies(self.tile_k_l2),
                 "drain": 1, "c_write": 1}
 
     def memtile_bd_total(self) -> int:
@@ -233,7 +250,8 @@ class GemmPlan:
         """DDR bytes read by one GEMM of n output columns: each launch block reads its A row block and W row
         block(s) once (the panels are broadcast on chip), so A is read n/bn_out times and each W m/BM times."""
         weights = 2 if self.epilogue == "swiglu" else 1
-        return BF16 * (m * k * (1 if self.a_resident else n // self.bn_out) + weights * k * n * (m // self.bm))
+        return (BF16 * m * k * (1 if self.a_resident else n // self.bn_out)
+                + self.w_bytes(weights * n, k) * (m // self.bm))
 
 
 def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
@@ -255,17 +273,25 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     # most NPU2.bd_max_size each)
     if p.a_resident and max(BLOCK_ROWS * max(p.tile_k, p.out_n), k // BLOCK_ROWS) > NPU2.bd_max_size:
         return False
+    # W at rest in block float (i8): a block row's tile_k_l2 panel row is one shim run of 9 * tile_k_l2 bytes, at
+    # most NPU2.shim_bd_max_size elements (the real lowering split a 2304-byte run into 3 x 768: that dim was then
+    # missing for the column-block loop of the W stream, whose BDs exhausted the shim's IDs). Its tile_k slices
+    # come in K chunks of runs within NPU2.bd_max_size (gemm/external.py bfp_chunk_k).
+    if p.w_format == "bfp16" and p.w_bytes(BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size:
+        return False
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
-            and p.w_per_out * p.launch_n() * k <= SHIM_MAX_STRIDE_BF16
+            and p.w_bytes(p.w_per_out * p.launch_n(), k) <= SHIM_MAX_STRIDE_BF16 * BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
             and ch["memtile_s2mm"] <= MEMTILE_DMA_CHANNELS and ch["memtile_mm2s"] <= MEMTILE_DMA_CHANNELS
             and ch["shim_mm2s"] <= SHIM_DMA_PER_COL * NPU2_COLS and ch["shim_s2mm"] <= SHIM_DMA_PER_COL * NPU2_COLS)
 
 
-def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool | None = None) -> GemmPlan:
+def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool | None = None,
+              w_format: str = "bf16") -> GemmPlan:
     """The fastest fitting plan for c[m, n] (n output columns; with the swiglu epilogue each tile computes the
     gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs). `resident`: whether
-    A-resident plans are candidates (None: A_RESIDENT; False: the streamed plans only, as upstream designs)."""
+    A-resident plans are candidates (None: A_RESIDENT; False: the streamed plans only, as upstream designs).
+    `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float)."""
     check_positive("gemm", m=m, k=k, n=n)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
@@ -295,7 +321,8 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool 
                     if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
-                                    w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res)
+                                    w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res,
+                                    w_format=w_format)
                     if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
                         continue
                     if not _gemm_fits(plan, k):
@@ -323,8 +350,7 @@ def _deepest_l2_panel(p: GemmPlan, k: int) -> GemmPlan:
     for d in sorted((d for d in range(1, steps + 1) if steps % d == 0), reverse=True):
         if p.tile_k * d > MAX_GEMM_L2_K:
             continue
-        q = GemmPlan(p.tile_m, p.tile_k, p.tile_n, p.herd_m, p.herd_n, p.tile_k * d, k, p.w_parts, p.epilogue,
-                     p.spread, a_resident=p.a_resident)
+        q = dataclasses.replace(p, tile_k_l2=p.tile_k * d, k=k)
         if _gemm_fits(q, k):
             return q
     return p
@@ -357,9 +383,9 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
     points = (m // p.bm) * (n // p.bn_out)
     a_loads = m // p.bm if p.a_resident else points    # a resident A panel is loaded once per launch point
     kinds = ["b"] * (p.herd_n if p.epilogue == "bias" else 0) + [kind for kind, _, _ in load_order(p)]
-    rows = {"a": p.tile_m, "w": p.part_rows}
-    flows = [Flow("MM2S", i, kind, BF16 * (rows[kind] * k if kind in rows else p.tile_n)
-                  * (a_loads if kind == "a" else points), 1, 1, column=i // SHIM_DMA_PER_COL)
+    nbytes = {"a": BF16 * p.tile_m * k, "w": p.w_bytes(p.part_rows, k), "b": BF16 * p.tile_n}
+    flows = [Flow("MM2S", i, kind, nbytes[kind] * (a_loads if kind == "a" else points), 1, 1,
+                  column=i // SHIM_DMA_PER_COL)
              for i, kind in enumerate(kinds)]
     flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
@@ -374,7 +400,7 @@ def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams
     points = (m // p.bm) * (n // p.bn_out)
     compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
     # A and W arrive on the core's two S2MM channels, one stream each: the busier one, as the analyzer charges
-    l1 = BF16 * max(p.tile_m, p.tile_n) * k * points / params.l2_l1_bytes_per_s
+    l1 = max(BF16 * p.tile_m * k, p.w_bytes(p.tile_n, k)) * points / params.l2_l1_bytes_per_s
     return max(compute, cost.shim_seconds(gemm_flows(p, m, k, n), params), l1)
 
 
@@ -382,5 +408,5 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
     """Instruction counts (cost.ISSUE_KINDS) of `tiles` output tiles of one compute tile: per tile one zero,
     k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
     hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
-    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n)
+    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, p.w_format)
     return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.epilogue(p.epilogue), 1)), tiles)

@@ -1,0 +1,96 @@
+"""The `gemm_bfp` kernel's external C++ kernel (external_kernels/gemm_bfp.cc, which includes gemm.cc): its symbols
+(kernel_builder.gemm.external.gemm_kernels with the "bfp16" W format), the numpy model of its portable path for the
+interpreter (the mac on block_float.decode of the W tile; zero / out / glu / bias are gemm.cc's) and its cost
+descriptor (gemm.cc's counts without the W conversion: gemm_mac_counts(w_at_rest=True)); FAMILY and COSTS register
+them with the kernel spec."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from kernel_builder import block_float
+from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost, bfp16_mmul
+from kernel_builder.external_models import F32, need_memref
+from kernel_builder.externals import ExternalFamily
+from kernel_builder.gemm import external as gemm_ext
+
+W_FORMAT = "bfp16"
+PARTS = ("zero", "mac", "out", "glu", "bias")
+SYMBOL_RE = r"gemm_bfp_(zero|mac|out|glu)_bf16_m(\d+)_k(\d+)_n(\d+)"   # bias: kind gemm_bfp_bias
+
+
+def gemm_bfp_kernels(tile_m: int, tile_k: int, tile_n: int) -> gemm_ext.GemmKernels:
+    """zero / mac / out / glu / bias of one object; mac(a bf16 [tile_m*tile_k], w i8 [tile_n*tile_k*9/8], acc,
+    scratch)."""
+    return gemm_ext.gemm_kernels(tile_m, tile_k, tile_n, W_FORMAT)
+
+
+def tile_bytes(tile_k: int, tile_n: int) -> int:
+    """Bytes of one L1 W tile: tile_n/8 x tile_k/8 blocks of 72 bytes."""
+    return tile_n * tile_k * block_float.BLOCK_BYTES // 64
+
+
+def w_tile(wb: np.ndarray, tile_k: int, step: int) -> np.ndarray:
+    """The L1 W tile of K step `step` cut from at-rest bytes wb [tile_n/8, 9k] (what the module's DMAs deliver):
+    its K chunks (gemm_ext.bfp_chunk_k) one after the other, each the at-rest encoding of its [tile_n, C] slice."""
+    c = gemm_ext.bfp_chunk_k(tile_k)
+    run, col = gemm_ext.BFP_COL_BYTES * c, gemm_ext.BFP_COL_BYTES * tile_k * step
+    chunks = [wb[:, col + q * run:col + (q + 1) * run] for q in range(tile_k // c)]
+    return np.ascontiguousarray(np.stack(chunks)).reshape(-1)
+
+
+def tile_values(tile: np.ndarray, tk: int, tn: int) -> np.ndarray:
+    """The [tn, tk] weights (f32) an L1 W tile holds: its chunks back in block-row order, block_float.decode."""
+    c = gemm_ext.bfp_chunk_k(tk)
+    rows = tile.view(np.uint8).reshape(tk // c, tn // 8, gemm_ext.BFP_COL_BYTES * c).transpose(1, 0, 2)
+    return block_float.decode(np.ascontiguousarray(rows).reshape(tn // 8, -1), tn, tk)
+
+
+def gemm_bfp_model(part: str, tm: int, tk: int, tn: int):
+    """The mac: the W tile decoded (block_float.decode: the tile is the at-rest encoding of its [tn, tk] slice),
+    then gemm.cc's scalar accumulation (exact products, f32, ascending k); the other entry points are gemm.cc's."""
+    if part != "mac":
+        return gemm_ext.gemm_model(part, tm, tk, tn)
+
+    def mac(a, w, acc, scratch):
+        need_memref(scratch, "scratch", gemm_ext.scratch_elems(tm, tk))
+        af = gemm_ext._unblock(need_memref(a, "a", tm * tk), tm, tk).astype(F32)
+        wf = tile_values(need_memref(w, "w", tile_bytes(tk, tn), "i8"), tk, tn)
+        gemm_ext.mac_values(af, wf, acc, tm, tn)
+    return mac
+
+
+def _work(m, args):
+    part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if part != "mac":
+        return gemm_ext.gemm_work(re.fullmatch(r"gemm_(\w+)_bf16_m(\d+)_k(\d+)_n(\d+)",
+                                               f"gemm_{part}_bf16_m{tm}_k{tk}_n{tn}"), args)
+    bfp = bfp16_mmul(gemm_bfp_kernels(tm, tk, tn).mac.defines)
+    return CallWork(tm * tk * tn, 0, gemm_ext.gemm_mac_counts(tm, tk, tn, bfp, w_at_rest=True))
+
+
+def _cost(part: str, writes: tuple, pure: tuple = ()) -> ExternalCost:
+    return ExternalCost(f"gemm_bfp_{part}", re.compile(rf"gemm_bfp_({part})_bf16_m(\d+)_k(\d+)_n(\d+)"), _work,
+                        DEFAULT_STACK, writes, pure)
+
+
+FAMILY = ExternalFamily("gemm_bfp", "gemm_bfp.cc", r"gemm_bfp_m(\d+)_k(\d+)_n(\d+)\.o", SYMBOL_RE,
+                        lambda m, k, n: gemm_bfp_kernels(m, k, n).zero, gemm_bfp_model)
+COSTS = (
+    _cost("zero", (0,), (0,)),
+    # mac(a, w, acc, scratch): writes the accumulator and the A scratch (the W tile is only read)
+    _cost("mac", (2, 3)),
+    _cost("out", (0,)),
+    _cost("glu", (0,)),
+)
+
+
+def bias_family(kind: str) -> ExternalFamily:
+    """The bias epilogue entry point of the same object, registered by the gemm_bfp_bias kind."""
+    return ExternalFamily(kind, "gemm_bfp.cc", r"gemm_bfp_m(\d+)_k(\d+)_n(\d+)\.o",
+                          r"gemm_bfp_(bias)_bf16_m(\d+)_k(\d+)_n(\d+)",
+                          lambda m, k, n: gemm_bfp_kernels(m, k, n).bias, gemm_bfp_model)
+
+
+BIAS_COSTS = (_cost("bias", (0,)),)

@@ -1,0 +1,18 @@
+"""numpy reference of the `gemm_bfp` kernel (kernel_builder.reference has the contract): the gemm (or gemm_swiglu)
+reference on the decoded block-float weight (block_float.decode: exact bf16 values), i.e. f32 arithmetic on the
+values the weight holds, one bf16 rounding of the output (with glu: swiglu of the two rounded products)."""
+from __future__ import annotations
+
+import numpy as np
+
+from kernel_builder import block_float
+from kernel_builder.gemm.reference import gemm
+from kernel_builder.gemm_swiglu.reference import gemm_swiglu
+
+
+def gemm_bfp(a, w, *, m: int, k: int, n: int, glu: int = 0) -> np.ndarray:
+    """c[m, n] = a[m, k] . decode(w)^T with w the at-rest bytes [n/8, 9k] (glu: [2n/8, 9k], the gate and up rows
+    interleaved by 8, and c = silu(a . wg^T) * (a . wu^T))."""
+    rows = 2 * n if glu else n
+    wf = block_float.decode(np.asarray(w).reshape(-1), rows, k)
+    return gemm_swiglu(a, wf, m=m, k=k, n=n) if glu else gemm(a, wf, m=m, k=k, n=n)
