@@ -68,9 +68,20 @@ extern "C" void GBFP_SYMBOL(int8_t *LLAMA_NPU_RESTRICT w, bfloat16 *LLAMA_NPU_RE
   if (!first)   // the partial sums of the earlier chunks continue in C row 0 (lanes 0-7)
     for (int r = 0; r < kNB; ++r)
       c[r] = Mmul(::aie::concat(::aie::concat(::aie::concat(::aie::load_v<8>(acc + kBlk * r), f8), f16), f32));
-  for (int kb = 0; kb < kKB; ++kb) {
+  // A for K block kb: x's 8 values in row 0, zeros in rows 1-7, widened and converted to block float
+  auto x_block = [&](int kb) {
     const auto xb = ::aie::concat(::aie::concat(::aie::concat(::aie::load_v<8>(xc + kBlk * kb), z8), z16), z32);
-    const auto a = ::aie::accum<accfloat, 64>(xb).template to_vector<bfp16ebs8>();
+    return ::aie::accum<accfloat, 64>(xb).template to_vector<bfp16ebs8>();
+  };
+  int kb = 0;
+  if (first) {   // the first K block of a row starts C with a mul (no accumulator to read)
+    const auto a = x_block(0);
+    c[0].mul(a, w0.pop());
+    if constexpr (kNB > 1) c[1].mul(a, w1.pop());
+    kb = 1;
+  }
+  for (; kb < kKB; ++kb) {
+    const auto a = x_block(kb);
     c[0].mac(a, w0.pop());
     if constexpr (kNB > 1) c[1].mac(a, w1.pop());
   }

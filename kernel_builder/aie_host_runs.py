@@ -326,8 +326,9 @@ def _attention(lib, rng, mode, hd, lq, lk, n, window=None, scale_dim=None):
 
 def driver(family_name: str):
     """The driver of a family: the function named `_<family>` here (no second list of the kernels to keep)."""
-    from kernel_builder import aie_host_runs_kv8
-    fn = globals().get(f"_{family_name}") or getattr(aie_host_runs_kv8, f"_{family_name}", None)
+    from kernel_builder import aie_host_runs_bfp, aie_host_runs_kv8
+    fn = globals().get(f"_{family_name}") or getattr(aie_host_runs_kv8, f"_{family_name}", None) \
+        or getattr(aie_host_runs_bfp, f"_{family_name}", None)
     if fn is None:
         raise ValueError(f"no host aie_api driver for kernel family {family_name!r}")
     return fn

@@ -177,7 +177,8 @@ def test_a_compiler_that_fails_is_reported_with_its_error(tmp_path):
     fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'fake 1.0'; exit 0; }\n"
                     "echo 'gemv_host.cc:1: error: no such luck' >&2; exit 1\n")
     fake.chmod(0o755)
-    with pytest.raises(hn.HostKernelsUnavailable, match="could not build attention_host.cc, gemv_bfp_host.cc, gemv_host.cc, gemv_q4_host.cc: .*error: no such luck"):
+    with pytest.raises(hn.HostKernelsUnavailable, match="could not build attention_host.cc, gemv_bfp_host.cc, "
+                                                        "gemv_host.cc, gemv_q4_host.cc: .*error: no such luck"):
         hn.build(str(fake), tmp_path / "out")
     assert not list((tmp_path / "out").glob("*.so"))     # no half-written library left behind
 

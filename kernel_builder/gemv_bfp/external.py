@@ -87,7 +87,8 @@ def _gemv_bfp(m, args, bias: bool = False):
     pop = Counts(vload=2, vload_bytes=block_float.BLOCK_BYTES, mmul_bfp16_8x8x8=1)
     per_kb = load(8, 2) + conv() + Counts(bfp16_convert=1) + pop * nb
     epilogue = (load(8, 2) + conv() + add_acc()) * bias + conv() + store(8, 2)
-    counts = (load(8, 4) * nb) * (1 - first) + per_kb * kb + (epilogue * last + (conv() + store(8, 4)) * (1 - last)) * nb
+    carry_in, carry_out = load(8, 4), conv() + store(8, 4)     # a later chunk's 8 sums in / an earlier one's out
+    counts = carry_in * nb * (1 - first) + per_kb * kb + (epilogue * last + carry_out * (1 - last)) * nb
     return CallWork(kc * tm, 0, counts)
 
 
