@@ -316,3 +316,53 @@ def test_builder_objects_on_the_host_aie_api(kind, m, k):
     (obj,) = read(kernel_text(kind, m, k)).link_objects
     assert runs.mismatch(runs.run(obj, np.random.default_rng(3))) == ""
     _check(obj, recorded_calls(obj))
+
+
+def _host_builds(tmp_path):
+    """The native host library and this kernel alone built with -DLLAMA_NPU_SCALAR_ONLY (no AVX-512 path)."""
+    from external_kernels import host_build
+    native = host_build.library()
+    if native is None:
+        pytest.skip("no host kernels")
+    src = [p for p in host_build.SOURCES if p.name == "gemv_bfp_host.cc"]
+    scalar = ctypes.CDLL(str(host_build.build_library(require_tool("g++"), tmp_path, "bfp_scalar", src,
+                                                      [host_build.FLAGS + ("-DLLAMA_NPU_SCALAR_ONLY",)])))
+    scalar.llama_npu_gemv_bfp.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
+    return {"native": native, "scalar": scalar}
+
+
+def test_host_kernel_paths_on_edge_inputs(tmp_path):
+    """The AVX-512 path (exact f32 fma where every scale is a normal f32) and its exact fallback, and the scalar
+    build, against the numpy bits: k not a multiple of 64, all-zero groups (E = 0), a block row with tiny weights
+    (E = 0, nonzero mantissas), subnormal / zero / huge / inf / NaN x groups, arbitrary bytes (E from 0 to 253,
+    sums that overflow to inf), and row ranges that start mid-weight."""
+    from kernel_builder.gemv_bfp import host as bfp_host
+    from kernel_builder.gemv_bfp.reference import gemv_bfp_f32
+    libs = _host_builds(tmp_path)
+    rng = np.random.default_rng(33)
+    m, k = 48, 200
+    w, _ = _weights(rng, m, k, 0.05)
+    w[16:24, 40:48] = to_bf16(np.float32(3e-39) * rng.standard_normal((8, 8)).astype(np.float32))
+    encoded = block_float.encode(w).view(np.uint8).reshape(m // 8, -1)
+    arbitrary = rng.integers(0, 256, size=encoded.shape, dtype=np.uint8)   # E <= 253: the decode stays finite
+    arbitrary.reshape(m // 8, k // 8, 8, 9)[..., 0] = rng.integers(0, 254, size=(m // 8, k // 8, 8))
+    high = arbitrary.copy()
+    high.reshape(m // 8, k // 8, 8, 9)[..., 0] = rng.integers(200, 243, size=(m // 8, k // 8, 8))
+    x = to_bf16(rng.standard_normal(k).astype(np.float32))
+    xs = {"plain": x, "zeros": np.zeros(k, np.float32),
+          "subnormal group": np.where(np.arange(k) // 8 == 3, np.float32(2e-39), x),
+          "all subnormal": to_bf16(np.float32(1e-39) * x), "huge": to_bf16(np.float32(2.0**40) * x),
+          "inf group": np.where(np.arange(k) == 77, np.float32(-np.inf), x),
+          "nan group": np.where(np.arange(k) == 199, np.float32(np.nan), x)}
+    for wname, wb in (("encoded", encoded), ("arbitrary", arbitrary), ("high E", high)):
+        for xname, xx in xs.items():
+            want = gemv_bfp_f32(wb, xx, m=m, k=k, host=False)
+            for lname, lib in libs.items():
+                got = bfp_host.run(lib, wb, xx, m=m, k=k)
+                np.testing.assert_array_equal(got, want, err_msg=f"{lname}: {wname} w, {xname} x")
+                part = np.full(m, 7.0, np.float32)
+                assert lib.llama_npu_gemv_bfp(wb.ctypes.data, np.asarray(xx, np.float32).ctypes.data,
+                                              part.ctypes.data, m, k, 16, 40) == 0
+                np.testing.assert_array_equal(part[16:40], want[16:40])
+                assert (part[:16] == 7.0).all() and (part[40:] == 7.0).all()
+    assert np.isinf(gemv_bfp_f32(high, xs["huge"], m=m, k=k, host=False)).any()
