@@ -319,21 +319,26 @@ def test_builder_objects_on_the_host_aie_api(kind, m, k):
 
 
 def _host_builds(tmp_path):
-    """The native host library and this kernel alone built with -DLLAMA_NPU_SCALAR_ONLY (no AVX-512 path)."""
+    """The native host library, and this kernel alone without its AVX-512 path (AVX2 where the CPU has it) and
+    with neither (-DLLAMA_NPU_SCALAR_ONLY)."""
     from external_kernels import host_build
     native = host_build.library()
     if native is None:
         pytest.skip("no host kernels")
     src = [p for p in host_build.SOURCES if p.name == "gemv_bfp_host.cc"]
-    scalar = ctypes.CDLL(str(host_build.build_library(require_tool("g++"), tmp_path, "bfp_scalar", src,
-                                                      [host_build.FLAGS + ("-DLLAMA_NPU_SCALAR_ONLY",)])))
-    scalar.llama_npu_gemv_bfp.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
-    return {"native": native, "scalar": scalar}
+    out = {"native": native}
+    for name, flag in (("no-avx512", "-DLLAMA_NPU_NO_AVX512"), ("scalar", "-DLLAMA_NPU_SCALAR_ONLY")):
+        flags = host_build.FLAGS + (flag,)
+        lib = ctypes.CDLL(str(host_build.build_library(require_tool("g++"), tmp_path, f"bfp_{name}", src,
+                                                       [flags + host_build.NATIVE_FLAGS, flags])))
+        lib.llama_npu_gemv_bfp.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
+        out[name] = lib
+    return out
 
 
 def test_host_kernel_paths_on_edge_inputs(tmp_path):
-    """The AVX-512 path (exact f32 fma where every scale is a normal f32) and its exact fallback, and the scalar
-    build, against the numpy bits: k not a multiple of 64, all-zero groups (E = 0), a block row with tiny weights
+    """The AVX-512 and AVX2 paths (exact f32 fma where every scale is a normal f32), their exact fallback, and the
+    scalar build, against the numpy bits: k not a multiple of 64, all-zero groups (E = 0), a block row with tiny weights
     (E = 0, nonzero mantissas), subnormal / zero / huge / inf / NaN x groups, arbitrary bytes (E from 0 to 253,
     sums that overflow to inf), and row ranges that start mid-weight."""
     from kernel_builder.gemv_bfp import host as bfp_host

@@ -21,10 +21,13 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VBMI__) && \
-    defined(__AVX512VNNI__) && !defined(LLAMA_NPU_SCALAR_ONLY)
+#if defined(__AVX2__) && defined(__FMA__) && !defined(LLAMA_NPU_SCALAR_ONLY)
 #include <immintrin.h>
+#define LLAMA_NPU_BFP_AVX2 1
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VBMI__) && \
+    defined(__AVX512VNNI__) && !defined(LLAMA_NPU_NO_AVX512)
 #define LLAMA_NPU_BFP_AVX512 1
+#endif
 #endif
 
 namespace {
@@ -181,6 +184,40 @@ bool block_row_avx512(const uint8_t* br, const XLanes& xl, const Perm& p, int kb
 }
 #endif
 
+#if defined(LLAMA_NPU_BFP_AVX2) && !defined(LLAMA_NPU_BFP_AVX512)
+// The AVX2 form of the same: per block, rows p and p + 4 sign-extended to int16 in one register and multiplied
+// with x's 8 mantissas in pairs (vpmaddwd), three horizontal adds giving the 8 rows' dots in order, the exponents
+// gathered; the same f32 fma and the same range check.
+bool block_row_avx2(const uint8_t* br, const int16_t* xm, const int32_t* ebias, int kb_n, float* y) {
+  const __m256i one = _mm256_set1_epi32(127);
+  const __m256i at9 = _mm256_setr_epi32(0, 9, 18, 27, 36, 45, 54, 63);
+  __m256 s = _mm256_setzero_ps();
+  __m256i tmin = one, tmax = one;
+  for (int b = 0; b < kb_n; ++b) {
+    const uint8_t* g = br + static_cast<size_t>(b) * kBlkBytes;
+    const __m256i xv = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xm + kBlk * b)));
+    __m256i part[4];
+    for (int p = 0; p < 4; ++p) {
+      const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + (kBlk + 1) * p + 1));
+      const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + (kBlk + 1) * (p + 4) + 1));
+      part[p] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi64(lo, hi)), xv);   // rows p | p + 4
+    }
+    const __m256i dot = _mm256_hadd_epi32(_mm256_hadd_epi32(part[0], part[1]), _mm256_hadd_epi32(part[2], part[3]));
+    const __m256i ew = _mm256_and_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(g), at9, 1),
+                                        _mm256_set1_epi32(0xff));
+    const __m256i t = _mm256_blendv_epi8(_mm256_add_epi32(ew, _mm256_set1_epi32(ebias[b])), one,
+                                         _mm256_cmpeq_epi32(dot, _mm256_setzero_si256()));   // a zero dot: scale 1
+    tmin = _mm256_min_epi32(tmin, t);
+    tmax = _mm256_max_epi32(tmax, t);
+    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_castsi256_ps(_mm256_slli_epi32(t, 23)), s);
+  }
+  _mm256_storeu_ps(y, s);
+  const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(1), tmin),
+                                      _mm256_cmpgt_epi32(tmax, _mm256_set1_epi32(254)));
+  return _mm256_testz_si256(out, out);
+}
+#endif
+
 }  // namespace
 
 extern "C" {
@@ -200,6 +237,15 @@ int llama_npu_gemv_bfp(const uint8_t* w, const float* x, float* y, int m, int k,
     static const Perm perm;
     for (; rb < r1 / kBlk; ++rb)
       if (!block_row_avx512(w + rb * row_bytes, xl, perm, kb_n, y + rb * kBlk))
+        block_row_exact(w + rb * row_bytes, q, kb_n, y + rb * kBlk);
+  }
+#elif defined(LLAMA_NPU_BFP_AVX2)
+  if (!q.nonfinite) {
+    std::vector<int16_t> xm(q.m.begin(), q.m.end());
+    std::vector<int32_t> ebias(q.e.begin(), q.e.end());
+    for (int32_t& e : ebias) e -= 12;
+    for (; rb < r1 / kBlk; ++rb)
+      if (!block_row_avx2(w + rb * row_bytes, xm.data(), ebias.data(), kb_n, y + rb * kBlk))
         block_row_exact(w + rb * row_bytes, q, kb_n, y + rb * kBlk);
   }
 #endif
