@@ -135,3 +135,24 @@ def write_numpy_checkpoint(out_dir: Path, *, hidden: int = 256, n_heads: int = 4
     write_safetensors(out_dir / "model.safetensors", t)
     write_tokenizer(out_dir, vocab)
     return out_dir
+
+
+def block_float_copy(src: Path, dst: Path) -> Path:
+    """A copy of checkpoint `src` at `dst` with every layer matrix replaced by its block-float values
+    (kernel_builder/block_float.py: what `--weights bfp16` keeps); the embedding / LM head and vectors as they are."""
+    import shutil
+
+    from kernel_builder import block_float
+    from llama_npu.weights import Checkpoint
+    shutil.copytree(src, dst)
+    ck = Checkpoint(src)
+    t = {}
+    for n in ck.refs:
+        a = np.array(ck.get(n))
+        if a.ndim == 2 and n.startswith("model.layers."):
+            a = block_float.quantize(a.astype(np.float32)).astype(a.dtype)
+        t[n] = a
+    for f in dst.glob("*.safetensors"):
+        f.unlink()
+    write_safetensors(dst / "model.safetensors", t)
+    return dst

@@ -8,32 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from checkpoints import write_numpy_checkpoint, write_safetensors
-
-from kernel_builder import block_float
-
-
-def _rounded_copy(src, dst):
-    """The checkpoint with every layer weight replaced by its block-float values (embedding / LM head as they are)."""
-    import shutil
-
-    from llama_npu.weights import Checkpoint
-    shutil.copytree(src, dst)
-    ck = Checkpoint(src)
-    t = {}
-    for n in ck.refs:
-        a = np.array(ck.get(n))
-        if a.ndim == 2 and n.startswith("model.layers."):
-            a = block_float.quantize(a.astype(np.float32)).astype(a.dtype)
-        t[n] = a
-    write_safetensors(dst / "model.safetensors", t)
+from checkpoints import block_float_copy, write_numpy_checkpoint
 
 
 def test_bfp16_engine_against_bf16_engine_on_rounded_weights(tmp_path):
     from llama_npu.engine import Engine
     src = write_numpy_checkpoint(tmp_path / "m", hidden=128, n_heads=4, n_kv_heads=2, ffn=256, n_layers=2,
                                  vocab=256, max_position=256)
-    _rounded_copy(src, tmp_path / "r")
+    block_float_copy(src, tmp_path / "r")
     runs = {}
     for label, path, mode in (("bfp", src, "bfp16"), ("ref", tmp_path / "r", "bf16")):
         eng = Engine.load(str(path), device="emu", buckets=(64,), cache_dir=tmp_path / "k", progress=False,

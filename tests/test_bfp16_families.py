@@ -5,34 +5,16 @@ row of the bf16 run is encoded in the same order), decode stays within the GEMV 
 greedy tokens follow transformers on that checkpoint."""
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
+from checkpoints import block_float_copy
 
-from kernel_builder import block_float
 from test_engine_hf import cosine, gate, hf_greedy, prompt_ids
 from test_families import CASES, TINY
 from tooling import require_module
 
 require_module("torch")
 require_module("transformers")
-
-
-def _rounded_copy(src, dst):
-    from checkpoints import write_safetensors
-    from llama_npu.weights import Checkpoint
-    shutil.copytree(src, dst)
-    ck = Checkpoint(src)
-    t = {}
-    for n in ck.refs:
-        a = np.array(ck.get(n))
-        if a.ndim == 2 and n.startswith("model.layers."):
-            a = block_float.quantize(a.astype(np.float32)).astype(a.dtype)
-        t[n] = a
-    for f in dst.glob("*.safetensors"):
-        f.unlink()
-    write_safetensors(dst / "model.safetensors", t)
 
 
 def _runs(src, rounded, ids, cache, steps=4):
@@ -51,7 +33,7 @@ def _runs(src, rounded, ids, cache, steps=4):
 
 def _check(src, tmp_path, vocab):
     rounded = tmp_path / "rounded"
-    _rounded_copy(src, rounded)
+    block_float_copy(src, rounded)
     ids = prompt_ids(vocab, 13, seed=4)
     runs = _runs(src, rounded, ids, tmp_path / "k")
     np.testing.assert_array_equal(runs["bfp"][0], runs["ref"][0])
