@@ -103,10 +103,7 @@ def shim_fold(acc: Access, loops: tuple[Loop, ...], launch: Region, tiling: tupl
     the fold (AIRSpecializeChannelWrapAndStrideInScfFor); the first one that does not fold stops the folding.
     A loop of the herd or segment that does not fold becomes one task per iteration, each waited for; a loop
     of the launch body (`launch_level`: the A-resident GEMM's W stream) is unrolled with no wait in between, so
-    all its iterations' tasks are in flight at once (the tool's runtime sequence for the 2048x2048x8192 swiglu
-    with an i8 W panel row of 2304 bytes: the run split to 3 x 768, the K loop folded as the 4th dim, the
-    64-trip column-block loop became 64 tasks per W channel before any free: "Allocator exhausted available
-    buffer descriptor IDs"). A
+    all its iterations' tasks are in flight at once (docs/hardware-model.md: 64 per W channel in the tool). A
     launch dim that does not fold is unrolled with no wait in between, so its tasks stay in flight until the
     launch ends - or, under runtime loop tiling (--air-runtime-loop-tiling-sizes), until the end of one tile
     of the launch grid (the tile factor is the largest divisor of the extent not above the tiling size; a
