@@ -128,6 +128,7 @@ class _LaunchAnalyzer(TransferChecks, FlowAccounting):
         shim_flows: list[Flow] = []
         mem_items: dict[Buffer, dict] = {}
         launch_paths = cnt.loop_paths(self.launch.body)
+        self.launch_level = {n for n in launch_paths if isinstance(n, Transfer)}   # unfolded loops: no waits
         segments = [n for n in self.launch.body.nodes if isinstance(n, Region) and n.kind == "segment"]
         # transfers at launch level (outside segments) behave like segment-level ones
         seg_like = [(self.launch.body, launch_paths)] + [(s.body, cnt.loop_paths(s.body)) for s in segments]

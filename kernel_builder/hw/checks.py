@@ -66,5 +66,8 @@ class TransferChecks:
             for s, st in dims:
                 if s > f.bd_max_size or st > f.bd_max_stride:
                     self.violate(tile, "BD wrap/stride", f"{s}/{st}", f"{f.bd_max_size}/{f.bd_max_stride}",
-                                 AIR_TO_AIE, f"{acc.buffer.name}: access pattern {dims}", t.line)
+                                 AIR_TO_AIE, f"{acc.buffer.name}: access pattern {dims} in {acc.buffer.type.dtype} "
+                                 f"elements, contiguous dims merged as the tools merge them: a dim over "
+                                 f"NPU2.bd_max_size = {f.bd_max_size} elements of any width ('Size may not exceed "
+                                 f"1023') or a stride over {f.bd_max_stride}", t.line)
                     break

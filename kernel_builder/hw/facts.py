@@ -56,6 +56,12 @@ class NPU2Facts:
                                            "'Stride may not exceed 1048576')")
     shim_bd_max_size: int = _f(1023, "AIEXDialect.cpp verifyStridesWraps: shim wrap_bits = 10 ('Size 0/1 exceeds "
                                      "the [0:1023] range'); linear contiguous transfers are exempt")
+    air_dma_max_size: int = _f(1023, "mlir-air AIRDependencyScheduleOpt.cpp: air-opt-shim-dma-bds "
+                                     "(applyAIRL3DmaFoldingPatterns) and air-opt-memtile-dma-bds fold loops with "
+                                     "maxSize = 1023 on AIE2 (elements of the memref's type); Util.cpp "
+                                     "canonicalizeWrapAndStrideList splits a larger dim into (outer, inner = its "
+                                     "largest factor <= 1023) and merges neighbours only within it; a contiguous "
+                                     "access (isDefaultDataAccessPattern) is exempt")
     shim_bd_max_stride: int = _f(1 << 20, "AIEXDialect.cpp verifyStridesWraps: shim step_bits = 20")
     bd_max_repeat: int = _f(64, "AIEXDialect.cpp verifyStridesWraps: iter_bits = 6, 'Size 3 exceeds the [1:64] range'")
     transfer_granularity_bytes: int = _f(4, "TM.h getAddressGenGranularity() = 32 bits; AIEDialect.cpp 'transfer "

@@ -39,12 +39,13 @@ class FlowAccounting:
             self._check_side(t, acc, "memtile" if acc.buffer.space == L2 else
                              ("shim" if acc.buffer.space == L3 else "core"), path)
             if acc.buffer.space == L3:
-                in_flight, folded, non_affine, stride, ndims, runs, split = shim_fold(
+                in_flight, folded, non_affine, stride, ndims, runs, split, note = shim_fold(
                     acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, self.facts,
-                    chained_write=inbound and acc.buffer in self.chained_writes)
+                    chained_write=inbound and acc.buffer in self.chained_writes,
+                    launch_level=t in self.launch_level)
                 self._check_shim_access(t, acc, stride, ndims, runs)
                 flow = Flow("S2MM" if inbound else "MM2S", t.line, f"{t.kind} {acc.buffer.name}",
-                            acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine)
+                            acc.nbytes * execs, max(1, execs // max(1, folded)), in_flight, non_affine, note=note)
                 flow.leak = flow.tasks * (split - 1)
                 other = t.src if inbound else t.dst
                 if t.kind == "dma" and other is not None and other.buffer.space == L2:
@@ -63,6 +64,7 @@ class FlowAccounting:
                     same.tasks += flow.tasks
                     same.pieces += flow.pieces
                     same.leak += flow.leak
+                    same.note = same.note or flow.note
                     same.non_affine = same.non_affine or flow.non_affine
                     if acc.buffer.name not in same.what:
                         same.what += f" + {acc.buffer.name}"
@@ -186,7 +188,7 @@ class FlowAccounting:
             groups = n_tiles if not inbound_to_core else n_tiles // shared
             execs = totals[t]
             if space == L3:
-                in_flight, folded, non_affine, stride, ndims, runs, split = shim_fold(
+                in_flight, folded, non_affine, stride, ndims, runs, split, _ = shim_fold(
                     acc, path, self.launch, self.preset.runtime_loop_tiling_sizes, f,
                     chained_write=not inbound_to_core and acc.buffer in self.chained_writes)
                 self._check_shim_access(t, acc, stride, ndims, runs)
@@ -360,7 +362,8 @@ class FlowAccounting:
                 self.violate("shim", "BDs", n, f.shim_bds, AIECC,
                              f"column {col}: {heavy.what} keeps {heavy.pieces} DMA tasks in flight (one per transfer on "
                              f"its channel index and per launch iteration its BD cannot fold, issued before any "
-                             f"wait; runtime loop tiling recycles BDs per tile)", heavy.line)
+                             f"wait; runtime loop tiling recycles BDs per tile)"
+                             + (f"; {heavy.note}" if heavy.note else ""), heavy.line)
                 break
         bad = [x for x in flows if x.non_affine]
         if bad:

@@ -49,6 +49,7 @@ class Flow:
     leak: int = 0        # BDs its tasks leave allocated to the end of the runtime sequence (dma.wrap_split)
     l2: object = None    # the L2 buffer on the other side of a segment DMA: the shim allocator starts at its memory
                          # tile's column (mlir-air ShimDMAAllocator "same_column"); None: packed in program order
+    note: str = ""       # why its loops stayed unfolded (dma.ShimTask.note), quoted when its BDs run out
 
 
 @dataclass
