@@ -19,10 +19,11 @@ description.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Union
 
 from multi_launch_builder.decl import Arg, Launch, ModuleDecl, Role
+from kernel_builder import block_float
 from kernel_builder.presets import AirccPreset
 
 POS = "pos"   # the scalar holding the first row (position) a call works on
@@ -189,6 +190,8 @@ class LayerGraph:
     weights: str = "bf16"    # "q4": linear layers read the 4-bit row format (docs/quantization.md); "bfp16": at
                              # rest in block float (kernel_builder/block_float.py)
     q4_group: int = 32       # its group size (32: GGUF Q4_0/Q4_1 and RTN; 128: AWQ/GPTQ checkpoints)
+    act_formats: dict = field(default_factory=dict)   # activation -> "bfp16": kept in block float in the phase
+                             # being lowered (set by `lower` from the rules' ACTIVATION_FORMATS; default bf16)
 
     def width(self, tensor: str) -> int:
         if tensor == self.input:
@@ -197,6 +200,20 @@ class LayerGraph:
             if op.out == tensor:
                 return op.width
         raise ValueError(f"tensor {tensor!r} is produced by no op and is not the layer input")
+
+    def act_format(self, tensor) -> str:
+        """The element format of an activation in the phase being lowered: "bfp16" (kernel_builder/block_float.py)
+        or the graph's dtype."""
+        return self.act_formats.get(tensor, self.dtype) if is_activation(tensor) else self.dtype
+
+    def act_arg(self, name: str, rows: int, width: int, role: Role, **kw) -> Arg:
+        """The Arg of activation `name` ([rows, width]): in block float, its bytes [rows/8, 9*width] (i8)."""
+        if self.act_formats.get(name) == "bfp16":
+            return Arg(name, block_float.shape(rows, width), role, "i8", **kw)
+        return Arg(name, (rows, width), role, self.dtype, **kw)
+
+
+ACTIVATION_FORMATS = "activation_formats"   # the rules' key of (ops, phase, graph) -> {activation: format}
 
 
 # A lowering rule: (op, phase, graph) -> (kernel text factory, wiring in the kernel's canonical order, the
@@ -216,6 +233,9 @@ def lower(graph: LayerGraph, phase: Phase, rules: dict[str, Rule], segments: lis
     if sorted(covered) != sorted(by_out):
         raise ValueError(f"phase {phase.name}: segments cover {covered}, the graph has {list(by_out)}")
     planned = [(seg, name, _fuse([by_out[o] for o in outs], graph, phase, rules)) for seg, name, outs in segments]
+    if ACTIVATION_FORMATS in rules:   # which activations this phase keeps in another format (block float)
+        graph = replace(graph, act_formats=rules[ACTIVATION_FORMATS]([o for _, _, ops in planned for o in ops],
+                                                                     phase, graph))
     producer = {op.out: i for i, (_, _, ops) in enumerate(planned) for op in ops if not op.into}
     consumers: dict[str, set[int]] = {}
     for i, (_, _, ops) in enumerate(planned):
@@ -301,7 +321,7 @@ def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules
         for t in op.ins:
             if not is_activation(t) or t in local or t in args:
                 continue
-            add(Arg(t, (rows, graph.width(t)), Role.INPUT, graph.dtype))
+            add(graph.act_arg(t, rows, graph.width(t), Role.INPUT))
             inputs[t] = _source(t, graph, producer, taken, steps, i)
         build, wiring, extra, *pre = rules[op.kind](op, phase, graph)
         for a in extra:
@@ -312,7 +332,7 @@ def _module(i: int, ops: list, name: str, phase: Phase, graph: LayerGraph, rules
             add(Arg(op.out, (rows, op.width), Role.STATE, graph.dtype, state=op.into, at=POS))
         else:
             later = any(j != i for j in consumers.get(op.out, ())) or op.out in graph.outputs
-            add(Arg(op.out, (rows, op.width), Role.OUTPUT if later else Role.INTERMEDIATE, graph.dtype))
+            add(graph.act_arg(op.out, rows, op.width, Role.OUTPUT if later else Role.INTERMEDIATE))
         launches.append(Launch(op.out, build, wiring))
     scalars = sorted({a.name for a in args.values() if a.role is Role.SCALAR}
                      | {a.at for a in args.values() if a.role is Role.STATE and a.at and isinstance(a.at, str)})

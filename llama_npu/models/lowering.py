@@ -14,7 +14,7 @@ from kernel_builder import block_float
 from kernel_builder.gemm_q4.plan import prefer_l1
 from kernel_builder.gemv_q4.format import Q4Layout
 
-from .graph import KV0, KV_POS, POS, LayerGraph, Op, Phase, is_activation
+from .graph import ACTIVATION_FORMATS, KV0, KV_POS, POS, LayerGraph, Op, Phase, is_activation
 
 Q4_SUFFIX = "_q4"    # the static argument of a weight in the 4-bit row format
 Q8_SUFFIX = "_q8"    # the same layout with 8-bit codes (a GGUF's Q8_0 LM head)
@@ -33,10 +33,45 @@ def _bfp(name: str, n: int, k: int) -> Arg:
     return Arg(name + BFP_SUFFIX, block_float.shape(n, k), Role.STATIC, "i8")
 
 
+def _bfp_kw(graph: LayerGraph, **tensors) -> dict:
+    """The format keywords (a="bfp16", c="bfp16", out="bfp16") of the tensors this phase keeps in block float."""
+    return {k: "bfp16" for k, t in tensors.items() if graph.act_format(t) == "bfp16"}
+
+
+# GEMM phases with block-float weights keep an activation in block float (bytes [rows/8, 9*width], the weights'
+# format) when its producer can write it so and every reader is a GEMM taking it as its A operand: the GEMMs then
+# read 9/16 of the bytes and convert nothing in the core. The values are the ones the GEMMs' in-core conversion of
+# the bf16 activation makes today (block_float.encode of the bf16-rounded result).
+BFP_WRITERS = ("rmsnorm", "linear_swiglu")   # rmsnorm(out="bfp16"), gemm_bfp(c="bfp16")
+BFP_READERS = ("linear", "linear_swiglu")    # gemm_bfp(a="bfp16"): the activation is ins[0]
+
+
+def activation_formats(ops: list[Op], phase: Phase, graph: LayerGraph) -> dict[str, str]:
+    """{activation: "bfp16"} for the phase's ops (every segment's, fused): see BFP_WRITERS / BFP_READERS. None in
+    a decode phase (one row: the GEMVs round their input themselves) or with other weights."""
+    if graph.weights != "bfp16" or phase.rows == 1:
+        return {}
+    readers: dict[str, list[tuple[Op, int]]] = {}
+    for op in ops:
+        for i, t in enumerate(op.ins):
+            if is_activation(t):
+                readers.setdefault(t, []).append((op, i))
+    out = {}
+    for op in ops:
+        if op.into or op.kind not in BFP_WRITERS or op.out in graph.outputs or op.params.get("group") \
+                or (op.kind == "linear_swiglu" and len(op.ins) != 2):
+            continue
+        rs = readers.get(op.out, [])
+        if rs and all(r.kind in BFP_READERS and i == 0 for r, i in rs):
+            out[op.out] = "bfp16"
+    return out
+
+
 def rmsnorm(op: Op, phase: Phase, graph: LayerGraph):
     x, w = op.ins
     group, offset = op.params.get("group", 0), op.params.get("offset", 0)
-    extra = {**({"group": group} if group else {}), **({"offset": offset} if offset else {})}
+    extra = {**({"group": group} if group else {}), **({"offset": offset} if offset else {}),
+             **_bfp_kw(graph, out=op.out)}
     build = kernel("rmsnorm", phase.rows, op.width, op.params["eps"], **extra)
     return build, (x, w.name, op.out), [_static(w.name, (group or op.width,), graph)]
 
@@ -72,7 +107,7 @@ def linear(op: Op, phase: Phase, graph: LayerGraph):
         b = _bfp(w.name, n, k)
         if phase.rows == 1:
             return kernel("gemv_bfp", n, k), (b.name, x, op.out), [b]
-        return kernel("gemm_bfp", phase.rows, k, n), (x, b.name, op.out), [b]
+        return kernel("gemm_bfp", phase.rows, k, n, **_bfp_kw(graph, a=x, c=op.out)), (x, b.name, op.out), [b]
     if phase.rows == 1:
         return kernel("gemv", n, k), (w.name, x, op.out), weight
     return kernel("gemm", phase.rows, k, n), (x, w.name, op.out), weight
@@ -93,7 +128,8 @@ def linear_swiglu(op: Op, phase: Phase, graph: LayerGraph):
     w = op.ins[1]
     if graph.weights == "bfp16":     # the same interleaved [2n, k] weight, at rest in block float
         b = _bfp(w.name, 2 * n, k)
-        return kernel("gemm_bfp", phase.rows, k, n, "swiglu"), (x, b.name, op.out), [b]
+        fmt = _bfp_kw(graph, a=x, c=op.out)
+        return kernel("gemm_bfp", phase.rows, k, n, "swiglu", **fmt), (x, b.name, op.out), [b]
     return kernel("gemm_swiglu", phase.rows, k, n), (x, w.name, op.out), [_static(w.name, (2 * n, k), graph)]
 
 
@@ -231,4 +267,5 @@ RULES = {"rmsnorm": rmsnorm, "linear": linear, "linear_swiglu": linear_swiglu, "
          "swiglu": swiglu, "geglu": swiglu,
          # epilogue fusions (graph._fuse): (first op kind, second op kind) -> the fused op, or None in a phase
          ("linear", "bias_add"): fuse_linear_bias, ("linear", "add"): fuse_linear_residual,
-         ("linear", "swiglu"): fuse_gate_up_swiglu}
+         ("linear", "swiglu"): fuse_gate_up_swiglu,
+         ACTIVATION_FORMATS: activation_formats}
