@@ -1,9 +1,11 @@
 """`--weights bfp16` end to end: every linear layer at rest in block float (kernel_builder/block_float.py), rounded
 once at load; prefill GEMMs are gemm_bfp, decode GEMVs gemv_bfp(_bias); the LM head stays bf16.
 
-On emu the prefill gives exactly the logits of the bf16 engine on a checkpoint holding the rounded weights (gemm_bfp
-multiplies the decoded blocks under the bf16 GEMM's f32 contract); decode also rounds each GEMV's input vector to
-block float (the matrix unit's A operand), so its logits stay within a stated tolerance of that engine's."""
+Against the bf16 engine on a checkpoint holding the rounded weights: the prefill GEMMs' inputs are block float too
+(the RMSNorm and the SwiGLU epilogue write them so, as the NPU's in-core conversion of a bf16 A rounds them: docs/
+block-float.md "Activations"), and decode rounds each GEMV's input vector to block float (the matrix unit's A
+operand), so both stay within a stated tolerance of that engine's logits (7-8 significant bits per group of 8 on
+every linear layer's input)."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,9 +26,8 @@ def test_bfp16_engine_against_bf16_engine_on_rounded_weights(tmp_path):
         for t in (3, 99, 12):             # the same tokens for both: the decode inputs do not diverge
             logits.append(np.asarray(eng.decode_step(t), np.float32))
         runs[label] = logits
-    np.testing.assert_array_equal(runs["bfp"][0], runs["ref"][0])      # prefill: the same bits
-    for a, b in zip(runs["bfp"][1:], runs["ref"][1:]):
-        # decode: each GEMV input rounded to 7-8 significant bits per group of 8 (numerics of gemv_bfp)
+    for a, b in zip(runs["bfp"], runs["ref"]):
+        # each GEMM / GEMV input rounded to 7-8 significant bits per group of 8 (numerics of gemm_bfp, gemv_bfp)
         assert np.abs(a - b).max() <= 0.05 * np.abs(b).max() + 1e-3, np.abs(a - b).max()
         assert np.corrcoef(a, b)[0, 1] > 0.999
 

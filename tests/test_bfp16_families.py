@@ -1,8 +1,8 @@
 """`--weights bfp16` on every family (tiny random checkpoints: Qwen2 with biases tied and untied, Qwen3, Mistral's
-sliding window, Phi-3's fused and partial-rotary rows, Gemma 3): the block-float prefill gives bit for bit the
-logits of the bf16 engine on the checkpoint holding the rounded layer weights (every fused / interleaved / permuted
-row of the bf16 run is encoded in the same order), decode stays within the GEMV input rounding of it, and the
-greedy tokens follow transformers on that checkpoint."""
+sliding window, Phi-3's fused and partial-rotary rows, Gemma 3): against the bf16 engine on the checkpoint holding
+the rounded layer weights (every fused / interleaved / permuted row of the bf16 run is encoded in the same order)
+the block-float prefill and decode stay within the rounding of the linear layers' inputs to block float (the
+prefill's block-float activations, the GEMV input), and the greedy tokens follow transformers on that checkpoint."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +36,7 @@ def _check(src, tmp_path, vocab):
     block_float_copy(src, rounded)
     ids = prompt_ids(vocab, 13, seed=4)
     runs = _runs(src, rounded, ids, tmp_path / "k")
-    np.testing.assert_array_equal(runs["bfp"][0], runs["ref"][0])
-    assert all(cosine(a, b) >= 0.999 for a, b in zip(runs["bfp"][1:], runs["ref"][1:]))
+    assert all(cosine(a, b) >= 0.999 for a, b in zip(runs["bfp"], runs["ref"]))
     hf = hf_greedy(rounded, ids, 5)
     assert gate(runs["bfp"], hf) >= 3
     assert all(cosine(a, b) >= 0.99 for a, b in zip(runs["bfp"], hf))
