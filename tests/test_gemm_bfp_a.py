@@ -235,3 +235,34 @@ def test_hardware_model_rejects_an_unchunked_resident_panel(monkeypatch):
     text = _module(256, 576, 576, "none", True, monkeypatch)
     assert text != good
     assert not analyze_module(text).ok
+
+
+def _model_shapes(rows: int) -> list:
+    """q/o, k/v, gate/up+swiglu and down of Llama-3.2-1B, SmolLM2-135M and Llama-3.2-3B at `rows` rows."""
+    out = []
+    for hidden, kv, ffn in ((2048, 512, 8192), (576, 192, 1536), (3072, 1024, 8192)):
+        out += [(rows, hidden, hidden, "none"), (rows, hidden, kv, "none"), (rows, hidden, ffn, "swiglu"),
+                (rows, ffn, hidden, "none")]
+    return out
+
+
+LOWER_CASES = _model_shapes(2048) + [s for r in (64, 256, 1024) for s in _model_shapes(r)[:4]]
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("LLAMA_NPU_AIR_LOWER"),
+                    reason="LLAMA_NPU_AIR_LOWER not set (no mlir-air/mlir-aie lowering here)")
+@pytest.mark.parametrize("shape", LOWER_CASES, ids=lambda s: "x".join(map(str, s[:3])) + "_" + s[3])
+def test_real_lowering(tmp_path, shape):
+    """The a="bfp16" modules through the real pipeline with the hardware model's runtime loop tiling (as
+    `llama-npu check-lowering` lowers them)."""
+    import os
+    from kernel_builder.hw.tune import runtime_tiling
+    from kernel_builder.presets import AirccPreset
+    from kernel_builder.registry import kernel_text
+    from multi_launch_builder.compile.lowering import lower_with_tool
+    text = kernel_text("gemm_bfp", *shape, a="bfp16")
+    src = tmp_path / "gemm_bfp.mlir"
+    src.write_text(text)
+    preset = AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text))
+    res = lower_with_tool(os.environ["LLAMA_NPU_AIR_LOWER"], src, tmp_path / "out", preset.flags(), timeout=1800)
+    assert res.ok, f"{res.stage}: {res.message}"
