@@ -180,7 +180,7 @@ def _module(m, k, n, epi, resident: bool, monkeypatch):
 
 @pytest.mark.parametrize("resident", [False, True], ids=["streamed", "resident"])
 @pytest.mark.parametrize("m,k,n,epi", [(64, 576, 192, "none"), (128, 256, 128, "swiglu")])
-def test_module_on_emu_interp_and_emu_bit_exact(m, k, n, epi, resident, monkeypatch):
+def test_module_on_emu_interp_and_emu_bit_exact(m, k, n, epi, resident, monkeypatch, tmp_path):
     from multi_launch_builder.emulator import air_interp
     from multi_launch_builder.emulator.launch_program import ReferenceExecutor, read_launch_program, run_program
     glu = epi == "swiglu"
@@ -196,6 +196,37 @@ def test_module_on_emu_interp_and_emu_bit_exact(m, k, n, epi, resident, monkeypa
     bufs = [ab, wb, np.zeros((m, n), BF16)]
     run_program(read_launch_program(text), bufs, ReferenceExecutor())
     np.testing.assert_array_equal(np.asarray(bufs[2]).reshape(m, n), want)
+    if resident and not glu:   # the emu devices (i8 buffers, the a_bfp attribute to the reference)
+        from multi_launch_builder.devices.base import Artifact
+        from multi_launch_builder.devices.emu import EmuDevice
+        path = tmp_path / "gemm_bfp.mlir"
+        path.write_text(text)
+        device = EmuDevice()
+        handle = device.load(Artifact(name="gemm_bfp", mlir=path))
+        dbufs = []
+        for x in (ab, wb, np.zeros((m, n), BF16)):
+            dbufs.append(device.alloc(x.nbytes))
+            device.write(dbufs[-1], x)
+        device.run(handle, dbufs)
+        np.testing.assert_array_equal(device.read(dbufs[-1], (m, n), BF16), want)
+
+
+def test_module_runs_the_vector_path_on_the_interpreter(monkeypatch):
+    """emu-interp with LLAMA_NPU_EXTERNALS=aie-host: the herd's maca calls run gemm_bfp.cc's AIE2P path on the L1
+    A and W tiles the module's DMAs cut from the at-rest bytes: the reference's result within the block-float
+    model's accumulation-order slack."""
+    from multi_launch_builder.emulator import air_interp
+    require_tool("g++")
+    m, k, n = 64, 576, 192
+    text = _module(m, k, n, "none", True, monkeypatch)
+    monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "aie-host")
+    rng = np.random.default_rng(12)
+    a, w = _rand(rng, (m, k)), _rand(rng, (n, k), 0.2)
+    ab, wb = block_float.encode(a).view(np.int8), block_float.encode(w).view(np.int8)
+    c = np.zeros((m, n), BF16)
+    air_interp.compile_module(text).run([ab, wb, c])
+    want = gemm_bfp(ab, wb, m=m, k=k, n=n, a_bfp=1).astype(np.float64)
+    assert np.all(np.abs(c.astype(np.float64) - want) <= 2.0**-8 * np.abs(want) + 2.0**-12 * np.abs(want).max())
 
 
 def test_module_refuses_a_bf16_activation():
