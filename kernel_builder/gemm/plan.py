@@ -309,6 +309,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool 
     `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float); `a_format`:
     A's (A_FORMATS; "bfp16" with W in block float: A at rest in block float too, kernel_builder/gemm/a_bfp.py)."""
     check_positive("gemm", m=m, k=k, n=n)
+    a_bfp.check_format(a_format, w_format)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
             raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul micro-kernel on "
