@@ -141,7 +141,6 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     if abfp:
         a2_ty = a_bfp.resident_type(p, k)
     a2 = [s.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
-    a0 = a0 if abfp else m0   # block float: the first block row of a
     for i, buf in enumerate(a2):
         if abfp:
             a_bfp.resident_load(s, p, k, a, a_ty, buf, _plus(s, a0, i * p.tile_m // BLOCK))
