@@ -17,7 +17,6 @@ from kernel_builder import aie_host, block_float
 from kernel_builder.aie_host_runs import unblock
 from kernel_builder.external_costs import external_cost
 from kernel_builder.gemm import builder as gemm_builder, plan as gemm_plan
-from kernel_builder.gemm.external import scratch_elems
 from kernel_builder.gemm_bfp import external as bfp_ext
 from kernel_builder.gemm_bfp.reference import gemm_bfp
 from kernel_builder.instr_counts import Counts
@@ -297,3 +296,12 @@ def test_real_lowering(tmp_path, shape):
     preset = AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text))
     res = lower_with_tool(os.environ["LLAMA_NPU_AIR_LOWER"], src, tmp_path / "out", preset.flags(), timeout=1800)
     assert res.ok, f"{res.stage}: {res.message}"
+
+
+def test_maca_symbol_finds_its_kind():
+    from kernel_builder.externals import family_of_symbol
+    from kernel_builder.registry import spec
+    sym = bfp_ext.gemm_bfp_kernels(64, 64, 64, a="bfp16").mac.symbol
+    assert sym == "gemm_bfp_maca_bf16_m64_k64_n64"
+    assert family_of_symbol(sym)[0] is spec("gemm_bfp").families[0]
+    assert external_cost(sym)[0] is bfp_ext.COSTS[2] and external_cost(sym)[0].writes == (2,)

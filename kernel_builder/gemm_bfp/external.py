@@ -1,7 +1,8 @@
 """The `gemm_bfp` kernel's external C++ kernel (external_kernels/gemm_bfp.cc, which includes gemm.cc): its symbols
 (kernel_builder.gemm.external.gemm_kernels with the "bfp16" W format), the numpy model of its portable path for the
-interpreter (the mac on block_float.decode of the W tile; zero / out / glu / bias are gemm.cc's) and its cost
-descriptor (gemm.cc's counts without the W conversion: gemm_mac_counts(w_at_rest=True)); FAMILY and COSTS register
+interpreter (the mac on block_float.decode of the W tile; the maca, whose A tile is at rest in block float too, on
+both decoded tiles; zero / out / glu / bias are gemm.cc's) and its cost descriptor (gemm.cc's counts without the W
+conversion: gemm_mac_counts(w_at_rest=True), and without any conversion for the maca); FAMILY and COSTS register
 them with the kernel spec."""
 from __future__ import annotations
 
