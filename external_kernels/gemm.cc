@@ -94,23 +94,26 @@ static inline void to_bfp_blocks(const bfloat16 *src, bfp16ebs8 *dst, int count)
 
 // acc += a . w^T on block-float operands in L1: bfp_a [kMB][kKB] and bfp_w [kKB/kWC][kNB][kWC] blocks of 72 bytes
 // (one v64bfp16ebs8 each, rows of w = output columns; K chunks of kWC blocks, one chunk in this file's mac), the
-// register-blocked loop of the mac (gemm_bfp.cc's mac runs it on a weight tile stored in block float at rest)
+// register-blocked loop of the mac (gemm_bfp.cc's mac runs it on a weight tile stored in block float at rest).
+// kAChunked: bfp_a in the w tile's chunked order [kKB/kWC][kMB][kWC] (gemm_bfp.cc's mac on an A tile at rest)
+template <bool kAChunked>
+static constexpr int a_block0(int mb, int c) { return kAChunked ? (c * kMB + mb) * kWC : mb * kKB + c * kWC; }
+
+template <bool kAChunked = false>
 static inline void mac_bfp_blocks(bfp16ebs8 *bfp_a, bfp16ebs8 *bfp_w, float *LLAMA_NPU_RESTRICT acc) {
   for (int mb = 0; mb < kMB; mb += kUM) {
     for (int nb = 0; nb < kNB; nb += 2) {
       float *LLAMA_NPU_RESTRICT c00 = acc + (mb * kNB + nb) * kBlockElems;
       float *LLAMA_NPU_RESTRICT c10 = c00 + kNB * kBlockElems;  // next row block (used when kUM == 2)
-      BfpIn x0s(bfp_a);
-      x0s.seek(mb * kKB);
       Mmul m00(::aie::load_v<kBlockElems>(c00));
       Mmul m01(::aie::load_v<kBlockElems>(c00 + kBlockElems));
       if constexpr (kUM == 2) {
-        BfpIn x1s(bfp_a);
-        x1s.seek((mb + 1) * kKB);
         Mmul m10(::aie::load_v<kBlockElems>(c10));
         Mmul m11(::aie::load_v<kBlockElems>(c10 + kBlockElems));
         for (int c = 0; c < kKB / kWC; ++c) {   // the w blocks of K chunk c: a run of kWC per block row
-          BfpIn y0s(bfp_w), y1s(bfp_w);
+          BfpIn x0s(bfp_a), x1s(bfp_a), y0s(bfp_w), y1s(bfp_w);
+          x0s.seek(a_block0<kAChunked>(mb, c));
+          x1s.seek(a_block0<kAChunked>(mb + 1, c));
           y0s.seek((c * kNB + nb) * kWC);
           y1s.seek((c * kNB + nb + 1) * kWC);
           for (int kb = 0; kb < kWC; ++kb) {
@@ -125,7 +128,8 @@ static inline void mac_bfp_blocks(bfp16ebs8 *bfp_a, bfp16ebs8 *bfp_w, float *LLA
         ::aie::store_v(c10 + kBlockElems, m11.template to_vector<float>());
       } else {
         for (int c = 0; c < kKB / kWC; ++c) {
-          BfpIn y0s(bfp_w), y1s(bfp_w);
+          BfpIn x0s(bfp_a), y0s(bfp_w), y1s(bfp_w);
+          x0s.seek(a_block0<kAChunked>(mb, c));
           y0s.seek((c * kNB + nb) * kWC);
           y1s.seek((c * kNB + nb + 1) * kWC);
           for (int kb = 0; kb < kWC; ++kb) {

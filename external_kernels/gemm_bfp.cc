@@ -16,6 +16,9 @@
 //   mac(a, w, acc, scratch)  acc += a . w^T over this K slice; scratch: TM*TK*9/16 bf16 of L1 where the vector path
 //                            keeps this slice's a blocks converted to block float once per call (as gemm.cc). The w
 //                            blocks are popped straight from the tile (no conversion, the tile is not written).
+//   maca(a, w, acc)          the same with the A tile at rest in block float too (kernel_builder/gemm/a_bfp.py: the
+//                            activation stored like a weight, i8 [m/8, 9k]), in the w tile's chunked order
+//                            [TK/C][TM/8][C/8] blocks: popped as stored, no conversion, no scratch
 // zero / out / glu / bias are gemm.cc's (included below under this kernel's symbol names, one object); gemm.cc's
 // bf16 mac is compiled under a symbol of its own and not called.
 //
@@ -44,6 +47,15 @@ extern "C" void GEMM_BFP_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, uint8_t *LLA
   mac_bfp_blocks(bfp_a, reinterpret_cast<bfp16ebs8 *>(w), acc);
 }
 
+#if defined(GEMM_BFP_MACA_SYMBOL)
+extern "C" void GEMM_BFP_MACA_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT a, uint8_t *LLAMA_NPU_RESTRICT w,
+                                     bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
+  float *LLAMA_NPU_RESTRICT acc = reinterpret_cast<float *>(acc_bytes);
+  // both tiles ARE sequences of v64bfp16ebs8 blocks in the chunked order: read as stored
+  mac_bfp_blocks<true>(reinterpret_cast<bfp16ebs8 *>(a), reinterpret_cast<bfp16ebs8 *>(w), acc);
+}
+#endif
+
 #else  // host scalar path: decode each weight (published layout), f32 accumulation in ascending k
 
 extern "C" void GEMM_BFP_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, uint8_t *LLAMA_NPU_RESTRICT w,
@@ -70,5 +82,34 @@ extern "C" void GEMM_BFP_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, uint8_t *LLA
           *out = s;
         }
 }
+
+#if defined(GEMM_BFP_MACA_SYMBOL)
+// the scalar path of the A-at-rest mac: both operands decoded (published layout, chunked order), exact products
+extern "C" void GEMM_BFP_MACA_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT a, uint8_t *LLAMA_NPU_RESTRICT w,
+                                     bfloat16 *LLAMA_NPU_RESTRICT acc_bytes) {
+  float *acc = reinterpret_cast<float *>(acc_bytes);
+  for (int mb = 0; mb < kMB; ++mb)
+    for (int nb = 0; nb < kNB; ++nb)
+      for (int r = 0; r < kBlock; ++r)
+        for (int q = 0; q < kBlock; ++q) {
+          float *out = acc + static_cast<long>(mb * kNB + nb) * kBlockElems + r * kBlock + q;
+          float s = *out;
+          for (int kb = 0; kb < kKB; ++kb) {
+            const long ablk = (static_cast<long>(kb / kWC) * kMB + mb) * kWC + kb % kWC;
+            const long wblk = (static_cast<long>(kb / kWC) * kNB + nb) * kWC + kb % kWC;
+            const uint8_t *ar = a + ablk * kBfpBlockBytes + r * kBfpRowBytes;
+            const uint8_t *wr = w + wblk * kBfpBlockBytes + q * kBfpRowBytes;
+            const int ea = static_cast<int>(ar[0]) - 127 - 6, ew = static_cast<int>(wr[0]) - 127 - 6;
+            for (int c = 0; c < kBlock; ++c) {
+              // each decoded value has at most 8 significant bits: the product (<= 16 bits) is exact in f32
+              const float av = std::ldexp(static_cast<float>(static_cast<int8_t>(ar[1 + c])), ea);
+              const float wv = std::ldexp(static_cast<float>(static_cast<int8_t>(wr[1 + c])), ew);
+              s += av * wv;
+            }
+          }
+          *out = s;
+        }
+}
+#endif
 
 #endif

@@ -47,6 +47,7 @@ channel index pairs with the i-th get on each of its destinations (AIR channels 
 from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
+import kernel_builder.gemm.a_bfp as a_bfp
 from kernel_builder.gemm import plan as gemm_plan
 from kernel_builder.gemm.external import BFP_COL_BYTES as BFP_ROW, bfp_chunk_k, gemm_kernels, scratch_elems
 
@@ -56,20 +57,24 @@ KINDS = {"none": "gemm", "swiglu": "gemm_swiglu", "bias": "gemm_bias"}   # epilo
 BFP_KINDS = {"none": "gemm_bfp", "swiglu": "gemm_bfp", "bias": "gemm_bfp_bias"}   # the "bfp16" W format's kinds
 
 
-def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16") -> str:
+def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16", a_format: str = "bf16") -> str:
     """The module of c[m, n]: arguments (a, w, c) (w: [2n, k] with the swiglu epilogue); (a, w, b, c)
     with the bias epilogue (b: [1, n]). w_format "bfp16" (kind gemm_bfp): w is the block-float encoding of that
     weight, i8 [rows/8, 9k] (kernel_builder/block_float.py), and the W panels and tiles move as whole 72-byte
-    blocks (no re-blocking: a block row's slice is one contiguous run)."""
-    p = gemm_plan.plan_gemm(m, k, n, epilogue, w_format=w_format)
+    blocks (no re-blocking: a block row's slice is one contiguous run). a_format "bfp16" (with W in block float): a
+    is i8 [m/8, 9k] at rest in block float too and moves likewise (kernel_builder/gemm/a_bfp.py)."""
+    p = gemm_plan.plan_gemm(m, k, n, epilogue, w_format=w_format, a_format=a_format)
     bfp = w_format == "bfp16"
-    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, w_format)
+    abfp = a_format == "bfp16"
+    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, w_format, a_format)
     epi = ext.epilogue(epilogue)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
     if epilogue == "swiglu":   # one [2n, k] weight: gate and up rows interleaved by 8 (gemm_swiglu/layout.py)
         w_ty = memref([2 * n, k])
     if bfp:
         w_ty = memref([p.w_per_out * n // BLOCK, BFP_ROW * k], "i8")
+    if abfp:
+        a_ty = a_bfp.l3_type(m, k)
     types = [a_ty, w_ty] + ([memref([1, n])] if epilogue == "bias" else []) + [c_ty]
     acc_ty = memref([2 * p.tile_m * p.tile_n], "bf16", L1)   # the f32 accumulator's bytes
     a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
@@ -77,11 +82,13 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
         w1_ty = memref([p.w_bytes(p.tile_n, p.tile_k)], "i8", L1)
     b1_ty = memref([p.tile_n], "bf16", L1)
     s1_ty = memref([scratch_elems(p.tile_m, p.tile_k)], "bf16", L1)   # the mac's block-float copy of a
+    if abfp:   # A at rest in block float: no scratch
+        a1_ty, s1_ty = a_bfp.l1_type(p), None
 
     kind = (BFP_KINDS if bfp else KINDS)[epilogue]
     mod = Module(kind, types)
     mod.declare(ext.zero.symbol, ext.obj, [acc_ty])
-    mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty, s1_ty])
+    mod.declare(ext.mac.symbol, ext.obj, [a1_ty, w1_ty, acc_ty] + ([s1_ty] if s1_ty else []))
     mod.declare(epi.symbol, ext.obj, [acc_ty] + ([b1_ty] if epilogue == "bias" else []))
     grid = [p.herd_m, p.herd_n]
     ch_a = mod.channel("gemm_a", [p.herd_m, 1], grid)   # herd row i: one put, herd_n gets
@@ -89,7 +96,8 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     ch_c = mod.channel("gemm_c", grid)                  # tile (i, j) -> its herd row's C panel
     la = launch(mod.body, [m // p.bm, 1 if p.a_resident else n // p.bn_out], list(zip(mod.args, types)),
                 [attr_dict(kind, {"m": m, "k": k, "n": n,
-                                  **({"glu": epilogue == "swiglu"} if kind == "gemm_bfp" else {})})])
+                                  **({"glu": epilogue == "swiglu"} if kind == "gemm_bfp" else {}),
+                                  **({"a_bfp": 1} if abfp else {})})])
     ch_w = _stream_w(la.body, p, k, n, la.args[1], w_ty, mod) if p.a_resident else None
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body
@@ -97,7 +105,8 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     bias = ws.pop() if epilogue == "bias" else None
     m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.launch_n())
     if p.a_resident:
-        h = _resident(s, p, k, n, (a, a_ty, c, c_ty), m0, (ch_a, ch_b, ch_c, ch_w), ext)
+        h = _resident(s, p, k, n, (a, a_ty, c, c_ty), m0, (ch_a, ch_b, ch_c, ch_w), ext,
+                      a0=s.muli(bi, p.bm // BLOCK) if abfp else None)
         _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c, n // p.bn_out)
         return mod.text()
     if bias is not None:
@@ -105,14 +114,15 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     w0 = n0 if p.w_per_out == 1 else s.muli(bj, p.w_per_out * p.launch_n())   # the launch point's first W row
     if bfp:   # ... as an 8-row block row of the block-float weight
         w0 = s.muli(bj, p.w_per_out * p.launch_n() // BLOCK)
-    _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, m0, w0, ch_a, ch_b)
+    a0 = s.muli(bi, p.bm // BLOCK) if abfp else m0   # block float: the launch point's first block row of a
+    _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, a0, w0, ch_a, ch_b)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
     _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
     _drain(s, p, n, c, c_ty, m0, n0, ch_c)
     return mod.text()
 
 
-def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, chans: tuple, ext):
+def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, chans: tuple, ext, a0=None):
     """A resident in L2 (plan.a_resident): one launch point per BM row block; per herd row its whole [tile_m, k]
     A panel is loaded once; a loop over the n / bn_out column blocks streams the W panels through L2 per K step,
     and a loop nest of its own re-sends the A slices from the resident panel; after the herd (which loops over the
@@ -120,20 +130,30 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     in L2 (`_preblocked`: the memory tile's S2MM writes the rows into 8x8 blocks), so a tile_k slice is two dims
     and the loops over the slices fold into one memory-tile BD (mlir-air air-opt-memtile-dma-bds folds a loop
     only into a pattern of at most three dims and unrolls the rest: with the 4-dim [rows/8][tile_k/8][8][8]
-    slices every A and W slice of every column block became a BD of its own). Returns the herd."""
+    slices every A and W slice of every column block became a BD of its own). `a0`: A in block float, the launch
+    point's first block row of a (kernel_builder/gemm/a_bfp.py). Returns the herd."""
     a, a_ty, c, c_ty = args
     ch_a, ch_b, ch_c, ch_w = chans
     k2 = p.tile_k_l2
     a2_ty, w2_ty = memref([p.tile_m, k], "bf16", L2), _w_l2_type(p, k2)
     c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
+    abfp = p.a_format == "bfp16"   # block float: the panel stored chunk-major, a slice is one contiguous run
+    if abfp:
+        a2_ty = a_bfp.resident_type(p, k)
     a2 = [s.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     for i, buf in enumerate(a2):
+        if abfp:
+            a_bfp.resident_load(s, p, k, a, a_ty, buf, _plus(s, a0, i * p.tile_m // BLOCK))
+            continue
         s.dma(buf, a2_ty, _preblocked(p.tile_m, k), a, a_ty,
               ([_plus(s, m0, i * p.tile_m), 0], [p.tile_m, k], [k, 1]))
     al, _ = s.for_(0, n, p.bn_out, "na")
-    sl, kb = al.for_(0, k // BLOCK, p.tile_k // BLOCK, "ka")
-    for i, buf in enumerate(a2):
-        sl.channel_put(ch_a, [i, 0], buf, a2_ty, _slice(p.tile_m, p.tile_k, k, kb))
+    if abfp:
+        a_bfp.resident_puts(al, p, k, a2, ch_a)
+    else:
+        sl, kb = al.for_(0, k // BLOCK, p.tile_k // BLOCK, "ka")
+        for i, buf in enumerate(a2):
+            sl.channel_put(ch_a, [i, 0], buf, a2_ty, _slice(p.tile_m, p.tile_k, k, kb))
     # the W panels of every (column block, K step) in one flat loop: a loop of its own around the K loop would be
     # unrolled by the tool (only the loop holding the panel allocations stays a ping-pong loop)
     kl, _ = s.for_(0, (n // p.bn_out) * (k // k2), 1, "wq")
@@ -266,12 +286,17 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
     k2 = p.tile_k_l2
     bfp = p.w_format == "bfp16"   # block float: rows and columns of w in block rows and bytes (9 per column)
     a2_ty, w2_ty = memref([p.tile_m, k2], "bf16", L2), _w_l2_type(p, k2)
+    abfp = p.a_format == "bfp16"   # A in block float: block rows and bytes, like W (kernel_builder/gemm/a_bfp.py)
+    if abfp:
+        a2_ty = a_bfp.panel_type(p, k2)
     kl, kp = s.for_(0, k, k2, "kp")
     a2 = [kl.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     w2 = [kl.alloc("w_l2", w2_ty) for _ in range(p.herd_n)]
     kp_bytes = kl.muli(kp, BFP_ROW) if bfp else None   # the K step's first byte in each block row
     for kind, i, q in gemm_plan.load_order(p):
-        if kind == "a":
+        if kind == "a" and abfp:
+            a_bfp.load(kl, p, k, k2, a, a_ty, a2[i], _plus(kl, m0, i * p.tile_m // BLOCK), kp_bytes)
+        elif kind == "a":
             kl.dma(a2[i], a2_ty, None, a, a_ty, ([_plus(kl, m0, i * p.tile_m), kp], [p.tile_m, k2], [k, 1]))
         elif bfp:   # W part q: block rows [q*part_rows/8, +part_rows/8) of herd column i's panel
             rows = p.part_rows // BLOCK
@@ -283,9 +308,12 @@ def _stage_panels(s, p: gemm_plan.GemmPlan, k: int, n: int, a: str, a_ty: str, w
             dst = None if p.w_parts == 1 else ([q * p.part_rows, 0], [p.part_rows, k2], [k2, 1])
             kl.dma(w2[i], w2_ty, dst, ws[0], w_ty, ([row, kp], [p.part_rows, k2], [k, 1]))
     sl, kb = kl.for_(0, k2 // BLOCK, p.tile_k // BLOCK, "kb")
+    wb = sl.muli(kb, BFP_ROW * BLOCK) if bfp and abfp else None   # (A in block float: needed first)
     for i, buf in enumerate(a2):
-        sl.channel_put(ch_a, [i, 0], buf, a2_ty, _blocked(p.tile_m, p.tile_k, k2, kb))
-    wb = sl.muli(kb, BFP_ROW * BLOCK) if bfp else None   # the slice's first byte in each block row
+        sl.channel_put(ch_a, [i, 0], buf, a2_ty, a_bfp.slice_(p, k2, wb) if abfp
+                       else _blocked(p.tile_m, p.tile_k, k2, kb))
+    if bfp and not abfp:
+        wb = sl.muli(kb, BFP_ROW * BLOCK)   # the slice's first byte in each block row
     for j, buf in enumerate(w2):
         sl.channel_put(ch_b, [0, j], buf, w2_ty, _bfp_slice(p, k2, wb) if bfp else _blocked(p.tile_n, p.tile_k, k2, kb))
     for buf in a2:
@@ -301,10 +329,11 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: s
     acc_ty, a1_ty, w1_ty, b1_ty, s1_ty = types
     tx, ty = h.ids
     acc = h.body.alloc("acc_l1", acc_ty)
-    scratch = h.body.alloc("bfp_l1", s1_ty)
+    scratch = h.body.alloc("bfp_l1", s1_ty) if s1_ty else None   # none with A in block float
     if blocks:   # used only inside the loop: air-fuse-alloc-dealloc would move them in, to be ping-ponged
         h.body.pin_to_scope(acc, acc_ty)
-        h.body.pin_to_scope(scratch, s1_ty)
+        if scratch:
+            h.body.pin_to_scope(scratch, s1_ty)
     body = h.body.for_(0, blocks, 1, "nb")[0] if blocks else h.body
     bias = None
     if epi is ext.bias:
@@ -315,13 +344,14 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: s
     a1, w1 = kl.alloc("a_l1", a1_ty), kl.alloc("w_l1", w1_ty)
     kl.channel_get(ch_a, [tx, ty], a1, a1_ty, None)
     kl.channel_get(ch_b, [tx, ty], w1, w1_ty, None)
-    kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty), (scratch, s1_ty)])
+    kl.call(ext.mac.symbol, [(a1, a1_ty), (w1, w1_ty), (acc, acc_ty)] + ([(scratch, s1_ty)] if scratch else []))
     kl.dealloc(a1, a1_ty)
     kl.dealloc(w1, w1_ty)
     body.call(epi.symbol, [(acc, acc_ty)] + ([(bias, b1_ty)] if bias else []))
     body.channel_put(ch_c, [tx, ty], acc, acc_ty, ([0], [p.tile_m * p.out_n], [1]))
     h.body.dealloc(acc, acc_ty)
-    h.body.dealloc(scratch, s1_ty)
+    if scratch:
+        h.body.dealloc(scratch, s1_ty)
     if bias:
         body.dealloc(bias, b1_ty)
 

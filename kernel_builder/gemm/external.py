@@ -41,6 +41,7 @@ class GemmKernels(NamedTuple):
 
 
 W_FORMATS = ("bf16", "bfp16")   # the W tile's format in L1: bf16 8x8 blocks, or block float at rest (gemm_bfp.cc)
+A_FORMATS = ("bf16", "bfp16")   # the A tile's: bf16 8x8 blocks (converted in the core), or block float at rest
 BFP_COL_BYTES = 9                # bytes per weight column of an 8-row block row in block float (72 per 8x8 block)
 
 
@@ -51,7 +52,7 @@ def bfp_chunk_k(tile_k: int) -> int:
     return max(c for c in range(8, tile_k + 1, 8) if tile_k % c == 0 and BFP_COL_BYTES * c <= NPU2.bd_max_size)
 
 
-def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16") -> GemmKernels:
+def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16", a: str = "bf16") -> GemmKernels:
     """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc). The
     accumulator is 2*tile_m*tile_n bf16 (the bytes of tile_m*tile_n f32); every epilogue writes its bf16 tile in
     place over the front of it:
@@ -66,8 +67,14 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16") -> Gemm
     w="bfp16": the object of external_kernels/gemm_bfp.cc (gemm.cc included, its bf16 mac renamed), whose mac takes
     the W tile in block float (blocks of 72 bytes, kernel_builder/block_float.py's layout, in K chunks of
     bfp_chunk_k(tile_k) columns: [tile_k/C][tile_n/8][C/8]): mac(a, w[tile_n*tile_k*9/8] i8, acc, scratch); the
-    other entry points are gemm.cc's.
+    other entry points are gemm.cc's. a="bfp16" (with w="bfp16"): the same object, its mac the entry point whose
+    A tile arrives in block float too, in the W tile's chunked order [tile_k/C][tile_m/8][C/8] (no scratch):
+    mac(a[tile_m*tile_k*9/8] i8, w i8, acc).
     """
+    if a not in A_FORMATS:
+        raise ValueError(f"gemm: unknown A format {a!r} (known: {', '.join(A_FORMATS)})")
+    if a == "bfp16" and w != "bfp16":
+        raise ValueError("gemm: A in block float needs W in block float (gemm_bfp.cc)")
     if w not in W_FORMATS:
         raise ValueError(f"gemm: unknown W format {w!r} (known: {', '.join(W_FORMATS)})")
     check_positive("gemm", tile_m=tile_m, tile_k=tile_k, tile_n=tile_n)
@@ -92,8 +99,11 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16") -> Gemm
         renamed = {f"GEMM_{part.upper()}_SYMBOL": syms[part] for part in parts}
         renamed["GEMM_MAC_SYMBOL"] = f"gemm_bfp_bf16mac_bf16_{tag}"     # gemm.cc's own mac, unused here
         defines = tuple((name, renamed.get(name, v)) for name, v in defines) + (
-            ("GEMM_BFP_MAC_SYMBOL", syms["mac"]), ("GEMM_W_CHUNK_K", str(bfp_chunk_k(tile_k))))
+            ("GEMM_BFP_MAC_SYMBOL", syms["mac"]), ("GEMM_W_CHUNK_K", str(bfp_chunk_k(tile_k))),
+            ("GEMM_BFP_MACA_SYMBOL", f"gemm_bfp_maca_bf16_{tag}"))
         obj, source = f"gemm_bfp_{tag}.o", "gemm_bfp.cc"
+        if a == "bfp16":   # the A-at-rest mac of the same object
+            syms["mac"] = f"gemm_bfp_maca_bf16_{tag}"
 
     def make(symbol: str) -> ExternalKernel:
         return ExternalKernel(symbol=symbol, obj=obj, source=source, defines=defines)
@@ -205,7 +215,7 @@ def _gemm(m, args):
 
 
 def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scratch: bool = True,
-                    w_at_rest: bool = False) -> Counts:
+                    w_at_rest: bool = False, a_at_rest: bool = False) -> Counts:
     """One mac call (gemm.cc): every A block loaded, widened, converted to bfp16ebs8 and stored (72 bytes) once
     into the scratch, every W block likewise once, in place over the W tile; then per (row-block pair or single,
     column-block pair) the 2 x um f32 C blocks are loaded (one widen each); per K block um block-float A blocks
@@ -215,7 +225,8 @@ def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scrat
     converting the A and the W blocks per register block (mlir-air's mm_aie2p.cc 2x2 kernel, which
     benchmarks/hw_calibration.py models the reference design's GEMMs with, converts at least that much).
     `w_at_rest`: gemm_bfp.cc's mac, whose W tile arrives in block float (no W conversion; its 72-byte blocks
-    popped straight from the tile by the same loop)."""
+    popped straight from the tile by the same loop); `a_at_rest`: its maca, whose A tile arrives in block float too
+    (no conversion at all: only the register-blocked loop)."""
     if not block_float:
         raise ValueError("gemm.cc's vector path is block-float only (it requires "
                          "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16=1)")
@@ -228,7 +239,8 @@ def gemm_mac_counts(tm: int, tk: int, tn: int, block_float: bool = True, a_scrat
     if not a_scratch:
         per_k = convert * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
         return ((load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb) * iters
-    once = (convert + Counts(vstore=2, vstore_bytes=bfp)) * (mb * kb + (0 if w_at_rest else nb * kb))   # A, W
+    once = (convert + Counts(vstore=2, vstore_bytes=bfp)) * ((0 if a_at_rest else mb * kb)
+                                                             + (0 if w_at_rest else nb * kb))   # A, W
     per_k = Counts(vload=2, vload_bytes=bfp) * (um + 2) + Counts(mmul_bfp16_8x8x8=1) * (2 * um)
     per_iter = (load(blk, 4) + conv() + store(blk, 4)) * (2 * um) + per_k * kb
     return once + per_iter * iters

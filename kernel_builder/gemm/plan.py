@@ -19,6 +19,7 @@ from fractions import Fraction
 from kernel_builder.external_costs import call_counts
 from kernel_builder.block_float import BLOCK_BYTES as BFP_BLOCK_BYTES
 from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, W_FORMATS, gemm_kernels, scratch_elems
+import kernel_builder.gemm.a_bfp as a_bfp
 from kernel_builder.hw import cost, memtile_place
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
@@ -67,6 +68,8 @@ class GemmPlan:
                               # while the segment loops over the column blocks (A read from DDR once)
     w_format: str = field(default="bf16", kw_only=True)   # W_FORMATS: "bfp16" = W at rest in block float (gemm_bfp:
                               # 72 bytes per 8x8 block instead of 128, kernel_builder/block_float.py)
+    a_format: str = field(default="bf16", kw_only=True)   # A_FORMATS: "bfp16" = A at rest in block float too (i8
+                              # [m/8, 9k], the weights' layout): no in-core conversion, no scratch (gemm/a_bfp.py)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -81,6 +84,7 @@ class GemmPlan:
             raise ValueError("gemm plan: a resident A panel needs k, one W part, no spread and no bias")
         if self.w_format not in W_FORMATS:
             raise ValueError(f"gemm plan: unknown W format {self.w_format!r} (known: {', '.join(W_FORMATS)})")
+        a_bfp.check_format(self.a_format, self.w_format)
 
     @property
     def w_block_bytes(self) -> int:
@@ -90,6 +94,15 @@ class GemmPlan:
     def w_bytes(self, rows: int, cols: int) -> int:
         """Bytes of [rows, cols] of W in its format (whole 8x8 blocks)."""
         return rows * cols * self.w_block_bytes // (BLOCK_ROWS * BLOCK_ROWS)
+
+    @property
+    def a_block_bytes(self) -> int:
+        """Bytes of one 8x8 A block: 128 in bf16, 72 in block float."""
+        return BFP_BLOCK_BYTES if self.a_format == "bfp16" else BF16 * BLOCK_ROWS * BLOCK_ROWS
+
+    def a_bytes(self, rows: int, cols: int) -> int:
+        """Bytes of [rows, cols] of A in its format (whole 8x8 blocks)."""
+        return rows * cols * self.a_block_bytes // (BLOCK_ROWS * BLOCK_ROWS)
 
     @property
     def out_n(self) -> int:
@@ -135,9 +148,9 @@ class GemmPlan:
         the mac's block-float copy of the A tile and, with the bias epilogue, the tile's bias slice."""
         c = self.copies(self.tile_k)   # ping-pong copies of the tiles of the herd's K loop
         return {"acc_f32": F32 * self.tile_m * self.tile_n,
-                "a_tiles": c * BF16 * self.tile_m * self.tile_k,
+                "a_tiles": c * self.a_bytes(self.tile_m, self.tile_k),
                 "w_tiles": c * self.w_bytes(self.tile_n, self.tile_k),
-                "a_bfp16": BF16 * scratch_elems(self.tile_m, self.tile_k),
+                "a_bfp16": 0 if self.a_format == "bfp16" else BF16 * scratch_elems(self.tile_m, self.tile_k),
                 "bias": BF16 * self.tile_n if self.epilogue == "bias" else 0}
 
     def l1_bytes(self) -> int:
@@ -148,7 +161,7 @@ class GemmPlan:
         herd_n x w_parts W panel parts and herd_m C row panels (and herd_n bias slices), each its own allocation
         (so each fits one memory tile)."""
         c = self.copies(self.tile_k_l2)
-        a_panel = BF16 * self.tile_m * (self.k if self.a_resident else c * self.tile_k_l2)
+        a_panel = self.a_bytes(self.tile_m, self.k if self.a_resident else c * self.tile_k_l2)
         sizes = {"a_panel": a_panel,
                  "w_panel": c * self.w_bytes(self.tile_n, self.tile_k_l2),
                  "c_panel": BF16 * self.tile_m * self.bn_out}   # resident: one copy, pinned outside its drain loop
@@ -176,7 +189,7 @@ class GemmPlan:
             dims = 3 if blocked else sum(1 for d in (rows // 8, self.tile_k // 8, 8, 8) if d > 1)
             slices = self.tile_k_l2 // self.tile_k if dims > 3 else 1
             return self.copies(self.tile_k_l2) * slices
-        return {"a_put": put(self.tile_m), "w_put": put(self.tile_n, self.w_format == "bfp16"),
+        return {"a_put": put(self.tile_m, self.a_format == "bfp16"), "w_put": put(self.tile_n, self.w_format == "bfp16"),
                 "panel_load": self.copies(self.tile_k_l2),
                 "drain": 1, "c_write": 1}
 
@@ -250,7 +263,7 @@ class GemmPlan:
         """DDR bytes read by one GEMM of n output columns: each launch block reads its A row block and W row
         block(s) once (the panels are broadcast on chip), so A is read n/bn_out times and each W m/BM times."""
         weights = 2 if self.epilogue == "swiglu" else 1
-        return (BF16 * m * k * (1 if self.a_resident else n // self.bn_out)
+        return (self.a_bytes(m, k) * (1 if self.a_resident else n // self.bn_out)
                 + self.w_bytes(weights * n, k) * (m // self.bm))
 
 
@@ -260,7 +273,7 @@ def _a_folds(p: GemmPlan, k: int, n: int) -> bool:
     even tile that fourth dim stops the fold before the row dim, whose stride is BM rows of a (BM * k elements);
     an odd or single column extent lets the row dim fold (kernel_builder.hw.dma.shim_fold)."""
     cols = 1 if p.a_resident else n // p.bn_out
-    return p.bm * k <= SHIM_MAX_STRIDE_BF16 or cols % 2 == 0
+    return p.a_bytes(p.bm, k) <= SHIM_MAX_STRIDE_BF16 * BF16 or cols % 2 == 0
 
 
 def _gemm_fits(p: GemmPlan, k: int) -> bool:
@@ -279,6 +292,8 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     # come in K chunks of runs within NPU2.bd_max_size (gemm/external.py bfp_chunk_k).
     if p.w_format == "bfp16" and p.w_bytes(BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size:
         return False
+    if p.a_format == "bfp16" and not a_bfp.fits(p, k):   # the same rules for A in block float
+        return False
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.w_bytes(p.w_per_out * p.launch_n(), k) <= SHIM_MAX_STRIDE_BF16 * BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
@@ -287,12 +302,14 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
 
 
 def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool | None = None,
-              w_format: str = "bf16") -> GemmPlan:
+              w_format: str = "bf16", a_format: str = "bf16") -> GemmPlan:
     """The fastest fitting plan for c[m, n] (n output columns; with the swiglu epilogue each tile computes the
     gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs). `resident`: whether
     A-resident plans are candidates (None: A_RESIDENT; False: the streamed plans only, as upstream designs).
-    `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float)."""
+    `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float); `a_format`:
+    A's (A_FORMATS; "bfp16" with W in block float: A at rest in block float too, kernel_builder/gemm/a_bfp.py)."""
     check_positive("gemm", m=m, k=k, n=n)
+    a_bfp.check_format(a_format, w_format)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
             raise ValueError(f"gemm: {name}={v} must be a multiple of {q} (AIE2P bf16 matmul micro-kernel on "
@@ -322,7 +339,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool 
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
                                     w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res,
-                                    w_format=w_format)
+                                    w_format=w_format, a_format=a_format)
                     if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
                         continue
                     if not _gemm_fits(plan, k):
@@ -383,7 +400,7 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
     points = (m // p.bm) * (n // p.bn_out)
     a_loads = m // p.bm if p.a_resident else points    # a resident A panel is loaded once per launch point
     kinds = ["b"] * (p.herd_n if p.epilogue == "bias" else 0) + [kind for kind, _, _ in load_order(p)]
-    nbytes = {"a": BF16 * p.tile_m * k, "w": p.w_bytes(p.part_rows, k), "b": BF16 * p.tile_n}
+    nbytes = {"a": p.a_bytes(p.tile_m, k), "w": p.w_bytes(p.part_rows, k), "b": BF16 * p.tile_n}
     flows = [Flow("MM2S", i, kind, nbytes[kind] * (a_loads if kind == "a" else points), 1, 1,
                   column=i // SHIM_DMA_PER_COL)
              for i, kind in enumerate(kinds)]
@@ -400,7 +417,7 @@ def modeled_seconds(p: GemmPlan, m: int, k: int, n: int, params: cost.CostParams
     points = (m // p.bm) * (n // p.bn_out)
     compute = cost.compute_cycles(tile_counts(p, k, points), params) / params.clock_hz
     # A and W arrive on the core's two S2MM channels, one stream each: the busier one, as the analyzer charges
-    l1 = max(BF16 * p.tile_m * k, p.w_bytes(p.tile_n, k)) * points / params.l2_l1_bytes_per_s
+    l1 = max(p.a_bytes(p.tile_m, k), p.w_bytes(p.tile_n, k)) * points / params.l2_l1_bytes_per_s
     return max(compute, cost.shim_seconds(gemm_flows(p, m, k, n), params), l1)
 
 
@@ -408,5 +425,5 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
     """Instruction counts (cost.ISSUE_KINDS) of `tiles` output tiles of one compute tile: per tile one zero,
     k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
     hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
-    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, p.w_format)
+    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, p.w_format, p.a_format)
     return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.epilogue(p.epilogue), 1)), tiles)

@@ -22,8 +22,8 @@ def check(m: int, k: int, n: int, epilogue: str, kind: str = "gemm_bfp") -> None
                          f"{GEMM_N_MULTIPLE} (the micro-kernel's 8x8 blocks, two column blocks per step)")
 
 
-def build(m: int, k: int, n: int, epilogue: str = "none") -> str:
+def build(m: int, k: int, n: int, epilogue: str = "none", a: str = "bf16") -> str:
     """The module of c[m, n] = a[m, k] . W^T: arguments (a bf16 [m, k], w i8 [n/8, 9k] (swiglu: [2n/8, 9k]),
-    c bf16 [m, n])."""
+    c bf16 [m, n]). a="bfp16": a at rest in block float too, i8 [m/8, 9k] (kernel_builder/gemm/a_bfp.py)."""
     check(m, k, n, epilogue)
-    return gemm_builder.build(m, k, n, epilogue, "bfp16")
+    return gemm_builder.build(m, k, n, epilogue, "bfp16", a)

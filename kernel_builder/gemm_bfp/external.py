@@ -1,7 +1,8 @@
 """The `gemm_bfp` kernel's external C++ kernel (external_kernels/gemm_bfp.cc, which includes gemm.cc): its symbols
 (kernel_builder.gemm.external.gemm_kernels with the "bfp16" W format), the numpy model of its portable path for the
-interpreter (the mac on block_float.decode of the W tile; zero / out / glu / bias are gemm.cc's) and its cost
-descriptor (gemm.cc's counts without the W conversion: gemm_mac_counts(w_at_rest=True)); FAMILY and COSTS register
+interpreter (the mac on block_float.decode of the W tile; the maca, whose A tile is at rest in block float too, on
+both decoded tiles; zero / out / glu / bias are gemm.cc's) and its cost descriptor (gemm.cc's counts without the W
+conversion: gemm_mac_counts(w_at_rest=True), and without any conversion for the maca); FAMILY and COSTS register
 them with the kernel spec."""
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from kernel_builder.gemm import external as gemm_ext
 
 W_FORMAT = "bfp16"
 PARTS = ("zero", "mac", "out", "glu", "bias")
-SYMBOL_RE = r"gemm_bfp_(zero|mac|out|glu)_bf16_m(\d+)_k(\d+)_n(\d+)"   # bias: kind gemm_bfp_bias
+SYMBOL_RE = r"gemm_bfp_(zero|mac|maca|out|glu)_bf16_m(\d+)_k(\d+)_n(\d+)"   # bias: kind gemm_bfp_bias
 
 
-def gemm_bfp_kernels(tile_m: int, tile_k: int, tile_n: int) -> gemm_ext.GemmKernels:
+def gemm_bfp_kernels(tile_m: int, tile_k: int, tile_n: int, a: str = "bf16") -> gemm_ext.GemmKernels:
     """zero / mac / out / glu / bias of one object; mac(a bf16 [tile_m*tile_k], w i8 [tile_n*tile_k*9/8], acc,
-    scratch)."""
-    return gemm_ext.gemm_kernels(tile_m, tile_k, tile_n, W_FORMAT)
+    scratch), or with a="bfp16" the object's maca(a i8 [tile_m*tile_k*9/8], w, acc) (kernel_builder/gemm/a_bfp.py)."""
+    return gemm_ext.gemm_kernels(tile_m, tile_k, tile_n, W_FORMAT, a)
 
 
 def tile_bytes(tile_k: int, tile_n: int) -> int:
@@ -47,9 +48,21 @@ def tile_values(tile: np.ndarray, tk: int, tn: int) -> np.ndarray:
     return block_float.decode(np.ascontiguousarray(rows).reshape(tn // 8, -1), tn, tk)
 
 
+def a_tile(ab: np.ndarray, tile_m: int, tile_k: int, step: int, row_block: int = 0) -> np.ndarray:
+    """The L1 A tile (block-float A at rest, kernel_builder/gemm/a_bfp.py) of K step `step` and rows [8 row_block,
+    +tile_m) cut from at-rest bytes ab [m/8, 9k]: the W tile's chunked order (what the module's DMAs deliver)."""
+    return w_tile(ab[row_block:row_block + tile_m // 8], tile_k, step)
+
+
 def gemm_bfp_model(part: str, tm: int, tk: int, tn: int):
     """The mac: the W tile decoded (block_float.decode: the tile is the at-rest encoding of its [tn, tk] slice),
     then gemm.cc's scalar accumulation (exact products, f32, ascending k); the other entry points are gemm.cc's."""
+    if part == "maca":
+        def maca(a, w, acc):
+            af = tile_values(need_memref(a, "a", tile_bytes(tk, tm), "i8"), tk, tm)
+            wf = tile_values(need_memref(w, "w", tile_bytes(tk, tn), "i8"), tk, tn)
+            gemm_ext.mac_values(af, wf, acc, tm, tn)
+        return maca
     if part != "mac":
         return gemm_ext.gemm_model(part, tm, tk, tn)
 
@@ -63,11 +76,12 @@ def gemm_bfp_model(part: str, tm: int, tk: int, tn: int):
 
 def _work(m, args):
     part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
-    if part != "mac":
+    if part not in ("mac", "maca"):
         return gemm_ext.gemm_work(re.fullmatch(r"gemm_(\w+)_bf16_m(\d+)_k(\d+)_n(\d+)",
                                                f"gemm_{part}_bf16_m{tm}_k{tk}_n{tn}"), args)
     bfp = bfp16_mmul(gemm_bfp_kernels(tm, tk, tn).mac.defines)
-    return CallWork(tm * tk * tn, 0, gemm_ext.gemm_mac_counts(tm, tk, tn, bfp, w_at_rest=True))
+    return CallWork(tm * tk * tn, 0, gemm_ext.gemm_mac_counts(tm, tk, tn, bfp, w_at_rest=True,
+                                                              a_at_rest=part == "maca"))
 
 
 def _cost(part: str, writes: tuple, pure: tuple = ()) -> ExternalCost:
@@ -81,6 +95,7 @@ COSTS = (
     _cost("zero", (0,), (0,)),
     # mac(a, w, acc, scratch): writes the accumulator and the A scratch (the W tile is only read)
     _cost("mac", (2, 3)),
+    _cost("maca", (2,)),   # maca(a, w, acc): A and W tiles only read
     _cost("out", (0,)),
     _cost("glu", (0,)),
 )
