@@ -1,26 +1,28 @@
-// RMSNorm of one 8-row block with its output in block float (the at-rest format of kernel_builder/block_float.py):
+// RMSNorm of 8-row blocks with the output in block float (the at-rest format of kernel_builder/block_float.py):
 //   y = encode(bf16(x * rsqrt(mean(x^2) + eps) * w))      f32 math as rmsnorm.cc, one bf16 RNE rounding, then
 // every 8 consecutive columns of a row share one exponent (bfp16ebs8). Data per call: one column chunk of
-// RMSNORM_BFP_CHUNK columns of the block's 8 rows, x [8][CHUNK] bf16 (row-major, rows CHUNK apart), the weight
-// chunk w [CHUNK], and the chunk's output: CHUNK/8 blocks of 72 bytes (9*CHUNK contiguous bytes of the block row),
+// RMSNORM_BFP_CHUNK columns of a block's 8 rows, x [8][CHUNK] bf16 (row-major, rows CHUNK apart), the weight chunk
+// w [CHUNK], and the chunk's output y: CHUNK/8 blocks of 72 bytes (9*CHUNK contiguous bytes of the block row),
 // block kb = rows 0..7 x columns 8kb..8kb+7, row r at byte 9r: [E, m0..m7].
 // With -DRMSNORM_BFP_OFFSET=1 the weight is (1 + w), added in f32 (Gemma).
 //
-// One entry point per (dim, chunk, offset) (kernel_builder/rmsnorm/bfp_external.py), called twice per chunk:
-//   step(x, w, acc, y, eps, phase, c0)   the chunk of columns [c0, c0 + CHUNK) of the block's 8 rows;
-//     phase 0: their sums of squares into acc [8][32] f32 (32 lanes per row, carried across the chunks of a row;
-//              c0 == 0 starts them); w and y are not touched
-//     phase 1: after every chunk of the block went through phase 0: the chunk normalised and encoded into its
-//              CHUNK/8 blocks at y + 9*c0 (y: the block row, 9*DIM bytes)
+// One entry point per (dim, chunk, blocks, offset) (kernel_builder/rmsnorm/bfp_external.py), called per chunk in
+// two phases: step(x, w, st, y, eps, phase, blk, c0) on columns [c0, c0 + CHUNK) of the tile's block `blk` (of
+// RMSNORM_BFP_BLOCKS); st: f32 [256 + 8*BLOCKS], the 8 rows' 32-lane sums of squares, then r per row of every block.
+//   phase 0: the sums of squares over the chunk (carried across the chunks of a row; c0 == 0 starts them); the
+//            last chunk stores r = invsqrt(mean + eps) of the block's 8 rows in st[256 + 8*blk ..]; y zeroed
+//   phase 1: the chunk normalised with the block's r and encoded into y
 // The lanes and the order of the sums are rmsnorm.cc's (one 32-lane f32 accumulator per row over ascending
-// columns, then reduce_add), and r is its bf16 pair: the bf16 values are rmsnorm.cc's, bit for bit.
+// columns, then reduce_add), and r is used as its bf16 pair: the bf16 values are rmsnorm.cc's, bit for bit.
 #include "kernel_common.h"
 
-#if !defined(RMSNORM_BFP_DIM) || !defined(RMSNORM_BFP_CHUNK) || !defined(RMSNORM_BFP_SYMBOL)
-#error "compile with -DRMSNORM_BFP_DIM -DRMSNORM_BFP_CHUNK -DRMSNORM_BFP_SYMBOL (kernel_builder/rmsnorm/bfp_external.py)"
+#if !defined(RMSNORM_BFP_DIM) || !defined(RMSNORM_BFP_CHUNK) || !defined(RMSNORM_BFP_BLOCKS) || \
+    !defined(RMSNORM_BFP_SYMBOL)
+#error "compile with -DRMSNORM_BFP_DIM -DRMSNORM_BFP_CHUNK -DRMSNORM_BFP_BLOCKS -DRMSNORM_BFP_SYMBOL (kernel_builder/rmsnorm/bfp_external.py)"
 #endif
 LLAMA_NPU_REQUIRE(RMSNORM_BFP_DIM);
 LLAMA_NPU_REQUIRE(RMSNORM_BFP_CHUNK);
+LLAMA_NPU_REQUIRE(RMSNORM_BFP_BLOCKS);
 #ifndef RMSNORM_BFP_OFFSET
 #define RMSNORM_BFP_OFFSET 0
 #endif
@@ -33,6 +35,8 @@ static constexpr int kLanes = 32;               // lanes of a row's sum of squar
 static constexpr int kChunk = RMSNORM_BFP_CHUNK;
 static constexpr int kBlocks = kChunk / 8;      // 8x8 blocks per chunk
 static constexpr float kInvDim = 1.0f / static_cast<float>(RMSNORM_BFP_DIM);
+static constexpr int kAcc = kRows * kLanes;     // st[0, kAcc): the sums of squares; then r per row per block
+static constexpr int kYBytes = 9 * kChunk;      // output bytes per chunk
 
 #if defined(__AIENGINE__)
 
@@ -61,13 +65,18 @@ static inline ::aie::vector<bfloat16, 64> gather_block(const bfloat16 *LLAMA_NPU
                        ::aie::load_v<8>(p + 7 * kChunk));
 }
 
+// after the last chunk of a block: r = invsqrt(mean + eps) of its 8 rows (rmsnorm.cc's reduction and invsqrt)
+static inline void finish_rows(const float *LLAMA_NPU_RESTRICT acc, float *LLAMA_NPU_RESTRICT r_out, float eps) {
+  for (int r = 0; r < kRows; ++r)
+    r_out[r] = ::aie::invsqrt(::aie::reduce_add(::aie::load_v<kLanes>(acc + r * kLanes)) * kInvDim + eps);
+}
+
 static inline void norm(const bfloat16 *LLAMA_NPU_RESTRICT x, const bfloat16 *LLAMA_NPU_RESTRICT w,
-                        const float *LLAMA_NPU_RESTRICT acc, int8_t *LLAMA_NPU_RESTRICT y, float eps) {
-  // per row r = invsqrt(mean + eps) as rmsnorm.cc's bf16 pair, spread over the row's 8 lanes of a block
+                        const float *LLAMA_NPU_RESTRICT r_in, int8_t *LLAMA_NPU_RESTRICT y) {
+  // per row r as rmsnorm.cc's bf16 pair, spread over the row's 8 lanes of a block
   ::aie::vector<bfloat16, 8> hi[kRows], lo[kRows];
   for (int r = 0; r < kRows; ++r) {
-    const float ms = ::aie::reduce_add(::aie::load_v<kLanes>(acc + r * kLanes)) * kInvDim + eps;
-    const float rr = ::aie::invsqrt(ms);
+    const float rr = r_in[r];
     const bfloat16 r_hi = static_cast<bfloat16>(rr);
     const bfloat16 r_lo = static_cast<bfloat16>(rr - static_cast<float>(r_hi));
     hi[r] = ::aie::broadcast<bfloat16, 8>(r_hi);
@@ -103,13 +112,16 @@ static inline void norm(const bfloat16 *LLAMA_NPU_RESTRICT x, const bfloat16 *LL
 }
 
 extern "C" void RMSNORM_BFP_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                   float *LLAMA_NPU_RESTRICT acc, int8_t *LLAMA_NPU_RESTRICT y, float eps,
-                                   int32_t phase, int32_t c0) {
+                                   float *LLAMA_NPU_RESTRICT st, int8_t *LLAMA_NPU_RESTRICT y, float eps,
+                                   int32_t phase, int32_t blk, int32_t c0) {
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  if (phase == 0)
-    ss(x, acc, c0);
-  else
-    norm(x, w, acc, y + 9 * c0, eps);
+  if (phase == 0) {
+    ss(x, st, c0);
+    if (c0 + kChunk == RMSNORM_BFP_DIM) finish_rows(st, st + kAcc + kRows * blk, eps);
+    for (int i = 0; i < kYBytes; i += 32) ::aie::store_v(y + i, ::aie::zeros<int8_t, 32>());
+  } else {
+    norm(x, w, st + kAcc + kRows * blk, y);
+  }
 }
 
 #else  // host scalar path: the reference's f32 operations (sequential sum of squares), then block_float.encode
@@ -142,11 +154,14 @@ static void encode_group(const float *v, int8_t *out) {
   }
 }
 
+static inline void finish_rows(const float *LLAMA_NPU_RESTRICT acc, float *LLAMA_NPU_RESTRICT r_out, float eps) {
+  for (int r = 0; r < kRows; ++r) r_out[r] = 1.0f / std::sqrt(acc[r * kLanes] * kInvDim + eps);
+}
+
 static inline void norm(const bfloat16 *LLAMA_NPU_RESTRICT x, const bfloat16 *LLAMA_NPU_RESTRICT w,
-                        const float *LLAMA_NPU_RESTRICT acc, int8_t *LLAMA_NPU_RESTRICT y, float eps) {
+                        const float *LLAMA_NPU_RESTRICT r_in, int8_t *LLAMA_NPU_RESTRICT y) {
   for (int r = 0; r < kRows; ++r) {
-    const float ms = acc[r * kLanes] * kInvDim + eps;
-    const float rr = 1.0f / std::sqrt(ms);
+    const float rr = r_in[r];
     for (int kb = 0; kb < kBlocks; ++kb) {
       float v[8];
       for (int i = 0; i < 8; ++i) {
@@ -161,12 +176,15 @@ static inline void norm(const bfloat16 *LLAMA_NPU_RESTRICT x, const bfloat16 *LL
 
 
 extern "C" void RMSNORM_BFP_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLAMA_NPU_RESTRICT w,
-                                   float *LLAMA_NPU_RESTRICT acc, int8_t *LLAMA_NPU_RESTRICT y, float eps,
-                                   int32_t phase, int32_t c0) {
-  if (phase == 0)
-    ss(x, acc, c0);
-  else
-    norm(x, w, acc, y + 9 * c0, eps);
+                                   float *LLAMA_NPU_RESTRICT st, int8_t *LLAMA_NPU_RESTRICT y, float eps,
+                                   int32_t phase, int32_t blk, int32_t c0) {
+  if (phase == 0) {
+    ss(x, st, c0);
+    if (c0 + kChunk == RMSNORM_BFP_DIM) finish_rows(st, st + kAcc + kRows * blk, eps);
+    std::memset(y, 0, kYBytes);
+  } else {
+    norm(x, w, st + kAcc + kRows * blk, y);
+  }
 }
 
 #endif

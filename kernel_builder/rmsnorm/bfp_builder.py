@@ -3,23 +3,25 @@ w bf16 [dim] -> y i8 [rows/8, 9*dim], the at-rest format of kernel_builder/block
 block-row major; a block row is 8 rows of x): encode(rmsnorm(x)) with rmsnorm.cc's bf16 values.
 
 launch -> segment -> herd [herd, 1] (kernel_builder.rmsnorm.bfp_plan). The segment stages the weight once in a
-memory-tile buffer (as the bf16 builder). Tile t owns 8-row blocks [t*B, (t+1)*B); per block one call of the
-kernel per phase and column chunk (phase 0 the sums of squares, carried in acc; phase 1 the normalisation + encoding
-into y_l1, the block row's 9*dim bytes), then the block row stored (one contiguous DMA):
-- the 8 rows whole in L1 (plan.chunks == 1): one DMA of the 8*dim contiguous elements and the weight, both phases
-  on them;
-- else a loop over the two phases around a loop over column chunks of C columns: x [8, C] (rows dim apart) and the
-  weight chunk per step (one DMA each: each tile receives two streams, the limit of its S2MM channels), so x
-  crosses the shim twice.
-acc ([8][32] f32) and y_l1 are allocated once at the top of the herd and pinned there (the calls write them; one
-copy each, outside the ping-ponged loops); x and w are allocated in their loop (ping-ponged). Offsets are affine
-in the tile id and the loop ivs; a loop of one trip is not emitted.
+memory-tile buffer (as the bf16 builder). Tile t owns 8-row blocks [t*B, (t+1)*B); the kernel runs per column chunk
+in two phases (phase 0 the sums of squares, carried in st, the last chunk keeping r of the block's rows; phase 1
+the normalisation + encoding into y_l1):
+- the 8 rows whole in L1 (plan.chunks == 1): per block one DMA of its 8*dim contiguous elements and the weight,
+  both phases on them, the block row's 9*dim bytes stored;
+- else phase -> block -> chunk loops: x [8, C] (rows dim apart) and the weight chunk per step (one DMA each: each
+  tile receives two streams, its S2MM channels), the chunk's 9*C bytes stored per step (phase 0 stores zeros that
+  phase 1 overwrites). The phase loop outermost keeps x's shim pattern to four dimensions (chunk columns, 8 rows,
+  chunks, blocks) repeated twice: with the phase inside the block loop the real lowering unrolled blocks x phases
+  into shim BDs and ran out of them ("Allocator exhausted available buffer descriptor IDs" at 1024-2048 rows).
+st and y_l1 are allocated once at the top of the herd and pinned there (the calls write them; one copy each,
+outside the ping-ponged loops); x and w are allocated in their loop (ping-ponged). Offsets are affine in the tile id
+and the loop ivs; a loop of one trip is not emitted.
 """
 from __future__ import annotations
 
 from kernel_builder.block_float import BLOCK, GROUP_BYTES
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
-from kernel_builder.rmsnorm.bfp_external import ACC_ELEMS, rmsnorm_bfp_kernel
+from kernel_builder.rmsnorm.bfp_external import st_elems
 from kernel_builder.rmsnorm.bfp_plan import plan_rmsnorm_bfp
 
 KIND = "rmsnorm"
@@ -27,14 +29,14 @@ KIND = "rmsnorm"
 
 def build_bfp(rows: int, dim: int, eps: float, offset: int = 0) -> str:
     plan = plan_rmsnorm_bfp(rows, dim, offset)
-    ext = rmsnorm_bfp_kernel(dim, plan.chunk, offset)
+    ext = plan.kernel()
     c = plan.chunk
     x_ty, w_ty, y_ty = memref([rows, dim]), memref([dim]), memref([rows // BLOCK, GROUP_BYTES * dim], "i8")
     xl_ty, wl_ty = memref([BLOCK * c], "bf16", L1), memref([c], "bf16", L1)
-    acc_ty, yl_ty = memref([ACC_ELEMS], "f32", L1), memref([GROUP_BYTES * dim], "i8", L1)
+    st_ty, yl_ty = memref([st_elems(plan.kernel_blocks)], "f32", L1), memref([GROUP_BYTES * c], "i8", L1)
     types = [x_ty, w_ty, y_ty]
     mod = Module(KIND, types)
-    mod.declare(ext.symbol, ext.obj, [xl_ty, wl_ty, acc_ty, yl_ty, "f32", "i32", "i32"])
+    mod.declare(ext.symbol, ext.obj, [xl_ty, wl_ty, st_ty, yl_ty, "f32", "i32", "i32", "i32"])
     params = {"rows": rows, "dim": dim, "eps": eps}
     if offset:
         params["offset"] = offset
@@ -50,36 +52,40 @@ def build_bfp(rows: int, dim: int, eps: float, offset: int = 0) -> str:
     sb.dealloc(w2, w2_ty)
     b = h.body
     x, w, y = h.args
-    acc, yl = b.alloc("acc_l1", acc_ty), b.alloc("y_l1", yl_ty)
+    st, yl = b.alloc("st_l1", st_ty), b.alloc("y_l1", yl_ty)
     if plan.blocks_per_tile > 1 or plan.chunks > 1:
-        b.pin_to_scope(acc, acc_ty)   # carried from phase 0 to phase 1 (and across chunks): one copy
+        b.pin_to_scope(st, st_ty)     # carried from phase 0 to phase 1 (and across chunks): one copy
         b.pin_to_scope(yl, yl_ty)     # written by the calls: one copy
     first = b.muli(h.ids[0], plan.blocks_per_tile)
-    blk_loop, i = b.for_(0, plan.blocks_per_tile, 1, "blk") if plan.blocks_per_tile > 1 else (b, 0)
-    blk = blk_loop.addi(first, i) if plan.blocks_per_tile > 1 else first
-
-    def step(lb, phase, c0) -> None:
-        lb.call(ext.symbol, [(xl, xl_ty), (wl, wl_ty), (acc, acc_ty), (yl, yl_ty), (lb.f32(eps), "f32"),
-                             (phase, "i32"), (c0, "i32")])
-
+    many = plan.blocks_per_tile > 1
     if plan.chunks == 1:
-        lb = blk_loop
+        lb, i = b.for_(0, plan.blocks_per_tile, 1, "blk") if many else (b, 0)
+        blk = lb.addi(first, i) if many else first
         xl, wl = lb.alloc("x_l1", xl_ty), lb.alloc("w_l1", wl_ty)
         lb.dma(wl, wl_ty, None, w, w2_ty, ([0], [dim], [1]))
         lb.dma(xl, xl_ty, None, x, x_ty, ([lb.muli(blk, BLOCK * dim)], [BLOCK * dim], [1]))
-        step(lb, lb.i32(0), lb.i32(0))
-        step(lb, lb.i32(1), lb.i32(0))
+        for phase in (0, 1):
+            lb.call(ext.symbol, [(xl, xl_ty), (wl, wl_ty), (st, st_ty), (yl, yl_ty), (lb.f32(eps), "f32"),
+                                 (lb.i32(phase), "i32"), (lb.i32(0), "i32"), (lb.i32(0), "i32")])
+        y_off = lb.muli(blk, GROUP_BYTES * dim)
     else:
-        ph_loop, ph = blk_loop.for_(0, 2, 1, "ph")
-        lb, c0 = ph_loop.for_(0, dim, c, "c")
+        pl, ph = b.for_(0, 2, 1, "ph")
+        bl, i = pl.for_(0, plan.blocks_per_tile, 1, "blk") if many else (pl, 0)
+        blk = bl.addi(first, i) if many else first
+        lb, c0 = bl.for_(0, dim, c, "c")
         xl, wl = lb.alloc("x_l1", xl_ty), lb.alloc("w_l1", wl_ty)
         lb.dma(wl, wl_ty, None, w, w2_ty, ([c0], [c], [1]))
         lb.dma(xl, xl_ty, None, x, x_ty, ([lb.muli(blk, BLOCK), c0], [BLOCK, c], [dim, 1]))
-        step(lb, lb.value("ph_i32", f"arith.index_cast {lb.idx(ph)} : index to i32"),
-             lb.value("c0_i32", f"arith.index_cast {lb.idx(c0)} : index to i32"))
+        cast = [lb.value(f"{nm}_i32", f"arith.index_cast {lb.idx(v)} : index to i32")
+                for nm, v in (("ph", ph), ("blk", i), ("c0", c0))] if many else \
+            [lb.value(f"{nm}_i32", f"arith.index_cast {lb.idx(v)} : index to i32") for nm, v in (("ph", ph),)] \
+            + [lb.i32(0), lb.value("c0_i32", f"arith.index_cast {lb.idx(c0)} : index to i32")]
+        lb.call(ext.symbol, [(xl, xl_ty), (wl, wl_ty), (st, st_ty), (yl, yl_ty), (lb.f32(eps), "f32")]
+                + [(v, "i32") for v in cast])
+        y_off = lb.addi(lb.muli(blk, GROUP_BYTES * dim), lb.muli(c0, GROUP_BYTES))
+    lb.dma(y, y_ty, ([y_off], [GROUP_BYTES * c], [1]), yl, yl_ty, None)
     lb.dealloc(xl, xl_ty)
     lb.dealloc(wl, wl_ty)
-    blk_loop.dma(y, y_ty, ([blk_loop.muli(blk, GROUP_BYTES * dim)], [GROUP_BYTES * dim], [1]), yl, yl_ty, None)
-    b.dealloc(acc, acc_ty)
+    b.dealloc(st, st_ty)
     b.dealloc(yl, yl_ty)
     return mod.text()
