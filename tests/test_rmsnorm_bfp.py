@@ -291,3 +291,16 @@ def test_hardware_model_rejects_a_plan_that_does_not_fit(monkeypatch):
     text = bfp_builder.build_bfp(2048, 2048, EPS)
     rep = analyze_module(text, preset=preset_for_kernels([text]))
     assert not rep.ok and {v.resource for v in rep.violations} == {"L1 bytes"}
+
+
+@pytest.mark.parametrize("rows,dim", [(2048, 2048), (64, 576), (2048, 3072)])
+def test_builder_objects_on_the_host_aie_api(rows, dim):
+    """The objects the builder links at Llama-3.2-1B / SmolLM2-135M / Llama-3.2-3B prefill shapes, driven by
+    kernel_builder.aie_host_runs like every other family (every call of one tile): within the bound, and every
+    call's counts equal the descriptor's (tests/test_kernel_counts)."""
+    from kernel_builder import aie_host_runs as runs
+    from kernel_builder.air_module import read
+    from tests.test_kernel_counts import _check, recorded_calls
+    (obj,) = read(kernel_text("rmsnorm", rows, dim, EPS, out="bfp16")).link_objects
+    assert runs.mismatch(runs.run(obj, np.random.default_rng(3))) == ""
+    _check(obj, recorded_calls(obj))

@@ -12,12 +12,13 @@ from kernel_builder import block_float
 from kernel_builder.external_costs import SOFT_FLOAT_DIV_STACK, CallWork, ExternalCost
 from kernel_builder.external_models import F32, ModelError, need_memref, seq_sum
 from kernel_builder.externals import ExternalFamily
+from kernel_builder.hw.facts import NPU2
 from kernel_builder.instr_counts import Counts, add_acc, conv, load, scalar_bf16, store, vmac
 from kernel_builder.numerics import to_bf16
 from kernel_builder.planner import check_positive
 
 BLOCK = block_float.BLOCK          # 8 rows per block row, 8 columns per group
-SS_LANES = 32                      # f32 lanes of one row's sum of squares (rmsnorm.cc's accumulator)
+SS_LANES = NPU2.vector_lanes_bf16  # f32 lanes of one row's sum of squares (rmsnorm.cc's 32-lane accumulator)
 ACC_ELEMS = BLOCK * SS_LANES       # the acc buffer: [8][32] f32
 
 
