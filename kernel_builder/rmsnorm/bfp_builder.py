@@ -7,7 +7,8 @@ memory-tile buffer (as the bf16 builder). Tile t owns 8-row blocks [t*B, (t+1)*B
 in two phases (phase 0 the sums of squares, carried in st, the last chunk keeping r of the block's rows; phase 1
 the normalisation + encoding into y_l1):
 - the 8 rows whole in L1 (plan.chunks == 1): per block one DMA of its 8*dim contiguous elements and the weight,
-  both phases on them, the block row's 9*dim bytes stored;
+  both phases on them, the block row's 9*dim bytes stored; x and w ping-ponged in the block loop, or with
+  plan.single one copy each allocated at the top of the herd and pinned there (the 8 rows fit only so);
 - else phase -> block -> chunk loops: x [8, C] (rows dim apart) and the weight chunk per step (one DMA each: each
   tile receives two streams, its S2MM channels), the chunk's 9*C bytes stored per step (phase 0 stores zeros that
   phase 1 overwrites). The phase loop outermost keeps x's shim pattern to four dimensions (chunk columns, 8 rows,
@@ -59,9 +60,14 @@ def build_bfp(rows: int, dim: int, eps: float, offset: int = 0) -> str:
     first = b.muli(h.ids[0], plan.blocks_per_tile)
     many = plan.blocks_per_tile > 1
     if plan.chunks == 1:
+        if plan.single:               # one copy each, at the top of the herd (pinned: not moved into the loop)
+            xl, wl = b.alloc("x_l1", xl_ty), b.alloc("w_l1", wl_ty)
+            b.pin_to_scope(xl, xl_ty)
+            b.pin_to_scope(wl, wl_ty)
         lb, i = b.for_(0, plan.blocks_per_tile, 1, "blk") if many else (b, 0)
         blk = lb.addi(first, i) if many else first
-        xl, wl = lb.alloc("x_l1", xl_ty), lb.alloc("w_l1", wl_ty)
+        if not plan.single:
+            xl, wl = lb.alloc("x_l1", xl_ty), lb.alloc("w_l1", wl_ty)
         lb.dma(wl, wl_ty, None, w, w2_ty, ([0], [dim], [1]))
         lb.dma(xl, xl_ty, None, x, x_ty, ([lb.muli(blk, BLOCK * dim)], [BLOCK * dim], [1]))
         for phase in (0, 1):
@@ -84,8 +90,8 @@ def build_bfp(rows: int, dim: int, eps: float, offset: int = 0) -> str:
                 + [(v, "i32") for v in cast])
         y_off = lb.addi(lb.muli(blk, GROUP_BYTES * dim), lb.muli(c0, GROUP_BYTES))
     lb.dma(y, y_ty, ([y_off], [GROUP_BYTES * c], [1]), yl, yl_ty, None)
-    lb.dealloc(xl, xl_ty)
-    lb.dealloc(wl, wl_ty)
+    (b if plan.single else lb).dealloc(xl, xl_ty)
+    (b if plan.single else lb).dealloc(wl, wl_ty)
     b.dealloc(st, st_ty)
     b.dealloc(yl, yl_ty)
     return mod.text()
