@@ -4,7 +4,9 @@
 // RMSNORM_BFP_CHUNK columns of a block's 8 rows, x [8][CHUNK] bf16 (row-major, rows CHUNK apart), the weight chunk
 // w [CHUNK], and the chunk's output y: CHUNK/8 blocks of 72 bytes (9*CHUNK contiguous bytes of the block row),
 // block kb = rows 0..7 x columns 8kb..8kb+7, row r at byte 9r: [E, m0..m7].
-// With -DRMSNORM_BFP_OFFSET=1 the weight is (1 + w), added in f32 (Gemma).
+// With -DRMSNORM_BFP_OFFSET=1 the weight is (1 + w), added in f32 (Gemma). With -DRMSNORM_BFP_XWHOLE=1 x holds the
+// block's 8 whole rows (rows DIM apart) and only phase 1 is called: its first chunk (c0 == 0) sums the whole rows
+// and keeps r first, every call normalises columns [c0, c0 + CHUNK).
 //
 // One entry point per (dim, chunk, blocks, offset) (kernel_builder/rmsnorm/bfp_external.py), called per chunk in
 // two phases: step(x, w, st, y, eps, phase, blk, c0) on columns [c0, c0 + CHUNK) of the tile's block `blk` (of
@@ -37,6 +39,13 @@ static constexpr int kBlocks = kChunk / 8;      // 8x8 blocks per chunk
 static constexpr float kInvDim = 1.0f / static_cast<float>(RMSNORM_BFP_DIM);
 static constexpr int kAcc = kRows * kLanes;     // st[0, kAcc): the sums of squares; then r per row per block
 static constexpr int kYBytes = 9 * kChunk;      // output bytes per chunk
+#ifndef RMSNORM_BFP_XWHOLE
+#define RMSNORM_BFP_XWHOLE 0
+#endif
+// x in L1: the chunk's 8 x CHUNK elements, or with -DRMSNORM_BFP_XWHOLE=1 the block's 8 whole rows (phase 0 sums
+// them whole, phase 1 normalises columns [c0, c0 + CHUNK) of them and leaves y alone in phase 0)
+static constexpr int kXStride = RMSNORM_BFP_XWHOLE ? RMSNORM_BFP_DIM : kChunk;   // row stride of x in L1
+static constexpr int kSsCols = kXStride;                                           // columns phase 0 sums per call
 
 #if defined(__AIENGINE__)
 
@@ -47,8 +56,8 @@ static inline void ss(const bfloat16 *LLAMA_NPU_RESTRICT x, float *LLAMA_NPU_RES
   for (int r = 0; r < kRows; ++r) {
     ::aie::accum<accfloat, kLanes> sq = ::aie::zeros<accfloat, kLanes>();
     if (c0 != 0) sq.from_vector(::aie::load_v<kLanes>(acc + r * kLanes));
-    const bfloat16 *LLAMA_NPU_RESTRICT xr = x + r * kChunk;
-    for (int i = 0; i < kChunk; i += kLanes) {
+    const bfloat16 *LLAMA_NPU_RESTRICT xr = x + r * kXStride;
+    for (int i = 0; i < kSsCols; i += kLanes) {
       ::aie::vector<bfloat16, kLanes> v = ::aie::load_v<kLanes>(xr + i);
       sq = ::aie::mac(sq, v, v);
     }
@@ -59,10 +68,10 @@ static inline void ss(const bfloat16 *LLAMA_NPU_RESTRICT x, float *LLAMA_NPU_RES
 // the 8 rows' bf16 values of column block kb (8 columns) as one 64-lane vector, row r in lanes 8r..8r+7
 static inline ::aie::vector<bfloat16, 64> gather_block(const bfloat16 *LLAMA_NPU_RESTRICT x, int kb) {
   const bfloat16 *p = x + 8 * kb;
-  return ::aie::concat(::aie::load_v<8>(p), ::aie::load_v<8>(p + kChunk), ::aie::load_v<8>(p + 2 * kChunk),
-                       ::aie::load_v<8>(p + 3 * kChunk), ::aie::load_v<8>(p + 4 * kChunk),
-                       ::aie::load_v<8>(p + 5 * kChunk), ::aie::load_v<8>(p + 6 * kChunk),
-                       ::aie::load_v<8>(p + 7 * kChunk));
+  return ::aie::concat(::aie::load_v<8>(p), ::aie::load_v<8>(p + kXStride), ::aie::load_v<8>(p + 2 * kXStride),
+                       ::aie::load_v<8>(p + 3 * kXStride), ::aie::load_v<8>(p + 4 * kXStride),
+                       ::aie::load_v<8>(p + 5 * kXStride), ::aie::load_v<8>(p + 6 * kXStride),
+                       ::aie::load_v<8>(p + 7 * kXStride));
 }
 
 // after the last chunk of a block: r = invsqrt(mean + eps) of its 8 rows (rmsnorm.cc's reduction and invsqrt)
@@ -117,10 +126,15 @@ extern "C" void RMSNORM_BFP_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLA
   ::aie::set_rounding(::aie::rounding_mode::conv_even);
   if (phase == 0) {
     ss(x, st, c0);
-    if (c0 + kChunk == RMSNORM_BFP_DIM) finish_rows(st, st + kAcc + kRows * blk, eps);
-    for (int i = 0; i < kYBytes; i += 32) ::aie::store_v(y + i, ::aie::zeros<int8_t, 32>());
+    if (c0 + kSsCols == RMSNORM_BFP_DIM) finish_rows(st, st + kAcc + kRows * blk, eps);
+    if (!RMSNORM_BFP_XWHOLE)
+      for (int i = 0; i < kYBytes; i += 32) ::aie::store_v(y + i, ::aie::zeros<int8_t, 32>());
   } else {
-    norm(x, w, st + kAcc + kRows * blk, y);
+    if (RMSNORM_BFP_XWHOLE && c0 == 0) {   // whole rows: the first chunk's call sums them first
+      ss(x, st, 0);
+      finish_rows(st, st + kAcc + kRows * blk, eps);
+    }
+    norm(x + (RMSNORM_BFP_XWHOLE ? c0 : 0), w, st + kAcc + kRows * blk, y);
   }
 }
 
@@ -131,8 +145,8 @@ extern "C" void RMSNORM_BFP_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLA
 static inline void ss(const bfloat16 *LLAMA_NPU_RESTRICT x, float *LLAMA_NPU_RESTRICT acc, int32_t c0) {
   for (int r = 0; r < kRows; ++r) {
     float ss = c0 == 0 ? 0.0f : acc[r * kLanes];
-    for (int i = 0; i < kChunk; ++i) {
-      const float v = bf16_to_f32(x[r * kChunk + i]);
+    for (int i = 0; i < kSsCols; ++i) {
+      const float v = bf16_to_f32(x[r * kXStride + i]);
       ss += v * v;
     }
     acc[r * kLanes] = ss;
@@ -167,7 +181,7 @@ static inline void norm(const bfloat16 *LLAMA_NPU_RESTRICT x, const bfloat16 *LL
       for (int i = 0; i < 8; ++i) {
         const int c = 8 * kb + i;
         const float wf = bf16_to_f32(w[c]) + static_cast<float>(RMSNORM_BFP_OFFSET);
-        v[i] = bf16_to_f32(f32_to_bf16((bf16_to_f32(x[r * kChunk + c]) * rr) * wf));
+        v[i] = bf16_to_f32(f32_to_bf16((bf16_to_f32(x[r * kXStride + c]) * rr) * wf));
       }
       encode_group(v, y + kb * 72 + r * 9);
     }
@@ -180,10 +194,14 @@ extern "C" void RMSNORM_BFP_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT x, bfloat16 *LLA
                                    int32_t phase, int32_t blk, int32_t c0) {
   if (phase == 0) {
     ss(x, st, c0);
-    if (c0 + kChunk == RMSNORM_BFP_DIM) finish_rows(st, st + kAcc + kRows * blk, eps);
-    std::memset(y, 0, kYBytes);
+    if (c0 + kSsCols == RMSNORM_BFP_DIM) finish_rows(st, st + kAcc + kRows * blk, eps);
+    if (!RMSNORM_BFP_XWHOLE) std::memset(y, 0, kYBytes);
   } else {
-    norm(x, w, st + kAcc + kRows * blk, y);
+    if (RMSNORM_BFP_XWHOLE && c0 == 0) {   // whole rows: the first chunk's call sums them first
+      ss(x, st, 0);
+      finish_rows(st, st + kAcc + kRows * blk, eps);
+    }
+    norm(x + (RMSNORM_BFP_XWHOLE ? c0 : 0), w, st + kAcc + kRows * blk, y);
   }
 }
 

@@ -43,20 +43,21 @@ def _gemv_bfp_bias(lib, rng, k, kc, tm, rows):
     return _gemv_bfp(lib, rng, k, kc, tm, rows, bias=True)
 
 
-def _rmsnorm_bfp(lib, rng, dim, chunk, blocks, offset=None):
-    sym = rms_bfp.rmsnorm_bfp_kernel(dim, chunk, blocks, offset).symbol
+def _rmsnorm_bfp(lib, rng, dim, chunk, blocks, offset=None, xwhole=None):
+    sym = rms_bfp.rmsnorm_bfp_kernel(dim, chunk, blocks, offset, xwhole).symbol
     x = to_bf16(rng.standard_normal((8 * blocks, dim)).astype(np.float32) * np.float32(2.0))
     w = to_bf16(rng.standard_normal(dim).astype(np.float32))
     st, yl = A(np.full(rms_bfp.st_elems(blocks), np.nan, np.float32)), A(np.zeros(9 * chunk, np.int8))
     y = np.zeros((blocks, 9 * dim), np.int8)
     counts = None
-    for phase in (0, 1):
-        for b in range(blocks):
-            for c0 in range(0, dim, chunk):
-                xs = A(np.ascontiguousarray(x[8 * b:8 * b + 8, c0:c0 + chunk]))
-                c = lib.call(sym, xs, A(w[c0:c0 + chunk]), st, yl, 1e-5, phase, b, c0)
-                counts = c if phase else counts
-                y[b, 9 * c0:9 * (c0 + chunk)] = yl
+    # the builder's order: phase -> block -> chunk; an xwhole kernel (blocks 1): phase 1 per chunk on the whole rows
+    steps = [(1, 0, c0) for c0 in range(0, dim, chunk)] if xwhole else \
+        [(ph, b, c0) for ph in (0, 1) for b in range(blocks) for c0 in range(0, dim, chunk)]
+    for phase, b, c0 in steps:
+        xs = A(np.ascontiguousarray(x[8 * b:8 * b + 8] if xwhole else x[8 * b:8 * b + 8, c0:c0 + chunk]))
+        c = lib.call(sym, xs, A(w[c0:c0 + chunk]), st, yl, 1e-5, phase, b, c0)
+        counts = c if phase else counts
+        y[b, 9 * c0:9 * (c0 + chunk)] = yl
     want = block_float.decode(rmsnorm(x, w, rows=8 * blocks, dim=dim, eps=1e-5, offset=offset or 0, bfp=1),
                               8 * blocks, dim)
     got = block_float.decode(y, 8 * blocks, dim)

@@ -28,8 +28,9 @@ from kernel_builder.rmsnorm.bfp_plan import RmsnormBfpPlan, modeled_seconds, pla
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
 from kernel_builder.rmsnorm.reference import rmsnorm
 
-# (dim, chunk, blocks, offset): the 8 rows whole; two blocks in four chunks; Gemma's (1 + w) in two chunks
-VARIANTS = [(256, 256, 1, 0), (256, 64, 2, 0), (192, 96, 2, 1)]
+# (dim, chunk, blocks, offset, xwhole): the 8 rows whole; two blocks in four chunks; Gemma's (1 + w) in two chunks;
+# the 8 whole rows of two blocks (one after the other, r of one block kept), each normalised in three chunks
+VARIANTS = [(256, 256, 1, 0, 0), (256, 64, 2, 0, 0), (192, 96, 2, 1, 0), (192, 64, 2, 0, 1)]
 EPS = 1e-5
 
 
@@ -43,19 +44,22 @@ def _data(dim, blocks, seed=3):
 
 
 def _drive(call, v, x, w):
-    """The builder's call order for one tile: phase -> block -> chunk (one block whole: both phases per block); the
-    y chunks placed at their block-row bytes."""
-    dim, chunk, blocks, offset = v
+    """The builder's call order for one tile: phase -> block -> chunk (one block whole: both phases per block; the 8
+    whole rows of an `xwhole` kernel: per block one phase-1 call per chunk); the y chunks placed at their block-row
+    bytes."""
+    dim, chunk, blocks, offset, xwhole = v
     st = aie_host.aligned(np.full(ext.st_elems(blocks), np.nan, np.float32))
     y = np.zeros((blocks, 9 * dim), np.int8)
     yl = aie_host.aligned(np.zeros(9 * chunk, np.int8))
     calls = []
-    for phase in (0, 1):
-        for b in range(blocks):
-            for c0 in range(0, dim, chunk):
-                xs = aie_host.aligned(np.ascontiguousarray(x[8 * b:8 * b + 8, c0:c0 + chunk]))
-                calls.append(((phase, b, c0), call(xs, aie_host.aligned(w[c0:c0 + chunk]), st, yl, EPS, phase, b, c0)))
-                y[b, 9 * c0:9 * (c0 + chunk)] = yl
+    steps = [(1, b, c0) for b in range(blocks) for c0 in range(0, dim, chunk)] if xwhole else \
+        [(ph, b, c0) for ph in (0, 1) for b in range(blocks) for c0 in range(0, dim, chunk)]
+    for phase, b, c0 in steps:
+        xs = x[8 * b:8 * b + 8] if xwhole else x[8 * b:8 * b + 8, c0:c0 + chunk]
+        calls.append(((phase, b, c0), call(aie_host.aligned(np.ascontiguousarray(xs)),
+                                           aie_host.aligned(w[c0:c0 + chunk]), st, yl, EPS, phase,
+                                           0 if xwhole else b, c0)))
+        y[b, 9 * c0:9 * (c0 + chunk)] = yl
     return y, calls
 
 
@@ -99,9 +103,9 @@ def test_module_contract():
 
 def test_plans_at_model_shapes():
     """dim 576 holds 8 rows whole, ping-ponged; dim 2048 holds them whole in one copy (`single`: x read once, each
-    block's DMA waiting for its calls), modeled faster than two passes; 3072 / 4096 stream two passes of chunks of at
-    most 1023 columns (one shim BD dimension), an even number of them, within L1; the plan is the least modeled
-    time."""
+    block's DMA waiting for its calls) and 3072 too, normalised in chunks (`xwhole`), both modeled faster than two
+    passes; 4096 streams two passes of chunks of at most 1023 columns (one shim BD dimension), an even number of
+    them, within L1; the plan is the least modeled time."""
     for rows in (64, 256, 1024, 2048):
         p = plan_rmsnorm_bfp(rows, 576)
         assert (p.chunk, p.x_passes, p.single) == (576, 1, False)
@@ -110,23 +114,26 @@ def test_plans_at_model_shapes():
         assert (p.chunk, p.x_passes, p.single) == (2048, 1, True) and p.l1_bytes() <= 60 * 1024
         two = RmsnormBfpPlan(rows, 2048, 8, rows // 64, 512)
         assert modeled_seconds(p) < 0.7 * modeled_seconds(two)
-    for dim, chunk in ((3072, 768), (4096, 512)):
-        p = plan_rmsnorm_bfp(2048, dim)
-        assert (p.herd, p.blocks_per_tile, p.chunk, p.x_passes, p.single) == (8, 32, chunk, 2, False)
-        assert p.l1_bytes() <= 60 * 1024
-        others = [RmsnormBfpPlan(2048, dim, 8, 32, c) for c in (256, 128)]
-        assert all(modeled_seconds(p) <= modeled_seconds(o) for o in others)
+    p = plan_rmsnorm_bfp(2048, 3072)                           # 48 KiB of x whole, normalised in 768-column chunks
+    assert (p.chunk, p.x_passes, p.xwhole) == (768, 1, True) and p.l1_bytes() <= 60 * 1024
+    assert modeled_seconds(p) < 0.7 * modeled_seconds(RmsnormBfpPlan(2048, 3072, 8, 32, 768))
+    p = plan_rmsnorm_bfp(2048, 4096)                           # 64 KiB of x: two passes
+    assert (p.herd, p.blocks_per_tile, p.chunk, p.x_passes, p.single, p.xwhole) == (8, 32, 512, 2, False, False)
+    assert p.l1_bytes() <= 60 * 1024
+    others = [RmsnormBfpPlan(2048, 4096, 8, 32, c) for c in (256, 128)]
+    assert all(modeled_seconds(p) <= modeled_seconds(o) for o in others)
     assert plan_rmsnorm_bfp(64, 2048).single is False        # one block per tile: no loop, nothing ping-ponged
 
 
 # ------------------------------------------------------------------------------------------ kernel paths
 @pytest.mark.parametrize("v", VARIANTS, ids=str)
 def test_vector_path_is_encode_of_rmsnorm_cc_and_counts_match(v):
-    dim, chunk, blocks, offset = v
+    dim, chunk, blocks, offset, xwhole = v
     kern = ext.rmsnorm_bfp_kernel(*v)
     lib = aie_host.load(kern)
     x, w = _data(dim, blocks)
     y, calls = _drive(lambda *a: lib.call(kern.symbol, *a), v, x, w)
+    assert y.shape == (blocks, 9 * dim)
     k16 = rmsnorm_kernel(dim, 8 * blocks, offset)
     y16 = aie_host.aligned(np.zeros((8 * blocks, dim), BF16))
     aie_host.load(k16).call(k16.symbol, aie_host.aligned(x), aie_host.aligned(w), y16, EPS)
@@ -137,22 +144,26 @@ def test_vector_path_is_encode_of_rmsnorm_cc_and_counts_match(v):
     assert np.abs(got - want).max() <= 2.0**-5 * np.abs(want).max()
     cost = ext.COSTS[0]
     for (phase, b, c0), counts in calls:
-        formula = cost.work(cost.pattern.fullmatch(kern.symbol), [None] * 5 + [phase, b, c0]).counts
+        formula = cost.work(cost.pattern.fullmatch(kern.symbol), [None] * 5 + [phase, 0 if xwhole else b, c0]).counts
         assert Counts._of(formula).host() == {n: c for n, c in counts.items() if c}, (phase, c0)
-        if phase:
-            assert counts["bfp16_convert"] == chunk // 8 and counts["vstore_bytes"] == 9 * chunk
+        if phase:   # one conversion and 72 bytes per block (the whole rows' first call also stores its sums)
+            assert counts["bfp16_convert"] == chunk // 8
+            assert counts["vstore_bytes"] == 9 * chunk + (8 * 32 * 4 if xwhole and c0 == 0 else 0)
 
 
 @pytest.mark.parametrize("mutation", [
-    (r"::aie::load_v<8>\(p \+ 7 \* kChunk\)", "::aie::load_v<8>(p + 6 * kChunk)"),      # the 8th row of a block
+    (r"::aie::load_v<8>\(p \+ 7 \* kXStride\)", "::aie::load_v<8>(p + 6 * kXStride)"),  # the 8th row of a block
     (r"for \(int kb = 0; kb < kBlocks; \+\+kb\) \{\n    const ::aie::vector<bfloat16, 64> xv",
      "for (int kb = 0; kb < kBlocks - 1; ++kb) {\n    const ::aie::vector<bfloat16, 64> xv"),   # the last block
-    (r"if \(c0 \+ kChunk == RMSNORM_BFP_DIM\) finish_rows\(st, st \+ kAcc \+ kRows \* blk, eps\);\n    for",
-     "if (c0 == 0) finish_rows(st, st + kAcc + kRows * blk, eps);\n    for"),              # r before the row's end
+    (r"if \(c0 \+ kSsCols == RMSNORM_BFP_DIM\) finish_rows\(st, st \+ kAcc \+ kRows \* blk, eps\);\n    if "
+     r"\(!RMSNORM_BFP_XWHOLE\)\n      for", "if (c0 == 0) finish_rows(st, st + kAcc + kRows * blk, eps);\n    if "
+     "(!RMSNORM_BFP_XWHOLE)\n      for"),                                                  # r before the row's end
     (r"wide\.from_vector\(o\.template to_vector<bfloat16>\(\)\);", "wide = o;"),          # no bf16 rounding first
-], ids=["row-7", "last-block", "early-r", "no-bf16-rounding"])
+    (r"norm\(x \+ \(RMSNORM_BFP_XWHOLE \? c0 : 0\), w, st \+ kAcc \+ kRows \* blk, y\);\n  \}\n\}\n\n#else",
+     "norm(x, w, st + kAcc + kRows * blk, y);\n  }\n}\n\n#else"),                      # whole rows: chunk 0 always
+], ids=["row-7", "last-block", "early-r", "no-bf16-rounding", "whole-rows-offset"])
 def test_broken_vector_path_fails(tmp_path, mutation):
-    v = (256, 64, 2, 0)
+    v = (256, 64, 2, 0, 1) if mutation[1].startswith("norm(x, w") else (256, 64, 2, 0, 0)
     text = (SOURCE_DIR / "rmsnorm_bfp.cc").read_text()
     mutated, n = re.subn(mutation[0], mutation[1], text)
     assert n == 1
@@ -168,6 +179,7 @@ def test_broken_vector_path_fails(tmp_path, mutation):
     k16 = rmsnorm_kernel(256, 16)
     y16 = aie_host.aligned(np.zeros((16, 256), BF16))
     aie_host.load(k16).call(k16.symbol, aie_host.aligned(x), aie_host.aligned(w), y16, EPS)
+    assert y.shape == (2, 9 * 256)
     assert not np.array_equal(y.view(np.uint8), block_float.encode(y16))
 
 
@@ -196,7 +208,7 @@ class _Mem:
 
 @pytest.mark.parametrize("v", VARIANTS, ids=str)
 def test_scalar_path_equals_the_interpreter_model(scalar_lib, v):
-    dim, chunk, blocks, offset = v
+    dim, chunk, blocks, offset, xwhole = v
     kern = ext.rmsnorm_bfp_kernel(*v)
     f = getattr(scalar_lib, kern.symbol)
     f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_float] + [ctypes.c_int32] * 3
@@ -206,7 +218,7 @@ def test_scalar_path_equals_the_interpreter_model(scalar_lib, v):
         f(xs.ctypes.data, ws.ctypes.data, st.ctypes.data, yl.ctypes.data, eps, phase, b, c0)
 
     y, _ = _drive(c_call, v, x, w)
-    model = ext.rmsnorm_bfp_model(dim, chunk, blocks, offset)
+    model = ext.rmsnorm_bfp_model(dim, chunk, blocks, offset, xwhole)
     st = _Mem(np.zeros(ext.st_elems(blocks), np.float32), "f32")
 
     def m_call(xs, ws, _st, yl, eps, phase, b, c0):
@@ -221,11 +233,13 @@ def test_scalar_path_equals_the_interpreter_model(scalar_lib, v):
 
 
 # ------------------------------------------------------------------------------------------ modules
-@pytest.mark.parametrize("rows,dim,offset", [(16, 64, 0), (128, 2048, 0), (128, 3072, 0), (16, 256, 1)])
+@pytest.mark.parametrize("rows,dim,offset", [(16, 64, 0), (128, 2048, 0), (128, 3072, 0), (128, 4096, 0),
+                                             (16, 256, 1)])
 def test_modules_on_emu_and_emu_interp(tmp_path, monkeypatch, rows, dim, offset):
     """The module text on emu-interp (the numpy model of the scalar path, and the vector path through the host aie_api
     at one shape) and on emu (the reference, i8 output stored as bytes). (128, 2048): two blocks per tile, x and w
-    in one L1 copy; (128, 3072): two blocks per tile, four chunks, two passes."""
+    in one L1 copy; (128, 3072): two blocks per tile, the 8 whole rows normalised in four chunks; (128, 4096): two
+    blocks per tile, eight chunks, two passes."""
     from multi_launch_builder.devices.base import Artifact
     from multi_launch_builder.devices.emu import EmuDevice
     from multi_launch_builder.devices.interp import InterpEmuDevice
@@ -233,7 +247,8 @@ def test_modules_on_emu_and_emu_interp(tmp_path, monkeypatch, rows, dim, offset)
     text = kernel_text("rmsnorm", rows, dim, EPS, offset=offset, out="bfp16")
     p = plan_rmsnorm_bfp(rows, dim, offset)
     assert (rows, dim) != (128, 2048) or (p.blocks_per_tile, p.chunks, p.single) == (2, 1, True)
-    assert (rows, dim) != (128, 3072) or (p.blocks_per_tile, p.chunks) == (2, 4)
+    assert (rows, dim) != (128, 3072) or (p.blocks_per_tile, p.chunks, p.xwhole) == (2, 4, True)
+    assert (rows, dim) != (128, 4096) or (p.blocks_per_tile, p.chunks, p.x_passes) == (2, 8, 2)
     x, w = _data(dim, rows // 8, seed=11)
     want = rmsnorm(x, w, rows=rows, dim=dim, eps=EPS, offset=offset, bfp=1)
     y = np.zeros((rows // 8, 9 * dim), np.int8)
@@ -272,7 +287,8 @@ HW_SHAPES = [(2048, 576), (2048, 2048), (2048, 3072), (2048, 4096), (64, 2048), 
 def test_hardware_model_accepts_prefill_shapes(shape):
     """`llama-npu hw-check`'s analysis (the stack the preset raises, as for the bf16 rmsnorm) at the prefill buckets
     of SmolLM2-135M, Llama-3.2-1B / 3B and Llama-3.1-8B widths; the planner's closed form is the analyzer's time (a
-    `single` plan's: plus its compute, which the analyzer hides under the streams); against the bf16 module: its time
+    `single` / `xwhole` plan's: plus its compute, which the analyzer hides under the streams); against the bf16
+    module: its time
     when x is read once, about twice it (x twice) otherwise."""
     from kernel_builder.hw import analyze_module
     from kernel_builder.hw.cost import launch_cost
@@ -284,8 +300,7 @@ def test_hardware_model_accepts_prefill_shapes(shape):
     assert rep.ok, rep.first_violation()
     c = launch_cost(rep.launches[0].work)
     p = plan_rmsnorm_bfp(rows, dim, offset)
-    serial = p.single and p.blocks_per_tile > 1
-    want = c.dma_s + c.compute_s if serial else max(c.compute_s, c.dma_s)
+    want = c.dma_s + c.compute_s if p.serial else max(c.compute_s, c.dma_s)
     assert modeled_seconds(p) == pytest.approx(want, rel=0.03)
     bf = kernel_text("rmsnorm", rows, dim, EPS, offset=offset)
     cb = launch_cost(analyze_module(bf, preset=preset_for_kernels([bf])).launches[0].work)
@@ -304,7 +319,7 @@ def test_hardware_model_rejects_a_plan_that_does_not_fit(monkeypatch):
     assert not rep.ok and {v.resource for v in rep.violations} == {"L1 bytes"}
 
 
-@pytest.mark.parametrize("rows,dim", [(2048, 2048), (64, 576), (2048, 3072)])
+@pytest.mark.parametrize("rows,dim", [(2048, 2048), (64, 576), (2048, 3072), (2048, 4096)])
 def test_builder_objects_on_the_host_aie_api(rows, dim):
     """The objects the builder links at Llama-3.2-1B / SmolLM2-135M / Llama-3.2-3B prefill shapes, driven by
     kernel_builder.aie_host_runs like every other family (every call of one tile): within the bound, and every

@@ -4,7 +4,9 @@ normalise any of it. Per 8-row block a tile either holds the 8 rows whole in L1 
 sums and the normalisation on it), or streams all its blocks twice in column chunks of `chunk` columns: once for the
 sums of squares (r of every row of the tile kept in L1), once to normalise and encode each [8, chunk] piece into
 chunk/8 blocks (9*chunk contiguous bytes of the block row); the second pass re-reads x from L3. When the 8 rows fit L1 only in one copy (dim 2048: 32 KiB of x), the
-`single` plan keeps x and w unpingponged: x crosses the shim once, but each block's DMA waits for its calls. The
+`single` plan keeps x and w unpingponged: x crosses the shim once, but each block's DMA waits for its calls; the
+`xwhole` plan keeps the 8 whole rows in one copy too but normalises them in chunks (the weight and the output per
+chunk), which fits 3072 columns (48 KiB of x). The
 plan is the one the cost model (kernel_builder.hw.cost) times fastest among those that fit L1."""
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class RmsnormBfpPlan:
     chunk: int             # columns per call (dim: the 8 rows whole in L1)
     offset: int = 0
     single: bool = False   # the 8 rows whole, x and w in one L1 copy each (not ping-ponged: they fit only so)
+    xwhole: bool = False   # the 8 rows whole in one L1 copy, normalised in chunks (w and y per chunk, ping-ponged)
 
     @property
     def chunks(self) -> int:
@@ -40,20 +43,28 @@ class RmsnormBfpPlan:
     @property
     def x_passes(self) -> int:
         """Times x crosses the shim: once when the 8 rows fit whole, else twice (sums, then normalisation)."""
-        return 1 if self.chunks == 1 else 2
+        return 1 if self.chunks == 1 or self.xwhole else 2
 
     @property
     def kernel_blocks(self) -> int:
         """Blocks whose r the kernel keeps (its st buffer): the tile's, when the passes run over all of them."""
-        return 1 if self.chunks == 1 else self.blocks_per_tile
+        return 1 if self.x_passes == 1 else self.blocks_per_tile
+
+    @property
+    def serial(self) -> bool:
+        """x in one L1 copy over a loop of blocks: each block's DMA waits for its calls."""
+        return (self.single or self.xwhole) and self.blocks_per_tile > 1
 
     def kernel(self):
-        return rmsnorm_bfp_kernel(self.dim, self.chunk, self.kernel_blocks, self.offset)
+        return rmsnorm_bfp_kernel(self.dim, self.chunk, self.kernel_blocks, self.offset, int(self.xwhole))
 
     def l1_buffers(self) -> dict[str, int]:
         """Bytes of each L1 buffer: x and the weight chunk (ping-ponged in their loop), the state (sums of squares
         and r) and the chunk's output (one copy each: the calls write them)."""
         copies = 1 if self.single else pingpong_copies(self.blocks_per_tile if self.chunks == 1 else self.chunks)
+        if self.xwhole:
+            return {"x": BF16 * BLOCK * self.dim, "w": copies * BF16 * self.chunk, "st": F32 * st_elems(1),
+                    "y": GROUP_BYTES * self.chunk}
         return {"x": copies * BF16 * BLOCK * self.chunk, "w": copies * BF16 * self.chunk,
                 "st": F32 * st_elems(self.kernel_blocks), "y": GROUP_BYTES * self.chunk}
 
@@ -66,9 +77,12 @@ class RmsnormBfpPlan:
         no carried sums, the last one finishes r) and one phase-1 call."""
         desc, match = external_cost(self.kernel().symbol)
         n, k = self.blocks_per_tile, self.chunks
-        calls = [(n, 0, 0), (n * (k - 2), 0, self.chunk), (n * k, 1, 0)]
-        if k > 1:
-            calls.append((n, 0, self.dim - self.chunk))
+        if self.xwhole:      # phase 1 only: the first chunk's call sums the whole rows
+            calls = [(n, 1, 0), (n * (k - 1), 1, self.chunk)]
+        else:
+            calls = [(n, 0, 0), (n * (k - 2), 0, self.chunk), (n * k, 1, 0)]
+            if k > 1:
+                calls.append((n, 0, self.dim - self.chunk))
         out: dict = {}
         for trips, phase, c0 in calls:
             w = desc.work(match, [None] * 5 + [phase, None, c0])
@@ -102,7 +116,7 @@ def modeled_seconds(p: RmsnormBfpPlan, params: cost.CostParams = cost.PARAMS) ->
     compute = cost.compute_cycles(p.tile_counts(), params) / params.clock_hz
     l1 = max(p.x_stream_bytes(), p.x_passes * GROUP_BYTES * p.dim * p.blocks_per_tile) / params.l2_l1_bytes_per_s
     dma = max(cost.shim_seconds(p.flows(), params), l1)
-    return dma + compute if p.single and p.blocks_per_tile > 1 else max(compute, dma)
+    return dma + compute if p.serial else max(compute, dma)
 
 
 def plan_rmsnorm_bfp(rows: int, dim: int, offset: int = 0) -> RmsnormBfpPlan:
@@ -121,14 +135,16 @@ def plan_rmsnorm_bfp(rows: int, dim: int, offset: int = 0) -> RmsnormBfpPlan:
         # ("Allocator exhausted available buffer descriptor IDs" with 1024-column chunks at 1024-2048 rows)
         if chunk % SS_LANES or (chunk < dim and chunk > NPU2.air_dma_max_size):
             continue
-        for single in ((False, True) if chunk == dim and blocks > herd else (False,)):
-            p = RmsnormBfpPlan(rows, dim, herd, blocks // herd, chunk, offset, single)
+        modes = [(False, False)] + ([(True, False)] if chunk == dim and blocks > herd else []) \
+            + ([(False, True)] if chunk < dim else [])
+        for single, xwhole in modes:
+            p = RmsnormBfpPlan(rows, dim, herd, blocks // herd, chunk, offset, single, xwhole)
             if p.l1_bytes() > L1_BUDGET:
                 continue
             trips = 1 if single else p.blocks_per_tile if p.chunks == 1 else p.chunks   # the ping-ponged loop
             # prefer: a safe ping-pong trip count, the least modeled time (0.1 %), then the bigger chunk, then
-            # ping-ponged buffers
-            key = (even_or_one(trips), -round(math.log(modeled_seconds(p)) * 1000), chunk, not single)
+            # ping-ponged x
+            key = (even_or_one(trips), -round(math.log(modeled_seconds(p)) * 1000), chunk, not p.serial)
             if best_key is None or key > best_key:
                 best, best_key = p, key
     if best is None:
