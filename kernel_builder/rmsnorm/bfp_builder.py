@@ -9,6 +9,9 @@ the normalisation + encoding into y_l1):
 - the 8 rows whole in L1 (plan.chunks == 1): per block one DMA of its 8*dim contiguous elements and the weight,
   both phases on them, the block row's 9*dim bytes stored; x and w ping-ponged in the block loop, or with
   plan.single one copy each allocated at the top of the herd and pinned there (the 8 rows fit only so);
+- the 8 whole rows in one pinned copy, normalised in chunks (plan.xwhole): per block one DMA of the rows, then per
+  chunk the weight chunk (ping-ponged) and one phase-1 call (the first chunk's call sums the rows first), the chunk's
+  9*C bytes stored;
 - else phase -> block -> chunk loops: x [8, C] (rows dim apart) and the weight chunk per step (one DMA each: each
   tile receives two streams, its S2MM channels), the chunk's 9*C bytes stored per step (phase 0 stores zeros that
   phase 1 overwrites). The phase loop outermost keeps x's shim pattern to four dimensions (chunk columns, 8 rows,
