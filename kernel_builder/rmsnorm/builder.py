@@ -13,19 +13,29 @@ trip is not emitted.
 from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
+from kernel_builder.rmsnorm.bfp_builder import build_bfp
 from kernel_builder.rmsnorm.external import rmsnorm_kernel
 from kernel_builder.rmsnorm.plan import plan_rmsnorm
 
 KIND = "rmsnorm"
+OUTS = ("bf16", "bfp16")
 
 
-def build(rows: int, dim: int, eps: float, group: int = 0, offset: int = 0) -> str:
+def build(rows: int, dim: int, eps: float, group: int = 0, offset: int = 0, out: str = "bf16") -> str:
     """`group` (a divisor of dim): normalise every `group` consecutive elements of a row on their own, with a
-    [group] weight (per-head q/k norm); 0 = the whole row. `offset` 1: multiply by (1 + w) (Gemma)."""
+    [group] weight (per-head q/k norm); 0 = the whole row. `offset` 1: multiply by (1 + w) (Gemma). `out`
+    "bfp16": y is i8 [rows/8, 9*dim] in block float (kernel_builder.rmsnorm.bfp_builder; rows a multiple of 8, no
+    `group`)."""
 
     eps = float(eps)
     if not eps > 0.0:
         raise ValueError(f"rmsnorm: eps must be a positive float, got {eps!r}")
+    if out not in OUTS:
+        raise ValueError(f"rmsnorm: out must be one of {', '.join(OUTS)}, got {out!r}")
+    if out == "bfp16":
+        if group:
+            raise ValueError(f"rmsnorm: out='bfp16' normalises whole rows; group={group} is not supported")
+        return build_bfp(rows, dim, eps, offset)
     plan = plan_rmsnorm(rows, dim, group)
     g = plan.group
     n = plan.chunk_elements
