@@ -72,3 +72,5 @@ extern "C" void GEMM_BFP_MAC_SYMBOL(bfloat16 *LLAMA_NPU_RESTRICT a, uint8_t *LLA
 }
 
 #endif
+
+#include "gemm_c_bfp.h"   // outc / gluc: the epilogues writing C in block float

@@ -18,7 +18,8 @@ from fractions import Fraction
 
 from kernel_builder.external_costs import call_counts
 from kernel_builder.block_float import BLOCK_BYTES as BFP_BLOCK_BYTES
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, W_FORMATS, gemm_kernels, scratch_elems
+from kernel_builder.gemm.external import (C_FORMATS, GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, W_FORMATS, c_epilogue, gemm_kernels,
+                                          scratch_elems)
 from kernel_builder.hw import cost, memtile_place
 from kernel_builder.hw.facts import NPU2
 from kernel_builder.hw.results import Flow
@@ -67,6 +68,8 @@ class GemmPlan:
                               # while the segment loops over the column blocks (A read from DDR once)
     w_format: str = field(default="bf16", kw_only=True)   # W_FORMATS: "bfp16" = W at rest in block float (gemm_bfp:
                               # 72 bytes per 8x8 block instead of 128, kernel_builder/block_float.py)
+    c_format: str = field(default="bf16", kw_only=True)   # C_FORMATS: "bfp16" = C written in block float, i8
+                              # [m/8, 9n] (external_kernels/gemm_c_bfp.h; needs W in block float, no bias, no spread)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -81,6 +84,7 @@ class GemmPlan:
             raise ValueError("gemm plan: a resident A panel needs k, one W part, no spread and no bias")
         if self.w_format not in W_FORMATS:
             raise ValueError(f"gemm plan: unknown W format {self.w_format!r} (known: {', '.join(W_FORMATS)})")
+        _check_c_format(self)
 
     @property
     def w_block_bytes(self) -> int:
@@ -90,6 +94,10 @@ class GemmPlan:
     def w_bytes(self, rows: int, cols: int) -> int:
         """Bytes of [rows, cols] of W in its format (whole 8x8 blocks)."""
         return rows * cols * self.w_block_bytes // (BLOCK_ROWS * BLOCK_ROWS)
+
+    def c_bytes(self, rows: int, cols: int) -> int:
+        """Bytes of [rows, cols] of C in its format: bf16, or block float (72 bytes per 8x8 block)."""
+        return rows * cols * BFP_BLOCK_BYTES // 64 if self.c_format == "bfp16" else BF16 * rows * cols
 
     @property
     def out_n(self) -> int:
@@ -151,7 +159,7 @@ class GemmPlan:
         a_panel = BF16 * self.tile_m * (self.k if self.a_resident else c * self.tile_k_l2)
         sizes = {"a_panel": a_panel,
                  "w_panel": c * self.w_bytes(self.tile_n, self.tile_k_l2),
-                 "c_panel": BF16 * self.tile_m * self.bn_out}   # resident: one copy, pinned outside its drain loop
+                 "c_panel": self.c_bytes(self.tile_m, self.bn_out)}   # resident: one copy, pinned outside its drain loop
         return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
     def l2_counts(self) -> dict[str, int]:
@@ -279,6 +287,9 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     # come in K chunks of runs within NPU2.bd_max_size (gemm/external.py bfp_chunk_k).
     if p.w_format == "bfp16" and p.w_bytes(BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size:
         return False
+    # C in block float: a drain is one run of 9 * out_n bytes per block row, read as bf16 (builder._drain_bfp)
+    if p.c_format == "bfp16" and p.c_bytes(BLOCK_ROWS, p.out_n) // BF16 > NPU2.bd_max_size:
+        return False
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.w_bytes(p.w_per_out * p.launch_n(), k) <= SHIM_MAX_STRIDE_BF16 * BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
@@ -287,11 +298,14 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
 
 
 def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool | None = None,
-              w_format: str = "bf16") -> GemmPlan:
+              w_format: str = "bf16", c_format: str = "bf16") -> GemmPlan:
     """The fastest fitting plan for c[m, n] (n output columns; with the swiglu epilogue each tile computes the
     gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs). `resident`: whether
     A-resident plans are candidates (None: A_RESIDENT; False: the streamed plans only, as upstream designs).
-    `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float)."""
+    `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float). `c_format`:
+    the output's (C_FORMATS; "bfp16": C written in block float, i8 [m/8, 9n]: no spread plans)."""
+    if c_format not in C_FORMATS:
+        raise ValueError(f"gemm: unknown C format {c_format!r} (known: {', '.join(C_FORMATS)})")
     check_positive("gemm", m=m, k=k, n=n)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
         if v % q:
@@ -318,11 +332,11 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool 
                 resident_opts = (False, True) if on and epilogue != "bias" else (False,)
                 for parts, spread, res in ((1, sp, r) for sp in (False, True)
                                            for r in (resident_opts if not sp else (False,))):
-                    if tile_n % (8 * parts):
+                    if tile_n % (8 * parts) or (spread and c_format != "bf16"):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
                                     w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res,
-                                    w_format=w_format)
+                                    w_format=w_format, c_format=c_format)
                     if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
                         continue
                     if not _gemm_fits(plan, k):
@@ -387,7 +401,7 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
     flows = [Flow("MM2S", i, kind, nbytes[kind] * (a_loads if kind == "a" else points), 1, 1,
                   column=i // SHIM_DMA_PER_COL)
              for i, kind in enumerate(kinds)]
-    flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // SHIM_DMA_PER_COL)
+    flows += [Flow("S2MM", i, "c", p.c_bytes(p.tile_m, p.bn_out) * points, 1, 1, column=i // SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
     return flows
 
@@ -409,4 +423,22 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
     k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
     hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
     ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, p.w_format)
-    return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.epilogue(p.epilogue), 1)), tiles)
+    return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (c_epilogue(ks, p.epilogue, p.c_format), 1)), tiles)
+
+
+def _check_c_format(p: GemmPlan) -> None:
+    """C in block float: the gemm_bfp.cc object's outc / gluc (W in block float), epilogue none or swiglu, the
+    herd row's output columns contiguous (no spread)."""
+    if p.c_format not in C_FORMATS:
+        raise ValueError(f"gemm plan: unknown C format {p.c_format!r} (known: {', '.join(C_FORMATS)})")
+    if p.c_format == "bfp16" and (p.w_format != "bfp16" or p.epilogue == "bias" or p.spread):
+        raise ValueError("gemm plan: C in block float needs W in block float, the epilogue none or swiglu and no "
+                         "spread")
+
+
+def c_chunk(p: GemmPlan) -> int:
+    """Output columns per piece of a block-float C row panel's write to L3 (builder._drain_bfp): the largest
+    multiple of 8 dividing bn_out whose block-row run, 9 bytes per column, fits one shim BD dim of i8 elements
+    (NPU2.shim_bd_max_size; its half, in the bf16 elements the L2 panel is read in, then fits a memory-tile dim)."""
+    return max(q for q in range(8, p.bn_out + 1, 8)
+               if p.bn_out % q == 0 and BFP_BLOCK_BYTES // BLOCK_ROWS * q <= NPU2.shim_bd_max_size)
