@@ -133,7 +133,6 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     ch_a, ch_b, ch_c, ch_w = chans
     k2 = p.tile_k_l2
     a2_ty, w2_ty = memref([p.tile_m, k], "bf16", L2), _w_l2_type(p, k2)
-    c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     a2 = [s.alloc("a_l2", a2_ty) for _ in range(p.herd_m)]
     for i, buf in enumerate(a2):
         s.dma(buf, a2_ty, _preblocked(p.tile_m, k), a, a_ty,
@@ -170,6 +169,7 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
 
 def _resident_drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, m0: str, ch_c: str) -> None:
     """A resident, C in bf16: the herd row's tiles of each column block gathered and written to L3."""
+    c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     # the C row panels: one copy each, kept out of the drain loop (pin_to_scope), pre-blocked: each drain is one
     # run per 8-row block and the panel leaves in 8-row pieces of three dims, so every drain and every write folds
     # the loop into one BD (a ping-pong pair, or a drain unrolled into a BD chain, gives the last drain of a
