@@ -75,6 +75,8 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
         c_ty = memref([m // BLOCK, BFP_ROW * n], "i8")
     types = [a_ty, w_ty] + ([memref([1, n])] if epilogue == "bias" else []) + [c_ty]
     acc_ty = memref([2 * p.tile_m * p.tile_n], "bf16", L1)   # the f32 accumulator's bytes
+    if c_format == "bfp16":   # typed i8 as the block-float C it sends (gemm/c_bfp.py)
+        acc_ty = c_bfp.acc_type(p)
     a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
     if bfp:
         w1_ty = memref([p.w_bytes(p.tile_n, p.tile_k)], "i8", L1)
@@ -335,7 +337,8 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: s
     kl.dealloc(a1, a1_ty)
     kl.dealloc(w1, w1_ty)
     body.call(epi.symbol, [(acc, acc_ty)] + ([(bias, b1_ty)] if bias else []))
-    body.channel_put(ch_c, [tx, ty], acc, acc_ty, ([0], [p.c_bytes(p.tile_m, p.out_n) // 2], [1]))   # bf16 elements
+    body.channel_put(ch_c, [tx, ty], acc, acc_ty,
+                     c_bfp.put_pattern(p) if p.c_format == "bfp16" else ([0], [p.tile_m * p.out_n], [1]))
     h.body.dealloc(acc, acc_ty)
     h.body.dealloc(scratch, s1_ty)
     if bias:

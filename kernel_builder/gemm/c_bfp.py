@@ -3,45 +3,49 @@ c = i8 [m/8, 9n], the at-rest format of the weights (kernel_builder/block_float.
 (external_kernels/gemm_c_bfp.h) leaves its [tile_m, out_n] tile as 72-byte blocks [tile_m/8][out_n/8] over the
 front of its accumulator, i.e. tile_m/8 block rows of 9 out_n bytes: the at-rest bytes of that piece of C.
 
-Data movement (the bf16 C's, in bytes): tile (i, j) -> its herd row's L2 C row panel [tile_m/8, 9 bn_out] bytes
-at byte column 9 j out_n (one run of 9 out_n bytes per block row); the panel -> c[row block, byte 9 n0] in
-pieces of `plan.c_chunk` columns (one run of 9 q bytes per block row and piece, at most NPU2.shim_bd_max_size i8
-on the shim: the tools merge contiguous dims and split a longer run on their own, which costs the dim the launch
-loop folds into). The L2 panel is typed bf16 ([tile_m/8, 9 bn_out / 2]: the same bytes), as the accumulator the
-tiles send from is (AIR channels carry one element type; a DMA moves bytes, kernel_builder's interpreter and the
-tools take different element types on its two sides); its memory-tile BD dims are then at most 9 q / 2 and
-9 out_n / 2 bf16 elements (plan._gemm_fits keeps them within NPU2.bd_max_size).
+Data movement, all in bytes (i8 memrefs: the accumulator of such a module is typed i8 too - a transfer between
+memrefs of different element types had its sizes rewritten by the real lowering): tile (i, j) -> its herd row's L2
+C row panel [tile_m/8, 9 bn_out] at byte column 9 j out_n; the panel -> c[row block, 9 n0]. A run longer than a BD
+dim allows (9 out_n > NPU2.bd_max_size on the core's and memory tile's side, 9 bn_out > NPU2.shim_bd_max_size on
+the shim) moves in pieces of plan.c_chunk columns, the pieces an outer dim of both sides (the tools merge
+contiguous dims: only a reordering splits a run): the core's DMA reads its tile piece by piece.
 """
 from __future__ import annotations
 
-from kernel_builder.emit import L2, memref
+from kernel_builder.emit import L1, L2, memref
 from kernel_builder.gemm import plan as gemm_plan
 
 BLOCK = 8
 BFP_ROW = 9    # bytes per column of one 8-row block row
 
 
+def acc_type(p: gemm_plan.GemmPlan) -> str:
+    """The L1 accumulator's bytes (tile_m * tile_n f32) as i8."""
+    return memref([4 * p.tile_m * p.tile_n], "i8", L1)
+
+
 def l2_type(p: gemm_plan.GemmPlan) -> str:
-    """One herd row's L2 C row panel: [tile_m/8, 9 bn_out] bytes as bf16."""
-    return memref([p.tile_m // BLOCK, BFP_ROW * p.bn_out // 2], "bf16", L2)
+    """One herd row's L2 C row panel: [tile_m/8, 9 bn_out] bytes."""
+    return memref([p.tile_m // BLOCK, BFP_ROW * p.bn_out], "i8", L2)
+
+
+def put_pattern(p: gemm_plan.GemmPlan) -> tuple:
+    """The tile's send from the front of its accumulator: its block rows, piece by piece (c_chunk of out_n)."""
+    q, rows = gemm_plan.c_chunk(p, p.out_n), p.tile_m // BLOCK
+    if q == p.out_n:
+        return [0], [rows * BFP_ROW * p.out_n], [1]
+    return [0, 0, 0], [p.out_n // q, rows, BFP_ROW * q], [BFP_ROW * q, BFP_ROW * p.out_n, 1]
 
 
 def get_pattern(p: gemm_plan.GemmPlan, j: int) -> tuple:
-    """Where tile j of a herd row lands in the row panel (bf16 elements): per block row 9 out_n bytes."""
-    return ([0, BFP_ROW * j * p.out_n // 2], [p.tile_m // BLOCK, BFP_ROW * p.out_n // 2],
-            [BFP_ROW * p.bn_out // 2, 1])
-
-
-def write_patterns(p: gemm_plan.GemmPlan, n: int, row_block, byte_col) -> tuple:
-    """(L3 pattern in bytes, L2 pattern in bf16 elements) of one row panel's write to c[row_block, byte_col]."""
-    q = gemm_plan.c_chunk(p)
-    rows = p.tile_m // BLOCK
-    if q == p.bn_out:
-        return ([row_block, byte_col], [rows, BFP_ROW * p.bn_out], [BFP_ROW * n, 1]), None
-    pieces = p.bn_out // q
-    l3 = ([0, row_block, byte_col], [pieces, rows, BFP_ROW * q], [BFP_ROW * q, BFP_ROW * n, 1])
-    l2 = ([0, 0, 0], [pieces, rows, BFP_ROW * q // 2], [BFP_ROW * q // 2, BFP_ROW * p.bn_out // 2, 1])
-    return l3, l2
+    """Where tile j of a herd row lands in the row panel, in put_pattern's order."""
+    q, rows = gemm_plan.c_chunk(p, p.out_n), p.tile_m // BLOCK
+    if q == p.out_n:   # as blocks (three dims, the inner two contiguous): a two-dim rectangle on the 2-D panel lets
+        # air-split-l2-memref split the pinned panel, which crashed the real lowering (aie-air-opt, SIGSEGV)
+        return ([0, j * p.out_n // BLOCK, 0], [rows, p.out_n // BLOCK, BLOCK * BFP_ROW],
+                [BFP_ROW * p.bn_out, BLOCK * BFP_ROW, 1])
+    return ([0, 0, j * p.out_n // BLOCK, 0], [p.out_n // q, rows, q // BLOCK, BLOCK * BFP_ROW],
+            [BFP_ROW * q, BFP_ROW * p.bn_out, BLOCK * BFP_ROW, 1])
 
 
 def drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, row0: str, col0: str, ch_c: str) -> None:
@@ -52,8 +56,10 @@ def drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, row0: str, col0: 
         c2 = s.alloc("c_l2", c2_ty)
         for j in range(p.herd_n):
             s.channel_get(ch_c, [i, j], c2, c2_ty, get_pattern(p, j))
-        l3, l2 = write_patterns(p, n, _plus(s, row0, i * p.tile_m // BLOCK), col0)
-        s.dma(c, c_ty, l3, c2, c2_ty, l2)
+        # the whole panel (one linear memory-tile BD) -> its block rows in c (a run of 9 bn_out bytes each, which
+        # the shim splits itself when over NPU2.shim_bd_max_size; pieces of our own cost the launch loop's fold)
+        row = _plus(s, row0, i * p.tile_m // BLOCK)
+        s.dma(c, c_ty, ([row, col0], [p.tile_m // BLOCK, BFP_ROW * p.bn_out], [BFP_ROW * n, 1]), c2, c2_ty, None)
         s.dealloc(c2, c2_ty)
 
 
@@ -68,8 +74,14 @@ def resident_drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, row0: st
     for i, buf in enumerate(c2):
         for j in range(p.herd_n):
             dl.channel_get(ch_c, [i, j], buf, c2_ty, get_pattern(p, j))
-        l3, l2 = write_patterns(p, n, _plus(dl, row0, i * p.tile_m // BLOCK), d0)
-        dl.dma(c, c_ty, l3, buf, c2_ty, l2)
+        # the panel leaves block row by block row (as the bf16 panel does): with one DMA of the whole panel after the
+        # gets, the real lowering unrolled the last get of each panel over the column blocks (> 48 memory-tile BDs);
+        # a block row is one contiguous run on both sides (the shim splits a run over NPU2.shim_bd_max_size itself,
+        # which leaves it the block-row and column-block loops: four dims)
+        rl, rb = dl.for_(0, p.tile_m // BLOCK, 1, "rb")
+        row = rl.addi(rb, _plus(rl, row0, i * p.tile_m // BLOCK))
+        rl.dma(c, c_ty, ([row, d0], [1, BFP_ROW * p.bn_out], [BFP_ROW * n, 1]), buf, c2_ty,
+               ([rb, 0], [1, BFP_ROW * p.bn_out], [BFP_ROW * p.bn_out, 1]))
     for buf in c2:
         s.dealloc(buf, c2_ty)
 

@@ -141,7 +141,10 @@ def _block(x: np.ndarray) -> np.ndarray:
 
 
 def _acc(acc, tm: int, tn: int) -> np.ndarray:
-    """The accumulator memref (2*tm*tn bf16) as its tm*tn f32 values (a view: writes go to the same bytes)."""
+    """The accumulator memref (2*tm*tn bf16; 4*tm*tn i8 in a module writing C in block float, gemm/c_bfp.py) as its
+    tm*tn f32 values (a view: writes go to the same bytes)."""
+    if getattr(acc, "dtype", None) == "i8":
+        return need_memref(acc, "acc", 4 * tm * tn, "i8").view(F32)
     return need_memref(acc, "acc", 2 * tm * tn).view(F32)
 
 

@@ -287,9 +287,6 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
     # come in K chunks of runs within NPU2.bd_max_size (gemm/external.py bfp_chunk_k).
     if p.w_format == "bfp16" and p.w_bytes(BLOCK_ROWS, p.tile_k_l2) > NPU2.shim_bd_max_size:
         return False
-    # C in block float: a drain is one run of 9 * out_n bytes per block row, read as bf16 (builder._drain_bfp)
-    if p.c_format == "bfp16" and p.c_bytes(BLOCK_ROWS, p.out_n) // BF16 > NPU2.bd_max_size:
-        return False
     return (p.l1_bytes() <= L1_BUDGET and p.memtile_bytes() <= MEMTILE_BYTES
             and p.w_bytes(p.w_per_out * p.launch_n(), k) <= SHIM_MAX_STRIDE_BF16 * BF16
             and max(bds["a_put"], bds["w_put"]) <= MAX_GEMM_PUT_BDS and p.memtile_bd_total() <= MEMTILE_BDS
@@ -436,9 +433,14 @@ def _check_c_format(p: GemmPlan) -> None:
                          "spread")
 
 
-def c_chunk(p: GemmPlan) -> int:
-    """Output columns per piece of a block-float C row panel's write to L3 (builder._drain_bfp): the largest
-    multiple of 8 dividing bn_out whose block-row run, 9 bytes per column, fits one shim BD dim of i8 elements
-    (NPU2.shim_bd_max_size; its half, in the bf16 elements the L2 panel is read in, then fits a memory-tile dim)."""
-    return max(q for q in range(8, p.bn_out + 1, 8)
-               if p.bn_out % q == 0 and BFP_BLOCK_BYTES // BLOCK_ROWS * q <= NPU2.shim_bd_max_size)
+def c_chunk(p: GemmPlan, cols: int | None = None) -> int:
+    """Output columns per piece of a block-float C transfer of `cols` columns (default: the row panel's bn_out, its
+    write to L3; gemm/c_bfp.py): all of them when their block-row run, 9 bytes per column, fits one shim BD dim
+    (NPU2.shim_bd_max_size i8; a tile's out_n: one memory-tile / core BD dim, NPU2.bd_max_size), else the largest
+    multiple of 8 dividing them whose run fits a memory-tile BD dim (the pieces are a dim of their own on both
+    sides: the tools merge contiguous dims, so a run is only split by reordering)."""
+    cols = p.bn_out if cols is None else cols
+    row = BFP_BLOCK_BYTES // BLOCK_ROWS
+    if row * cols <= (NPU2.shim_bd_max_size if cols == p.bn_out and cols != p.out_n else NPU2.bd_max_size):
+        return cols
+    return max(q for q in range(8, cols + 1, 8) if cols % q == 0 and row * q <= NPU2.bd_max_size)

@@ -14,6 +14,7 @@ from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost,
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily
 from kernel_builder.gemm import external as gemm_ext
+from kernel_builder.numerics import BF16
 from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, scalar_bf16, vmac
 
 W_FORMAT = "bfp16"
@@ -72,12 +73,21 @@ def c_bfp_model(part: str, tm: int, tk: int, tn: int):
     inner = gemm_ext.gemm_model(bf16_part, tm, tk, tn)
 
     def run(acc):
-        inner(acc)
-        vals = gemm_ext._unblock(acc.data[:tm * out_n], tm, out_n).astype(F32)
+        gemm_ext._acc(acc, tm, tn)   # checks the memref (bf16 or the i8 of a block-float C module)
+        tmp = _Bf16Tile(acc.data.view(np.uint8).view(BF16).copy())
+        inner(tmp)
+        vals = gemm_ext._unblock(tmp.data[:tm * out_n], tm, out_n).astype(F32)
         enc = block_float.encode(vals).reshape(-1)
         acc.data.view(np.uint8)[:enc.size] = enc
         acc.written = True
     return run
+
+
+class _Bf16Tile:
+    """A bf16 scratch copy of an accumulator for gemm.cc's epilogue models (what need_memref reads)."""
+
+    def __init__(self, data: np.ndarray):
+        self.data, self.dtype, self.written = data, "bf16", False
 
 
 def c_bfp_counts(part: str, tm: int, tn: int) -> Counts:
