@@ -251,6 +251,39 @@ def test_hardware_model_accepts_and_c_bytes_are_nine_sixteenths(m, k, n):
     assert cb(p) * 16 == cb(q) * 9 and cb(p) == m * n * 9 // 8
 
 
+@pytest.mark.parametrize("m,k,n", [(2048, 8192, 2048), (2048, 2048, 2048), (64, 8192, 2048), (256, 1536, 576)])
+def test_hardware_model_accepts_the_plain_epilogue(m, k, n):
+    from kernel_builder.hw import analyze_module
+    from kernel_builder.hw.tune import runtime_tiling
+    from kernel_builder.presets import AirccPreset
+    text = kernel_text("gemm_bfp", m, k, n, "none", c="bfp16")
+    rep = analyze_module(text, preset=AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text)))
+    assert rep.ok, rep.first_violation()
+
+
+# lowered with the real tool for this change (mlir-air efeb41ce4 + mlir-aie ae8ed9d): the gate/up GEMM of Llama-3.2-1B,
+# SmolLM2-135M and Llama-3.2-3B at 64 / 256 / 1024 / 2048 rows, and plain-epilogue shapes (docs/kernels.md)
+LOWER_CASES = [(m, k, n, "swiglu") for m in (64, 256, 1024, 2048) for k, n in ((2048, 8192), (576, 1536), (3072, 8192))] \
+    + [(2048, 8192, 2048, "none"), (2048, 2048, 2048, "none"), (64, 8192, 2048, "none"), (256, 1536, 576, "none"),
+       (256, 576, 576, "none")]
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("LLAMA_NPU_AIR_LOWER"),
+                    reason="LLAMA_NPU_AIR_LOWER not set (no mlir-air/mlir-aie lowering here)")
+@pytest.mark.parametrize("shape", LOWER_CASES, ids=lambda c: "_".join(map(str, c)))
+def test_real_lowering(tmp_path, shape):
+    import os
+    from kernel_builder.hw.tune import runtime_tiling
+    from kernel_builder.presets import AirccPreset
+    from multi_launch_builder.compile.lowering import lower_with_tool
+    text = kernel_text("gemm_bfp", *shape, c="bfp16")
+    src = tmp_path / "gemm_bfp.mlir"
+    src.write_text(text)
+    preset = AirccPreset(runtime_loop_tiling_sizes=runtime_tiling(text))
+    res = lower_with_tool(os.environ["LLAMA_NPU_AIR_LOWER"], src, tmp_path / "out", preset.flags(), timeout=1800)
+    assert res.ok, f"{res.stage}: {res.message}"
+
+
 def test_hardware_model_rejects_an_unsplit_drain(monkeypatch):
     """A tile of out_n = 64 sent as one run of 9 * 64 = 576 bytes per block row: over a memory-tile BD dim
     (NPU2.bd_max_size; the real lowering refuses it); the builder sends it in plan.c_chunk pieces."""
