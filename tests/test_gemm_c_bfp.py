@@ -264,7 +264,8 @@ def test_hardware_model_accepts_the_plain_epilogue(m, k, n):
 # lowered with the real tool for this change (mlir-air efeb41ce4 + mlir-aie ae8ed9d): the gate/up GEMM of Llama-3.2-1B,
 # SmolLM2-135M and Llama-3.2-3B at 64 / 256 / 1024 / 2048 rows, and plain-epilogue shapes (docs/kernels.md)
 LOWER_CASES = [(m, k, n, "swiglu") for m in (64, 256, 1024, 2048) for k, n in ((2048, 8192), (576, 1536), (3072, 8192))] \
-    + [(2048, 8192, 2048, "none"), (2048, 2048, 2048, "none"), (64, 8192, 2048, "none"), (256, 1536, 576, "none"),
+    + [(2048, 8192, 2048, "none"), (2048, 2048, 2048, "none"), (64, 8192, 2048, "none"), (2048, 2048, 512, "none"),
+       (256, 1536, 576, "none"),
        (256, 576, 576, "none")]
 
 
@@ -319,3 +320,27 @@ def test_interpreter_rejects_a_tile_sent_in_bf16_bytes():
     with pytest.raises(Exception, match="left|unconsumed|in flight|finds only|hang"):
         air_interp.compile_module("\n".join(lines)).run([np.zeros((m, k), BF16), np.zeros((n // 8, 9 * k), np.int8),
                                                          np.zeros((m // 8, 9 * n), np.int8)])
+
+
+def test_spread_plan_on_emu_interp(monkeypatch):
+    """A spread plan (herd column j owns the output columns [j n/4, (j+1) n/4), as the planner picks for the down
+    projection at 2048 x 8192 x 2048): each block row of a row panel leaves in herd_n pieces n/4 columns apart; the
+    bytes equal block_float.encode of the c="bf16" module's output under the same plan."""
+    import dataclasses
+    from kernel_builder.gemm import builder as gemm_builder, plan as gemm_plan
+    from multi_launch_builder.emulator import air_interp
+    m, k, n = 64, 256, 256
+    forced = gemm_plan.GemmPlan(8, 64, 32, 8, 4, tile_k_l2=64, k=k, spread=True, w_format="bfp16", c_format="bfp16")
+    assert gemm_plan._gemm_fits(forced, k) and n // forced.bn_out == 2
+    monkeypatch.setattr(gemm_plan, "plan_gemm", lambda *a, c_format="bf16", **kw: dataclasses.replace(
+        forced, c_format=c_format))
+    rng = np.random.default_rng(9)
+    a = to_bf16(rng.standard_normal((m, k)).astype(np.float32))
+    wb = block_float.encode(to_bf16((rng.standard_normal((n, k)) * 0.2).astype(np.float32)))
+    c = np.zeros((m // 8, 9 * n), np.int8)
+    air_interp.compile_module(gemm_builder.build(m, k, n, "none", "bfp16", c_format="bfp16")).run(
+        [a, wb.view(np.int8), c])
+    c16 = np.zeros((m, n), BF16)
+    air_interp.compile_module(gemm_builder.build(m, k, n, "none", "bfp16")).run([a, wb.view(np.int8), c16])
+    np.testing.assert_array_equal(c.view(np.uint8), block_float.encode(c16.astype(np.float32)))
+    assert np.abs(c16.astype(np.float64)).min() >= 0 and np.any(c16 != 0)

@@ -116,7 +116,7 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
     _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
     if c_format == "bfp16":
-        c_bfp.drain(s, p, n, c, c_ty, c_row0, s.muli(bj, BFP_ROW * p.bn_out), ch_c)
+        c_bfp.drain(s, p, n, c, c_ty, c_row0, s.muli(bj, BFP_ROW * p.launch_n()), ch_c)
     else:
         _drain(s, p, n, c, c_ty, m0, n0, ch_c)
     return mod.text()

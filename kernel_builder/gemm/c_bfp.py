@@ -50,7 +50,7 @@ def get_pattern(p: gemm_plan.GemmPlan, j: int) -> tuple:
 
 def drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, row0: str, col0: str, ch_c: str) -> None:
     """Streamed A: per herd row its herd_n tiles into one L2 row panel, then the panel to L3 (block row row0 +
-    i tile_m/8, byte column col0)."""
+    i tile_m/8, byte column col0; spread: herd column j's piece 9 n / herd_n bytes further per column)."""
     c2_ty = l2_type(p)
     for i in range(p.herd_m):
         c2 = s.alloc("c_l2", c2_ty)
@@ -59,7 +59,9 @@ def drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, row0: str, col0: 
         # the whole panel (one linear memory-tile BD) -> its block rows in c (a run of 9 bn_out bytes each, which
         # the shim splits itself when over NPU2.shim_bd_max_size; pieces of our own cost the launch loop's fold)
         row = _plus(s, row0, i * p.tile_m // BLOCK)
-        s.dma(c, c_ty, ([row, col0], [p.tile_m // BLOCK, BFP_ROW * p.bn_out], [BFP_ROW * n, 1]), c2, c2_ty, None)
+        dst = (([row, 0, col0], [p.tile_m // BLOCK, p.herd_n, BFP_ROW * p.out_n], [BFP_ROW * n, BFP_ROW * n // p.herd_n, 1])
+               if p.spread else ([row, col0], [p.tile_m // BLOCK, BFP_ROW * p.bn_out], [BFP_ROW * n, 1]))
+        s.dma(c, c_ty, dst, c2, c2_ty, None)
         s.dealloc(c2, c2_ty)
 
 

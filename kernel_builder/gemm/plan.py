@@ -69,7 +69,7 @@ class GemmPlan:
     w_format: str = field(default="bf16", kw_only=True)   # W_FORMATS: "bfp16" = W at rest in block float (gemm_bfp:
                               # 72 bytes per 8x8 block instead of 128, kernel_builder/block_float.py)
     c_format: str = field(default="bf16", kw_only=True)   # C_FORMATS: "bfp16" = C written in block float, i8
-                              # [m/8, 9n] (external_kernels/gemm_c_bfp.h; needs W in block float, no bias, no spread)
+                              # [m/8, 9n] (external_kernels/gemm_c_bfp.h, gemm/c_bfp.py; needs W in block float, no bias)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -300,7 +300,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool 
     gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs). `resident`: whether
     A-resident plans are candidates (None: A_RESIDENT; False: the streamed plans only, as upstream designs).
     `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float). `c_format`:
-    the output's (C_FORMATS; "bfp16": C written in block float, i8 [m/8, 9n]: no spread plans)."""
+    the output's (C_FORMATS; "bfp16": C written in block float, i8 [m/8, 9n])."""
     if c_format not in C_FORMATS:
         raise ValueError(f"gemm: unknown C format {c_format!r} (known: {', '.join(C_FORMATS)})")
     check_positive("gemm", m=m, k=k, n=n)
@@ -329,7 +329,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool 
                 resident_opts = (False, True) if on and epilogue != "bias" else (False,)
                 for parts, spread, res in ((1, sp, r) for sp in (False, True)
                                            for r in (resident_opts if not sp else (False,))):
-                    if tile_n % (8 * parts) or (spread and c_format != "bf16"):
+                    if tile_n % (8 * parts):
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
                                     w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res,
@@ -424,13 +424,11 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
 
 
 def _check_c_format(p: GemmPlan) -> None:
-    """C in block float: the gemm_bfp.cc object's outc / gluc (W in block float), epilogue none or swiglu, the
-    herd row's output columns contiguous (no spread)."""
+    """C in block float: the gemm_bfp.cc object's outc / gluc (W in block float), epilogue none or swiglu."""
     if p.c_format not in C_FORMATS:
         raise ValueError(f"gemm plan: unknown C format {p.c_format!r} (known: {', '.join(C_FORMATS)})")
-    if p.c_format == "bfp16" and (p.w_format != "bfp16" or p.epilogue == "bias" or p.spread):
-        raise ValueError("gemm plan: C in block float needs W in block float, the epilogue none or swiglu and no "
-                         "spread")
+    if p.c_format == "bfp16" and (p.w_format != "bfp16" or p.epilogue == "bias"):
+        raise ValueError("gemm plan: C in block float needs W in block float and the epilogue none or swiglu")
 
 
 def c_chunk(p: GemmPlan, cols: int | None = None) -> int:
