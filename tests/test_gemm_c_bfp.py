@@ -265,8 +265,7 @@ def test_hardware_model_accepts_the_plain_epilogue(m, k, n):
 # SmolLM2-135M and Llama-3.2-3B at 64 / 256 / 1024 / 2048 rows, and plain-epilogue shapes (docs/kernels.md)
 LOWER_CASES = [(m, k, n, "swiglu") for m in (64, 256, 1024, 2048) for k, n in ((2048, 8192), (576, 1536), (3072, 8192))] \
     + [(2048, 8192, 2048, "none"), (2048, 2048, 2048, "none"), (64, 8192, 2048, "none"), (2048, 2048, 512, "none"),
-       (256, 1536, 576, "none"),
-       (256, 576, 576, "none")]
+       (256, 1536, 576, "none"), (256, 576, 576, "none")]
 
 
 @pytest.mark.skipif(not __import__("os").environ.get("LLAMA_NPU_AIR_LOWER"),
