@@ -343,3 +343,40 @@ def test_spread_plan_on_emu_interp(monkeypatch):
     air_interp.compile_module(gemm_builder.build(m, k, n, "none", "bfp16")).run([a, wb.view(np.int8), c16])
     np.testing.assert_array_equal(c.view(np.uint8), block_float.encode(c16.astype(np.float32)))
     assert np.abs(c16.astype(np.float64)).min() >= 0 and np.any(c16 != 0)
+
+
+def test_module_runs_the_vector_path_on_the_interpreter(monkeypatch, tmp_path):
+    """emu-interp with LLAMA_NPU_EXTERNALS=aie-host (every call on gemm_bfp.cc's AIE2P path through the host aie_api,
+    the accumulator typed i8) and the interp device: block_float.encode of the c="bf16" module's vector-path output."""
+    from multi_launch_builder.devices.base import Artifact
+    from multi_launch_builder.devices.interp import InterpEmuDevice
+    from multi_launch_builder.emulator import air_interp
+    require_tool("g++")
+    m, k, n, epi = 64, 256, 128, "swiglu"
+    rng = np.random.default_rng(12)
+    a = to_bf16(rng.standard_normal((m, k)).astype(np.float32))
+    wb = block_float.encode(to_bf16((rng.standard_normal((2 * n, k)) * 0.2).astype(np.float32)))
+    text = kernel_text("gemm_bfp", m, k, n, epi, c="bfp16")
+    monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "aie-host")
+    from kernel_builder.aie_host_models import model_for
+    p = plan(m, k, n, epi, c="bfp16")
+    sym = c_epilogue(gemm_kernels(p.tile_m, p.tile_k, p.tile_n, "bfp16"), epi, "bfp16").symbol
+    assert sym in text and model_for(sym).__module__ == "kernel_builder.aie_host_models"
+    c = np.zeros((m // 8, 9 * n), np.int8)
+    air_interp.compile_module(text).run([a, wb.view(np.int8), c])
+    c16 = np.zeros((m, n), BF16)
+    air_interp.compile_module(kernel_text("gemm_bfp", m, k, n, epi)).run([a, wb.view(np.int8), c16])
+    np.testing.assert_array_equal(c.view(np.uint8), block_float.encode(c16.astype(np.float32)))
+    monkeypatch.delenv("LLAMA_NPU_EXTERNALS")
+    path = tmp_path / "gemm_bfp.mlir"
+    path.write_text(text)
+    dev = InterpEmuDevice()
+    handle = dev.load(Artifact(name="gemm_bfp", mlir=path))
+    bufs = []
+    for x in (a, wb.view(np.int8), np.zeros((m // 8, 9 * n), np.int8)):
+        bufs.append(dev.alloc(x.nbytes))
+        dev.write(bufs[-1], x)
+    dev.run(handle, bufs)
+    c2 = np.zeros((m // 8, 9 * n), np.int8)
+    air_interp.compile_module(text).run([a, wb.view(np.int8), c2])   # the scalar path's numpy model
+    np.testing.assert_array_equal(dev.read(bufs[-1], (m // 8, 9 * n), np.int8), c2)
