@@ -170,7 +170,7 @@ def test_reference_encodes_the_bf16_result():
             gemm_bfp(a, wb, m=m, k=k, n=n, glu=glu).astype(np.float32)))
 
 
-# (m, k, n, epilogue, A resident): tiles sent whole and in plan.c_chunk pieces (out_n 48 / 32 and 64 / 128)
+# (m, k, n, epilogue, A resident): tiles sent whole and in c_bfp.c_chunk pieces (out_n 48 / 32 and 64 / 128)
 MODULES = [(64, 576, 192, "none", False), (256, 256, 256, "swiglu", False), (64, 256, 512, "none", False),
            (128, 256, 512, "swiglu", True), (128, 256, 1024, "none", True)]
 
@@ -286,14 +286,14 @@ def test_real_lowering(tmp_path, shape):
 
 def test_hardware_model_rejects_an_unsplit_drain(monkeypatch):
     """A tile of out_n = 64 sent as one run of 9 * 64 = 576 bytes per block row: over a memory-tile BD dim
-    (NPU2.bd_max_size; the real lowering refuses it); the builder sends it in plan.c_chunk pieces."""
-    from kernel_builder.gemm import plan as gemm_plan
+    (NPU2.bd_max_size; the real lowering refuses it); the builder sends it in c_bfp.c_chunk pieces."""
+    from kernel_builder.gemm import c_bfp
     from kernel_builder.hw import analyze_module
     from kernel_builder.registry import clear_kernel_cache
     args = (256, 2048, 8192, "swiglu")
     p = plan(*args, c="bfp16")
-    assert p.out_n == 64 and gemm_plan.c_chunk(p, p.out_n) == 32
-    monkeypatch.setattr(gemm_plan, "c_chunk", lambda p, cols=None: p.bn_out if cols is None else cols)
+    assert p.out_n == 64 and c_bfp.c_chunk(p) == 32
+    monkeypatch.setattr(c_bfp, "c_chunk", lambda p: p.out_n)
     clear_kernel_cache()
     try:
         rep = analyze_module(kernel_text("gemm_bfp", *args, c="bfp16"))

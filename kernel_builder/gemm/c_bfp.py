@@ -3,20 +3,28 @@ c = i8 [m/8, 9n], the at-rest format of the weights (kernel_builder/block_float.
 (external_kernels/gemm_c_bfp.h) leaves its [tile_m, out_n] tile as 72-byte blocks [tile_m/8][out_n/8] over the
 front of its accumulator, i.e. tile_m/8 block rows of 9 out_n bytes: the at-rest bytes of that piece of C.
 
-Data movement, all in bytes (i8 memrefs: the accumulator of such a module is typed i8 too - a transfer between
-memrefs of different element types had its sizes rewritten by the real lowering): tile (i, j) -> its herd row's L2
-C row panel [tile_m/8, 9 bn_out] at byte column 9 j out_n; the panel -> c[row block, 9 n0]. A run longer than a BD
-dim allows (9 out_n > NPU2.bd_max_size on the core's and memory tile's side, 9 bn_out > NPU2.shim_bd_max_size on
-the shim) moves in pieces of plan.c_chunk columns, the pieces an outer dim of both sides (the tools merge
-contiguous dims: only a reordering splits a run): the core's DMA reads its tile piece by piece.
+Data movement, all in bytes (i8 memrefs: the accumulator of such a module is typed i8 too - a DMA between memrefs
+of different element types had its sizes rewritten by the real lowering): tile (i, j) -> its herd row's L2 C row
+panel [tile_m/8, 9 bn_out] at byte column 9 j out_n; the panel -> c[row block, 9 n0]. A tile's block-row run longer
+than a core / memory-tile BD dim (9 out_n > NPU2.bd_max_size) moves in pieces of `c_chunk` columns, the pieces an
+outer dim on both sides (the tools merge contiguous dims: only a reordering splits a run); a panel's block-row run
+over NPU2.shim_bd_max_size is split by the tool itself on the shim (pieces of our own there cost the dim the launch
+or column-block loop folds into: the real lowering then unrolled it and ran out of shim channels).
 """
 from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, memref
 from kernel_builder.gemm import plan as gemm_plan
+from kernel_builder.hw.facts import NPU2
 
 BLOCK = 8
 BFP_ROW = 9    # bytes per column of one 8-row block row
+
+
+def c_chunk(p: gemm_plan.GemmPlan) -> int:
+    """Output columns per piece of a tile's send: all out_n when its block-row run (9 bytes per column) fits one
+    core / memory-tile BD dim (NPU2.bd_max_size i8), else the largest multiple of 8 dividing out_n that does."""
+    return max(q for q in range(8, p.out_n + 1, 8) if p.out_n % q == 0 and BFP_ROW * q <= NPU2.bd_max_size)
 
 
 def acc_type(p: gemm_plan.GemmPlan) -> str:
@@ -30,8 +38,8 @@ def l2_type(p: gemm_plan.GemmPlan) -> str:
 
 
 def put_pattern(p: gemm_plan.GemmPlan) -> tuple:
-    """The tile's send from the front of its accumulator: its block rows, piece by piece (c_chunk of out_n)."""
-    q, rows = gemm_plan.c_chunk(p, p.out_n), p.tile_m // BLOCK
+    """The tile's send from the front of its accumulator: its block rows, piece by piece (c_chunk columns)."""
+    q, rows = c_chunk(p), p.tile_m // BLOCK
     if q == p.out_n:
         return [0], [rows * BFP_ROW * p.out_n], [1]
     return [0, 0, 0], [p.out_n // q, rows, BFP_ROW * q], [BFP_ROW * q, BFP_ROW * p.out_n, 1]
@@ -39,7 +47,7 @@ def put_pattern(p: gemm_plan.GemmPlan) -> tuple:
 
 def get_pattern(p: gemm_plan.GemmPlan, j: int) -> tuple:
     """Where tile j of a herd row lands in the row panel, in put_pattern's order."""
-    q, rows = gemm_plan.c_chunk(p, p.out_n), p.tile_m // BLOCK
+    q, rows = c_chunk(p), p.tile_m // BLOCK
     if q == p.out_n:   # as blocks (three dims, the inner two contiguous): a two-dim rectangle on the 2-D panel lets
         # air-split-l2-memref split the pinned panel, which crashed the real lowering (aie-air-opt, SIGSEGV)
         return ([0, j * p.out_n // BLOCK, 0], [rows, p.out_n // BLOCK, BLOCK * BFP_ROW],

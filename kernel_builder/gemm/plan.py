@@ -429,16 +429,3 @@ def _check_c_format(p: GemmPlan) -> None:
         raise ValueError(f"gemm plan: unknown C format {p.c_format!r} (known: {', '.join(C_FORMATS)})")
     if p.c_format == "bfp16" and (p.w_format != "bfp16" or p.epilogue == "bias"):
         raise ValueError("gemm plan: C in block float needs W in block float and the epilogue none or swiglu")
-
-
-def c_chunk(p: GemmPlan, cols: int | None = None) -> int:
-    """Output columns per piece of a block-float C transfer of `cols` columns (default: the row panel's bn_out, its
-    write to L3; gemm/c_bfp.py): all of them when their block-row run, 9 bytes per column, fits one shim BD dim
-    (NPU2.shim_bd_max_size i8; a tile's out_n: one memory-tile / core BD dim, NPU2.bd_max_size), else the largest
-    multiple of 8 dividing them whose run fits a memory-tile BD dim (the pieces are a dim of their own on both
-    sides: the tools merge contiguous dims, so a run is only split by reordering)."""
-    cols = p.bn_out if cols is None else cols
-    row = BFP_BLOCK_BYTES // BLOCK_ROWS
-    if row * cols <= (NPU2.shim_bd_max_size if cols == p.bn_out and cols != p.out_n else NPU2.bd_max_size):
-        return cols
-    return max(q for q in range(8, cols + 1, 8) if cols % q == 0 and row * q <= NPU2.bd_max_size)
