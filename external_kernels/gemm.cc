@@ -176,25 +176,39 @@ extern "C" void GEMM_OUT_SYMBOL(bfloat16 *acc_bytes) {
 
 // silu(g) * u on bf16 lanes, as swiglu.cc computes it: sigmoid(g) = 1 / (1 + 2^(-g * log2e)) with -g * log2e from a
 // bf16 pair of log2e, exp2 and inv in bf16, silu rounded to bf16 before the product with u.
-extern "C" void GEMM_GLU_SYMBOL(bfloat16 *acc_bytes) {
-  ::aie::set_rounding(::aie::rounding_mode::conv_even);
-  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+struct GluConsts {
+  bfloat16 nl_hi, nl_lo;
+  ::aie::accum<accfloat, kLanes> one;
+};
+
+static inline GluConsts glu_consts() {
   constexpr float kLog2e = 1.4426950408889634f;
   const bfloat16 nl_hi = static_cast<bfloat16>(-kLog2e);
   const bfloat16 nl_lo = static_cast<bfloat16>(-kLog2e - static_cast<float>(nl_hi));
-  const ::aie::accum<accfloat, kLanes> one(::aie::broadcast<bfloat16, kLanes>(static_cast<bfloat16>(1.0f)));
+  return {nl_hi, nl_lo, ::aie::accum<accfloat, kLanes>(::aie::broadcast<bfloat16, kLanes>(static_cast<bfloat16>(1.0f)))};
+}
+
+// the 32 outputs of gate lanes [gi, gi + 32) and up lanes [gi + 64, gi + 96) of the accumulator, bf16
+static inline ::aie::vector<bfloat16, kLanes> glu_lanes(const float *acc, int gi, const GluConsts &c) {
+  const ::aie::vector<bfloat16, kLanes> g = acc_bf16(acc, gi);
+  const ::aie::vector<bfloat16, kLanes> u = acc_bf16(acc, gi + kBlockElems);
+  ::aie::accum<accfloat, kLanes> t = ::aie::mac(::aie::mul(g, c.nl_hi), g, c.nl_lo);  // -g * log2e
+  ::aie::vector<bfloat16, kLanes> e = ::aie::exp2<bfloat16>(t.template to_vector<float>());
+  ::aie::vector<bfloat16, kLanes> sig = ::aie::inv(::aie::add(c.one, e).template to_vector<bfloat16>());
+  ::aie::accum<accfloat, kLanes> silu = ::aie::mul(g, sig);
+  ::aie::accum<accfloat, kLanes> y = ::aie::mul(silu.template to_vector<bfloat16>(), u);
+  return y.template to_vector<bfloat16>();
+}
+
+extern "C" void GEMM_GLU_SYMBOL(bfloat16 *acc_bytes) {
+  ::aie::set_rounding(::aie::rounding_mode::conv_even);
+  const float *acc = reinterpret_cast<const float *>(acc_bytes);
+  const GluConsts c = glu_consts();
   for (int mb = 0; mb < kMB; ++mb)
     for (int nb = 0; nb < kHalfNB; ++nb)
       for (int h = 0; h < kBlockElems; h += kLanes) {
         const int gi = (mb * kNB + 2 * nb) * kBlockElems + h;   // gate block 2nb, up block 2nb + 1
-        const ::aie::vector<bfloat16, kLanes> g = acc_bf16(acc, gi);
-        const ::aie::vector<bfloat16, kLanes> u = acc_bf16(acc, gi + kBlockElems);
-        ::aie::accum<accfloat, kLanes> t = ::aie::mac(::aie::mul(g, nl_hi), g, nl_lo);  // -g * log2e
-        ::aie::vector<bfloat16, kLanes> e = ::aie::exp2<bfloat16>(t.template to_vector<float>());
-        ::aie::vector<bfloat16, kLanes> sig = ::aie::inv(::aie::add(one, e).template to_vector<bfloat16>());
-        ::aie::accum<accfloat, kLanes> silu = ::aie::mul(g, sig);
-        ::aie::accum<accfloat, kLanes> y = ::aie::mul(silu.template to_vector<bfloat16>(), u);
-        ::aie::store_v(acc_bytes + (mb * kHalfNB + nb) * kBlockElems + h, y.template to_vector<bfloat16>());
+        ::aie::store_v(acc_bytes + (mb * kHalfNB + nb) * kBlockElems + h, glu_lanes(acc, gi, c));
       }
 }
 

@@ -113,3 +113,5 @@ extern "C" void GEMM_BFP_MACA_SYMBOL(uint8_t *LLAMA_NPU_RESTRICT a, uint8_t *LLA
 #endif
 
 #endif
+
+#include "gemm_c_bfp.h"   // outc / gluc: the epilogues writing C in block float

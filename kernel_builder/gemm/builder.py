@@ -48,8 +48,8 @@ from __future__ import annotations
 
 from kernel_builder.emit import L1, L2, Module, attr_dict, herd, launch, memref, segment
 import kernel_builder.gemm.a_bfp as a_bfp
-from kernel_builder.gemm import plan as gemm_plan
-from kernel_builder.gemm.external import BFP_COL_BYTES as BFP_ROW, bfp_chunk_k, gemm_kernels, scratch_elems
+from kernel_builder.gemm import c_bfp, plan as gemm_plan
+from kernel_builder.gemm.external import BFP_COL_BYTES as BFP_ROW, bfp_chunk_k, c_epilogue, gemm_kernels, scratch_elems
 
 KIND = "gemm"
 BLOCK = 8   # edge of the micro-kernel's L1 blocks
@@ -57,17 +57,19 @@ KINDS = {"none": "gemm", "swiglu": "gemm_swiglu", "bias": "gemm_bias"}   # epilo
 BFP_KINDS = {"none": "gemm_bfp", "swiglu": "gemm_bfp", "bias": "gemm_bfp_bias"}   # the "bfp16" W format's kinds
 
 
-def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16", a_format: str = "bf16") -> str:
+def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16", a_format: str = "bf16",
+          c_format: str = "bf16") -> str:
     """The module of c[m, n]: arguments (a, w, c) (w: [2n, k] with the swiglu epilogue); (a, w, b, c)
     with the bias epilogue (b: [1, n]). w_format "bfp16" (kind gemm_bfp): w is the block-float encoding of that
     weight, i8 [rows/8, 9k] (kernel_builder/block_float.py), and the W panels and tiles move as whole 72-byte
     blocks (no re-blocking: a block row's slice is one contiguous run). a_format "bfp16" (with W in block float): a
-    is i8 [m/8, 9k] at rest in block float too and moves likewise (kernel_builder/gemm/a_bfp.py)."""
-    p = gemm_plan.plan_gemm(m, k, n, epilogue, w_format=w_format, a_format=a_format)
+    is i8 [m/8, 9k] at rest in block float too and moves likewise (kernel_builder/gemm/a_bfp.py). c_format "bfp16":
+    c is written in block float, i8 [m/8, 9n] (the at-rest format of the weights; kernel_builder/gemm/c_bfp.py)."""
+    p = gemm_plan.plan_gemm(m, k, n, epilogue, w_format=w_format, a_format=a_format, c_format=c_format)
     bfp = w_format == "bfp16"
     abfp = a_format == "bfp16"
     ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, w_format, a_format)
-    epi = ext.epilogue(epilogue)
+    epi = c_epilogue(ext, epilogue, c_format)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
     if epilogue == "swiglu":   # one [2n, k] weight: gate and up rows interleaved by 8 (gemm_swiglu/layout.py)
         w_ty = memref([2 * n, k])
@@ -75,8 +77,12 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
         w_ty = memref([p.w_per_out * n // BLOCK, BFP_ROW * k], "i8")
     if abfp:
         a_ty = a_bfp.l3_type(m, k)
+    if c_format == "bfp16":   # block rows of 9n bytes (kernel_builder/block_float.py's layout)
+        c_ty = memref([m // BLOCK, BFP_ROW * n], "i8")
     types = [a_ty, w_ty] + ([memref([1, n])] if epilogue == "bias" else []) + [c_ty]
     acc_ty = memref([2 * p.tile_m * p.tile_n], "bf16", L1)   # the f32 accumulator's bytes
+    if c_format == "bfp16":   # typed i8 as the block-float C it sends (gemm/c_bfp.py)
+        acc_ty = c_bfp.acc_type(p)
     a1_ty, w1_ty = memref([p.tile_m * p.tile_k], "bf16", L1), memref([p.tile_n * p.tile_k], "bf16", L1)
     if bfp:
         w1_ty = memref([p.w_bytes(p.tile_n, p.tile_k)], "i8", L1)
@@ -97,16 +103,18 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     la = launch(mod.body, [m // p.bm, 1 if p.a_resident else n // p.bn_out], list(zip(mod.args, types)),
                 [attr_dict(kind, {"m": m, "k": k, "n": n,
                                   **({"glu": epilogue == "swiglu"} if kind == "gemm_bfp" else {}),
-                                  **({"a_bfp": 1} if abfp else {})})])
+                                  **({"a_bfp": 1} if abfp else {}),
+                                  **({"c_bfp": 1} if c_format == "bfp16" else {})})])
     ch_w = _stream_w(la.body, p, k, n, la.args[1], w_ty, mod) if p.a_resident else None
     seg = segment(la.body, "gemm_seg", list(zip(la.args, types)) + [(i, "index") for i in la.ids])
     s = seg.body
     a, *ws, c, bi, bj = seg.args
     bias = ws.pop() if epilogue == "bias" else None
     m0, n0 = s.muli(bi, p.bm), s.muli(bj, p.launch_n())
+    c_row0 = s.muli(bi, p.bm // BLOCK) if c_format == "bfp16" else None   # C's first block row (block float)
     if p.a_resident:
         h = _resident(s, p, k, n, (a, a_ty, c, c_ty), m0, (ch_a, ch_b, ch_c, ch_w), ext,
-                      a0=s.muli(bi, p.bm // BLOCK) if abfp else None)
+                      a0=s.muli(bi, p.bm // BLOCK) if abfp else None, c_row0=c_row0)
         _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c, n // p.bn_out)
         return mod.text()
     if bias is not None:
@@ -118,11 +126,15 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     _stage_panels(s, p, k, n, a, a_ty, ws, w_ty, a0, w0, ch_a, ch_b)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
     _herd_body(h, p, k, ext, epi, (acc_ty, a1_ty, w1_ty, b1_ty, s1_ty), ch_a, ch_b, ch_c)
-    _drain(s, p, n, c, c_ty, m0, n0, ch_c)
+    if c_format == "bfp16":
+        c_bfp.drain(s, p, n, c, c_ty, c_row0, s.muli(bj, BFP_ROW * p.launch_n()), ch_c)
+    else:
+        _drain(s, p, n, c, c_ty, m0, n0, ch_c)
     return mod.text()
 
 
-def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, chans: tuple, ext, a0=None):
+def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, chans: tuple, ext, a0=None,
+              c_row0=None):
     """A resident in L2 (plan.a_resident): one launch point per BM row block; per herd row its whole [tile_m, k]
     A panel is loaded once; a loop over the n / bn_out column blocks streams the W panels through L2 per K step,
     and a loop nest of its own re-sends the A slices from the resident panel; after the herd (which loops over the
@@ -136,7 +148,6 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     ch_a, ch_b, ch_c, ch_w = chans
     k2 = p.tile_k_l2
     a2_ty, w2_ty = memref([p.tile_m, k], "bf16", L2), _w_l2_type(p, k2)
-    c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     abfp = p.a_format == "bfp16"   # block float: the panel stored chunk-major, a slice is one contiguous run
     if abfp:
         a2_ty = a_bfp.resident_type(p, k)
@@ -171,6 +182,18 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
     for buf in w2:
         kl.dealloc(buf, w2_ty)
     h = herd(s, "gemm_herd", (p.herd_m, p.herd_n), [], [f'link_with = "{ext.obj}"'])
+    if p.c_format == "bfp16":
+        c_bfp.resident_drain(s, p, n, c, c_ty, c_row0, ch_c)
+    else:
+        _resident_drain(s, p, n, c, c_ty, m0, ch_c)
+    for buf in a2:
+        s.dealloc(buf, a2_ty)
+    return h
+
+
+def _resident_drain(s, p: gemm_plan.GemmPlan, n: int, c: str, c_ty: str, m0: str, ch_c: str) -> None:
+    """A resident, C in bf16: the herd row's tiles of each column block gathered and written to L3."""
+    c2_ty = memref([p.tile_m, p.bn_out], "bf16", L2)
     # the C row panels: one copy each, kept out of the drain loop (pin_to_scope), pre-blocked: each drain is one
     # run per 8-row block and the panel leaves in 8-row pieces of three dims, so every drain and every write folds
     # the loop into one BD (a ping-pong pair, or a drain unrolled into a BD chain, gives the last drain of a
@@ -189,9 +212,6 @@ def _resident(s, p: gemm_plan.GemmPlan, k: int, n: int, args: tuple, m0: str, ch
                ([rb, 0, 0, 0], [1, BLOCK, p.bn_out // BLOCK, BLOCK], [BLOCK * p.bn_out, BLOCK, BLOCK * BLOCK, 1]))
     for buf in c2:
         s.dealloc(buf, c2_ty)
-    for buf in a2:
-        s.dealloc(buf, a2_ty)
-    return h
 
 
 def _stream_w(lb, p: gemm_plan.GemmPlan, k: int, n: int, w: str, w_ty: str, mod) -> str:
@@ -348,7 +368,8 @@ def _herd_body(h, p: gemm_plan.GemmPlan, k: int, ext, epi, types: tuple, ch_a: s
     kl.dealloc(a1, a1_ty)
     kl.dealloc(w1, w1_ty)
     body.call(epi.symbol, [(acc, acc_ty)] + ([(bias, b1_ty)] if bias else []))
-    body.channel_put(ch_c, [tx, ty], acc, acc_ty, ([0], [p.tile_m * p.out_n], [1]))
+    body.channel_put(ch_c, [tx, ty], acc, acc_ty,
+                     c_bfp.put_pattern(p) if p.c_format == "bfp16" else ([0], [p.tile_m * p.out_n], [1]))
     h.body.dealloc(acc, acc_ty)
     if scratch:
         h.body.dealloc(scratch, s1_ty)

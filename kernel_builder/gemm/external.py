@@ -100,7 +100,8 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16", a: str 
         renamed["GEMM_MAC_SYMBOL"] = f"gemm_bfp_bf16mac_bf16_{tag}"     # gemm.cc's own mac, unused here
         defines = tuple((name, renamed.get(name, v)) for name, v in defines) + (
             ("GEMM_BFP_MAC_SYMBOL", syms["mac"]), ("GEMM_W_CHUNK_K", str(bfp_chunk_k(tile_k))),
-            ("GEMM_BFP_MACA_SYMBOL", f"gemm_bfp_maca_bf16_{tag}"))
+            ("GEMM_BFP_MACA_SYMBOL", f"gemm_bfp_maca_bf16_{tag}"),
+            *((f"GEMM_{part.upper()}C_SYMBOL", f"gemm_bfp_{part}c_bf16_{tag}") for part in C_BFP_PARTS))
         obj, source = f"gemm_bfp_{tag}.o", "gemm_bfp.cc"
         if a == "bfp16":   # the A-at-rest mac of the same object
             syms["mac"] = f"gemm_bfp_maca_bf16_{tag}"
@@ -109,6 +110,27 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16", a: str 
         return ExternalKernel(symbol=symbol, obj=obj, source=source, defines=defines)
 
     return GemmKernels(*(make(syms[part]) for part in parts))
+
+
+C_FORMATS = ("bf16", "bfp16")   # the output C's format: bf16, or block float at rest (gemm_c_bfp.h's epilogues)
+C_BFP_PARTS = ("out", "glu")    # the epilogues with a block-float twin (outc / gluc in the gemm_bfp.cc object)
+
+
+def c_epilogue(ks: GemmKernels, name: str, c: str = "bf16") -> ExternalKernel:
+    """The epilogue entry point `name` writing C in format `c` (C_FORMATS): "bfp16" = external_kernels/
+    gemm_c_bfp.h's twin of out / glu in the gemm_bfp.cc object (the tile as 72-byte blocks [tile_m/8][out_n/8],
+    block_float.encode of the bf16 values, in place over the accumulator's front)."""
+    if c not in C_FORMATS:
+        raise ValueError(f"gemm: unknown C format {c!r} (known: {', '.join(C_FORMATS)})")
+    epi = ks.epilogue(name)
+    if c == "bf16":
+        return epi
+    part = {"none": "out", "swiglu": "glu"}.get(name)
+    symbol = dict(epi.defines).get(f"GEMM_{(part or '').upper()}C_SYMBOL")
+    if symbol is None:
+        raise ValueError(f"gemm: C in block float needs W in block float (gemm_bfp.cc) and the epilogue 'none' or "
+                         f"'swiglu', not {name!r}")
+    return ExternalKernel(symbol=symbol, obj=epi.obj, source=epi.source, defines=epi.defines)
 
 
 def scratch_elems(tile_m: int, tile_k: int) -> int:
@@ -129,7 +151,10 @@ def _block(x: np.ndarray) -> np.ndarray:
 
 
 def _acc(acc, tm: int, tn: int) -> np.ndarray:
-    """The accumulator memref (2*tm*tn bf16) as its tm*tn f32 values (a view: writes go to the same bytes)."""
+    """The accumulator memref (2*tm*tn bf16; 4*tm*tn i8 in a module writing C in block float, gemm/c_bfp.py) as its
+    tm*tn f32 values (a view: writes go to the same bytes)."""
+    if getattr(acc, "dtype", None) == "i8":
+        return need_memref(acc, "acc", 4 * tm * tn, "i8").view(F32)
     return need_memref(acc, "acc", 2 * tm * tn).view(F32)
 
 

@@ -18,7 +18,8 @@ from fractions import Fraction
 
 from kernel_builder.external_costs import call_counts
 from kernel_builder.block_float import BLOCK_BYTES as BFP_BLOCK_BYTES
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, W_FORMATS, gemm_kernels, scratch_elems
+from kernel_builder.gemm.external import (C_FORMATS, GEMM_M_MULTIPLE, GEMM_N_MULTIPLE, W_FORMATS, c_epilogue, gemm_kernels,
+                                          scratch_elems)
 import kernel_builder.gemm.a_bfp as a_bfp
 from kernel_builder.hw import cost, memtile_place
 from kernel_builder.hw.facts import NPU2
@@ -70,6 +71,8 @@ class GemmPlan:
                               # 72 bytes per 8x8 block instead of 128, kernel_builder/block_float.py)
     a_format: str = field(default="bf16", kw_only=True)   # A_FORMATS: "bfp16" = A at rest in block float too (i8
                               # [m/8, 9k], the weights' layout): no in-core conversion, no scratch (gemm/a_bfp.py)
+    c_format: str = field(default="bf16", kw_only=True)   # C_FORMATS: "bfp16" = C written in block float, i8
+                              # [m/8, 9n] (external_kernels/gemm_c_bfp.h, gemm/c_bfp.py; needs W in block float, no bias)
 
     def __post_init__(self) -> None:
         if not self.tile_k_l2:
@@ -85,6 +88,7 @@ class GemmPlan:
         if self.w_format not in W_FORMATS:
             raise ValueError(f"gemm plan: unknown W format {self.w_format!r} (known: {', '.join(W_FORMATS)})")
         a_bfp.check_format(self.a_format, self.w_format)
+        _check_c_format(self)
 
     @property
     def w_block_bytes(self) -> int:
@@ -94,6 +98,10 @@ class GemmPlan:
     def w_bytes(self, rows: int, cols: int) -> int:
         """Bytes of [rows, cols] of W in its format (whole 8x8 blocks)."""
         return rows * cols * self.w_block_bytes // (BLOCK_ROWS * BLOCK_ROWS)
+
+    def c_bytes(self, rows: int, cols: int) -> int:
+        """Bytes of [rows, cols] of C in its format: bf16, or block float (72 bytes per 8x8 block)."""
+        return rows * cols * BFP_BLOCK_BYTES // 64 if self.c_format == "bfp16" else BF16 * rows * cols
 
     @property
     def a_block_bytes(self) -> int:
@@ -164,7 +172,7 @@ class GemmPlan:
         a_panel = self.a_bytes(self.tile_m, self.k if self.a_resident else c * self.tile_k_l2)
         sizes = {"a_panel": a_panel,
                  "w_panel": c * self.w_bytes(self.tile_n, self.tile_k_l2),
-                 "c_panel": BF16 * self.tile_m * self.bn_out}   # resident: one copy, pinned outside its drain loop
+                 "c_panel": self.c_bytes(self.tile_m, self.bn_out)}   # resident: one copy, pinned outside its drain loop
         return {**sizes, "bias": BF16 * self.tile_n} if self.epilogue == "bias" else sizes
 
     def l2_counts(self) -> dict[str, int]:
@@ -302,12 +310,15 @@ def _gemm_fits(p: GemmPlan, k: int) -> bool:
 
 
 def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool | None = None,
-              w_format: str = "bf16", a_format: str = "bf16") -> GemmPlan:
+              w_format: str = "bf16", a_format: str = "bf16", c_format: str = "bf16") -> GemmPlan:
     """The fastest fitting plan for c[m, n] (n output columns; with the swiglu epilogue each tile computes the
     gate and the up columns of its outputs side by side: its tile_n covers tile_n/2 outputs). `resident`: whether
     A-resident plans are candidates (None: A_RESIDENT; False: the streamed plans only, as upstream designs).
     `w_format`: the W stream's format (W_FORMATS; "bfp16": kind gemm_bfp, W at rest in block float); `a_format`:
-    A's (A_FORMATS; "bfp16" with W in block float: A at rest in block float too, kernel_builder/gemm/a_bfp.py)."""
+    A's (A_FORMATS; "bfp16" with W in block float: A at rest in block float too, kernel_builder/gemm/a_bfp.py).
+    `c_format`: the output's (C_FORMATS; "bfp16": C written in block float, i8 [m/8, 9n])."""
+    if c_format not in C_FORMATS:
+        raise ValueError(f"gemm: unknown C format {c_format!r} (known: {', '.join(C_FORMATS)})")
     check_positive("gemm", m=m, k=k, n=n)
     a_bfp.check_format(a_format, w_format)
     for name, v, q in (("m", m, GEMM_M_MULTIPLE), ("k", k, MMUL_K), ("n", n, GEMM_N_MULTIPLE)):
@@ -339,7 +350,7 @@ def plan_gemm(m: int, k: int, n: int, epilogue: str = "none", *, resident: bool 
                         continue
                     plan = GemmPlan(tile_m, tile_k, tile_n, herd_m, widest_herd(n // out_n, NPU2_ROWS), k=k,
                                     w_parts=parts, epilogue=epilogue, spread=spread, a_resident=res,
-                                    w_format=w_format, a_format=a_format)
+                                    w_format=w_format, a_format=a_format, c_format=c_format)
                     if (spread and plan.herd_n == 1) or not _a_folds(plan, k, n):
                         continue
                     if not _gemm_fits(plan, k):
@@ -404,7 +415,7 @@ def gemm_flows(p: GemmPlan, m: int, k: int, n: int) -> list[Flow]:
     flows = [Flow("MM2S", i, kind, nbytes[kind] * (a_loads if kind == "a" else points), 1, 1,
                   column=i // SHIM_DMA_PER_COL)
              for i, kind in enumerate(kinds)]
-    flows += [Flow("S2MM", i, "c", BF16 * p.tile_m * p.bn_out * points, 1, 1, column=i // SHIM_DMA_PER_COL)
+    flows += [Flow("S2MM", i, "c", p.c_bytes(p.tile_m, p.bn_out) * points, 1, 1, column=i // SHIM_DMA_PER_COL)
               for i in range(p.herd_m)]
     return flows
 
@@ -426,4 +437,12 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
     k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
     hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
     ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, p.w_format, p.a_format)
-    return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (ks.epilogue(p.epilogue), 1)), tiles)
+    return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (c_epilogue(ks, p.epilogue, p.c_format), 1)), tiles)
+
+
+def _check_c_format(p: GemmPlan) -> None:
+    """C in block float: the gemm_bfp.cc object's outc / gluc (W in block float), epilogue none or swiglu."""
+    if p.c_format not in C_FORMATS:
+        raise ValueError(f"gemm plan: unknown C format {p.c_format!r} (known: {', '.join(C_FORMATS)})")
+    if p.c_format == "bfp16" and (p.w_format != "bfp16" or p.epilogue == "bias"):
+        raise ValueError("gemm plan: C in block float needs W in block float and the epilogue none or swiglu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kernel_builder import block_float
 from kernel_builder.gemm import builder as gemm_builder
-from kernel_builder.gemm.external import GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
+from kernel_builder.gemm.external import C_FORMATS, GEMM_M_MULTIPLE, GEMM_N_MULTIPLE
 
 EPILOGUES = ("none", "swiglu")   # this kind's; "bias" is kind gemm_bfp_bias (kernel_builder/gemm_bfp_bias)
 
@@ -22,8 +22,11 @@ def check(m: int, k: int, n: int, epilogue: str, kind: str = "gemm_bfp") -> None
                          f"{GEMM_N_MULTIPLE} (the micro-kernel's 8x8 blocks, two column blocks per step)")
 
 
-def build(m: int, k: int, n: int, epilogue: str = "none", a: str = "bf16") -> str:
+def build(m: int, k: int, n: int, epilogue: str = "none", a: str = "bf16", c: str = "bf16") -> str:
     """The module of c[m, n] = a[m, k] . W^T: arguments (a bf16 [m, k], w i8 [n/8, 9k] (swiglu: [2n/8, 9k]),
-    c bf16 [m, n]). a="bfp16": a at rest in block float too, i8 [m/8, 9k] (kernel_builder/gemm/a_bfp.py)."""
+    c bf16 [m, n]). a="bfp16": a at rest in block float too, i8 [m/8, 9k] (kernel_builder/gemm/a_bfp.py);
+    c="bfp16": c in block float, i8 [m/8, 9n], block_float.encode of the bf16 result (kernel_builder/gemm/c_bfp.py)."""
     check(m, k, n, epilogue)
-    return gemm_builder.build(m, k, n, epilogue, "bfp16", a)
+    if c not in C_FORMATS:
+        raise ValueError(f"gemm_bfp: unknown C format {c!r} (known: {', '.join(C_FORMATS)})")
+    return gemm_builder.build(m, k, n, epilogue, "bfp16", a, c_format=c)

@@ -15,10 +15,12 @@ from kernel_builder.external_costs import DEFAULT_STACK, CallWork, ExternalCost,
 from kernel_builder.external_models import F32, need_memref
 from kernel_builder.externals import ExternalFamily
 from kernel_builder.gemm import external as gemm_ext
+from kernel_builder.numerics import BF16
+from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, scalar_bf16, vmac
 
 W_FORMAT = "bfp16"
 PARTS = ("zero", "mac", "out", "glu", "bias")
-SYMBOL_RE = r"gemm_bfp_(zero|mac|maca|out|glu)_bf16_m(\d+)_k(\d+)_n(\d+)"   # bias: kind gemm_bfp_bias
+SYMBOL_RE = r"gemm_bfp_(zero|mac|maca|out|glu|outc|gluc)_bf16_m(\d+)_k(\d+)_n(\d+)"   # bias: kind gemm_bfp_bias
 
 
 def gemm_bfp_kernels(tile_m: int, tile_k: int, tile_n: int, a: str = "bf16") -> gemm_ext.GemmKernels:
@@ -63,6 +65,8 @@ def gemm_bfp_model(part: str, tm: int, tk: int, tn: int):
             wf = tile_values(need_memref(w, "w", tile_bytes(tk, tn), "i8"), tk, tn)
             gemm_ext.mac_values(af, wf, acc, tm, tn)
         return maca
+    if part in ("outc", "gluc"):
+        return c_bfp_model(part, tm, tk, tn)
     if part != "mac":
         return gemm_ext.gemm_model(part, tm, tk, tn)
 
@@ -74,8 +78,49 @@ def gemm_bfp_model(part: str, tm: int, tk: int, tn: int):
     return mac
 
 
+def c_bfp_model(part: str, tm: int, tk: int, tn: int):
+    """gemm_c_bfp.h's outc / gluc: the bf16 tile out / glu write (gemm.cc's model), then block_float.encode of it,
+    stored as [tm/8][out_n/8] blocks of 72 bytes (the at-rest [tm/8, 9 out_n]) over the accumulator's front."""
+    bf16_part = part[:-1]
+    out_n = tn // 2 if bf16_part == "glu" else tn
+    inner = gemm_ext.gemm_model(bf16_part, tm, tk, tn)
+
+    def run(acc):
+        gemm_ext._acc(acc, tm, tn)   # checks the memref (bf16 or the i8 of a block-float C module)
+        tmp = _Bf16Tile(acc.data.view(np.uint8).view(BF16).copy())
+        inner(tmp)
+        vals = gemm_ext._unblock(tmp.data[:tm * out_n], tm, out_n).astype(F32)
+        enc = block_float.encode(vals).reshape(-1)
+        acc.data.view(np.uint8)[:enc.size] = enc
+        acc.written = True
+    return run
+
+
+class _Bf16Tile:
+    """A bf16 scratch copy of an accumulator for gemm.cc's epilogue models (what need_memref reads)."""
+
+    def __init__(self, data: np.ndarray):
+        self.data, self.dtype, self.written = data, "bf16", False
+
+
+def c_bfp_counts(part: str, tm: int, tn: int) -> Counts:
+    """One outc / gluc call (gemm_c_bfp.h): per 8x8 output block the two 32-lane steps of out / glu without their
+    stores, one bfp16ebs8 conversion and one 72-byte block store (two 512-bit instructions); gluc adds glu's
+    constants."""
+    per_step = load(32, 4) + conv(2)
+    if part == "outc":
+        return (per_step * 2 + Counts(vconvert=1, bfp16_convert=1) + Counts(vstore=2, vstore_bytes=72)) * (tm * tn // 64)
+    step = per_step * 2 + vmac(32) * 4 + exp2(32) + inv(32) + add_acc() + conv(5)
+    block = step * 2 + Counts(vconvert=1, bfp16_convert=1) + Counts(vstore=2, vstore_bytes=72)
+    return block * (tm * tn // 128) + scalar_bf16(3) + Counts(broadcast=1) + conv(1)
+
+
 def _work(m, args):
     part, tm, tk, tn = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if part == "outc":
+        return CallWork(0, 0, c_bfp_counts(part, tm, tn))
+    if part == "gluc":
+        return CallWork(4 * tm * tn // 2, 0, c_bfp_counts(part, tm, tn))
     if part not in ("mac", "maca"):
         return gemm_ext.gemm_work(re.fullmatch(r"gemm_(\w+)_bf16_m(\d+)_k(\d+)_n(\d+)",
                                                f"gemm_{part}_bf16_m{tm}_k{tk}_n{tn}"), args)
@@ -98,6 +143,8 @@ COSTS = (
     _cost("maca", (2,)),   # maca(a, w, acc): A and W tiles only read
     _cost("out", (0,)),
     _cost("glu", (0,)),
+    _cost("outc", (0,)),   # C in block float (gemm_c_bfp.h): the tile's 72-byte blocks over the accumulator
+    _cost("gluc", (0,)),
 )
 
 

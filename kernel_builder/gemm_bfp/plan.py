@@ -6,6 +6,6 @@ from kernel_builder.gemm.plan import GemmPlan, plan_gemm
 from kernel_builder.gemm_bfp.builder import check
 
 
-def plan(m: int, k: int, n: int, epilogue: str = "none", a: str = "bf16") -> GemmPlan:
+def plan(m: int, k: int, n: int, epilogue: str = "none", a: str = "bf16", c: str = "bf16") -> GemmPlan:
     check(m, k, n, epilogue)
-    return plan_gemm(m, k, n, epilogue, w_format="bfp16", a_format=a)
+    return plan_gemm(m, k, n, epilogue, w_format="bfp16", a_format=a, c_format=c)

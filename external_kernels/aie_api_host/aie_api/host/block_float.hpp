@@ -17,7 +17,9 @@ namespace aie_host {
 // one integer bit and six fraction bits relative to 2^E), rounded with the core's rounding mode (conv_even:
 // nearest even, floor: toward -inf). A block holding inf/NaN becomes NaN. ASSUMPTION: AMD publishes no bit-level
 // description; this is the MX-style int8 layout, documented as ours.
-inline void to_bfp16_block(const float *x, float *q) {
+// returns the block's exponent e (values m * 2^(e-6)); kNoExp for an all-zero or non-finite block
+constexpr int kNoExp = -1000;
+inline int to_bfp16_block(const float *x, float *q) {
   float amax = 0.0f;
   bool finite = true;
   for (int i = 0; i < 8; ++i) {
@@ -26,11 +28,11 @@ inline void to_bfp16_block(const float *x, float *q) {
   }
   if (!finite) {
     for (int i = 0; i < 8; ++i) q[i] = NAN;
-    return;
+    return kNoExp;
   }
   if (amax == 0.0f) {
     for (int i = 0; i < 8; ++i) q[i] = 0.0f;
-    return;
+    return kNoExp;
   }
   const int e = std::ilogb(amax);
   for (int i = 0; i < 8; ++i) {
@@ -39,6 +41,7 @@ inline void to_bfp16_block(const float *x, float *q) {
     m = m > 127.0 ? 127.0 : (m < -128.0 ? -128.0 : m);
     q[i] = static_cast<float>(std::ldexp(m, e - 6));
   }
+  return e;
 }
 
 }  // namespace aie_host
@@ -52,6 +55,8 @@ struct block_vector {
   static_assert(std::is_same_v<T, bfp16ebs8>, "aie_api_host: only bfp16ebs8 block vectors are modelled");
   static_assert(N == 64, "aie::block_vector<bfp16ebs8, N>: the AIE2P register holds 64 values (v64bfp16ebs8)");
   float q[N];
+  int e[N / 8];   // each block's exponent as converted (aie_host::kNoExp: unknown); a store writes it as E, as the
+                  // hardware keeps the exponent it computed (a block rounded up to -128 * 2^(e-6) keeps e)
 };
 
 namespace detail_host {
@@ -59,7 +64,7 @@ template <unsigned N>
 block_vector<bfp16ebs8, N> to_block_vector(const float *d) {  // accfloat -> bfp16ebs8, one conversion
   aie_host::count(aie_host::k_bfp16_convert);
   block_vector<bfp16ebs8, N> r;
-  for (unsigned b = 0; b < N; b += 8) aie_host::to_bfp16_block(d + b, r.q + b);
+  for (unsigned b = 0; b < N; b += 8) r.e[b / 8] = aie_host::to_bfp16_block(d + b, r.q + b);
   return r;
 }
 }  // namespace detail_host
@@ -72,14 +77,16 @@ block_vector<bfp16ebs8, N> to_block_vector(const float *d) {  // accfloat -> bfp
 namespace detail_host {
 constexpr unsigned kBfpBlockBytes = 72;
 
-inline void encode_bfp(const float *q, unsigned char *out) {
+inline void encode_bfp(const float *q, const int *exps, unsigned char *out) {
   for (unsigned b = 0; b < 8; ++b) {
     float amax = 0.0f;
     for (unsigned i = 0; i < 8; ++i) amax = std::fabs(q[b * 8 + i]) > amax ? std::fabs(q[b * 8 + i]) : amax;
     // the block's exponent from its largest quantized magnitude; a block whose largest value is -128 * 2^(e-6) reads
     // as 2^(e+1): then the exponent one lower makes every mantissa an integer in [-128, 127] again
     int shift = amax == 0.0f ? 0 : std::ilogb(amax);
-    for (unsigned i = 0; i < 8; ++i) {
+    const bool known = amax != 0.0f && exps[b] >= -127 && exps[b] <= 128;   // the exponent the conversion chose
+    if (known) shift = exps[b];
+    for (unsigned i = 0; !known && i < 8; ++i) {
       const float m = std::ldexp(q[b * 8 + i], 6 - shift);
       if (m != std::nearbyint(m) || m > 127.0f || m < -128.0f) {
         --shift;
@@ -95,9 +102,10 @@ inline void encode_bfp(const float *q, unsigned char *out) {
   }
 }
 
-inline void decode_bfp(const unsigned char *in, float *q) {
+inline void decode_bfp(const unsigned char *in, float *q, int *exps) {
   for (unsigned b = 0; b < 8; ++b) {
     const int e = static_cast<int>(in[b * 9]) - 127;   // the block's exponent; e - 6: the scale of the mantissas
+    exps[b] = e;
     for (unsigned i = 0; i < 8; ++i)
       q[b * 8 + i] =
           std::ldexp(static_cast<float>(static_cast<signed char>(in[b * 9 + 1 + i])), e - 6);
@@ -113,7 +121,7 @@ struct block_vector_output_buffer_stream {
   void push(const block_vector<T, N> &v) {
     aie_host::count(aie_host::k_vstore, 2);
     aie_host::count(aie_host::k_vstore_bytes, detail_host::kBfpBlockBytes);
-    detail_host::encode_bfp(v.q, ptr);
+    detail_host::encode_bfp(v.q, v.e, ptr);
     ptr += detail_host::kBfpBlockBytes;
   }
   block_vector_output_buffer_stream &operator<<(const block_vector<T, N> &v) {
@@ -134,7 +142,7 @@ struct block_vector_input_buffer_stream {
     aie_host::count(aie_host::k_vload, 2);
     aie_host::count(aie_host::k_vload_bytes, detail_host::kBfpBlockBytes);
     block_vector<T, N> v;
-    detail_host::decode_bfp(ptr, v.q);
+    detail_host::decode_bfp(ptr, v.q, v.e);
     ptr += detail_host::kBfpBlockBytes;
     return v;
   }
