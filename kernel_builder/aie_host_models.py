@@ -43,7 +43,7 @@ def kernel_for_symbol(symbol: str) -> ExternalKernel | None:
     if fam.name == "attention":           # (mode, part, hd, lq, lk, n)
         return attention_external._attention(p[0], p[2], p[3], p[4], p[5] or 0).init
     if fam.name.startswith("gemm_bfp"):   # gemm_bfp, gemm_bfp_bias: (part, m, k, n), gemm_bfp.cc's object
-        return gemm_kernels(p[1], p[2], p[3], "bfp16").zero
+        return gemm_kernels(p[1], p[2], p[3], "bfp16", c="bfp16" if fam.name == "gemm_bfpc" else "bf16").zero
     if fam.name.startswith("gemm"):       # gemm, gemm_swiglu, gemm_bias: (part, m, k, n), one object
         return gemm_kernels(p[1], p[2], p[3]).zero
     return fam.from_object(*p)            # the other families name their object by the same parameters

@@ -218,7 +218,7 @@ def test_module_texts_unchanged_for_bf16_c():
         m, _, n, epi = args
         t2 = kernel_text("gemm_bfp", *args, c="bfp16")
         assert "c_bfp = 1" in t2 and f"memref<{m // 8}x{9 * n}xi8>" in t2
-        assert ("gemm_bfp_gluc_" if epi == "swiglu" else "gemm_bfp_outc_") in t2
+        assert ("gemm_bfpc_gluc_" if epi == "swiglu" else "gemm_bfpc_outc_") in t2
 
 
 @pytest.mark.parametrize("call,msg", [
@@ -360,7 +360,7 @@ def test_module_runs_the_vector_path_on_the_interpreter(monkeypatch, tmp_path):
     monkeypatch.setenv("LLAMA_NPU_EXTERNALS", "aie-host")
     from kernel_builder.aie_host_models import model_for
     p = plan(m, k, n, epi, c="bfp16")
-    sym = c_epilogue(gemm_kernels(p.tile_m, p.tile_k, p.tile_n, "bfp16"), epi, "bfp16").symbol
+    sym = c_epilogue(gemm_kernels(p.tile_m, p.tile_k, p.tile_n, "bfp16", c="bfp16"), epi, "bfp16").symbol
     assert sym in text and model_for(sym).__module__ == "kernel_builder.aie_host_models"
     c = np.zeros((m // 8, 9 * n), np.int8)
     air_interp.compile_module(text).run([a, wb.view(np.int8), c])

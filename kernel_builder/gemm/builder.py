@@ -68,7 +68,7 @@ def build(m: int, k: int, n: int, epilogue: str = "none", w_format: str = "bf16"
     p = gemm_plan.plan_gemm(m, k, n, epilogue, w_format=w_format, a_format=a_format, c_format=c_format)
     bfp = w_format == "bfp16"
     abfp = a_format == "bfp16"
-    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, w_format, a_format)
+    ext = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, w_format, a_format, c_format)
     epi = c_epilogue(ext, epilogue, c_format)
     a_ty, w_ty, c_ty = memref([m, k]), memref([n, k]), memref([m, n])
     if epilogue == "swiglu":   # one [2n, k] weight: gate and up rows interleaved by 8 (gemm_swiglu/layout.py)

@@ -52,7 +52,8 @@ def bfp_chunk_k(tile_k: int) -> int:
     return max(c for c in range(8, tile_k + 1, 8) if tile_k % c == 0 and BFP_COL_BYTES * c <= NPU2.bd_max_size)
 
 
-def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16", a: str = "bf16") -> GemmKernels:
+def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16", a: str = "bf16",
+                 c: str = "bf16") -> GemmKernels:
     """One compute tile's GEMM step on 8x8-blocked L1 buffers (layouts in external_kernels/gemm.cc). The
     accumulator is 2*tile_m*tile_n bf16 (the bytes of tile_m*tile_n f32); every epilogue writes its bf16 tile in
     place over the front of it:
@@ -69,8 +70,15 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16", a: str 
     bfp_chunk_k(tile_k) columns: [tile_k/C][tile_n/8][C/8]): mac(a, w[tile_n*tile_k*9/8] i8, acc, scratch); the
     other entry points are gemm.cc's. a="bfp16" (with w="bfp16"): the same object, its mac the entry point whose
     A tile arrives in block float too, in the W tile's chunked order [tile_k/C][tile_m/8][C/8] (no scratch):
-    mac(a[tile_m*tile_k*9/8] i8, w i8, acc).
+    mac(a[tile_m*tile_k*9/8] i8, w i8, acc). c="bfp16" (with w="bfp16"): the same source compiled as the object
+    `gemm_bfpc_<tag>.o`, every symbol prefixed `gemm_bfpc_`: a module writing C in block float types its
+    accumulator i8 (kernel_builder/gemm/c_bfp.py), so its declarations of zero / mac differ from a bf16-C module's,
+    and one stitched module may hold both (the gate/up GEMM writes block float, the down GEMM bf16).
     """
+    if c not in C_FORMATS:
+        raise ValueError(f"gemm: unknown C format {c!r} (known: {', '.join(C_FORMATS)})")
+    if c == "bfp16" and w != "bfp16":
+        raise ValueError("gemm: C in block float needs W in block float (gemm_bfp.cc)")
     if a not in A_FORMATS:
         raise ValueError(f"gemm: unknown A format {a!r} (known: {', '.join(A_FORMATS)})")
     if a == "bfp16" and w != "bfp16":
@@ -95,16 +103,17 @@ def gemm_kernels(tile_m: int, tile_k: int, tile_n: int, w: str = "bf16", a: str 
     )
     obj, source = f"gemm_{tag}.o", "gemm.cc"
     if w == "bfp16":
-        syms = {part: f"gemm_bfp_{part}_bf16_{tag}" for part in parts}
+        pre = "gemm_bfpc" if c == "bfp16" else "gemm_bfp"
+        syms = {part: f"{pre}_{part}_bf16_{tag}" for part in parts}
         renamed = {f"GEMM_{part.upper()}_SYMBOL": syms[part] for part in parts}
-        renamed["GEMM_MAC_SYMBOL"] = f"gemm_bfp_bf16mac_bf16_{tag}"     # gemm.cc's own mac, unused here
+        renamed["GEMM_MAC_SYMBOL"] = f"{pre}_bf16mac_bf16_{tag}"     # gemm.cc's own mac, unused here
         defines = tuple((name, renamed.get(name, v)) for name, v in defines) + (
             ("GEMM_BFP_MAC_SYMBOL", syms["mac"]), ("GEMM_W_CHUNK_K", str(bfp_chunk_k(tile_k))),
-            ("GEMM_BFP_MACA_SYMBOL", f"gemm_bfp_maca_bf16_{tag}"),
-            *((f"GEMM_{part.upper()}C_SYMBOL", f"gemm_bfp_{part}c_bf16_{tag}") for part in C_BFP_PARTS))
-        obj, source = f"gemm_bfp_{tag}.o", "gemm_bfp.cc"
+            ("GEMM_BFP_MACA_SYMBOL", f"{pre}_maca_bf16_{tag}"),
+            *((f"GEMM_{part.upper()}C_SYMBOL", f"{pre}_{part}c_bf16_{tag}") for part in C_BFP_PARTS))
+        obj, source = f"{pre}_{tag}.o", "gemm_bfp.cc"
         if a == "bfp16":   # the A-at-rest mac of the same object
-            syms["mac"] = f"gemm_bfp_maca_bf16_{tag}"
+            syms["mac"] = f"{pre}_maca_bf16_{tag}"
 
     def make(symbol: str) -> ExternalKernel:
         return ExternalKernel(symbol=symbol, obj=obj, source=source, defines=defines)

@@ -436,7 +436,7 @@ def tile_counts(p: GemmPlan, k: int, tiles: int = 1) -> dict:
     """Instruction counts (cost.ISSUE_KINDS) of `tiles` output tiles of one compute tile: per tile one zero,
     k/tile_k macs and one out call, each as the micro-kernel's cost descriptor (gemm/external.py COSTS, what the
     hardware model charges per call) counts it, plus one "calls" per call, as the analyzer adds them."""
-    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, p.w_format, p.a_format)
+    ks = gemm_kernels(p.tile_m, p.tile_k, p.tile_n, p.w_format, p.a_format, p.c_format)
     return call_counts(((ks.zero, 1), (ks.mac, k // p.tile_k), (c_epilogue(ks, p.epilogue, p.c_format), 1)), tiles)
 
 

@@ -5,5 +5,5 @@ reads the W tile's 72-byte blocks as stored, with the numerics of the bf16 path'
 from kernel_builder.gemm_bfp import builder, external, reference
 from kernel_builder.spec import KernelSig, KernelSpec
 
-SPEC = KernelSpec(KernelSig("gemm_bfp", ("a", "w", "c")), builder.build, reference.gemm_bfp, (external.FAMILY,),
+SPEC = KernelSpec(KernelSig("gemm_bfp", ("a", "w", "c")), builder.build, reference.gemm_bfp, (external.FAMILY, external.FAMILY_C),
                   external.COSTS)

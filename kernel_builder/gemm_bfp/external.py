@@ -21,12 +21,14 @@ from kernel_builder.instr_counts import Counts, add_acc, conv, exp2, inv, load, 
 W_FORMAT = "bfp16"
 PARTS = ("zero", "mac", "out", "glu", "bias")
 SYMBOL_RE = r"gemm_bfp_(zero|mac|maca|out|glu|outc|gluc)_bf16_m(\d+)_k(\d+)_n(\d+)"   # bias: kind gemm_bfp_bias
+SYMBOL_RE_C = SYMBOL_RE.replace("gemm_bfp_", "gemm_bfpc_", 1)   # the object of C-in-block-float modules
 
 
-def gemm_bfp_kernels(tile_m: int, tile_k: int, tile_n: int, a: str = "bf16") -> gemm_ext.GemmKernels:
+def gemm_bfp_kernels(tile_m: int, tile_k: int, tile_n: int, a: str = "bf16",
+                     c: str = "bf16") -> gemm_ext.GemmKernels:
     """zero / mac / out / glu / bias of one object; mac(a bf16 [tile_m*tile_k], w i8 [tile_n*tile_k*9/8], acc,
     scratch), or with a="bfp16" the object's maca(a i8 [tile_m*tile_k*9/8], w, acc) (kernel_builder/gemm/a_bfp.py)."""
-    return gemm_ext.gemm_kernels(tile_m, tile_k, tile_n, W_FORMAT, a)
+    return gemm_ext.gemm_kernels(tile_m, tile_k, tile_n, W_FORMAT, a, c)
 
 
 def tile_bytes(tile_k: int, tile_n: int) -> int:
@@ -130,12 +132,15 @@ def _work(m, args):
 
 
 def _cost(part: str, writes: tuple, pure: tuple = ()) -> ExternalCost:
-    return ExternalCost(f"gemm_bfp_{part}", re.compile(rf"gemm_bfp_({part})_bf16_m(\d+)_k(\d+)_n(\d+)"), _work,
+    return ExternalCost(f"gemm_bfp_{part}", re.compile(rf"gemm_bfpc?_({part})_bf16_m(\d+)_k(\d+)_n(\d+)"), _work,
                         DEFAULT_STACK, writes, pure)
 
 
 FAMILY = ExternalFamily("gemm_bfp", "gemm_bfp.cc", r"gemm_bfp_m(\d+)_k(\d+)_n(\d+)\.o", SYMBOL_RE,
                         lambda m, k, n: gemm_bfp_kernels(m, k, n).zero, gemm_bfp_model)
+# the same source as the object of the modules writing C in block float (gemm/external.py gemm_kernels, c="bfp16")
+FAMILY_C = ExternalFamily("gemm_bfpc", "gemm_bfp.cc", r"gemm_bfpc_m(\d+)_k(\d+)_n(\d+)\.o", SYMBOL_RE_C,
+                          lambda m, k, n: gemm_bfp_kernels(m, k, n, c="bfp16").zero, gemm_bfp_model)
 COSTS = (
     _cost("zero", (0,), (0,)),
     # mac(a, w, acc, scratch): writes the accumulator and the A scratch (the W tile is only read)
