@@ -40,8 +40,10 @@ def _check(src, tmp_path, vocab):
     hf = hf_greedy(rounded, ids, 5)
     # the verify gate (a divergence only within the mutual top-5), after at least the prefill and one decode step:
     # the tiny random checkpoints have near-ties (Gemma 3's step 2: 0.660 vs 0.652, two bf16 steps apart)
-    assert gate(runs["bfp"], hf) >= 2
-    assert all(cosine(a, b) >= 0.99 for a, b in zip(runs["bfp"], hf))
+    same = gate(runs["bfp"], hf)
+    assert same >= 2
+    # the logits of the steps with the same inputs (up to and including the first differing token's step)
+    assert all(cosine(a, b) >= 0.99 for a, b in zip(runs["bfp"][:same + 1], hf[:same + 1]))
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
