@@ -140,3 +140,20 @@ def test_real_lowering_rejects_the_forced_module(monkeypatch, tmp_path, chunk_k,
     assert not res.ok and error in res.message, f"{res.stage}: {res.message}"
     first = _report(text, (2, 2)).violations[0]
     assert (first.stage, first.tile) == (stage, tile), first.one_line()
+
+
+def test_sequence_leaks_follow_the_tools_shim_placement():
+    """Llama-3.2-1B's block-float ffn_s2048 (the gate/up GEMM with A and C in block float, then the down GEMM): the
+    real lowering (mlir-air efeb41ce4 + mlir-aie ae8ed9d) lowers it, and its runtime sequence leaves, after the
+    gate/up launch, 4 shim BDs on columns 0-3 (one split W stream part and one split C write part per column, 2
+    launch iterations) and 2 on columns 4-7 (the C writes: one per column, each at its memory tile's column). The
+    module's leak accounting uses that placement (segment DMAs at their memory tile's column); the per-launch
+    packing two per column in program order would put two C writes on columns 0-3 and reject the module."""
+    from llama_npu.models.llama import LLAMA32_1B, LlamaModel
+    from multi_launch_builder.stitcher import stitch
+    d = next(x for x in LlamaModel(LLAMA32_1B, "bfp16").prefill(2048).decls if x.name.startswith("ffn"))
+    rep = analyze_module(stitch(d), d.name)
+    assert rep.ok, rep.first_violation()
+    act = next(la for la in rep.launches if "act_gemm" in la.name)
+    assert act.usage.seq_leak == {0: 4, 1: 4, 2: 4, 3: 4, 4: 2, 5: 2, 6: 2, 7: 2}
+    assert act.usage.shim_leak == {0: 6, 1: 6, 2: 6, 3: 6}      # the packed placement's

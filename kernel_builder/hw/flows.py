@@ -308,39 +308,52 @@ class FlowAccounting:
         return buckets, members
 
     # ---- shim columns: the allocator walks the columns, two channels per direction each
+    def _columns(self, fl: list[Flow], cap_col: int, same_column: bool) -> list[int]:
+        """The shim column of each flow of one direction (program order). A segment DMA's flow starts at its L2
+        buffer's memory-tile column and walks right to the first column with a free channel
+        (ShimDMAAllocator::allocNewDmaChannel, "same_column") when `same_column`; the others (herd DMAs) fill the
+        columns two channels at a time in program order. An L3 channel op (a launch-level put of the A-resident
+        GEMM's W stream) always starts at its get's memory-tile column: checked on the tool's aie.flow ops
+        (2048x2048x8192: W panel j from shim column j beside A panel j)."""
+        f = self.facts
+        taken = Counter()
+        packed, out = 0, []
+        for x in fl:
+            if isinstance(x.l2, tuple):
+                home = self.l2_tile.get(self.chan_l2.get(x.l2))
+            else:
+                home = self.l2_tile.get(x.l2) if same_column and x.l2 is not None else None
+            col = home if home is not None else packed
+            for _ in range(f.columns):
+                if taken[col] < cap_col:
+                    break
+                col = (col + 1) % f.columns
+            else:
+                col = f.columns + len(fl)   # over the limit: reported below
+            out.append(col)
+            taken[col] += 1
+            if home is None:
+                packed = col
+        return out
+
     def _shim(self, flows: list[Flow]) -> None:
         f = self.facts
         u = self.usage
         per_col_bds = Counter()
+        seq_bds = Counter()
         for direction, cap_col in (("MM2S", f.shim_mm2s), ("S2MM", f.shim_s2mm)):
             fl = sorted((x for x in flows if x.direction == direction), key=lambda x: x.line)
-            taken = Counter()
-            packed = 0
-            for x in fl:
-                # a segment DMA's flow starts at its L2 buffer's memory-tile column and walks right to the first
-                # column with a free channel (ShimDMAAllocator::allocNewDmaChannel, "same_column"); the others
-                # (herd DMAs) fill the columns two channels at a time in program order
-                # an L3 channel op (a launch-level put of the A-resident GEMM's W stream) always starts at its
-                # get's memory-tile column: checked on the tool's aie.flow ops (2048x2048x8192: W panel j from
-                # shim column j beside A panel j); no other module has one
-                if isinstance(x.l2, tuple):
-                    home = self.l2_tile.get(self.chan_l2.get(x.l2))
-                else:
-                    home = self.l2_tile.get(x.l2) if SHIM_SAME_COLUMN and x.l2 is not None else None
-                col = home if home is not None else packed
-                for _ in range(f.columns):
-                    if taken[col] < cap_col:
-                        break
-                    col = (col + 1) % f.columns
-                else:
-                    col = f.columns + len(fl)   # over the limit: reported below
+            for x, col in zip(fl, self._columns(fl, cap_col, SHIM_SAME_COLUMN)):
                 x.column = col
-                taken[col] += 1
-                if home is None:
-                    packed = col
                 per_col_bds[x.column] += x.pieces
                 if x.leak:
                     u.shim_leak[x.column] = u.shim_leak.get(x.column, 0) + x.leak
+            # the tool's own placement (segment DMAs at their memory tile's column) for the BDs a module's launches
+            # hold and leave over its whole runtime sequence (module_report.sequence_bd_leaks)
+            for x, col in zip(fl, self._columns(fl, cap_col, True)):
+                seq_bds[col] += x.pieces
+                if x.leak:
+                    u.seq_leak[col] = u.seq_leak.get(col, 0) + x.leak
             total = len(fl)
             if direction == "MM2S":
                 u.shim_mm2s = total
@@ -355,6 +368,7 @@ class FlowAccounting:
                              f"{top} ({cap_col} per shim column x {f.columns} columns)", fl[cap].line)
         u.shim_bds = max(per_col_bds.values(), default=0)
         u.shim_bds_by_column = dict(per_col_bds)
+        u.seq_bds_by_column = dict(seq_bds)
         u.shim_tasks = sum(x.tasks for x in flows)
         for col, n in sorted(per_col_bds.items()):
             if n > f.shim_bds:

@@ -80,14 +80,14 @@ def sequence_bd_leaks(name: str, launches: list[LaunchReport], facts: NPU2Facts 
     then 8 held by the next GEMV; docs/hardware-model.md "Shim BD folding")."""
     leaked: dict[int, int] = {}
     for la in launches:
-        for col, held in sorted(la.usage.shim_bds_by_column.items()):
+        for col, held in sorted(la.usage.seq_bds_by_column.items()):
             before = leaked.get(col, 0)
             if before and before + held > facts.shim_bds:
                 return [Violation(name, la.index, la.name, "shim", "BDs", before + held, facts.shim_bds, AIECC,
                                   "rule", f"column {col}: {before} BDs left allocated by earlier launches' split DMA "
                                   f"tasks (airrt-to-npu tileIllegalWrapDim splits a task after its waits were made; "
                                   f"the extra parts are never freed) + {held} this launch holds at once")]
-        for col, n in la.usage.shim_leak.items():
+        for col, n in la.usage.seq_leak.items():
             leaked[col] = leaked.get(col, 0) + n
     return []
 

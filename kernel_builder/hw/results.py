@@ -74,6 +74,9 @@ class Usage:
     shim_bds: int = 0            # busiest shim column
     shim_bds_by_column: dict = field(default_factory=dict)   # BDs held at once per shim column
     shim_leak: dict = field(default_factory=dict)   # per shim column: BDs left allocated after the launch
+    seq_bds_by_column: dict = field(default_factory=dict)   # the two above under the tool's own placement of the
+    seq_leak: dict = field(default_factory=dict)            # segment DMAs (their memory tile's column): what the
+                                                            # module's runtime sequence adds up (sequence_bd_leaks)
     shim_tasks: int = 0
 
     def merge_max(self, other: "Usage") -> "Usage":
