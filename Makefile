@@ -84,7 +84,7 @@ verify: setup ## top-k token gate vs HF transformers bf16 (quick subset: 2 promp
 	$(PY) -m verify verify $(MODEL_ARG) --device $(call V,DEVICE) --weights $(call V,WEIGHTS) --kv $(call V,KV)
 
 verify-full: setup ## top-k token gate on all prompts in verify/prompts
-	$(PY) -m verify verify --full $(MODEL_ARG) --device $(call V,DEVICE)
+	$(PY) -m verify verify --full $(MODEL_ARG) --device $(call V,DEVICE) --weights $(call V,WEIGHTS) --kv $(call V,KV)
 
 diagnosis: export LLAMA_NPU_PROMPT = $(if $(filter command line environment,$(origin PROMPT)),$(value PROMPT),)
 diagnosis: setup ## per-layer hidden-state drift vs HF (informational)

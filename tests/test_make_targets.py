@@ -36,6 +36,15 @@ def test_help_is_the_default_target():
     assert "make verify" in out and "make run" in out
 
 
+@pytest.mark.parametrize("target", ["verify", "verify-full"])
+def test_verify_targets_pass_the_weights_and_kv(target):
+    """`make verify-full WEIGHTS=bfp16` gates the block-float run, not silently the bf16 one (make -n: the command)."""
+    out = subprocess.run([_make(), "-n", target, "WEIGHTS=bfp16", "KV=int8", "DEVICE=emu"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    line = next(ln for ln in out.splitlines() if "-m verify verify" in ln)
+    assert "--weights 'bfp16'" in line and "--kv 'int8'" in line and "--device 'emu'" in line, line
+
+
 @pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists() or
                     Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
                     reason="runs through the project's .venv (make test / CI)")
