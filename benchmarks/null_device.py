@@ -181,20 +181,23 @@ def bench_load_rss(shapes: ModelShapes = LLAMA32_1B) -> int:
     tok_dir = resolve_model(None, progress=False)
     with tempfile.TemporaryDirectory(prefix="llama-rss-") as tmp:
         model_dir = write_sparse_checkpoint(Path(tmp) / "model", shapes, tok_dir, tied=False)
-        # VmHWM (this process's peak RSS; ru_maxrss would carry over the parent's peak across fork + exec)
+        # VmHWM (this process's peak RSS; ru_maxrss would carry over the parent's peak across fork + exec), and
+        # after the load its anonymous and file-backed parts (the checkpoint is read through safetensors' mmap: its
+        # pages count in RSS while mapped, clean page cache the kernel reclaims, not memory the process allocated)
         code = ("import re\n"
-                "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+                "st = lambda k: int(re.search(k + r':\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
                 "from llama_npu.engine import Engine\n"
-                "base = hwm()\n"
-                f"Engine.load({str(model_dir)!r}, device='null', buckets=(64,), cache_dir={tmp!r} + '/k', "
+                "base = st('VmHWM')\n"
+                f"e = Engine.load({str(model_dir)!r}, device='null', buckets=(64,), cache_dir={tmp!r} + '/k', "
                 "progress=False, warmup=False)\n"
-                "print(base, hwm())\n")
+                "print(base, st('VmHWM'), st('RssAnon'), st('RssFile'))\n")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    base_kib, peak_kib = (int(v) for v in out.split())
+    base_kib, peak_kib, anon_kib, file_kib = (int(v) for v in out.split())
     largest = max(2 * math.prod(sh) for sh in llama_tensor_shapes(shapes, tied=False).values())
     print(f"[bench] peak host RSS loading Llama-3.2-1B shapes (null device, untied, {_mb(_ckpt_bytes(shapes))} "
           f"of weights): {peak_kib / 1024:.0f} MiB (interpreter + imports {base_kib / 1024:.0f} MiB; the largest "
-          f"tensor is {_mb(largest)})")
+          f"tensor is {_mb(largest)}); after the load {anon_kib / 1024:.0f} MiB anonymous + {file_kib / 1024:.0f} "
+          f"MiB file-backed (the checkpoint's mmap'd pages: page cache, not allocated)")
     return peak_kib * 1024
 
 
